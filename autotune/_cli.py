@@ -1,0 +1,328 @@
+"""The ``autotune`` command line: run, show, export, ui, doctor.
+
+Heavy modules (torch, optuna, mlflow, rich) are imported inside the commands so
+that ``autotune --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+
+from autotune._config import ConfigError
+from autotune._knobs import KNOBS
+from autotune._space import SPACES_DIR
+
+_STORE_HELP = "Store folder: Optuna journal, MLflow database, artifacts, trial logs."
+
+
+def _store_options(fn):
+    fn = click.option("--store", type=click.Path(path_type=Path), default=Path("mlflow"),
+                      show_default=True, envvar="AUTOTUNE_STORE", help=_STORE_HELP)(fn)
+    fn = click.option("--storage", metavar="URL",
+                      help="Optuna storage: an RDB URL (e.g. postgresql://...) or a journal file; "
+                           "default: STORE/optuna.journal.")(fn)
+    return click.option("--study", metavar="NAME", help="Study name (default: from the target; "
+                        "for show/export: the most recent study).")(fn)
+
+
+class _Group(click.Group):
+    """Turns bad input into exit status 2 and Ctrl-C into 130, with one clear line."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ConfigError as exc:
+            click.echo(f"autotune: error: {exc}", err=True)
+            sys.exit(2)
+        except KeyboardInterrupt:
+            click.echo("autotune: interrupted", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="autotune")
+def main() -> None:
+    """Tune a PyTorch training loop's loader, transfer, precision and optimizer knobs
+    by measuring short real trials of your own training function.
+
+    \b
+      autotune run runners/mnist.py:train --trials 12
+      autotune show
+      autotune export -o best.yaml     # then: train(autotune.load("best.yaml"))
+      autotune ui
+      autotune doctor
+    """
+
+
+def _spaces() -> str:
+    return ", ".join(sorted(p.stem for p in SPACES_DIR.glob("*.yaml")))
+
+
+@main.command(epilog=f"Knobs: {', '.join(KNOBS)}.")
+@click.argument("target")
+@click.option("--trials", "-n", type=click.IntRange(min=1), default=12, show_default=True,
+              help="Trials to run now (the baseline first, if the study has none).")
+@click.option("--space", default="default", show_default=True,
+              help=f"Search space: a shipped name ({_spaces()}) or a YAML file.")
+@_store_options
+@click.option("--tracking-uri", metavar="URI", help="MLflow tracking URI "
+              "(default: $MLFLOW_TRACKING_URI, else sqlite in the store folder).")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option("--warmup", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="Seconds of warmup before measuring.")
+@click.option("--window", type=click.FloatRange(min=0.05), default=1.5, show_default=True,
+              help="Seconds per measured window.")
+@click.option("--windows", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Measured windows per trial (samples/s is their median).")
+@click.option("--timeout", type=click.FloatRange(min=1), default=None,
+              help="Seconds a trial may run in all (default: 60 + 5x its measuring time).")
+@click.option("--ram-budget", type=click.FloatRange(min=0.01), default=None, metavar="GIB",
+              help="GiB one trial's processes may use (default: 75% of the RAM available at start).")
+@click.option("--seed", type=int, default=None, help="Seed for the sampler and the workers.")
+def run(target: str, trials: int, space: str, study: str | None, storage: str | None, store: Path,
+        tracking_uri: str | None, device: str, warmup: float, window: float, windows: int,
+        timeout: float | None, ram_budget: float | None, seed: int | None) -> None:
+    """Tune TARGET (path/to/file.py:function or package.module:function)."""
+    from autotune._probe import probe
+    from autotune._runner import Budget
+    from autotune._space import load_space
+    from autotune._study import BaselineFailed, StudyOptions, StudyRunner
+    from autotune._tracking import Tracker, tracking_uri as default_uri
+    from autotune._worker import check_target
+
+    check_target(target)
+    loaded = load_space(space)  # before anything is created: bad input exits 2 here
+    try:
+        fingerprint = probe(device)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    restricted, notes = loaded.restrict(fingerprint)
+    reporter = _Progress()
+    for line in notes:
+        reporter.note(line)
+    options = StudyOptions(target, space, trials, study, storage, tracking_uri, store, device,
+                           Budget(warmup_s=warmup, window_s=window, windows=windows, timeout_s=timeout),
+                           int(ram_budget * 2**30) if ram_budget else None, seed)
+    tracker = Tracker(default_uri(store, tracking_uri), artifact_root=store / "artifacts")
+    runner = StudyRunner(options, fingerprint, restricted, tracker, reporter)
+    reporter.note(f"study {runner.name} on {fingerprint.summary()}; space {loaded.name}; "
+                  f"RAM budget {runner.ram_budget / 2**30:.1f} GiB")
+    try:
+        rows, best = runner.run()
+    except BaselineFailed as exc:
+        click.echo(f"autotune: {exc}", err=True)
+        sys.exit(1)
+    reporter.stop()
+    _print_summary(runner.name, rows, best, store)
+
+
+def _print_summary(name: str, rows, best, store: Path) -> None:
+    from rich.console import Console
+
+    console = Console()
+    if best is None:
+        console.print(f"[red]no complete trial in study {name}[/red]")
+        return
+    base = next((r for r in rows if r.baseline and r.samples_per_s), None)
+    console.print(f"\n[bold]best: trial {best.number}[/bold], {best.samples_per_s:,.1f} samples/s"
+                  + (f", [bold green]{best.speedup:.2f}x[/bold green] the baseline "
+                     f"({base.samples_per_s:,.1f} samples/s)" if best.speedup and base else ""))
+    if base:
+        console.print(f"data wait: {base.metrics.get('data_wait_frac', 0):.0%} of the baseline's "
+                      f"step time -> {best.metrics.get('data_wait_frac', 0):.0%}")
+    console.print(f"config: {_changed(best.config, base.config if base else {})}")
+    console.print(f"exported: {store / 'exports' / (name + '.yaml')}  (autotune export -o best.yaml)")
+    console.print("trials: autotune show   |   MLflow UI: autotune ui")
+
+
+def _changed(config: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
+    diff = {k: v for k, v in config.items() if baseline.get(k) != v}
+    return " ".join(f"{k}={_fmt(v)}" for k, v in diff.items()) or "(the baseline's)"
+
+
+def _fmt(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+class _Progress:
+    """Live progress on the terminal: trial n of N, the running trial's windows, best, time left."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+
+        self.console = Console(stderr=True)
+        self._status = None
+        self._head = ""
+
+    def note(self, line: str) -> None:
+        self.console.print(f"[dim]{line}[/dim]")
+
+    def trial_started(self, number: int, index: int, total: int, config) -> None:
+        knobs = " ".join(f"{k}={_fmt(v)}" for k, v in config.set_values().items()) or "baseline"
+        self._head = f"[{index + 1}/{total}] trial {number}: {knobs}"
+        if self._status is None:
+            self._status = self.console.status(self._head)
+            self._status.start()
+        self._status.update(self._head + " (starting)")
+
+    def event(self, event: Mapping[str, Any]) -> None:
+        if self._status is None:
+            return
+        if event["event"] == "warmup":
+            self._status.update(self._head + " (measuring)")
+        elif event["event"] == "window":
+            rate = event["samples"] / event["seconds"]
+            self._status.update(f"{self._head} (window {event['index'] + 1}: {rate:,.0f} samples/s)")
+
+    def trial_done(self, row, best, seconds_left: float) -> None:
+        sps = f"{row.samples_per_s:10,.1f} samples/s" if row.samples_per_s else " " * 20
+        speed = f"{row.speedup:5.2f}x" if row.speedup else "      "
+        wait = row.metrics.get("data_wait_frac")
+        wait_text = f"data-wait {wait:4.0%}" if wait is not None else ""
+        line = f"{self._head}\n    {row.outcome:9} {sps} {speed} {wait_text}"
+        if row.outcome != "complete" and row.reason:
+            line += f"  [red]{row.reason.strip().splitlines()[-1][:120]}[/red]"
+        left = f"~{int(seconds_left // 60)}m{int(seconds_left % 60):02d}s left" if seconds_left else "done"
+        best_text = f"best {best.speedup:.2f}x (trial {best.number})" if best and best.speedup else ""
+        self.console.print(f"{line}   [dim]{best_text} {left}[/dim]")
+
+    def stop(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+
+def _open_study(store: Path, storage: str | None, name: str | None):
+    import optuna
+
+    from autotune._study import open_storage
+
+    if storage is None and not (store / "optuna.journal").exists():
+        raise ConfigError(f"--store {store}: no studies here (no {store / 'optuna.journal'}); "
+                          "run `autotune run` first or pass --store/--storage")
+    backend = open_storage(store, storage)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    summaries = optuna.get_all_study_summaries(backend, include_best_trial=False)
+    if not summaries:
+        raise ConfigError(f"--storage {storage or store}: holds no study")
+    if name is None:
+        latest = max(summaries, key=lambda s: s.datetime_start.timestamp() if s.datetime_start else 0)
+        name = latest.study_name
+    elif name not in {s.study_name for s in summaries}:
+        raise ConfigError(f"--study {name!r}: no such study; known: "
+                          f"{', '.join(s.study_name for s in summaries)}")
+    return optuna.load_study(study_name=name, storage=backend)
+
+
+@main.command()
+@_store_options
+def show(study: str | None, storage: str | None, store: Path) -> None:
+    """A table of the study's trials: knobs, samples/s, speedup, data wait, outcome."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from autotune._study import rows_of
+
+    loaded = _open_study(store, storage, study)
+    rows, best = rows_of(loaded)
+    # Columns for the knobs that differ between trials: the rest is noise.
+    keys = [k for k in KNOBS if len({_fmt(r.config.get(k, "-")) for r in rows}) > 1]
+    table = Table(title=f"study {loaded.study_name}: {len(rows)} trials")
+    for head in ("#", "outcome", "samples/s", "speedup", "data-wait", "step p50", "RAM peak", *keys, "reason"):
+        table.add_column(head, justify="right" if head in ("#", "samples/s", "speedup") else "left",
+                         min_width=min(len(head), 18))
+    for r in rows:
+        m = r.metrics
+        mark = " *" if best is not None and r.number == best.number else ""
+        table.add_row(
+            f"{r.number}{mark}", r.outcome + (" (baseline)" if r.baseline else ""),
+            f"{r.samples_per_s:,.1f}" if r.samples_per_s else "-",
+            f"{r.speedup:.2f}x" if r.speedup else "-",
+            f"{m['data_wait_frac']:.0%}" if "data_wait_frac" in m else "-",
+            f"{m['step_time_p50'] * 1000:.1f} ms" if "step_time_p50" in m else "-",
+            f"{m['ram_peak'] / 2**30:.2f} GiB" if "ram_peak" in m else "-",
+            *(_fmt(r.config.get(k, "-")) for k in keys),
+            r.reason.strip().splitlines()[-1][:60] if r.reason.strip() else "")
+    Console(width=max(220, Console().width)).print(table)
+    if best is not None:
+        click.echo(f"best: trial {best.number}" + (f", {best.speedup:.2f}x the baseline" if best.speedup else ""))
+
+
+@main.command()
+@_store_options
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here (default: stdout).")
+def export(study: str | None, storage: str | None, store: Path, output: Path | None) -> None:
+    """The best config as YAML; load it with autotune.load(path)."""
+    from autotune._study import export_text, rows_of
+
+    loaded = _open_study(store, storage, study)
+    rows, best = rows_of(loaded)
+    if best is None:
+        click.echo(f"autotune: study {loaded.study_name} has no complete trial to export", err=True)
+        sys.exit(1)
+    text = export_text(loaded, best, rows)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.write_text(text)
+        click.echo(f"wrote {output} (trial {best.number} of study {loaded.study_name})", err=True)
+
+
+@main.command()
+@click.option("--store", type=click.Path(path_type=Path), default=Path("mlflow"), show_default=True,
+              envvar="AUTOTUNE_STORE", help=_STORE_HELP)
+@click.option("--tracking-uri", metavar="URI", help="Serve this store instead.")
+@click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True)
+def ui(store: Path, tracking_uri: str | None, port: int) -> None:
+    """Serve the MLflow UI over the study's tracking store on 127.0.0.1."""
+    from autotune._tracking import tracking_uri as default_uri
+
+    uri = default_uri(store, tracking_uri)
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists():
+        raise ConfigError(f"--store {store}: no MLflow database at {uri}; run `autotune run` first")
+    argv = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri,
+            "--host", "127.0.0.1", "--port", str(port)]
+    click.echo(f"MLflow UI: http://127.0.0.1:{port}  (Ctrl-C stops it)", err=True)
+    os.execv(sys.executable, argv)
+
+
+@main.command()
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option("--space", default=None, help="Also show what this space loses here.")
+def doctor(device: str, space: str | None) -> None:
+    """What this machine can tune, and why not."""
+    from autotune._probe import probe
+    from autotune._space import load_space
+
+    try:
+        fp = probe(device)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    click.echo(f"machine: {fp.summary()}")
+    click.echo(f"  host {fp.host}, {fp.platform}, Python {fp.python}")
+    click.echo(f"  RAM {fp.ram_available_gib} of {fp.ram_total_gib} GiB available; "
+               f"pinned-memory limit (ulimit -l) {fp.pinned_limit}")
+    click.echo(f"  device {fp.device}" + (f": {fp.gpu}, {fp.gpu_memory_gib} GiB, driver {fp.driver}"
+                                          if fp.gpu else ""))
+    click.echo(f"  NVML: {'yes' if fp.nvml else 'no (no GPU metrics)'}")
+    click.echo("knobs:")
+    for knob in KNOBS.values():
+        missing = {v: c for v, c in knob.needs.items() if not fp.capabilities[c.value]}
+        verdict = "ok" if not missing else "; ".join(
+            f"not {_fmt(v)}: {fp.reasons[c.value]}" for v, c in missing.items())
+        click.echo(f"  {knob.name:18} {verdict}")
+    if space:
+        _, notes = load_space(space).restrict(fp)
+        click.echo(f"space {space}: " + ("usable as is" if not notes else "drops"))
+        for line in notes:
+            click.echo(f"  {line}")
+
+
+if __name__ == "__main__":
+    main()

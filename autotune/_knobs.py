@@ -1,0 +1,178 @@
+"""The knob registry: the one list of everything autotune can tune.
+
+Space validation, the worker, `doctor`, the CLI help, export and YAML loading all
+read :data:`KNOBS`; nothing else names the knobs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+class Stage(str, enum.Enum):
+    """Where a knob is applied. The values are also the sections of an exported YAML."""
+
+    DATALOADER = "dataloader"
+    TRANSFER = "transfer"
+    OPTIMIZER = "optimizer"
+    PRECISION = "precision"
+    BACKENDS = "backends"
+    ENVIRONMENT = "environment"
+
+
+class Capability(str, enum.Enum):
+    """A property of the machine that some knob values need (probed by `doctor`)."""
+
+    CUDA = "cuda"
+    CUDNN = "cudnn"
+    BF16 = "bf16"
+    FUSED_OPTIMIZER = "fused_optimizer"
+
+
+_RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*x\s*$")
+
+
+def parse_relative(value: Any) -> float | None:
+    """Return N for a string "Nx" (N times a knob's reference), else None.
+
+    >>> parse_relative("4x"), parse_relative("0.5x"), parse_relative(64)
+    (4.0, 0.5, None)
+    """
+    if isinstance(value, str):
+        match = _RELATIVE.match(value)
+        if match:
+            return float(match.group(1))
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Knob:
+    """One tunable setting.
+
+    Attributes:
+        name: The key in spaces, configs and exports.
+        kind: ``bool``, ``int``, ``str`` (one of ``choices``) or ``batch``
+            (an int, or "Nx" = N times the user's own batch size).
+        stage: Where it is applied.
+        default: PyTorch's own default (what the baseline gets unless the user's
+            code passes something else).
+        doc: One line for help texts.
+        choices: Allowed values of a ``str`` knob.
+        minimum: Smallest allowed value of an ``int``/``batch`` knob.
+        relative_to: What "Nx" and ``auto`` mean for an int range of this knob.
+        needs: Capabilities that particular values need, e.g. ``{"fp16": CUDA}``.
+        active_when: ``(other knob, predicate)``: the knob only exists when the
+            predicate holds for the other knob's value (conditional knobs).
+        dataloader_kwarg: The ``torch.utils.data.DataLoader`` argument it sets.
+        env_var: The environment variable it sets in the worker before torch
+            starts (the value "default" leaves the variable as it is).
+    """
+
+    name: str
+    kind: str
+    stage: Stage
+    default: Any
+    doc: str
+    choices: tuple[Any, ...] | None = None
+    minimum: int | None = None
+    relative_to: str | None = None
+    needs: Mapping[Any, Capability] = dataclasses.field(default_factory=dict)
+    active_when: tuple[str, Callable[[Any], bool]] | None = None
+    dataloader_kwarg: str | None = None
+    env_var: str | None = None
+
+    def allowed(self) -> str:
+        """Describe the allowed values, for error messages."""
+        if self.kind == "bool":
+            return "true or false"
+        if self.kind == "str":
+            return "one of " + ", ".join(map(str, self.choices or ()))
+        if self.kind == "batch":
+            return f"an integer >= {self.minimum} or 'Nx' (N times {self.relative_to})"
+        return f"an integer >= {self.minimum}"
+
+    def validate(self, value: Any) -> Any:
+        """Return ``value`` if it is one this knob takes, else raise ``ValueError``."""
+        ok = False
+        if self.kind == "bool":
+            ok = isinstance(value, bool)
+        elif self.kind == "str":
+            ok = isinstance(value, str) and value in (self.choices or ())
+        elif self.kind in ("int", "batch"):
+            if isinstance(value, int) and not isinstance(value, bool):
+                ok = self.minimum is None or value >= self.minimum
+            elif self.kind == "batch":
+                factor = parse_relative(value)
+                ok = factor is not None and factor > 0
+        if not ok:
+            hint = ""
+            if self.kind == "str" and isinstance(value, bool):
+                hint = " (YAML reads off/on/no/yes as booleans: quote it, e.g. \"off\")"
+            raise ValueError(f"{value!r} is not allowed; allowed: {self.allowed()}{hint}")
+        return value
+
+    def is_active(self, values: Mapping[str, Any]) -> bool:
+        """Whether this knob applies, given the (resolved) values of the others."""
+        if self.active_when is None:
+            return True
+        other, predicate = self.active_when
+        value = values.get(other)
+        return predicate(KNOBS[other].default if value is None else value)
+
+
+def _workers_on(num_workers: int) -> bool:
+    return num_workers > 0
+
+
+def _batch_changed(batch_size: Any) -> bool:
+    return parse_relative(batch_size) != 1.0
+
+
+_KNOB_LIST = [
+    Knob("batch_size", "batch", Stage.DATALOADER, "1x", "Samples per step.",
+         minimum=1, relative_to="the user's batch size", dataloader_kwarg="batch_size"),
+    Knob("num_workers", "int", Stage.DATALOADER, 0, "DataLoader worker processes.",
+         minimum=0, relative_to="usable CPUs", dataloader_kwarg="num_workers"),
+    Knob("pin_memory", "bool", Stage.DATALOADER, False,
+         "Page-locked batches, copied with non_blocking=True.",
+         needs={True: Capability.CUDA}, dataloader_kwarg="pin_memory"),
+    Knob("persistent_workers", "bool", Stage.DATALOADER, False,
+         "Keep DataLoader workers alive between epochs.",
+         active_when=("num_workers", _workers_on), dataloader_kwarg="persistent_workers"),
+    Knob("prefetch_factor", "int", Stage.DATALOADER, 2, "Batches each worker loads ahead.",
+         minimum=1, active_when=("num_workers", _workers_on), dataloader_kwarg="prefetch_factor"),
+    Knob("prefetch", "str", Stage.TRANSFER, "none",
+         "How the next batches reach the device: inline, a background thread, or a CUDA side stream.",
+         choices=("none", "thread", "cuda_stream"), needs={"cuda_stream": Capability.CUDA}),
+    Knob("lr_scaling", "str", Stage.OPTIMIZER, "none",
+         "How the user's lr follows the batch size away from the user's own.",
+         choices=("none", "linear", "sqrt"), active_when=("batch_size", _batch_changed)),
+    Knob("fused_optimizer", "bool", Stage.OPTIMIZER, False,
+         "Fused optimizer kernels (fused=True) where the optimizer accepts them.",
+         needs={True: Capability.FUSED_OPTIMIZER}),
+    Knob("amp", "str", Stage.PRECISION, "off", "Automatic mixed precision.",
+         choices=("off", "bf16", "fp16"), needs={"bf16": Capability.BF16, "fp16": Capability.CUDA}),
+    Knob("cudnn_benchmark", "bool", Stage.BACKENDS, False,
+         "torch.backends.cudnn.benchmark: autotune conv algorithms per shape.",
+         needs={True: Capability.CUDNN}),
+    Knob("tf32", "bool", Stage.BACKENDS, False,
+         "TF32 matmuls (torch.set_float32_matmul_precision('high')).",
+         needs={True: Capability.CUDA}),
+    Knob("cuda_alloc_conf", "str", Stage.ENVIRONMENT, "default",
+         "The CUDA caching allocator's settings, set before torch starts.",
+         choices=("default", "expandable_segments:True"),
+         needs={"expandable_segments:True": Capability.CUDA}, env_var="PYTORCH_CUDA_ALLOC_CONF"),
+]
+
+#: Every knob by name, in the order they are sampled (a knob's condition refers
+#: only to knobs listed before it).
+KNOBS: dict[str, Knob] = {k.name: k for k in _KNOB_LIST}
+
+
+def unknown_knob_message(name: str) -> str:
+    """The error text for a key that names no knob."""
+    return f"{name}: unknown knob; known: {', '.join(KNOBS)}"

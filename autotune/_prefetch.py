@@ -1,0 +1,136 @@
+"""How batches reach the device: inline, from a background thread, or on a CUDA side stream."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+#: Batches the thread prefetcher keeps ready. Two hide one slow batch; more only
+#: costs memory, since the DataLoader's own workers already queue ahead.
+THREAD_DEPTH = 2
+
+
+def map_tensors(batch: Any, fn) -> Any:
+    """Apply ``fn`` to every tensor in a tensor / tuple / list / dict structure."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return fn(batch)
+    if isinstance(batch, dict):
+        return {k: map_tensors(v, fn) for k, v in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
+        return type(batch)(*(map_tensors(v, fn) for v in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(map_tensors(v, fn) for v in batch)
+    return batch
+
+
+def to_device(batch: Any, device, non_blocking: bool) -> Any:
+    """Copy every tensor in ``batch`` to ``device``."""
+    return map_tensors(batch, lambda t: t.to(device, non_blocking=non_blocking))
+
+
+def iter_batches(loader: Iterable, device, strategy: str, non_blocking: bool) -> Iterator[Any]:
+    """Yield the loader's batches on ``device`` using a prefetch strategy.
+
+    Args:
+        loader: Any iterable of batches (usually a DataLoader).
+        device: The target ``torch.device``.
+        strategy: "none", "thread" or "cuda_stream".
+        non_blocking: Copy asynchronously (right only from pinned memory).
+    """
+    if strategy == "none":
+        return (to_device(b, device, non_blocking) for b in loader)
+    if strategy == "thread":
+        return _thread_batches(loader, device, non_blocking)
+    if strategy == "cuda_stream":
+        return _stream_batches(loader, device)
+    raise ValueError(f"prefetch={strategy!r}; allowed: none, thread, cuda_stream")
+
+
+_DONE = object()
+
+
+class _Failure:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+def _thread_batches(loader: Iterable, device, non_blocking: bool) -> Iterator[Any]:
+    """A background thread loads (and copies) the next batches into a bounded queue.
+
+    The producer's exceptions are re-raised here; closing the generator (a
+    ``break``, an exception in the loop, the trial's budget) stops and joins it.
+    """
+    ready: queue.Queue = queue.Queue(maxsize=THREAD_DEPTH)
+    stop = threading.Event()
+
+    def put(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for batch in loader:
+                if not put(to_device(batch, device, non_blocking)):
+                    return
+            put(_DONE)
+        except BaseException as exc:  # handed to the consumer, never lost
+            put(_Failure(exc))
+
+    thread = threading.Thread(target=produce, name="autotune-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = ready.get()
+            if item is _DONE:
+                return
+            if isinstance(item, _Failure):
+                raise item.exc
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():  # drain so a blocked put() sees the stop flag
+            try:
+                ready.get(timeout=0.1)
+            except queue.Empty:
+                pass
+        thread.join()
+
+
+def _stream_batches(loader: Iterable, device) -> Iterator[Any]:
+    """Issue the next batch's copy on a side stream while the current one computes.
+
+    The source is pinned (so the copy is truly asynchronous), the compute stream
+    waits on the copy stream before using a batch, and ``record_stream`` stops
+    the caching allocator from handing the batch's memory to the side stream's
+    next copy while compute still reads it.
+    """
+    import torch
+
+    side = torch.cuda.Stream(device)
+    compute = torch.cuda.current_stream(device)
+
+    def copy(batch: Any) -> Any:
+        with torch.cuda.stream(side):
+            return map_tensors(
+                batch, lambda t: (t if t.is_pinned() else t.pin_memory()).to(device, non_blocking=True)
+            )
+
+    def hand_over(t):
+        t.record_stream(compute)
+        return t
+
+    for batch in loader:
+        batch = copy(batch)
+        compute.wait_stream(side)
+        # The copy of batch i+1 is issued when the loop asks for it, i.e. after
+        # the compute of batch i was enqueued, so the two overlap on the GPU.
+        yield map_tensors(batch, hand_over)

@@ -1,0 +1,150 @@
+"""What this machine can tune: the fingerprint stored with a study and every export."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import inspect
+import math
+import os
+import platform
+import resource
+import socket
+from pathlib import Path
+
+from autotune._knobs import Capability
+
+
+def usable_cpus() -> int:
+    """CPUs this process may really use: affinity mask, then any cgroup CPU quota."""
+    try:
+        count = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS has no affinity API
+        count = os.cpu_count() or 1
+    try:  # cgroup v2: "max 100000" or "200000 100000"
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if quota != "max":
+            count = min(count, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return count
+
+
+@dataclasses.dataclass(frozen=True)
+class Fingerprint:
+    """The machine a measurement was taken on."""
+
+    host: str
+    platform: str
+    python: str
+    torch: str
+    cpus: int
+    ram_total_gib: float
+    ram_available_gib: float
+    device: str
+    gpu: str | None
+    gpu_memory_gib: float | None
+    driver: str | None
+    nvml: bool
+    pinned_limit: str
+    capabilities: dict[str, bool]
+    reasons: dict[str, str]
+    date: str
+
+    def summary(self) -> str:
+        """One line for export headers and MLflow tags."""
+        what = self.gpu or f"CPU ({self.platform})"
+        return f"{what}, {self.cpus} CPUs, torch {self.torch}, {self.date}"
+
+
+def _nvml_info() -> tuple[bool, str | None]:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no library or no driver: NVML is simply absent
+        return False, None
+    try:
+        return True, pynvml.nvmlSystemGetDriverVersion()
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _fused_reason(torch, device) -> str | None:
+    """None if AdamW really runs fused on ``device``, else why not (feature detection)."""
+    if "fused" not in inspect.signature(torch.optim.AdamW).parameters:
+        return "torch.optim.AdamW takes no fused= argument in this torch"
+    try:
+        param = torch.zeros(2, device=device, requires_grad=True)
+        param.grad = torch.ones(2, device=device)
+        torch.optim.AdamW([param], fused=True).step()
+    except (RuntimeError, ValueError) as exc:
+        return f"fused AdamW fails on {device.type}: {str(exc).splitlines()[0]}"
+    return None
+
+
+def probe(device: str = "auto") -> Fingerprint:
+    """Probe CPUs, RAM, torch, CUDA, NVML and which knob capabilities are present.
+
+    Args:
+        device: "auto" (the first CUDA device if any, else CPU), "cpu" or "cuda:N".
+    """
+    import psutil
+    import torch
+
+    dev = resolve_device(device, torch)
+    cuda = dev.type == "cuda"
+    nvml, driver = _nvml_info() if cuda else (False, None)
+    reasons: dict[str, str] = {}
+    if not cuda:
+        why = ("torch.cuda.is_available() is False" if device in ("auto", "cpu") and not
+               torch.cuda.is_available() else f"the study runs on {dev}")
+        reasons[Capability.CUDA.value] = f"needs CUDA; {why}"
+        reasons[Capability.CUDNN.value] = f"needs cuDNN on a CUDA device; {why}"
+    elif not torch.backends.cudnn.is_available():
+        reasons[Capability.CUDNN.value] = "torch.backends.cudnn.is_available() is False"
+    if cuda and not torch.cuda.is_bf16_supported():
+        reasons[Capability.BF16.value] = f"{torch.cuda.get_device_name(dev)} has no bf16 support"
+    fused = _fused_reason(torch, dev)
+    if fused:
+        reasons[Capability.FUSED_OPTIMIZER.value] = fused
+    memlock = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+    mem = psutil.virtual_memory()
+    props = torch.cuda.get_device_properties(dev) if cuda else None
+    return Fingerprint(
+        host=socket.gethostname(),
+        platform=f"{platform.system()} {platform.machine()}",
+        python=platform.python_version(),
+        torch=torch.__version__,
+        cpus=usable_cpus(),
+        ram_total_gib=round(mem.total / 2**30, 1),
+        ram_available_gib=round(mem.available / 2**30, 1),
+        device=str(dev),
+        gpu=props.name if props else None,
+        gpu_memory_gib=round(props.total_memory / 2**30, 1) if props else None,
+        driver=driver,
+        nvml=nvml,
+        pinned_limit="unlimited" if memlock == resource.RLIM_INFINITY else f"{memlock // 1024} KiB",
+        capabilities={c.value: c.value not in reasons for c in Capability},
+        reasons=reasons,
+        date=datetime.date.today().isoformat(),
+    )
+
+
+def resolve_device(device: str, torch=None):
+    """Turn "auto" / "cpu" / "cuda[:N]" into a ``torch.device``, with a clear error."""
+    if torch is None:
+        import torch
+    if device == "auto":
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError as exc:
+        raise ValueError(f"--device {device!r}: {exc}; allowed: auto, cpu, cuda, cuda:N") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device {device!r}: torch.cuda.is_available() is False")
+        dev = torch.device("cuda", dev.index or 0)
+    elif dev.type != "cpu":
+        raise ValueError(f"--device {device!r}: allowed: auto, cpu, cuda, cuda:N")
+    return dev

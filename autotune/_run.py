@@ -1,0 +1,320 @@
+"""Run handles: what a training function receives, under tuning and in production."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import math
+import time
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from autotune._config import Config
+from autotune._knobs import KNOBS, parse_relative
+from autotune._prefetch import iter_batches
+
+
+class Run:
+    """What ``Trial`` (under tuning) and ``Recipe`` (production) share.
+
+    A training function routes four things through it: the DataLoader, the
+    optimizer, the batches and the step; ``autocast()`` wraps the forward pass.
+
+    Example:
+        >>> def train(run: autotune.Run) -> None:
+        ...     loader = run.dataloader(ds, batch_size=64, shuffle=True)
+        ...     opt = run.optimizer(torch.optim.AdamW, model.parameters(), lr=1e-3)
+        ...     for x, y in run.batches(loader):
+        ...         with run.autocast():
+        ...             loss = F.cross_entropy(model(x), y)
+        ...         run.step(loss, opt)
+
+    Attributes:
+        config: The frozen knob values of this run (``None`` = the user's own).
+        device: The ``torch.device`` to train on.
+    """
+
+    def __init__(self, config: Config, device: Any = "auto") -> None:  # type: ignore[valid-type]
+        import torch
+
+        from autotune._probe import resolve_device
+
+        self.config = config
+        self.device = device if isinstance(device, torch.device) else resolve_device(str(device), torch)
+        self._observed: dict[str, Any] = {}
+        self._base_batch_size: int | None = None
+        self._scaler = None
+        self.lr: float | None = None
+
+    # -- the four calls --------------------------------------------------------------
+
+    def dataloader(self, dataset: Any, **kwargs: Any):
+        """Build a ``torch.utils.data.DataLoader`` with this run's loader knobs.
+
+        The user's kwargs are the baseline; a knob the config sets wins over them.
+        ``batch_size="2x"`` means twice the user's ``batch_size``.
+        """
+        from torch.utils.data import DataLoader
+
+        kw = dict(kwargs)
+        self._base_batch_size = int(kw.get("batch_size", 1))
+        for knob in KNOBS.values():
+            value = getattr(self.config, knob.name)
+            if knob.dataloader_kwarg is None or value is None:
+                continue
+            if knob.name == "batch_size":
+                factor = parse_relative(value)
+                value = value if factor is None else max(1, round(factor * self._base_batch_size))
+            kw[knob.dataloader_kwarg] = value
+        if kw.get("num_workers", 0) == 0:
+            # DataLoader refuses these without workers; they are inactive knobs then.
+            kw.pop("prefetch_factor", None)
+            kw.pop("persistent_workers", None)
+        if kw.get("pin_memory") and self.device.type == "cpu":
+            kw["pin_memory"] = False  # nothing to pin for; torch would only warn
+        for knob in KNOBS.values():
+            if knob.dataloader_kwarg:
+                self._observed[knob.name] = kw.get(knob.dataloader_kwarg, knob.default)
+        return DataLoader(dataset, **kw)
+
+    def optimizer(self, cls: Callable[..., Any], params: Iterable[Any], lr: float | None = None,
+                  **kwargs: Any):
+        """Build ``cls(params, lr=..., **kwargs)`` with this run's optimizer knobs.
+
+        ``lr`` is the user's lr for their own batch size; it is scaled to the run's
+        batch size by ``lr_scaling`` (linear / sqrt / none), so call
+        :meth:`dataloader` first. ``fused=True`` is passed where ``cls`` takes it.
+        """
+        scaling = self.config.lr_scaling or "none"
+        if lr is not None and scaling != "none":
+            batch = self._observed.get("batch_size")
+            if batch is None:
+                raise RuntimeError("run.optimizer(...) was called before run.dataloader(...): "
+                                   "lr_scaling needs the batch size the loader uses")
+            ratio = batch / self._base_batch_size
+            lr = lr * (ratio if scaling == "linear" else math.sqrt(ratio))
+        if self.config.fused_optimizer:
+            # Feature detection, not version checks: not every optimizer has fused kernels.
+            if "fused" in inspect.signature(cls).parameters:
+                kwargs["fused"] = True
+            else:
+                warnings.warn(f"{getattr(cls, '__name__', cls)} takes no fused= argument; "
+                              "running it unfused", stacklevel=2)
+        self._observed["fused_optimizer"] = bool(kwargs.get("fused", False))
+        self.lr = lr
+        return cls(params, **kwargs) if lr is None else cls(params, lr=lr, **kwargs)
+
+    def batches(self, loader: Iterable[Any]) -> Iterator[Any]:
+        """Yield the loader's batches already on :attr:`device`, per the prefetch knob."""
+        return iter_batches(loader, self.device, self._value("prefetch"), self._non_blocking())
+
+    def autocast(self):
+        """A context manager for the forward pass: AMP per the ``amp`` knob, or nothing."""
+        import torch
+
+        amp = self._value("amp")
+        if amp == "off":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if amp == "bf16" else torch.float16
+        return torch.autocast(device_type=self.device.type, dtype=dtype)
+
+    def step(self, loss: Any, optimizer: Any) -> None:
+        """Backward, optimizer step (through a GradScaler under fp16 only), zero_grad."""
+        if self._value("amp") == "fp16":
+            if self._scaler is None:
+                import torch
+
+                self._scaler = torch.amp.GradScaler(self.device.type)
+            self._scaler.scale(loss).backward()
+            self._scaler.step(optimizer)
+            self._scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        self._after_step(loss)
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _after_step(self, loss: Any) -> None:
+        """Hook for Trial's loss accounting; production does nothing per step."""
+
+    def _value(self, name: str) -> Any:
+        value = getattr(self.config, name)
+        return KNOBS[name].default if value is None else value
+
+    def _non_blocking(self) -> bool:
+        return bool(self._observed.get("pin_memory", self._value("pin_memory")))
+
+    def resolved(self) -> dict[str, Any]:
+        """Every active knob's effective value in this run, e.g. ``batch_size`` as an int.
+
+        What the user's code passed counts where the config sets nothing.
+        """
+        values = {name: self._observed.get(name, self._value(name)) for name in KNOBS}
+        return {name: v for name, v in values.items() if KNOBS[name].is_active(values)}
+
+    def apply_backends(self) -> None:
+        """Set the process-wide backend flags of this config (cudnn.benchmark, tf32)."""
+        import torch
+
+        torch.backends.cudnn.benchmark = bool(self._value("cudnn_benchmark"))
+        torch.set_float32_matmul_precision("high" if self._value("tf32") else "highest")
+
+
+class Recipe(Run):
+    """A tuned config applied in production: ``train(autotune.load("best.yaml"))``.
+
+    Attributes:
+        base_batch_size: The user batch size the recipe was tuned from (the base of
+            its lr scaling), or None.
+    """
+
+    def __init__(self, config: Config, device: Any = "auto",  # type: ignore[valid-type]
+                 base_batch_size: int | None = None) -> None:
+        super().__init__(config, device)
+        self.base_batch_size = base_batch_size
+        self.apply_backends()
+
+    def dataloader(self, dataset: Any, **kwargs: Any):
+        loader = super().dataloader(dataset, **kwargs)
+        if self.base_batch_size is not None and self._base_batch_size != self.base_batch_size:
+            warnings.warn(f"the recipe was tuned with batch_size={self.base_batch_size} in the "
+                          f"code, which now passes {self._base_batch_size}; its lr scaling "
+                          "starts from the code's value", stacklevel=2)
+        return loader
+
+
+class BudgetSpent(BaseException):
+    """Ends a trial's training function once its measured windows are done.
+
+    A BaseException, like KeyboardInterrupt, so that a user's ``except Exception``
+    around the loop cannot swallow it; the worker catches it.
+    """
+
+
+class Trial(Run):
+    """A run under tuning: measures the loop in windows and stops it when done.
+
+    Warmup steps come first (``warmup_steps`` and at least ``warmup_s``); then
+    ``windows`` windows of at least ``window_s`` seconds. The device is
+    synchronised only at window edges; the loss is summed on the device and read
+    once per window.
+    """
+
+    def __init__(self, config: Config, device: Any, emit: Callable[..., None], *,  # type: ignore[valid-type]
+                 warmup_steps: int, warmup_s: float, window_s: float, windows: int,
+                 min_window_steps: int = 2) -> None:
+        super().__init__(config, device)
+        self._emit = emit
+        self._warmup_steps, self._warmup_s = warmup_steps, warmup_s
+        self._window_s, self._windows, self._min_window_steps = window_s, windows, min_window_steps
+        self._loss_sum = None
+        self._loss_steps = 0
+        self._step = 0
+        self._measuring = False
+        self._windows_done = 0
+        self._reset_window(time.perf_counter())
+        self._started = self._window_start
+        self._announced = False
+
+    def _after_step(self, loss: Any) -> None:
+        loss = loss.detach().float()
+        self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
+        self._loss_steps += 1
+
+    def batches(self, loader: Iterable[Any]) -> Iterator[Any]:
+        it = super().batches(loader)
+        try:
+            while True:
+                t0 = time.perf_counter()
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    return
+                waited = time.perf_counter() - t0
+                if not self._announced:  # the first batch: warmup starts now
+                    self._announced = True
+                    self._started = time.perf_counter()
+                    self._emit("resolved", config=self.resolved(), base_batch_size=self._base_batch_size,
+                               lr=self.lr)
+                yield batch
+                self._count(batch, waited, t0)
+        finally:
+            it.close()
+
+    def _reset_window(self, now: float) -> None:
+        self._window_start = now
+        self._win_steps = 0
+        self._win_samples = 0
+        self._win_wait = 0.0
+        self._step_times: list[float] = []
+        self._loss_sum = None
+        self._loss_steps = 0
+
+    def _count(self, batch: Any, waited: float, t0: float) -> None:
+        now = time.perf_counter()
+        self._step += 1
+        self._win_steps += 1
+        self._win_samples += _batch_len(batch)
+        self._win_wait += waited
+        self._step_times.append(now - t0)
+        if not self._measuring:
+            if self._step >= self._warmup_steps and now - self._started >= self._warmup_s:
+                self._sync()
+                self._measuring = True
+                self._emit("warmup", steps=self._step, seconds=time.perf_counter() - self._started)
+                self._reset_window(time.perf_counter())
+        elif self._win_steps >= self._min_window_steps and now - self._window_start >= self._window_s:
+            self._close_window()
+            if self._windows_done >= self._windows:
+                raise BudgetSpent
+
+    def _close_window(self) -> None:
+        self._sync()
+        now = time.perf_counter()
+        loss = None
+        if self._loss_sum is not None:
+            loss = self._loss_sum.item() / self._loss_steps  # the one read per window
+        extra = {}
+        if self.device.type == "cuda":
+            import torch
+
+            extra["gpu_mem_peak"] = torch.cuda.max_memory_allocated(self.device)
+        self._emit("window", index=self._windows_done, steps=self._win_steps,
+                   samples=self._win_samples, seconds=now - self._window_start,
+                   data_wait=self._win_wait, loss=loss, step_times=self._step_times,
+                   wall=time.time(), **extra)
+        self._windows_done += 1
+        self._reset_window(now)
+
+    def finish(self) -> None:
+        """Close a last partial window if the function returned mid-window."""
+        if self._measuring and self._win_steps >= self._min_window_steps \
+                and self._windows_done < self._windows:
+            self._close_window()
+        self._emit("end", steps=self._step, windows=self._windows_done,
+                   config=self.resolved(), base_batch_size=self._base_batch_size, lr=self.lr)
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            import torch
+
+            torch.cuda.synchronize(self.device)
+
+
+def _batch_len(batch: Any) -> int:
+    """Samples in a batch: the leading dimension of its first tensor."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 1
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)):
+        for item in batch:
+            n = _batch_len(item)
+            if n:
+                return n
+    return 0

@@ -1,0 +1,228 @@
+"""Run one trial: build the worker's command, spawn it, read its events, watch it, classify."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import select
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from autotune._config import Config
+from autotune._events import FD_ENV, EventReader
+from autotune._knobs import KNOBS
+from autotune._monitor import Monitor, nvml_handle
+from autotune._outcome import Outcome, classify
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """How long a trial measures.
+
+    Attributes:
+        warmup_steps: Steps before measuring (at least).
+        warmup_s: Seconds before measuring (at least): DataLoader workers start,
+            cudnn.benchmark searches, caches fill.
+        window_s: Seconds per measured window (at least ``min_window_steps`` steps).
+        windows: Measured windows per trial; samples/s is their median.
+        min_window_steps: Steps a window needs before it may close.
+        timeout_s: Wall-clock limit for the whole worker, start-up included;
+            ``None`` derives one from the others.
+    """
+
+    warmup_steps: int = 5
+    warmup_s: float = 1.0
+    window_s: float = 1.5
+    windows: int = 4
+    min_window_steps: int = 2
+    timeout_s: float | None = None
+
+    def deadline(self) -> float:
+        """The worker's wall-clock limit: a minute to start, then 5x the measured time."""
+        if self.timeout_s is not None:
+            return self.timeout_s
+        return 60.0 + 5 * (self.warmup_s + self.windows * self.window_s)
+
+    def worker_args(self) -> dict[str, Any]:
+        """What the worker's Trial takes (everything but the parent's deadline)."""
+        args = dataclasses.asdict(self)
+        del args["timeout_s"]
+        return args
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialSpec:
+    """Everything the worker needs; pure data."""
+
+    target: str
+    config: Config  # type: ignore[valid-type]
+    device: str = "cpu"
+    budget: Budget = Budget()
+    seed: int = 0
+
+
+@dataclasses.dataclass
+class TrialResult:
+    """What one worker did."""
+
+    outcome: Outcome
+    reason: str
+    metrics: dict[str, float]
+    series: dict[str, list[float]]
+    windows: list[dict[str, Any]]
+    resolved: dict[str, Any]
+    base_batch_size: int | None
+    lr: float | None
+    log_path: Path
+
+
+def build_command(spec: TrialSpec, event_fd: int, environ: Mapping[str, str],
+                  python: str = sys.executable) -> tuple[list[str], dict[str, str]]:
+    """The worker's argv and environment (pure: no process is started).
+
+    A CUDA trial sees only its own device (as cuda:0); environment knobs are set
+    here because they must be in place before torch starts.
+    """
+    env = dict(environ)
+    env[FD_ENV] = str(event_fd)
+    env["PYTHONUNBUFFERED"] = "1"
+    package_root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, environ.get("PYTHONPATH")) if p)
+    device = spec.device
+    if device.startswith("cuda"):
+        index = int(device.partition(":")[2] or 0)
+        visible = [v for v in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+        env["CUDA_VISIBLE_DEVICES"] = visible[index] if index < len(visible) else str(index)
+        device = "cuda:0"
+    for knob in KNOBS.values():
+        value = getattr(spec.config, knob.name)
+        if knob.env_var and value not in (None, "default"):
+            env[knob.env_var] = value
+    payload = {"target": spec.target, "config": spec.config.set_values(), "device": device,
+               "budget": spec.budget.worker_args(), "seed": spec.seed}
+    return [python, "-m", "autotune._worker", json.dumps(payload)], env
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
+              on_event: Callable[[dict[str, Any]], None] | None = None) -> TrialResult:
+    """Run one worker to its end and classify it. Never raises for the trial's own faults.
+
+    The worker runs in its own process group, which is killed when the trial ends
+    (however it ends), so no DataLoader worker outlives it.
+    """
+    read_fd, write_fd = os.pipe()
+    argv, env = build_command(spec, write_fd, os.environ)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, pass_fds=(write_fd,), start_new_session=True)
+    os.close(write_fd)
+    killed: list[str] = []
+
+    def kill(reason: str) -> None:
+        if not killed:
+            killed.append(reason)
+        _kill_group(proc.pid)
+
+    def over_budget(ram: int) -> None:
+        kill(f"ram: the trial's processes used {ram / 2**30:.2f} GiB, over the RAM budget "
+             f"of {ram_budget / 2**30:.2f} GiB")
+
+    gpu = nvml_handle(int(spec.device.partition(":")[2] or 0), os.environ) \
+        if spec.device.startswith("cuda") else None
+    events: dict[str, Any] = {}
+    windows: list[dict[str, Any]] = []
+    reader = EventReader()
+    started = time.time()
+    deadline = time.monotonic() + spec.budget.deadline()
+    try:
+        with Monitor(proc.pid, ram_budget, over_budget, gpu) as monitor:
+            while True:
+                exited = proc.poll() is not None
+                ready, _, _ = select.select([read_fd], [], [], 0 if exited else 0.2)
+                data = os.read(read_fd, 1 << 16) if ready else b""
+                for event in reader.feed(data):
+                    events[event["event"]] = event
+                    if event["event"] == "window":
+                        windows.append(event)
+                    if on_event:
+                        on_event(event)
+                if exited and not data:
+                    break
+                if not exited and time.monotonic() > deadline:
+                    kill(f"deadline: still running after {spec.budget.deadline():.0f} s")
+    finally:
+        _kill_group(proc.pid)  # orphaned DataLoader workers, or everything on Ctrl-C
+        proc.wait()
+        os.close(read_fd)
+    stderr_tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-10:])
+    outcome, reason = classify(proc.returncode, killed[0] if killed else None,
+                               events.get("error"), windows, stderr_tail)
+    final = events.get("end") or events.get("resolved") or {}
+    metrics = summarize(windows, monitor, started, events)
+    return TrialResult(outcome, reason, metrics, window_series(windows, monitor), windows,
+                       final.get("config", {}), final.get("base_batch_size"), final.get("lr"), log_path)
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def summarize(windows: Sequence[Mapping[str, Any]], monitor: Monitor, started: float,
+              events: Mapping[str, Any]) -> dict[str, float]:
+    """Per-trial figures: median samples/s and its spread, step-time percentiles, data wait, RAM, GPU."""
+    metrics: dict[str, float] = {"duration_s": time.time() - started}
+    metrics.update(monitor.summary())
+    if "warmup" in events:
+        metrics["warmup_s"] = events["warmup"]["seconds"]
+    if not windows:
+        return metrics
+    rates = [w["samples"] / w["seconds"] for w in windows]
+    median = statistics.median(rates)
+    steps = [t for w in windows for t in w["step_times"]]
+    metrics.update(
+        samples_per_s=median,
+        samples_per_s_spread=(max(rates) - min(rates)) / median if median else 0.0,
+        step_time_p50=_percentile(steps, 0.5),
+        step_time_p95=_percentile(steps, 0.95),
+        data_wait_frac=sum(w["data_wait"] for w in windows) / sum(w["seconds"] for w in windows),
+        measured_samples=float(sum(w["samples"] for w in windows)),
+    )
+    if windows[-1].get("loss") is not None:
+        metrics["loss"] = windows[-1]["loss"]
+    if "gpu_mem_peak" in windows[-1]:
+        metrics["torch_gpu_mem_peak"] = float(max(w["gpu_mem_peak"] for w in windows))
+    return metrics
+
+
+def window_series(windows: Sequence[Mapping[str, Any]], monitor: Monitor) -> dict[str, list[float]]:
+    """Per-window series for MLflow: throughput, loss, data wait, RAM and GPU util."""
+    series: dict[str, list[float]] = {}
+
+    def add(name: str, value: float | None) -> None:
+        if value is not None:
+            series.setdefault(name, []).append(float(value))
+
+    for w in windows:
+        add("window_samples_per_s", w["samples"] / w["seconds"])
+        add("window_loss", w.get("loss"))
+        add("window_data_wait_frac", w["data_wait"] / w["seconds"])
+        seen = monitor.summary(since=w["wall"] - w["seconds"], until=w["wall"])
+        add("window_ram", seen.get("ram_peak"))
+        add("window_gpu_util", seen.get("gpu_util_mean"))
+    return series

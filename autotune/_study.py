@@ -1,0 +1,271 @@
+"""A study: the baseline, then sampled trials, each run in a worker and recorded in Optuna and MLflow."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune._config import Config, ConfigError
+from autotune._outcome import Outcome
+from autotune._runner import Budget, TrialResult, TrialSpec, run_trial
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autotune._probe import Fingerprint
+    from autotune._space import Space
+    from autotune._tracking import Tracker
+
+#: Default store folder (relative to where autotune runs): the Optuna journal,
+#: the MLflow database and artifacts, and the trials' logs.
+DEFAULT_STORE = Path("mlflow")
+#: Share of the RAM available at the start that one trial's processes may use.
+RAM_BUDGET_FRACTION = 0.75
+
+# Optuna user attrs of a trial (the MLflow run holds the same facts).
+ATTR_BASELINE, ATTR_OUTCOME, ATTR_REASON = "baseline", "outcome", "reason"
+ATTR_METRICS, ATTR_CONFIG, ATTR_RUN = "metrics", "config", "mlflow_run_id"
+ATTR_BASE_BATCH, ATTR_LR = "base_batch_size", "lr"
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyOptions:
+    """What ``autotune run`` was asked to do."""
+
+    target: str
+    space: str = "default"
+    trials: int = 12
+    study: str | None = None
+    storage: str | None = None
+    tracking_uri: str | None = None
+    store: Path = DEFAULT_STORE
+    device: str = "auto"
+    budget: Budget = Budget()
+    ram_budget: int | None = None
+    seed: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialRow:
+    """One trial as ``show`` and ``export`` see it."""
+
+    number: int
+    baseline: bool
+    outcome: str
+    reason: str
+    metrics: dict[str, float]
+    config: dict[str, Any]
+    base_batch_size: int | None
+    speedup: float | None
+
+    @property
+    def samples_per_s(self) -> float | None:
+        return self.metrics.get("samples_per_s")
+
+
+class Reporter:
+    """Receives a study's progress (the CLI draws it; the default ignores it)."""
+
+    def note(self, line: str) -> None:
+        """A line worth showing once (capability drops, paths)."""
+
+    def trial_started(self, number: int, index: int, total: int, config: Config) -> None:  # type: ignore[valid-type]
+        """Trial ``index`` of ``total`` of this invocation is starting."""
+
+    def event(self, event: Mapping[str, Any]) -> None:
+        """An event from the running worker."""
+
+    def trial_done(self, row: TrialRow, best: TrialRow | None, seconds_left: float) -> None:
+        """A trial ended; ``best`` is the study's best so far."""
+
+
+class BaselineFailed(RuntimeError):
+    """The user's code as written does not run, so no trial can: stop the study."""
+
+
+def default_study_name(target: str) -> str:
+    """``runners/mnist.py:train`` -> ``mnist``; another function name is appended."""
+    module, _, func = target.rpartition(":")
+    stem = Path(module).stem if module.endswith(".py") else module.rsplit(".", 1)[-1]
+    return stem if func == "train" else f"{stem}.{func}"
+
+
+def open_storage(store: Path, url: str | None):
+    """An Optuna storage: ``url`` (an RDB URL, or a journal file), else a journal in ``store``.
+
+    Raises:
+        ConfigError: naming the storage when it cannot be opened or reached.
+    """
+    import optuna
+    from optuna.storages.journal import JournalFileBackend
+
+    try:
+        if url and "://" in url:
+            return optuna.storages.RDBStorage(url)
+        path = Path(url) if url else store / "optuna.journal"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+    except Exception as exc:  # every failure here means: no study can start
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"--storage {url or path!r}: cannot be opened: {first}") from None
+
+
+def row_of(trial: optuna.trial.FrozenTrial, baseline_sps: float | None) -> TrialRow:
+    """Read one Optuna trial back as a row."""
+    attrs = trial.user_attrs
+    metrics = attrs.get(ATTR_METRICS, {})
+    sps = metrics.get("samples_per_s")
+    outcome = attrs.get(ATTR_OUTCOME) or ("running" if trial.state.name == "RUNNING"
+                                          else trial.state.name.lower())
+    return TrialRow(trial.number, bool(attrs.get(ATTR_BASELINE)), outcome, attrs.get(ATTR_REASON, ""),
+                    metrics, attrs.get(ATTR_CONFIG) or dict(trial.params), attrs.get(ATTR_BASE_BATCH),
+                    sps / baseline_sps if sps and baseline_sps else None)
+
+
+def rows_of(study: optuna.Study) -> tuple[list[TrialRow], TrialRow | None]:
+    """Every trial as a row, and the best feasible complete one (None if none)."""
+    trials = study.get_trials(deepcopy=False)
+    base = next((t for t in trials if t.user_attrs.get(ATTR_BASELINE)
+                 and t.user_attrs.get(ATTR_OUTCOME) == Outcome.COMPLETE.value), None)
+    base_sps = base.user_attrs[ATTR_METRICS]["samples_per_s"] if base else None
+    rows = [row_of(t, base_sps) for t in trials]
+    complete = [r for r in rows if r.outcome == Outcome.COMPLETE.value and r.samples_per_s]
+    best = max(complete, key=lambda r: r.samples_per_s) if complete else None
+    return rows, best
+
+
+def export_text(study: optuna.Study, best: TrialRow, rows: list[TrialRow]) -> str:
+    """The best trial as the YAML snippet ``autotune.load`` reads."""
+    from autotune._export import render
+
+    base = next((r for r in rows if r.baseline and r.samples_per_s), None)
+    spread = best.metrics.get("samples_per_s_spread", 0.0)
+    fingerprint = study.user_attrs.get("fingerprint", {})
+    versus = (f"{best.speedup:.2f}x the baseline ({best.samples_per_s:.0f} vs "
+              f"{base.samples_per_s:.0f} samples/s, ±{spread / 2:.0%})" if base and best.speedup
+              else f"{best.samples_per_s:.0f} samples/s, ±{spread / 2:.0%}")
+    header = [f"autotune: study {study.study_name}, trial {best.number}, {versus}",
+              f"measured on: {fingerprint.get('summary', 'unknown machine')}",
+              "load with: autotune.load(path)"]
+    return render(best.config, best.base_batch_size, header)
+
+
+class StudyRunner:
+    """Runs ``options.trials`` trials of one study (see DESIGN 4)."""
+
+    def __init__(self, options: StudyOptions, fingerprint: Fingerprint, space: Space,
+                 tracker: Tracker, reporter: Reporter | None = None) -> None:
+        import optuna
+
+        self.options, self.fingerprint, self.space, self.tracker = options, fingerprint, space, tracker
+        self.reporter = reporter or Reporter()
+        self.name = options.study or default_study_name(options.target)
+        storage = open_storage(options.store, options.storage)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.study = optuna.create_study(
+            study_name=self.name, storage=storage, direction="maximize", load_if_exists=True,
+            sampler=optuna.samplers.TPESampler(seed=options.seed))
+        self._check_same_target()
+        self.experiment_id = tracker.experiment(self.name)
+        attrs = self.study.user_attrs
+        self.parent_id = tracker.parent_run(self.experiment_id, attrs.get("mlflow_parent_run_id"), {
+            "autotune.study": self.name, "autotune.target": options.target,
+            "autotune.fingerprint": fingerprint.summary()})
+        if "mlflow_parent_run_id" not in attrs:
+            self.study.set_user_attr("mlflow_parent_run_id", self.parent_id)
+            self.study.set_user_attr("target", options.target)
+            self.study.set_user_attr("fingerprint", {**dataclasses.asdict(fingerprint),
+                                                     "summary": fingerprint.summary()})
+        self.ram_budget = options.ram_budget or int(
+            fingerprint.ram_available_gib * 2**30 * RAM_BUDGET_FRACTION)
+        self.log_dir = options.store / "trials" / self.name
+
+    def _check_same_target(self) -> None:
+        known = self.study.user_attrs.get("target")
+        if known and known != self.options.target:
+            raise ConfigError(f"--study {self.name!r} tunes {known}, not {self.options.target}; "
+                              "give another --study name")
+
+    def run(self) -> tuple[list[TrialRow], TrialRow | None]:
+        """Run the trials; return every row of the study and its best."""
+        started = time.monotonic()
+        total = self.options.trials
+        for index in range(total):
+            rows, _ = rows_of(self.study)
+            baseline = not any(r.baseline and r.outcome == Outcome.COMPLETE.value for r in rows)
+            number = self._one_trial(index, total, baseline)
+            rows, best = rows_of(self.study)
+            row = next(r for r in rows if r.number == number)
+            left = (time.monotonic() - started) / (index + 1) * (total - index - 1)
+            self.reporter.trial_done(row, best, left)
+            if baseline and row.outcome != Outcome.COMPLETE.value:
+                raise BaselineFailed(f"the baseline (trial {row.number}: your code as written) "
+                                     f"ended as {row.outcome}; every trial would fail the same way:\n"
+                                     f"{row.reason}")
+        return self._finish()
+
+    def _one_trial(self, index: int, total: int, baseline: bool) -> int:
+        """Run one trial to its end in both stores; return its number."""
+        import optuna
+
+        trial = self.study.ask()
+        config = Config() if baseline else self.space.sample(trial)
+        trial.set_user_attr(ATTR_BASELINE, baseline)
+        run_id = self.tracker.start_trial(
+            self.experiment_id, self.parent_id, trial.number, config.set_values(),
+            {"autotune.baseline": str(baseline).lower(), "autotune.fingerprint": self.fingerprint.summary()})
+        trial.set_user_attr(ATTR_RUN, run_id)
+        self.reporter.trial_started(trial.number, index, total, config)
+        spec = TrialSpec(self.options.target, config, self.fingerprint.device, self.options.budget,
+                         seed=(self.options.seed or 0) + trial.number)
+        try:
+            result = run_trial(spec, self.log_dir / f"trial-{trial.number}.log", self.ram_budget,
+                               self.reporter.event)
+        except BaseException:  # Ctrl-C or our own bug: close both records, then go on raising
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            self.tracker.kill(run_id)
+            raise
+        self._record(trial, run_id, result)
+        return trial.number
+
+    def _record(self, trial: optuna.Trial, run_id: str, result: TrialResult) -> None:
+        import optuna
+
+        derived = {f"resolved.{k}": v for k, v in result.resolved.items()}
+        derived.update(base_batch_size=result.base_batch_size, effective_lr=result.lr)
+        for key, value in ((ATTR_OUTCOME, result.outcome.value), (ATTR_REASON, result.reason[-2000:]),
+                           (ATTR_METRICS, result.metrics), (ATTR_CONFIG, result.resolved),
+                           (ATTR_BASE_BATCH, result.base_batch_size), (ATTR_LR, result.lr)):
+            trial.set_user_attr(key, value)
+        self.tracker.end_trial(run_id, result.outcome, result.reason, result.metrics, result.series,
+                               {k: v for k, v in derived.items() if v is not None}, result.log_path)
+        sps = result.metrics.get("samples_per_s")
+        if result.outcome in (Outcome.COMPLETE, Outcome.DIVERGED) and sps:
+            # Constraints, not penalties: a diverged trial keeps its real speed
+            # for the sampler but is infeasible, so never the best (Optuna 5).
+            trial.set_constraint("diverged", float(result.outcome == Outcome.DIVERGED))
+            self.study.tell(trial, sps)
+        elif result.outcome == Outcome.PRUNED:
+            self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        else:
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+
+    def _finish(self) -> tuple[list[TrialRow], TrialRow | None]:
+        rows, best = rows_of(self.study)
+        artifacts = {"trials.json": json.dumps([dataclasses.asdict(r) for r in rows], indent=1)}
+        metrics: dict[str, float] = {"trials": float(len(rows))}
+        if best is not None:
+            text = export_text(self.study, best, rows)
+            artifacts["best.yaml"] = text
+            path = self.options.store / "exports" / f"{self.name}.yaml"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            metrics.update(best_samples_per_s=best.samples_per_s, best_trial=float(best.number))
+            if best.speedup:
+                metrics["best_speedup"] = best.speedup
+        self.tracker.finish_parent(self.parent_id, artifacts, metrics)
+        return rows, best

