@@ -1,0 +1,184 @@
+"""End to end through the CLI: real worker processes, a real Optuna journal, a real
+MLflow SQLite store in tmp_path, read back with the optuna and mlflow APIs."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+FIXTURE = Path(__file__).parent / "fixtures" / "cli_train.py"
+TARGET = f"{FIXTURE}:train"
+FAST = ["--warmup", "0.2", "--window", "0.3", "--windows", "2", "--seed", "0"]
+
+
+def autotune(*args: str, cwd: Path, env: dict | None = None, timeout: float = 240):
+    """Run the real CLI in a subprocess, as a user would."""
+    full_env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", **(env or {})}
+    full_env.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.run([sys.executable, "-m", "autotune", *args], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def load_study(store: Path, name: str):
+    import optuna
+    from optuna.storages.journal import JournalFileBackend
+
+    storage = optuna.storages.JournalStorage(JournalFileBackend(str(store / "optuna.journal")))
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def mlflow_runs(store: Path, name: str):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{store}/mlflow.db")
+    experiment = client.get_experiment_by_name(name)
+    return client, client.search_runs([experiment.experiment_id], max_results=1000)
+
+
+@pytest.fixture(scope="module")
+def study_store(tmp_path_factory) -> Path:
+    """One real study of 3 trials, resumed with 2 more: shared by the tests below."""
+    cwd = tmp_path_factory.mktemp("study")
+    first = autotune("run", TARGET, "--trials", "3", "--study", "e2e", "--space", "loader", *FAST, cwd=cwd)
+    assert first.returncode == 0, first.stderr
+    assert "best: trial" in first.stdout
+    parent = load_study(cwd / "mlflow", "e2e").user_attrs["mlflow_parent_run_id"]
+    second = autotune("run", TARGET, "--trials", "2", "--study", "e2e", "--space", "loader", *FAST, cwd=cwd)
+    assert second.returncode == 0, second.stderr
+    assert load_study(cwd / "mlflow", "e2e").user_attrs["mlflow_parent_run_id"] == parent
+    return cwd
+
+
+def test_every_trial_once_in_optuna_and_mlflow(study_store: Path) -> None:
+    study = load_study(study_store / "mlflow", "e2e")
+    trials = study.get_trials()
+    # 3 trials, then 2 more in the same study: numbers continue, no baseline rerun.
+    assert [t.number for t in trials] == [0, 1, 2, 3, 4]
+    assert [bool(t.user_attrs["baseline"]) for t in trials] == [True, False, False, False, False]
+    client, runs = mlflow_runs(study_store / "mlflow", "e2e")
+    parent_id = study.user_attrs["mlflow_parent_run_id"]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent_id]
+    assert len(runs) == 6 and len(children) == 5  # one parent, one child per trial
+    by_trial = {int(r.data.tags["autotune.trial"]): r for r in children}
+    assert sorted(by_trial) == [0, 1, 2, 3, 4]
+    for t in trials:
+        run = by_trial[t.number]
+        assert t.user_attrs["mlflow_run_id"] == run.info.run_id
+        assert run.data.tags["autotune.outcome"] == t.user_attrs["outcome"] == "complete"
+        assert run.info.status == "FINISHED"
+        assert run.data.metrics["samples_per_s"] == pytest.approx(t.value)
+        assert 0 <= run.data.metrics["data_wait_frac"] <= 1
+        # the sampled knobs are params, and so is what the trial really ran with
+        for knob, value in t.params.items():
+            assert run.data.params[knob] == (str(value).lower() if isinstance(value, bool) else str(value))
+        assert run.data.params["resolved.batch_size"] == "32"
+        history = client.get_metric_history(run.info.run_id, "window_samples_per_s")
+        assert [m.step for m in history] == [0, 1]
+    parent = client.get_run(parent_id)
+    assert parent.info.status == "FINISHED"
+    assert "best_samples_per_s" in parent.data.metrics
+
+
+def test_show_lists_every_trial(study_store: Path) -> None:
+    out = autotune("show", cwd=study_store)
+    assert out.returncode == 0, out.stderr
+    assert "study e2e: 5 trials" in out.stdout
+    assert "(baseline)" in out.stdout and "best: trial" in out.stdout
+
+
+def test_export_loads_and_trains_in_production(study_store: Path) -> None:
+    out = autotune("export", "-o", "best.yaml", cwd=study_store)
+    assert out.returncode == 0, out.stderr
+    text = (study_store / "best.yaml").read_text()
+    assert text.startswith("# autotune: study e2e, trial ")
+    code = ("import autotune, runpy; ns = runpy.run_path(%r); r = autotune.load('best.yaml'); "
+            "ns['train'](r, epochs=2); print('trained', r.config.num_workers)" % str(FIXTURE))
+    result = subprocess.run([sys.executable, "-c", code], cwd=study_store, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("trained")
+
+
+@pytest.mark.parametrize("body, key", [
+    ("knobs:\n  num_worker: 4\n", "knobs.num_worker"),
+    ("knobs:\n  num_workers: [1, two]\n", "knobs.num_workers"),
+    ("knobs:\n  num_workers: {low: 8, high: 2}\n", "knobs.num_workers"),
+    ("knobs:\n  prefetch: []\n", "knobs.prefetch"),
+])
+def test_malformed_space_exits_2_and_creates_nothing(tmp_path: Path, body: str, key: str) -> None:
+    space = tmp_path / "bad.yaml"
+    space.write_text(body)
+    out = autotune("run", TARGET, "--space", str(space), cwd=tmp_path)
+    assert out.returncode == 2
+    assert str(space) in out.stderr and key in out.stderr
+    assert not (tmp_path / "mlflow").exists()  # neither store was created
+
+
+def test_bad_target_exits_2(tmp_path: Path) -> None:
+    out = autotune("run", f"{FIXTURE}:nope", cwd=tmp_path)
+    assert out.returncode == 2
+    assert "defines no top-level 'nope'" in out.stderr
+
+
+def test_failing_baseline_stops_the_study_with_the_users_traceback(tmp_path: Path) -> None:
+    out = autotune("run", TARGET, "--trials", "3", *FAST, cwd=tmp_path, env={"FAIL_BASELINE": "1"})
+    assert out.returncode == 1
+    assert "ValueError: the user's own bug" in out.stderr
+    assert len(load_study(tmp_path / "mlflow", "cli_train").get_trials()) == 1  # stopped at once
+
+
+def test_unreachable_tracking_store_fails_before_any_trial(tmp_path: Path) -> None:
+    out = autotune("run", TARGET, "--tracking-uri", "http://127.0.0.1:9", *FAST, cwd=tmp_path)
+    assert out.returncode == 2
+    assert "http://127.0.0.1:9" in out.stderr
+    assert not (tmp_path / "mlflow" / "trials").exists()
+
+
+def test_import_and_help_load_no_heavy_module() -> None:
+    code = ("import sys, autotune, autotune._cli; "
+            "print(sorted(m for m in ('torch', 'mlflow', 'optuna', 'pynvml', 'rich') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_doctor_names_every_knob(tmp_path: Path) -> None:
+    from autotune import KNOBS
+
+    out = autotune("doctor", "--space", "default", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    for name in KNOBS:
+        assert f"  {name} " in out.stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ui_serves_the_store_on_localhost(study_store: Path) -> None:
+    port = _free_port()
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", "ui", "--port", str(port)],
+                            cwd=study_store, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        body = None
+        while time.monotonic() < deadline and body is None:
+            try:
+                url = f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/get-by-name?experiment_name=e2e"
+                body = urllib.request.urlopen(url, timeout=2).read().decode()
+            except OSError:
+                time.sleep(0.5)
+        assert body is not None and '"name": "e2e"' in body.replace('":"', '": "')
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait()
