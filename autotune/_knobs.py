@@ -116,12 +116,16 @@ class Knob:
         return value
 
     def is_active(self, values: Mapping[str, Any]) -> bool:
-        """Whether this knob applies, given the (resolved) values of the others."""
+        """Whether this knob applies, given the values of the others.
+
+        A condition on a knob that ``values`` leaves unset holds: the user's
+        code decides that knob, and the run handle drops what cannot apply.
+        """
         if self.active_when is None:
             return True
         other, predicate = self.active_when
         value = values.get(other)
-        return predicate(KNOBS[other].default if value is None else value)
+        return value is None or predicate(value)
 
 
 def _workers_on(num_workers: int) -> bool:

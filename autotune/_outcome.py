@@ -47,7 +47,10 @@ def classify(returncode: int | None, killed_for: str | None, error: Mapping[str,
             return Outcome.OOM_GPU, text.strip()
         return Outcome.CRASHED, error.get("traceback") or text
     if returncode is not None and returncode < 0:
-        name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else str(-returncode)
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:  # realtime signals have no name
+            name = f"signal {-returncode}"
         if -returncode == signal.SIGKILL:
             return Outcome.OOM_HOST, f"killed by {name} from outside autotune (the kernel's OOM killer?)"
         return Outcome.CRASHED, f"killed by {name}" + (f"\n{stderr_tail}" if stderr_tail else "")

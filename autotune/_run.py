@@ -57,13 +57,16 @@ class Run:
         """
         from torch.utils.data import DataLoader
 
-        kw = dict(kwargs)
-        self._base_batch_size = int(kw.get("batch_size", 1))
+        kw = {"batch_size": 1, **kwargs}  # 1 is DataLoader's own default
+        # batch_size=None turns automatic batching off: then there is no batch to resize.
+        self._base_batch_size = None if "batch_sampler" in kw else kw["batch_size"]
         for knob in KNOBS.values():
             value = getattr(self.config, knob.name)
             if knob.dataloader_kwarg is None or value is None:
                 continue
             if knob.name == "batch_size":
+                if self._base_batch_size is None:
+                    continue
                 factor = parse_relative(value)
                 value = value if factor is None else max(1, round(factor * self._base_batch_size))
             kw[knob.dataloader_kwarg] = value
@@ -88,11 +91,11 @@ class Run:
         """
         scaling = self.config.lr_scaling or "none"
         if lr is not None and scaling != "none":
-            batch = self._observed.get("batch_size")
-            if batch is None:
+            if "batch_size" not in self._observed:
                 raise RuntimeError("run.optimizer(...) was called before run.dataloader(...): "
                                    "lr_scaling needs the batch size the loader uses")
-            ratio = batch / self._base_batch_size
+            batch = self._observed["batch_size"]
+            ratio = 1.0 if batch is None else batch / self._base_batch_size
             lr = lr * (ratio if scaling == "linear" else math.sqrt(ratio))
         if self.config.fused_optimizer:
             # Feature detection, not version checks: not every optimizer has fused kernels.

@@ -98,7 +98,7 @@ def build_command(spec: TrialSpec, event_fd: int, environ: Mapping[str, str],
     device = spec.device
     if device.startswith("cuda"):
         index = int(device.partition(":")[2] or 0)
-        visible = [v for v in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+        visible = [v.strip() for v in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
         env["CUDA_VISIBLE_DEVICES"] = visible[index] if index < len(visible) else str(index)
         device = "cuda:0"
     for knob in KNOBS.values():

@@ -1,0 +1,269 @@
+"""Run / Recipe on CPU with real tensors: the four calls, autocast and resolved()."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+from torch.utils.data import TensorDataset
+
+from autotune import KNOBS, Config, Recipe, Run
+
+DATA = TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))
+
+
+def make(**values) -> Run:
+    return Run(Config(**values), "cpu")
+
+
+# -- dataloader ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("config", "user", "expected"),
+    [
+        # the baseline: the user's own kwargs
+        ({}, {"batch_size": 8, "num_workers": 2}, {"batch_size": 8, "num_workers": 2}),
+        # the config wins where it sets a value
+        ({"num_workers": 1}, {"batch_size": 8, "num_workers": 2}, {"num_workers": 1}),
+        ({"batch_size": 5}, {"batch_size": 8}, {"batch_size": 5}),
+        # None keeps the user's value
+        ({"num_workers": None, "batch_size": None}, {"batch_size": 8, "num_workers": 2},
+         {"batch_size": 8, "num_workers": 2}),
+        # "Nx" is relative to the user's batch size
+        ({"batch_size": "2x"}, {"batch_size": 8}, {"batch_size": 16}),    # 2 * 8
+        ({"batch_size": "1x"}, {"batch_size": 8}, {"batch_size": 8}),     # 1 * 8
+        ({"batch_size": "1.5x"}, {"batch_size": 10}, {"batch_size": 15}),  # 1.5 * 10
+        ({"batch_size": "4x"}, {}, {"batch_size": 4}),                    # 4 * DataLoader's 1
+        ({"batch_size": "0.5x"}, {"batch_size": 1}, {"batch_size": 1}),   # max(1, round(0.5))
+        # loader knobs the user never passed
+        ({"num_workers": 2, "prefetch_factor": 4, "persistent_workers": True}, {"batch_size": 8},
+         {"num_workers": 2, "prefetch_factor": 4, "persistent_workers": True}),
+        # without workers DataLoader refuses these, so they are dropped: config's ...
+        ({"num_workers": 0, "prefetch_factor": 4, "persistent_workers": True}, {"batch_size": 8},
+         {"num_workers": 0, "prefetch_factor": None, "persistent_workers": False}),
+        # ... and the user's own, when the config turns the workers off
+        ({"num_workers": 0}, {"num_workers": 2, "prefetch_factor": 4, "persistent_workers": True},
+         {"num_workers": 0, "prefetch_factor": None, "persistent_workers": False}),
+        # and the user's own when the config turns workers on keep theirs
+        ({"num_workers": 2}, {"prefetch_factor": 6}, {"num_workers": 2, "prefetch_factor": 6}),
+        # nothing to pin for on a CPU device
+        ({"pin_memory": True}, {"batch_size": 8}, {"pin_memory": False}),
+    ],
+)
+def test_dataloader_merges_user_kwargs_and_config(config: dict, user: dict, expected: dict) -> None:
+    loader = make(**config).dataloader(DATA, **user)
+    for attr, value in expected.items():
+        assert getattr(loader, attr) == value, attr
+
+
+def test_dataloader_keeps_other_user_kwargs_and_yields_the_batch_size() -> None:
+    loader = make(batch_size="2x").dataloader(DATA, batch_size=8, shuffle=False, drop_last=True)
+    assert loader.drop_last is True
+    batches = list(loader)
+    assert len(batches) == 4  # 64 samples / 16
+    assert torch.equal(batches[0][0], DATA.tensors[0][:16])  # not shuffled
+
+
+def test_dataloader_does_not_mutate_the_user_kwargs() -> None:
+    user = {"batch_size": 8, "num_workers": 2, "prefetch_factor": 4}
+    make(num_workers=0, batch_size="2x").dataloader(DATA, **user)
+    assert user == {"batch_size": 8, "num_workers": 2, "prefetch_factor": 4}
+
+
+def test_dataloader_with_batch_size_none_keeps_the_users_loader() -> None:
+    batches = TensorDataset(torch.randn(4, 8, 3))  # the dataset already yields batches of 8
+    run = make(batch_size="2x", lr_scaling="linear")
+    loader = run.dataloader(batches, batch_size=None)  # automatic batching off: nothing to resize
+    assert loader.batch_size is None
+    assert next(iter(loader))[0].shape == (8, 3)
+    opt = run.optimizer(torch.optim.SGD, params(), lr=0.1)
+    assert opt.param_groups[0]["lr"] == 0.1  # no batch size to scale to
+
+
+# -- optimizer ----------------------------------------------------------------------
+
+
+def params() -> list[torch.nn.Parameter]:
+    return [torch.nn.Parameter(torch.randn(3))]
+
+
+@pytest.mark.parametrize(
+    ("scaling", "batch", "expected_lr"),
+    [
+        ("linear", "4x", 0.4),              # 0.1 * 32/8
+        ("sqrt", "4x", 0.2),                # 0.1 * sqrt(32/8)
+        ("none", "4x", 0.1),                # unscaled
+        (None, "4x", 0.1),                  # unset = none
+        ("linear", "0.5x", 0.05),           # 0.1 * 4/8
+        ("sqrt", 128, 0.1 * math.sqrt(16)),  # absolute 128 = 16x the user's 8
+    ],
+)
+def test_optimizer_scales_lr_to_the_batch_size(scaling, batch, expected_lr) -> None:
+    run = make(batch_size=batch, lr_scaling=scaling)
+    run.dataloader(DATA, batch_size=8)
+    opt = run.optimizer(torch.optim.SGD, params(), lr=0.1)
+    assert opt.param_groups[0]["lr"] == pytest.approx(expected_lr)
+    assert run.lr == pytest.approx(expected_lr)
+
+
+def test_optimizer_before_dataloader_with_scaling_raises() -> None:
+    with pytest.raises(RuntimeError, match=r"called before run\.dataloader"):
+        make(batch_size="2x", lr_scaling="linear").optimizer(torch.optim.SGD, params(), lr=0.1)
+
+
+def test_resolved_batch_size_is_an_int_when_the_code_passes_none() -> None:
+    run = make(lr_scaling="linear")  # e.g. a hand-edited recipe: optimizer: {lr_scaling: linear}
+    run.dataloader(DATA)  # DataLoader's own default batch size, 1
+    assert run.resolved()["batch_size"] == 1
+    opt = run.optimizer(torch.optim.SGD, params(), lr=0.1)
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.1)  # 0.1 * 1/1
+
+
+def test_optimizer_without_lr_keeps_the_class_default() -> None:
+    run = make(batch_size="2x", lr_scaling="linear")
+    run.dataloader(DATA, batch_size=8)
+    opt = run.optimizer(torch.optim.AdamW, params())
+    assert opt.param_groups[0]["lr"] == 1e-3  # AdamW's default, not scaled
+    assert run.lr is None
+
+
+def test_fused_passed_where_the_signature_takes_it() -> None:
+    run = make(fused_optimizer=True)
+    opt = run.optimizer(torch.optim.AdamW, params(), lr=1e-3)
+    assert opt.defaults["fused"] is True
+    assert run.resolved()["fused_optimizer"] is True
+
+
+def test_fused_not_passed_when_off() -> None:
+    run = make(fused_optimizer=False)
+    opt = run.optimizer(torch.optim.AdamW, params(), lr=1e-3)
+    assert not opt.defaults["fused"]
+    assert run.resolved()["fused_optimizer"] is False
+
+
+class PlainSGD(torch.optim.Optimizer):
+    """A user's optimizer with no fused= argument: passing one would be a TypeError."""
+
+    def __init__(self, params, lr: float = 0.01) -> None:
+        super().__init__(params, {"lr": lr})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.add_(p.grad, alpha=-group["lr"])
+
+
+def test_fused_skipped_with_a_warning_where_the_signature_lacks_it() -> None:
+    run = make(fused_optimizer=True)
+    with pytest.warns(UserWarning, match=r"PlainSGD takes no fused= argument; running it unfused"):
+        opt = run.optimizer(PlainSGD, params(), lr=0.5)
+    assert isinstance(opt, PlainSGD)
+    assert opt.param_groups[0]["lr"] == 0.5
+    assert run.resolved()["fused_optimizer"] is False
+
+
+def test_no_warning_for_an_optimizer_without_fused_when_fused_is_off() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        make().optimizer(PlainSGD, params(), lr=0.5)
+
+
+# -- autocast and step ------------------------------------------------------------------
+
+
+def test_autocast_bf16_on_cpu_really_autocasts_a_matmul() -> None:
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    with make(amp="bf16").autocast():
+        assert (a @ b).dtype == torch.bfloat16
+    assert (a @ b).dtype == torch.float32  # only inside the context
+
+
+@pytest.mark.parametrize("amp", ["off", None])
+def test_autocast_off_leaves_float32(amp) -> None:
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    with make(amp=amp).autocast():
+        assert (a @ b).dtype == torch.float32
+
+
+@pytest.mark.parametrize("amp", [None, "bf16"])
+def test_step_updates_params_and_zeroes_grads(amp) -> None:
+    torch.manual_seed(0)
+    run = make(amp=amp)
+    model = torch.nn.Linear(4, 2)
+    before = [p.detach().clone() for p in model.parameters()]
+    opt = run.optimizer(torch.optim.SGD, model.parameters(), lr=0.1)
+    x, y = DATA.tensors[0][:8], DATA.tensors[1][:8]
+    with run.autocast():
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+    run.step(loss, opt)
+    for old, new in zip(before, model.parameters()):
+        assert not torch.equal(old, new)
+        assert new.grad is None  # zero_grad(set_to_none=True)
+
+
+def test_step_is_plain_sgd_arithmetic() -> None:
+    run = make()
+    w = torch.nn.Parameter(torch.tensor([1.0, 2.0]))
+    opt = run.optimizer(torch.optim.SGD, [w], lr=0.5)
+    run.step((w * w).sum(), opt)  # grad = 2w = [2, 4]; w - 0.5 * grad = [0, 0]
+    assert torch.equal(w.detach(), torch.tensor([0.0, 0.0]))
+    assert w.grad is None
+
+
+# -- resolved ---------------------------------------------------------------------------
+
+
+def test_resolved_after_the_calls() -> None:
+    run = make(batch_size="2x", num_workers=0, lr_scaling="linear", prefetch="thread")
+    run.dataloader(DATA, batch_size=8)
+    run.optimizer(torch.optim.SGD, params(), lr=0.1)
+    assert run.resolved() == {
+        "batch_size": 16,               # 2 * 8, absolute
+        "num_workers": 0,
+        "pin_memory": False,
+        # persistent_workers and prefetch_factor are inactive without workers
+        "prefetch": "thread",
+        "lr_scaling": "linear",
+        "fused_optimizer": False,
+        "amp": "off",
+        "cudnn_benchmark": False,
+        "tf32": False,
+        "cuda_alloc_conf": "default",
+    }
+
+
+def test_resolved_counts_the_users_own_values() -> None:
+    run = make()
+    run.dataloader(DATA, batch_size=8, num_workers=2, prefetch_factor=3)
+    resolved = run.resolved()
+    assert (resolved["batch_size"], resolved["num_workers"]) == (8, 2)
+    assert (resolved["prefetch_factor"], resolved["persistent_workers"]) == (3, False)
+    assert set(resolved) <= set(KNOBS)
+
+
+def test_recipe_applies_backend_flags() -> None:
+    saved = (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision())
+    try:
+        Recipe(Config(cudnn_benchmark=True, tf32=True), "cpu")
+        assert torch.backends.cudnn.benchmark is True
+        assert torch.get_float32_matmul_precision() == "high"
+        Recipe(Config(), "cpu")
+        assert torch.backends.cudnn.benchmark is False
+        assert torch.get_float32_matmul_precision() == "highest"
+    finally:
+        torch.backends.cudnn.benchmark = saved[0]
+        torch.set_float32_matmul_precision(saved[1])
+
+
+def test_batches_yield_on_the_run_device() -> None:
+    run = make(prefetch="thread")
+    loader = run.dataloader(DATA, batch_size=16)
+    got = list(run.batches(loader))
+    assert len(got) == 4
+    assert torch.equal(torch.cat([x for x, _ in got]), DATA.tensors[0])
+    assert all(x.device == run.device for x, _ in got)

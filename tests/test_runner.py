@@ -1,0 +1,271 @@
+"""The trial runner: the pure command builder, and real worker processes end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+import autotune
+from autotune import Config, Outcome
+from autotune._events import FD_ENV
+from autotune._runner import Budget, TrialSpec, build_command, run_trial
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tiny_train.py"
+PACKAGE_ROOT = str(Path(autotune.__file__).resolve().parent.parent)
+#: Short enough for ~4 s per trial (2.5 s of it importing torch in the worker).
+FAST = Budget(warmup_s=0.2, window_s=0.3, windows=2)
+
+
+# -- build_command (pure) ----------------------------------------------------------------
+
+
+def build(config: Config = Config(), device: str = "cpu", environ: dict | None = None,  # noqa: B008
+          fd: int = 7):
+    spec = TrialSpec(target="train.py:train", config=config, device=device, budget=FAST, seed=3)
+    argv, env = build_command(spec, fd, environ if environ is not None else {}, python="/py")
+    assert argv[:3] == ["/py", "-m", "autotune._worker"] and len(argv) == 4
+    return json.loads(argv[3]), env
+
+
+def test_build_command_argv_and_payload() -> None:
+    payload, env = build(Config(num_workers=2, batch_size="2x", amp=None))
+    assert payload == {
+        "target": "train.py:train",
+        "config": {"batch_size": "2x", "num_workers": 2},  # only the values set
+        "device": "cpu",
+        "budget": {"warmup_steps": 5, "warmup_s": 0.2, "window_s": 0.3, "windows": 2,
+                   "min_window_steps": 2},  # the deadline is the parent's, not the worker's
+        "seed": 3,
+    }
+
+
+def test_build_command_baseline_config_is_empty() -> None:
+    payload, _ = build(Config())
+    assert payload["config"] == {}
+
+
+def test_build_command_environment() -> None:
+    parent = {"HOME": "/home/u", "PYTHONPATH": "/site/extra"}
+    _, env = build(environ=parent, fd=11)
+    assert env[FD_ENV] == "11"
+    assert env["PYTHONUNBUFFERED"] == "1"
+    # the package first (the worker runs `-m autotune._worker`), then the parent's path
+    assert env["PYTHONPATH"] == os.pathsep.join([PACKAGE_ROOT, "/site/extra"])
+    assert env["HOME"] == "/home/u"
+    assert "CUDA_VISIBLE_DEVICES" not in env  # a CPU trial changes nothing about GPUs
+
+
+def test_build_command_without_a_parent_pythonpath() -> None:
+    _, env = build(environ={})
+    assert env["PYTHONPATH"] == PACKAGE_ROOT
+
+
+def test_build_command_is_pure() -> None:
+    parent = {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "3,5"}
+    snapshot = dict(parent)
+    config = Config(cuda_alloc_conf="expandable_segments:True", num_workers=1)
+    first = build(config, "cuda:1", parent)
+    second = build(config, "cuda:1", parent)
+    assert parent == snapshot  # the caller's environment is not touched
+    assert first == second
+    assert FD_ENV not in os.environ  # nor ours
+
+
+@pytest.mark.parametrize(
+    ("device", "parent", "visible"),
+    [
+        ("cuda:1", None, "1"),                # no mask: physical index 1
+        ("cuda", None, "0"),
+        ("cuda:0", "3,5", "3"),               # the parent's mask renumbers: cuda:0 is GPU 3
+        ("cuda:1", "3,5", "5"),               # cuda:1 is GPU 5
+        ("cuda", "3,5", "3"),                 # bare "cuda" is cuda:0
+        ("cuda:1", "GPU-8f1e0b2a-aaaa,GPU-0c3d9e7f-bbbb", "GPU-0c3d9e7f-bbbb"),  # by UUID
+        ("cuda:1", "MIG-1111,MIG-2222", "MIG-2222"),
+    ],
+)
+def test_build_command_maps_the_cuda_device(device: str, parent: str | None, visible: str) -> None:
+    environ = {} if parent is None else {"CUDA_VISIBLE_DEVICES": parent}
+    payload, env = build(device=device, environ=environ)
+    assert env["CUDA_VISIBLE_DEVICES"] == visible
+    assert payload["device"] == "cuda:0"  # the worker sees only its own GPU
+
+
+def test_build_command_keeps_the_parents_mask_for_cpu_trials() -> None:
+    payload, env = build(device="cpu", environ={"CUDA_VISIBLE_DEVICES": "3,5"})
+    assert env["CUDA_VISIBLE_DEVICES"] == "3,5"
+    assert payload["device"] == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("value", "parent", "expected"),
+    [
+        ("expandable_segments:True", {}, "expandable_segments:True"),
+        # the knob's value replaces whatever the parent had
+        ("expandable_segments:True", {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"},
+         "expandable_segments:True"),
+        # "default" and unset leave the variable as it is
+        ("default", {}, None),
+        (None, {}, None),
+        ("default", {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"}, "max_split_size_mb:64"),
+    ],
+)
+def test_build_command_cuda_alloc_conf(value, parent: dict, expected) -> None:
+    payload, env = build(Config(cuda_alloc_conf=value), environ=parent)
+    assert env.get("PYTORCH_CUDA_ALLOC_CONF") == expected
+    if value is None:
+        assert "cuda_alloc_conf" not in payload["config"]
+
+
+# -- run_trial with real workers ----------------------------------------------------------
+
+
+class Watch:
+    """on_event callback: keeps the events and every process the worker started."""
+
+    def __init__(self) -> None:
+        self.events: list[dict] = []
+        self.pid: int | None = None
+        self.children: set[int] = set()
+
+    def __call__(self, event: dict) -> None:
+        self.events.append(event)
+        if event["event"] == "started":
+            self.pid = event["pid"]
+        if self.pid is not None:
+            try:
+                self.children |= {p.pid for p in psutil.Process(self.pid).children(recursive=True)}
+            except psutil.NoSuchProcess:
+                pass
+
+    def kinds(self) -> list[str]:
+        return [e["event"] for e in self.events]
+
+
+def trial(tmp_path: Path, func: str, config: Config = Config(), budget: Budget = FAST,  # noqa: B008
+          **kwargs):
+    watch = Watch()
+    spec = TrialSpec(target=f"{FIXTURE}:{func}", config=config, device="cpu", budget=budget)
+    result = run_trial(spec, tmp_path / "logs" / f"{func}.log", on_event=watch, **kwargs)
+    return result, watch
+
+
+def survivors(watch: Watch) -> list[psutil.Process]:
+    assert watch.pid is not None, "the worker never reported its pid"
+    """Live processes that are the worker, a child it had, or in its process group.
+
+    Zombies are left out: a killed orphan is reparented to PID 1, which reaps it in its
+    own time; it runs nothing and holds no memory.
+    """
+
+    def alive() -> list[psutil.Process]:
+        found = []
+        for proc in psutil.process_iter():
+            try:
+                ours = proc.pid == watch.pid or proc.pid in watch.children \
+                    or os.getpgid(proc.pid) == watch.pid
+                if ours and proc.status() != psutil.STATUS_ZOMBIE:
+                    found.append(proc)
+            except (psutil.Error, ProcessLookupError):
+                continue
+        return found
+
+    left = alive()
+    if left:  # SIGKILL is sent, not instantaneous: let the kernel finish the job
+        psutil.wait_procs(left, timeout=2)
+        left = alive()
+    return left
+
+
+def test_complete_trial(tmp_path: Path) -> None:
+    config = Config(batch_size="2x", lr_scaling="linear", prefetch="thread")
+    result, watch = trial(tmp_path, "train", config)
+    assert (result.outcome, result.reason) == (Outcome.COMPLETE, "")
+    assert len(result.windows) == 2
+    assert watch.kinds()[:3] == ["started", "resolved", "warmup"]
+    assert watch.kinds()[-3:] == ["window", "window", "end"]
+    for window in result.windows:
+        assert window["samples"] == 32 * window["steps"]  # batch 2 * 16, drop_last
+        assert window["steps"] >= FAST.min_window_steps
+        assert window["seconds"] >= FAST.window_s
+        assert 0 < window["loss"] < 10
+    rates = [w["samples"] / w["seconds"] for w in result.windows]
+    assert result.metrics["samples_per_s"] == pytest.approx(statistics.median(rates))
+    assert result.metrics["samples_per_s"] > 0
+    assert result.metrics["ram_peak"] > 0
+    assert result.resolved["batch_size"] == 32
+    assert result.resolved["lr_scaling"] == "linear"
+    assert result.resolved["prefetch"] == "thread"
+    assert result.resolved["num_workers"] == 0
+    assert "prefetch_factor" not in result.resolved  # inactive without workers
+    assert result.base_batch_size == 16
+    assert result.lr == pytest.approx(0.2)  # 0.1 * 32/16
+    assert len(result.series["window_samples_per_s"]) == 2
+    assert result.log_path.is_file()
+    assert not survivors(watch)
+
+
+def test_crashing_function(tmp_path: Path) -> None:
+    result, watch = trial(tmp_path, "train_raises")
+    assert result.outcome is Outcome.CRASHED
+    assert result.reason.splitlines()[-1] == "ValueError: boom from the user's loop"
+    assert "tiny_train.py" in result.reason  # the user's frame is in the traceback
+    assert result.windows == []
+
+
+def test_nan_loss_diverges(tmp_path: Path) -> None:
+    result, _ = trial(tmp_path, "train_nan")
+    assert result.outcome is Outcome.DIVERGED
+    assert result.reason == "loss is nan in window 0"
+
+
+def test_hanging_function_times_out_and_leaves_no_process(tmp_path: Path) -> None:
+    budget = Budget(warmup_s=0.2, window_s=0.3, windows=2, timeout_s=5)
+    result, watch = trial(tmp_path, "train_hangs", budget=budget)
+    assert result.outcome is Outcome.TIMEOUT
+    assert result.reason == "deadline: still running after 5 s"
+    assert len(watch.children) >= 2  # its two DataLoader workers were seen alive
+    assert not survivors(watch)  # the `sleep` it started included: it is in the group
+
+
+def test_function_returning_before_a_window(tmp_path: Path) -> None:
+    result, watch = trial(tmp_path, "train_returns_early")
+    assert result.outcome is Outcome.CRASHED
+    assert "returned before one measured window" in result.reason
+    assert watch.kinds()[-1] == "end"
+    assert watch.events[-1]["windows"] == 0
+
+
+def test_dataloader_workers_leave_no_orphans(tmp_path: Path) -> None:
+    result, watch = trial(tmp_path, "train_workers")
+    assert result.outcome is Outcome.COMPLETE, result.reason
+    assert result.resolved["num_workers"] == 2
+    assert len(watch.children) >= 3  # two DataLoader workers and the stray `sleep`
+    assert not survivors(watch)
+
+
+def test_ram_budget_kills_the_group(tmp_path: Path) -> None:
+    # 1 MiB: a Python process alone is over it, so the monitor's first sample kills it.
+    result, _ = trial(tmp_path, "train", ram_budget=2**20)
+    assert result.outcome is Outcome.OOM_HOST
+    assert result.reason.startswith("ram: the trial's processes used ")
+    assert result.reason.endswith("over the RAM budget of 0.00 GiB")  # 1 MiB / 2**30, 2 places
+    assert result.windows == []
+
+
+def test_missing_target_is_crashed_not_raised(tmp_path: Path) -> None:
+    spec = TrialSpec(target=f"{FIXTURE}:no_such_function", config=Config(), budget=FAST)
+    result = run_trial(spec, tmp_path / "t.log")
+    assert result.outcome is Outcome.CRASHED
+    assert "AttributeError" in result.reason and "no_such_function" in result.reason
+
+
+def test_python_is_this_interpreter() -> None:
+    spec = TrialSpec(target="x.py:f", config=Config())
+    argv, _ = build_command(spec, 3, {})
+    assert argv[0] == sys.executable
