@@ -106,7 +106,7 @@ def run(target: str, trials: int, space: str, study: str | None, storage: str | 
     reporter = _Progress()
     for line in notes:
         reporter.note(line)
-    options = StudyOptions(target, space, trials, study, storage, tracking_uri, store, device,
+    options = StudyOptions(target, trials, study, storage, tracking_uri, store, device,
                            Budget(warmup_s=warmup, window_s=window, windows=windows, timeout_s=timeout),
                            int(ram_budget * 2**30) if ram_budget else None, seed)
     tracker = Tracker(default_uri(store, tracking_uri), artifact_root=store / "artifacts")

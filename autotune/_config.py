@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 from autotune._knobs import KNOBS
@@ -14,6 +15,18 @@ class ConfigError(ValueError):
     The message names the file or argument, the key, the value and what is allowed;
     the CLI turns it into exit status 2.
     """
+
+
+def read_yaml(path: Path) -> Any:
+    """``yaml.safe_load`` a user's file; an unreadable or invalid one is a ConfigError naming it."""
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
 
 
 def _as_dict(self) -> dict[str, Any]:

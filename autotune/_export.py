@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from autotune._config import Config, ConfigError
+from autotune._config import Config, ConfigError, read_yaml
 from autotune._knobs import KNOBS, Stage, unknown_knob_message
 from autotune._run import Recipe
 
@@ -84,13 +84,4 @@ def load(path: str | Path | None = None, device: Any = "auto") -> Recipe:
     """
     if path is None:
         return recipe_from_mapping({}, "defaults", device)
-    import yaml
-
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    return recipe_from_mapping(data, str(path), device)
+    return recipe_from_mapping(read_yaml(Path(path)), str(path), device)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
-from autotune._config import Config, ConfigError
+from autotune._config import Config, ConfigError, read_yaml
 from autotune._knobs import KNOBS, parse_relative, unknown_knob_message
 from autotune._probe import usable_cpus
 
@@ -140,16 +140,8 @@ def load_space(space: str) -> Space:
         ConfigError: the file, the key, the value and what is allowed, e.g.
             ``search_spaces/x.yaml: knobs.num_worker: unknown knob; known: ...``.
     """
-    import yaml
-
     path = resolve_space_path(space)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    return space_from_mapping(data, str(path))
+    return space_from_mapping(read_yaml(path), str(path))
 
 
 def space_from_mapping(data: Any, where: str) -> Space:

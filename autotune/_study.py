@@ -37,7 +37,6 @@ class StudyOptions:
     """What ``autotune run`` was asked to do."""
 
     target: str
-    space: str = "default"
     trials: int = 12
     study: str | None = None
     storage: str | None = None
@@ -138,6 +137,32 @@ def rows_of(study: optuna.Study) -> tuple[list[TrialRow], TrialRow | None]:
     return rows, best
 
 
+def throughput_figure(name: str, rows: list[TrialRow]):
+    """samples/s per trial (baseline marked) with the best so far, as a matplotlib figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on a tuning host
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 3.5), dpi=110)
+    ax = fig.subplots()
+    done = [r for r in rows if r.samples_per_s]
+    colors = ["tab:gray" if r.baseline else "tab:blue" if r.outcome == Outcome.COMPLETE.value
+              else "tab:red" for r in done]
+    ax.scatter([r.number for r in done], [r.samples_per_s for r in done], c=colors, s=18, zorder=3)
+    best, curve = 0.0, []
+    for r in done:
+        if r.outcome == Outcome.COMPLETE.value:
+            best = max(best, r.samples_per_s)
+        curve.append(best)
+    ax.step([r.number for r in done], curve, where="post", color="tab:green", label="best so far")
+    ax.set(title=f"study {name}", xlabel="trial", ylabel="samples/s")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
 def export_text(study: optuna.Study, best: TrialRow, rows: list[TrialRow]) -> str:
     """The best trial as the YAML snippet ``autotune.load`` reads."""
     from autotune._export import render
@@ -178,6 +203,7 @@ class StudyRunner:
         if "mlflow_parent_run_id" not in attrs:
             self.study.set_user_attr("mlflow_parent_run_id", self.parent_id)
             self.study.set_user_attr("target", options.target)
+            self.study.set_user_attr("space", space.name)
             self.study.set_user_attr("fingerprint", {**dataclasses.asdict(fingerprint),
                                                      "summary": fingerprint.summary()})
         self.ram_budget = options.ram_budget or int(
@@ -267,5 +293,6 @@ class StudyRunner:
             metrics.update(best_samples_per_s=best.samples_per_s, best_trial=float(best.number))
             if best.speedup:
                 metrics["best_speedup"] = best.speedup
-        self.tracker.finish_parent(self.parent_id, artifacts, metrics)
+        self.tracker.finish_parent(self.parent_id, artifacts, metrics,
+                                   {"throughput.png": throughput_figure(self.name, rows)})
         return rows, best

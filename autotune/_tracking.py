@@ -122,14 +122,16 @@ class Tracker:
         self.client.set_terminated(run_id, status="KILLED")
 
     def finish_parent(self, run_id: str, artifacts: Mapping[str, str],
-                      metrics: Mapping[str, float]) -> None:
-        """Attach text artifacts and summary metrics to the parent run and close it."""
+                      metrics: Mapping[str, float], figures: Mapping[str, Any] | None = None) -> None:
+        """Attach text artifacts, figures and summary metrics to the parent run and close it."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
         for name, text in artifacts.items():
             self.client.log_text(run_id, text, name)
+        for name, figure in (figures or {}).items():
+            self.client.log_figure(run_id, figure, name)
         self.client.set_terminated(run_id, status="FINISHED")
 
 

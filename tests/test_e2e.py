@@ -84,6 +84,9 @@ def test_every_trial_once_in_optuna_and_mlflow(study_store: Path) -> None:
     parent = client.get_run(parent_id)
     assert parent.info.status == "FINISHED"
     assert "best_samples_per_s" in parent.data.metrics
+    artifacts = {a.path for a in client.list_artifacts(parent_id)}
+    assert {"best.yaml", "trials.json", "throughput.png"} <= artifacts
+    assert {a.path for a in client.list_artifacts(by_trial[0].info.run_id)} == {"trial-0.log"}
 
 
 def test_show_lists_every_trial(study_store: Path) -> None:
