@@ -220,18 +220,22 @@ class StudyRunner:
         """Run the trials; return every row of the study and its best."""
         started = time.monotonic()
         total = self.options.trials
-        for index in range(total):
-            rows, _ = rows_of(self.study)
-            baseline = not any(r.baseline and r.outcome == Outcome.COMPLETE.value for r in rows)
-            number = self._one_trial(index, total, baseline)
-            rows, best = rows_of(self.study)
-            row = next(r for r in rows if r.number == number)
-            left = (time.monotonic() - started) / (index + 1) * (total - index - 1)
-            self.reporter.trial_done(row, best, left)
-            if baseline and row.outcome != Outcome.COMPLETE.value:
-                raise BaselineFailed(f"the baseline (trial {row.number}: your code as written) "
-                                     f"ended as {row.outcome}; every trial would fail the same way:\n"
-                                     f"{row.reason}")
+        rows, _ = rows_of(self.study)
+        try:
+            for index in range(total):
+                baseline = not any(r.baseline and r.outcome == Outcome.COMPLETE.value for r in rows)
+                number = self._one_trial(index, total, baseline)
+                rows, best = rows_of(self.study)
+                row = next(r for r in rows if r.number == number)
+                left = (time.monotonic() - started) / (index + 1) * (total - index - 1)
+                self.reporter.trial_done(row, best, left)
+                if baseline and row.outcome != Outcome.COMPLETE.value:
+                    raise BaselineFailed(f"the baseline (trial {row.number}: your code as written) "
+                                         f"ended as {row.outcome}; every trial would fail the same "
+                                         f"way:\n{row.reason}")
+        except BaseException:  # the parent run must not stay RUNNING
+            self.tracker.kill(self.parent_id)
+            raise
         return self._finish()
 
     def _one_trial(self, index: int, total: int, baseline: bool) -> int:

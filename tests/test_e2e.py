@@ -134,7 +134,14 @@ def test_failing_baseline_stops_the_study_with_the_users_traceback(tmp_path: Pat
     out = autotune("run", TARGET, "--trials", "3", *FAST, cwd=tmp_path, env={"FAIL_BASELINE": "1"})
     assert out.returncode == 1
     assert "ValueError: the user's own bug" in out.stderr
-    assert len(load_study(tmp_path / "mlflow", "cli_train").get_trials()) == 1  # stopped at once
+    trials = load_study(tmp_path / "mlflow", "cli_train").get_trials()
+    assert len(trials) == 1 and trials[0].state.name == "FAIL"  # stopped at once
+    _, runs = mlflow_runs(tmp_path / "mlflow", "cli_train")
+    child = next(r for r in runs if "mlflow.parentRunId" in r.data.tags)
+    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
+    assert (child.info.status, child.data.tags["autotune.outcome"]) == ("FAILED", "crashed")
+    assert "ValueError: the user's own bug" in child.data.tags["autotune.reason"]
+    assert parent.info.status == "KILLED"  # not left RUNNING
 
 
 def test_unreachable_tracking_store_fails_before_any_trial(tmp_path: Path) -> None:
