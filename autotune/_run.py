@@ -94,8 +94,9 @@ class Run:
             if "batch_size" not in self._observed:
                 raise RuntimeError("run.optimizer(...) was called before run.dataloader(...): "
                                    "lr_scaling needs the batch size the loader uses")
-            batch = self._observed["batch_size"]
-            ratio = 1.0 if batch is None else batch / self._base_batch_size
+            # No base (batch_size=None, or the user's own batch_sampler): nothing was resized.
+            base = self._base_batch_size
+            ratio = 1.0 if base is None else self._observed["batch_size"] / base
             lr = lr * (ratio if scaling == "linear" else math.sqrt(ratio))
         if self.config.fused_optimizer:
             # Feature detection, not version checks: not every optimizer has fused kernels.

@@ -83,6 +83,17 @@ def test_dataloader_with_batch_size_none_keeps_the_users_loader() -> None:
     assert opt.param_groups[0]["lr"] == 0.1  # no batch size to scale to
 
 
+def test_dataloader_with_the_users_batch_sampler_keeps_it_and_lr() -> None:
+    from torch.utils.data import BatchSampler, SequentialSampler
+
+    sampler = BatchSampler(SequentialSampler(DATA), batch_size=8, drop_last=False)
+    run = make(batch_size="2x", lr_scaling="linear")
+    loader = run.dataloader(DATA, batch_sampler=sampler)  # the batch size is the sampler's
+    assert next(iter(loader))[0].shape == (8, 4)
+    opt = run.optimizer(torch.optim.SGD, params(), lr=0.1)
+    assert opt.param_groups[0]["lr"] == 0.1  # nothing resized, nothing scaled
+
+
 # -- optimizer ----------------------------------------------------------------------
 
 
