@@ -7,6 +7,7 @@ that ``autotune --help`` stays fast.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 import click
 
 from autotune._config import ConfigError
+from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION
 from autotune._knobs import KNOBS
 from autotune._space import SPACES_DIR
 
@@ -82,13 +84,27 @@ def _spaces() -> str:
               help="Measured windows per trial (samples/s is their median).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=None,
               help="Seconds a trial may run in all (default: 60 + 5x its measuring time).")
+@click.option("--stall-timeout", type=click.FloatRange(min=0.5), default=30.0, show_default=True,
+              help="Seconds without a finished step before a trial counts as hung.")
 @click.option("--ram-budget", type=click.FloatRange(min=0.01), default=None, metavar="GIB",
               help="GiB one trial's processes may use (default: 75% of the RAM available at start).")
+@click.option("--divergence-tolerance", type=click.FloatRange(min=0, min_open=True),
+              default=DIVERGENCE_TOLERANCE, show_default=True,
+              help="How much worse than the baseline's loss, at matched samples, a trial's may be "
+                   "(0.5 = 50%) before it is diverged.")
+@click.option("--prune", type=click.FloatRange(0, 1), default=PRUNE_FRACTION, show_default=True,
+              help="Stop a trial whose windows all run under this share of the best's samples/s "
+                   "(0: never).")
 @click.option("--seed", type=int, default=None, help="Seed for the sampler and the workers.")
 def run(target: str, trials: int, space: str, study: str | None, storage: str | None, store: Path,
         tracking_uri: str | None, device: str, warmup: float, window: float, windows: int,
-        timeout: float | None, ram_budget: float | None, seed: int | None) -> None:
-    """Tune TARGET (path/to/file.py:function or package.module:function)."""
+        timeout: float | None, stall_timeout: float, ram_budget: float | None,
+        divergence_tolerance: float, prune: float, seed: int | None) -> None:
+    """Tune TARGET (path/to/file.py:function or package.module:function).
+
+    Ctrl-C stops the running trial, records it, exports the best so far and
+    exits 130; running the same command again resumes the study.
+    """
     from autotune._probe import probe
     from autotune._runner import Budget
     from autotune._space import load_space
@@ -106,9 +122,11 @@ def run(target: str, trials: int, space: str, study: str | None, storage: str | 
     reporter = _Progress()
     for line in notes:
         reporter.note(line)
-    options = StudyOptions(target, trials, study, storage, tracking_uri, store, device,
-                           Budget(warmup_s=warmup, window_s=window, windows=windows, timeout_s=timeout),
-                           int(ram_budget * 2**30) if ram_budget else None, seed)
+    budget = Budget(warmup_s=warmup, window_s=window, windows=windows, stall_s=stall_timeout,
+                    timeout_s=timeout)
+    options = StudyOptions(target, trials, study, storage, tracking_uri, store, device, budget,
+                           int(ram_budget * 2**30) if ram_budget else None, seed,
+                           divergence_tolerance, prune)
     tracker = Tracker(default_uri(store, tracking_uri), artifact_root=store / "artifacts")
     runner = StudyRunner(options, fingerprint, restricted, tracker, reporter)
     reporter.note(f"study {runner.name} on {fingerprint.summary()}; space {loaded.name}; "
@@ -120,6 +138,11 @@ def run(target: str, trials: int, space: str, study: str | None, storage: str | 
         sys.exit(1)
     reporter.stop()
     _print_summary(runner.name, rows, best, store)
+    if runner.interrupted_by:
+        name = signal.Signals(runner.interrupted_by).name
+        click.echo(f"autotune: stopped by {name}; run the same command to resume study "
+                   f"{runner.name}", err=True)
+        sys.exit(128 + runner.interrupted_by)  # the shell's convention: 130 for Ctrl-C
 
 
 def _print_summary(name: str, rows, best, store: Path) -> None:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import enum
-import math
 import signal
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from autotune._guard import DIVERGENCE_TOLERANCE, Point, divergence
 
 
 class Outcome(str, enum.Enum):
@@ -19,6 +20,9 @@ class Outcome(str, enum.Enum):
     TIMEOUT = "timeout"
     CRASHED = "crashed"
     PRUNED = "pruned"
+    #: The tuner stopped (Ctrl-C, SIGTERM, or it was killed and a later run found
+    #: the trial stale): says nothing about the config, so it is not "crashed".
+    INTERRUPTED = "interrupted"
 
 
 # The messages torch raises for CUDA OOM: torch.OutOfMemoryError's text, and the
@@ -26,21 +30,27 @@ class Outcome(str, enum.Enum):
 _GPU_OOM = ("CUDA out of memory", "CUDA error: out of memory", "OutOfMemoryError")
 
 
-def classify(returncode: int | None, killed_for: str | None, error: Mapping[str, Any] | None,
-             windows: Sequence[Mapping[str, Any]], stderr_tail: str = "") -> tuple[Outcome, str]:
+def classify(returncode: int | None, killed: tuple[Outcome, str] | None, error: Mapping[str, Any] | None,
+             windows: Sequence[Mapping[str, Any]], stderr_tail: str = "", *,
+             history: Sequence[Point] = (), reference: Sequence[Point] = (),
+             tolerance: float = DIVERGENCE_TOLERANCE, memory_low: bool = False) -> tuple[Outcome, str]:
     """Decide a finished worker's outcome and the reason shown to the user.
 
     Args:
         returncode: The worker's exit status (negative: killed by that signal).
-        killed_for: Why autotune killed it, if it did: a reason string starting
-            with "ram" (RAM budget) or "deadline".
+        killed: Why autotune killed it, if it did: the outcome it decided
+            (oom_host, timeout, pruned, interrupted) and the reason.
         error: The worker's ``error`` event (type, message, traceback), if any.
         windows: The measured windows it reported.
         stderr_tail: The last lines of its output, for crashes that said nothing.
+        history: Its loss history (see ``autotune._guard``).
+        reference: The baseline's loss history; empty for the baseline itself.
+        tolerance: How much worse than the reference its loss may be.
+        memory_low: The machine's available memory was nearly gone while it ran
+            (then a SIGKILL from outside is most likely the kernel's OOM killer).
     """
-    if killed_for:
-        kind = Outcome.OOM_HOST if killed_for.startswith("ram") else Outcome.TIMEOUT
-        return kind, killed_for
+    if killed:
+        return killed
     if error:
         text = f"{error.get('type', '')}: {error.get('message', '')}"
         if any(marker in text for marker in _GPU_OOM):
@@ -51,15 +61,18 @@ def classify(returncode: int | None, killed_for: str | None, error: Mapping[str,
             name = signal.Signals(-returncode).name
         except ValueError:  # realtime signals have no name
             name = f"signal {-returncode}"
+        tail = f"\n{stderr_tail}" if stderr_tail else ""
+        if -returncode == signal.SIGKILL and memory_low:
+            return Outcome.OOM_HOST, f"killed by {name} while the machine was out of memory (the kernel's OOM killer)"
         if -returncode == signal.SIGKILL:
-            return Outcome.OOM_HOST, f"killed by {name} from outside autotune (the kernel's OOM killer?)"
-        return Outcome.CRASHED, f"killed by {name}" + (f"\n{stderr_tail}" if stderr_tail else "")
+            name += " from outside autotune"
+        return Outcome.CRASHED, f"killed by {name}{tail}"
     if returncode:
         return Outcome.CRASHED, f"exit status {returncode}" + (f"\n{stderr_tail}" if stderr_tail else "")
+    reason = divergence(reference, history, tolerance)
+    if reason:  # before the window check: a nan in the warmup ends the trial with no window
+        return Outcome.DIVERGED, reason
     if not windows:
         return Outcome.CRASHED, ("the training function returned before one measured window "
                                  "finished: give it more steps (epochs) or shorten --warmup/--window")
-    bad = [w for w in windows if w.get("loss") is not None and not math.isfinite(w["loss"])]
-    if bad:
-        return Outcome.DIVERGED, f"loss is {bad[0]['loss']} in window {bad[0]['index']}"
     return Outcome.COMPLETE, ""

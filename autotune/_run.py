@@ -14,6 +14,10 @@ from autotune._config import Config
 from autotune._knobs import KNOBS, parse_relative
 from autotune._prefetch import iter_batches
 
+#: Seconds between a trial's ``progress`` events: the parent's stall detector
+#: (DESIGN 5) needs a sign of life, and a clock read per step costs nothing.
+PROGRESS_S = 1.0
+
 
 class Run:
     """What ``Trial`` (under tuning) and ``Recipe`` (production) share.
@@ -217,10 +221,12 @@ class Trial(Run):
         self._loss_sum = None
         self._loss_steps = 0
         self._step = 0
+        self._seen = 0  # samples consumed since the first batch: the x axis of loss comparisons
         self._measuring = False
         self._windows_done = 0
         self._reset_window(time.perf_counter())
         self._started = self._window_start
+        self._beat = self._window_start
         self._announced = False
 
     def _after_step(self, loss: Any) -> None:
@@ -240,7 +246,7 @@ class Trial(Run):
                 waited = time.perf_counter() - t0
                 if not self._announced:  # the first batch: warmup starts now
                     self._announced = True
-                    self._started = time.perf_counter()
+                    self._started = self._beat = time.perf_counter()
                     self._emit("resolved", config=self.resolved(), base_batch_size=self._base_batch_size,
                                lr=self.lr)
                 yield batch
@@ -259,39 +265,59 @@ class Trial(Run):
 
     def _count(self, batch: Any, waited: float, t0: float) -> None:
         now = time.perf_counter()
+        samples = _batch_len(batch)
         self._step += 1
+        self._seen += samples
         self._win_steps += 1
-        self._win_samples += _batch_len(batch)
+        self._win_samples += samples
         self._win_wait += waited
         self._step_times.append(now - t0)
+        if now - self._beat >= PROGRESS_S:  # the parent's stall detector counts on these
+            self._beat = now
+            self._emit("progress", step=self._step)
         if not self._measuring:
             if self._step >= self._warmup_steps and now - self._started >= self._warmup_s:
                 self._sync()
                 self._measuring = True
-                self._emit("warmup", steps=self._step, seconds=time.perf_counter() - self._started)
+                loss = self._read_loss()
+                self._emit("warmup", steps=self._step, seconds=time.perf_counter() - self._started,
+                           samples=self._win_samples, samples_seen=self._seen, loss=loss)
                 self._reset_window(time.perf_counter())
+                self._stop_if_nonfinite(loss)
         elif self._win_steps >= self._min_window_steps and now - self._window_start >= self._window_s:
-            self._close_window()
+            loss = self._close_window()
+            self._stop_if_nonfinite(loss)
             if self._windows_done >= self._windows:
                 raise BudgetSpent
 
-    def _close_window(self) -> None:
+    def _read_loss(self) -> float | None:
+        """The mean loss since the last read: one device read, at a window edge (already synced)."""
+        if self._loss_sum is None:
+            return None
+        return self._loss_sum.item() / self._loss_steps
+
+    @staticmethod
+    def _stop_if_nonfinite(loss: float | None) -> None:
+        # A nan or inf loss never recovers: end the trial now, not after its budget.
+        if loss is not None and not math.isfinite(loss):
+            raise BudgetSpent
+
+    def _close_window(self) -> float | None:
         self._sync()
         now = time.perf_counter()
-        loss = None
-        if self._loss_sum is not None:
-            loss = self._loss_sum.item() / self._loss_steps  # the one read per window
+        loss = self._read_loss()
         extra = {}
         if self.device.type == "cuda":
             import torch
 
             extra["gpu_mem_peak"] = torch.cuda.max_memory_allocated(self.device)
         self._emit("window", index=self._windows_done, steps=self._win_steps,
-                   samples=self._win_samples, seconds=now - self._window_start,
+                   samples=self._win_samples, samples_seen=self._seen, seconds=now - self._window_start,
                    data_wait=self._win_wait, loss=loss, step_times=self._step_times,
                    wall=time.time(), **extra)
         self._windows_done += 1
         self._reset_window(now)
+        return loss
 
     def finish(self) -> None:
         """Close a last partial window if the function returned mid-window."""

@@ -10,6 +10,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 
 from autotune._config import Config
 from autotune._events import FD_ENV, EventReader
+from autotune._guard import DIVERGENCE_TOLERANCE, Point, loss_history
 from autotune._knobs import KNOBS
 from autotune._monitor import Monitor, nvml_handle
 from autotune._outcome import Outcome, classify
@@ -24,7 +26,7 @@ from autotune._outcome import Outcome, classify
 
 @dataclasses.dataclass(frozen=True)
 class Budget:
-    """How long a trial measures.
+    """How long a trial measures, and how long it may take.
 
     Attributes:
         warmup_steps: Steps before measuring (at least).
@@ -33,6 +35,10 @@ class Budget:
         window_s: Seconds per measured window (at least ``min_window_steps`` steps).
         windows: Measured windows per trial; samples/s is their median.
         min_window_steps: Steps a window needs before it may close.
+        startup_s: Seconds from spawn to the first batch (imports, the dataset,
+            DataLoader workers starting).
+        stall_s: Seconds without a finished step, once training runs, before the
+            trial counts as hung.
         timeout_s: Wall-clock limit for the whole worker, start-up included;
             ``None`` derives one from the others.
     """
@@ -42,18 +48,21 @@ class Budget:
     window_s: float = 1.5
     windows: int = 4
     min_window_steps: int = 2
+    startup_s: float = 60.0
+    stall_s: float = 30.0
     timeout_s: float | None = None
 
     def deadline(self) -> float:
-        """The worker's wall-clock limit: a minute to start, then 5x the measured time."""
+        """The worker's wall-clock limit: its start-up, then 5x the measured time."""
         if self.timeout_s is not None:
             return self.timeout_s
-        return 60.0 + 5 * (self.warmup_s + self.windows * self.window_s)
+        return self.startup_s + 5 * (self.warmup_s + self.windows * self.window_s)
 
     def worker_args(self) -> dict[str, Any]:
-        """What the worker's Trial takes (everything but the parent's deadline)."""
+        """What the worker's Trial takes (the limits are the parent's to enforce)."""
         args = dataclasses.asdict(self)
-        del args["timeout_s"]
+        for limit in ("startup_s", "stall_s", "timeout_s"):
+            del args[limit]
         return args
 
 
@@ -81,6 +90,7 @@ class TrialResult:
     base_batch_size: int | None
     lr: float | None
     log_path: Path
+    losses: list[Point] = dataclasses.field(default_factory=list)
 
 
 def build_command(spec: TrialSpec, event_fd: int, environ: Mapping[str, str],
@@ -117,12 +127,60 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
+def kill_orphans(pgid: int, started: float) -> int:
+    """Kill what is left of a worker's process group (by a tuner that was killed); return how many.
+
+    The group's leader may be gone while its DataLoader workers live on, so its
+    members are found by group id, and only those started with it or later count
+    (a group id, like a pid, can be reused after every member has exited).
+    """
+    import psutil
+
+    victims = []
+    for proc in psutil.process_iter(["create_time"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["create_time"] >= started - 1.0:
+                victims.append(proc)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    for proc in victims:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(victims, timeout=5)
+    return len(victims)
+
+
+#: Events that show the training loop is alive (the stall clock restarts on each).
+_PROGRESS = frozenset({"resolved", "progress", "warmup", "window"})
+
+Verdict = tuple[Outcome, str]
+
+
 def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
-              on_event: Callable[[dict[str, Any]], None] | None = None) -> TrialResult:
+              on_event: Callable[[dict[str, Any]], Verdict | None] | None = None, *,
+              interrupt: threading.Event | None = None, reference: Sequence[Point] = (),
+              tolerance: float = DIVERGENCE_TOLERANCE, floor: int | None = None) -> TrialResult:
     """Run one worker to its end and classify it. Never raises for the trial's own faults.
 
     The worker runs in its own process group, which is killed when the trial ends
-    (however it ends), so no DataLoader worker outlives it.
+    (however it ends), so no DataLoader worker outlives it. It is also killed, as
+    ``timeout``, when it has no batch after ``budget.startup_s``, no finished step
+    for ``budget.stall_s`` or runs past the deadline; as ``oom_host`` when the
+    monitor sees the RAM budget or the machine's floor crossed.
+
+    Args:
+        spec: What to run.
+        log_path: Where the worker's stdout and stderr go.
+        ram_budget: Bytes its process tree may use.
+        on_event: Gets every event (and a first ``spawned`` one with the pid); a
+            verdict it returns (pruned, diverged) stops the trial with that outcome.
+        interrupt: Set from elsewhere (a signal handler) to stop the trial as
+            ``interrupted``.
+        reference: The baseline's loss history, to judge divergence.
+        tolerance: See ``autotune._guard.divergence``.
+        floor: Available-memory floor in bytes (default: the monitor's).
     """
     read_fd, write_fd = os.pipe()
     argv, env = build_command(spec, write_fd, os.environ)
@@ -131,51 +189,71 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
         proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, pass_fds=(write_fd,), start_new_session=True)
     os.close(write_fd)
-    killed: list[str] = []
+    killed: list[Verdict] = []
 
-    def kill(reason: str) -> None:
+    def kill(outcome: Outcome, reason: str) -> None:
         if not killed:
-            killed.append(reason)
+            killed.append((outcome, reason))
         _kill_group(proc.pid)
 
-    def over_budget(ram: int) -> None:
-        kill(f"ram: the trial's processes used {ram / 2**30:.2f} GiB, over the RAM budget "
-             f"of {ram_budget / 2**30:.2f} GiB")
+    def judge(event: dict[str, Any]) -> None:
+        verdict = on_event(event) if on_event else None
+        if verdict:
+            kill(*verdict)
 
     gpu = nvml_handle(int(spec.device.partition(":")[2] or 0), os.environ) \
         if spec.device.startswith("cuda") else None
     events: dict[str, Any] = {}
     windows: list[dict[str, Any]] = []
     reader = EventReader()
+    budget = spec.budget
     started = time.time()
-    deadline = time.monotonic() + spec.budget.deadline()
+    spawned = alive = time.monotonic()
+    step = 0
+    judge({"event": "spawned", "pid": proc.pid})
     try:
-        with Monitor(proc.pid, ram_budget, over_budget, gpu) as monitor:
+        with Monitor(proc.pid, ram_budget, lambda why: kill(Outcome.OOM_HOST, why), gpu, floor) as monitor:
             while True:
                 exited = proc.poll() is not None
-                ready, _, _ = select.select([read_fd], [], [], 0 if exited else 0.2)
+                ready, _, _ = select.select([read_fd], [], [], 0 if exited else 0.1)
                 data = os.read(read_fd, 1 << 16) if ready else b""
+                now = time.monotonic()
                 for event in reader.feed(data):
                     events[event["event"]] = event
+                    if event["event"] in _PROGRESS:
+                        alive, step = now, event.get("step", step)
                     if event["event"] == "window":
                         windows.append(event)
-                    if on_event:
-                        on_event(event)
+                    judge(event)
                 if exited and not data:
                     break
-                if not exited and time.monotonic() > deadline:
-                    kill(f"deadline: still running after {spec.budget.deadline():.0f} s")
+                if exited or killed:
+                    continue
+                if interrupt is not None and interrupt.is_set():
+                    kill(Outcome.INTERRUPTED, "the tuner was interrupted (Ctrl-C or SIGTERM)")
+                elif "resolved" not in events and now - spawned > budget.startup_s:
+                    kill(Outcome.TIMEOUT, f"startup: no batch after {budget.startup_s:.0f} s "
+                                          "(imports, the dataset, DataLoader workers starting)")
+                elif "resolved" in events and now - alive > budget.stall_s:
+                    kill(Outcome.TIMEOUT, f"stalled: no step finished for {budget.stall_s:.0f} s "
+                                          f"(after step {step})")
+                elif now - spawned > budget.deadline():
+                    kill(Outcome.TIMEOUT, f"deadline: still running after {budget.deadline():.0f} s")
     finally:
         _kill_group(proc.pid)  # orphaned DataLoader workers, or everything on Ctrl-C
         proc.wait()
         os.close(read_fd)
     stderr_tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-10:])
-    outcome, reason = classify(proc.returncode, killed[0] if killed else None,
-                               events.get("error"), windows, stderr_tail)
-    final = events.get("end") or events.get("resolved") or {}
     metrics = summarize(windows, monitor, started, events)
+    losses = loss_history(events.get("warmup"), windows)
+    memory_low = metrics.get("available_min", float("inf")) < 2 * monitor.floor
+    outcome, reason = classify(proc.returncode, killed[0] if killed else None, events.get("error"),
+                               windows, stderr_tail, history=losses, reference=reference,
+                               tolerance=tolerance, memory_low=memory_low)
+    final = events.get("end") or events.get("resolved") or {}
     return TrialResult(outcome, reason, metrics, window_series(windows, monitor), windows,
-                       final.get("config", {}), final.get("base_batch_size"), final.get("lr"), log_path)
+                       final.get("config", {}), final.get("base_batch_size"), final.get("lr"), log_path,
+                       losses)
 
 
 def _percentile(values: Sequence[float], q: float) -> float:

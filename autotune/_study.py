@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import signal
+import socket
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune._config import Config, ConfigError
+from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION, prune_reason
 from autotune._outcome import Outcome
-from autotune._runner import Budget, TrialResult, TrialSpec, run_trial
+from autotune._runner import Budget, TrialResult, TrialSpec, Verdict, kill_orphans, run_trial
 
 if TYPE_CHECKING:
     import optuna
@@ -29,7 +34,16 @@ RAM_BUDGET_FRACTION = 0.75
 # Optuna user attrs of a trial (the MLflow run holds the same facts).
 ATTR_BASELINE, ATTR_OUTCOME, ATTR_REASON = "baseline", "outcome", "reason"
 ATTR_METRICS, ATTR_CONFIG, ATTR_RUN = "metrics", "config", "mlflow_run_id"
-ATTR_BASE_BATCH, ATTR_LR = "base_batch_size", "lr"
+ATTR_BASE_BATCH, ATTR_LR, ATTR_LOSSES = "base_batch_size", "lr", "losses"
+# Who runs a trial, for resuming after a tuner was killed: the tuner process
+# (host, pid, start time), its worker process group, and a heartbeat.
+ATTR_OWNER, ATTR_WORKER, ATTR_HEARTBEAT = "owner", "worker", "heartbeat"
+
+#: Seconds between a running trial's heartbeats in the study storage.
+HEARTBEAT_S = 30.0
+#: A RUNNING trial of a tuner on another host is stale after this long without a
+#: heartbeat (on this host, the tuner's process is checked directly).
+STALE_AFTER_S = 4 * HEARTBEAT_S
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +60,8 @@ class StudyOptions:
     budget: Budget = Budget()
     ram_budget: int | None = None
     seed: int | None = None
+    tolerance: float = DIVERGENCE_TOLERANCE
+    prune: float = PRUNE_FRACTION
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +76,7 @@ class TrialRow:
     config: dict[str, Any]
     base_batch_size: int | None
     speedup: float | None
+    losses: list[tuple[float, float]] = dataclasses.field(default_factory=list)
 
     @property
     def samples_per_s(self) -> float | None:
@@ -104,7 +121,10 @@ def open_storage(store: Path, url: str | None):
 
     try:
         if url and "://" in url:
-            return optuna.storages.RDBStorage(url)
+            # A server that does not answer should fail in seconds, not hang the tuner.
+            kwargs = ({"connect_args": {"connect_timeout": 10}}
+                      if url.startswith(("postgresql", "mysql")) else None)
+            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
         path = Path(url) if url else store / "optuna.journal"
         path.parent.mkdir(parents=True, exist_ok=True)
         return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
@@ -122,7 +142,8 @@ def row_of(trial: optuna.trial.FrozenTrial, baseline_sps: float | None) -> Trial
                                           else trial.state.name.lower())
     return TrialRow(trial.number, bool(attrs.get(ATTR_BASELINE)), outcome, attrs.get(ATTR_REASON, ""),
                     metrics, attrs.get(ATTR_CONFIG) or dict(trial.params), attrs.get(ATTR_BASE_BATCH),
-                    sps / baseline_sps if sps and baseline_sps else None)
+                    sps / baseline_sps if sps and baseline_sps else None,
+                    [tuple(p) for p in attrs.get(ATTR_LOSSES, [])])
 
 
 def rows_of(study: optuna.Study) -> tuple[list[TrialRow], TrialRow | None]:
@@ -179,6 +200,70 @@ def export_text(study: optuna.Study, best: TrialRow, rows: list[TrialRow]) -> st
     return render(best.config, best.base_batch_size, header)
 
 
+def this_process() -> dict[str, Any]:
+    """This tuner's identity as stored with its trials: host, pid, start time."""
+    import psutil
+
+    return {"host": socket.gethostname(), "pid": os.getpid(), "started": psutil.Process().create_time()}
+
+
+def process_alive(pid: int, started: float) -> bool:
+    """Whether ``pid`` is still the process that started at ``started`` (pids are reused)."""
+    import psutil
+
+    try:
+        return abs(psutil.Process(pid).create_time() - started) < 1.0
+    except psutil.NoSuchProcess:
+        return False
+
+
+def stale_reason(owner: Mapping[str, Any] | None, heartbeat: float | None, started: float, now: float,
+                 host: str, alive: Callable[[int, float], bool] = process_alive) -> str | None:
+    """Why a RUNNING trial belongs to no live tuner, or None while its tuner may still run it.
+
+    Args:
+        owner: The trial's owner attr (host, pid, started), if it was written.
+        heartbeat: Its last heartbeat (epoch seconds), if any.
+        started: When the trial started (epoch seconds).
+        now: The time now.
+        host: This host's name.
+        alive: Checks a (pid, start time) on this host.
+    """
+    if owner and owner.get("host") == host:
+        if alive(owner["pid"], owner["started"]):
+            return None
+        return f"its tuner (pid {owner['pid']} on {host}) is gone"
+    last = heartbeat or started
+    if now - last <= STALE_AFTER_S:
+        return None
+    where = f"from {owner['host']} " if owner else ""
+    return f"no heartbeat {where}for {now - last:.0f} s"
+
+
+class _Heartbeat:
+    """Writes a running trial's heartbeat every ``HEARTBEAT_S`` on a thread."""
+
+    def __init__(self, trial) -> None:
+        self._trial = trial
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="autotune-heartbeat", daemon=True)
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                self._trial.set_user_attr(ATTR_HEARTBEAT, time.time())
+            except Exception:  # a storage hiccup must not kill the trial; the next beat retries
+                continue
+
+
 class StudyRunner:
     """Runs ``options.trials`` trials of one study (see DESIGN 4)."""
 
@@ -209,6 +294,9 @@ class StudyRunner:
         self.ram_budget = options.ram_budget or int(
             fingerprint.ram_available_gib * 2**30 * RAM_BUDGET_FRACTION)
         self.log_dir = options.store / "trials" / self.name
+        self._owner = this_process()
+        self._interrupt = threading.Event()
+        self._signum: int | None = None
 
     def _check_same_target(self) -> None:
         known = self.study.user_attrs.get("target")
@@ -217,32 +305,108 @@ class StudyRunner:
                               "give another --study name")
 
     def run(self) -> tuple[list[TrialRow], TrialRow | None]:
-        """Run the trials; return every row of the study and its best."""
+        """Close stale trials, run the trials; return every row of the study and its best.
+
+        The first SIGINT or SIGTERM stops the running trial, which is recorded as
+        ``interrupted``; the study then finishes as usual (export, parent run
+        closed as KILLED) and ``interrupted_by`` names the signal. A second one
+        raises KeyboardInterrupt at once.
+        """
         started = time.monotonic()
         total = self.options.trials
+        self.recover()
         rows, _ = rows_of(self.study)
         try:
-            for index in range(total):
-                baseline = not any(r.baseline and r.outcome == Outcome.COMPLETE.value for r in rows)
-                number = self._one_trial(index, total, baseline)
-                rows, best = rows_of(self.study)
-                row = next(r for r in rows if r.number == number)
-                left = (time.monotonic() - started) / (index + 1) * (total - index - 1)
-                self.reporter.trial_done(row, best, left)
-                if baseline and row.outcome != Outcome.COMPLETE.value:
-                    raise BaselineFailed(f"the baseline (trial {row.number}: your code as written) "
-                                         f"ended as {row.outcome}; every trial would fail the same "
-                                         f"way:\n{row.reason}")
+            with self._signals():
+                for index in range(total):
+                    if self._interrupt.is_set():
+                        break
+                    baseline = not any(r.baseline and r.outcome == Outcome.COMPLETE.value for r in rows)
+                    number = self._one_trial(index, total, baseline, rows)
+                    rows, best = rows_of(self.study)
+                    row = next(r for r in rows if r.number == number)
+                    left = (time.monotonic() - started) / (index + 1) * (total - index - 1)
+                    self.reporter.trial_done(row, best, left)
+                    if baseline and row.outcome not in (Outcome.COMPLETE.value, Outcome.INTERRUPTED.value):
+                        raise BaselineFailed(f"the baseline (trial {row.number}: your code as written) "
+                                             f"ended as {row.outcome}; every trial would fail the same "
+                                             f"way:\n{row.reason}")
         except BaseException:  # the parent run must not stay RUNNING
             self.tracker.kill(self.parent_id)
             raise
         return self._finish()
 
-    def _one_trial(self, index: int, total: int, baseline: bool) -> int:
+    @property
+    def interrupted_by(self) -> int | None:
+        """The signal that stopped the study early, if one did."""
+        return self._signum
+
+    def recover(self) -> list[int]:
+        """Close the trials that killed tuners left RUNNING; return their numbers.
+
+        On this host a trial is stale when its tuner process is gone; elsewhere,
+        when its heartbeat is older than ``STALE_AFTER_S``. A stale trial's worker
+        group is killed if it still runs here, its MLflow run is closed as KILLED
+        (with its log) and it is failed in Optuna as ``interrupted``. MLflow goes
+        first: if this is killed midway, the trial is still RUNNING next time.
+        """
+        import optuna
+
+        host, now, closed = socket.gethostname(), time.time(), []
+        for frozen in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            attrs = frozen.user_attrs
+            begun = frozen.datetime_start.timestamp() if frozen.datetime_start else now
+            why = stale_reason(attrs.get(ATTR_OWNER), attrs.get(ATTR_HEARTBEAT), begun, now, host)
+            if why is None:
+                continue
+            worker = attrs.get(ATTR_WORKER)
+            killed = 0
+            if worker and attrs.get(ATTR_OWNER, {}).get("host") == host:
+                killed = kill_orphans(worker["pid"], worker["started"])
+            reason = (f"left RUNNING: {why}; closed by pid {os.getpid()} on resume"
+                      + (f", which killed {killed} orphaned worker process(es)" if killed else ""))
+            run_id = attrs.get(ATTR_RUN)
+            if run_id:
+                self.tracker.kill(run_id, reason, self.log_dir / f"trial-{frozen.number}.log")
+            trial = optuna.trial.Trial(self.study, frozen._trial_id)  # no public handle by number
+            trial.set_user_attr(ATTR_OUTCOME, Outcome.INTERRUPTED.value)
+            trial.set_user_attr(ATTR_REASON, reason)
+            self.study.tell(frozen.number, state=optuna.trial.TrialState.FAIL)
+            self.reporter.note(f"trial {frozen.number}: {reason}")
+            closed.append(frozen.number)
+        return closed
+
+    def _signals(self):
+        """While the study runs, SIGINT and SIGTERM ask it to stop (see ``run``)."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def handlers():
+            if threading.current_thread() is not threading.main_thread():
+                yield  # signal handlers can only be set from the main thread
+                return
+
+            def stop(signum, frame):
+                if self._interrupt.is_set():  # asked twice: stop now
+                    raise KeyboardInterrupt
+                self._signum = signum
+                self._interrupt.set()
+
+            previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+        return handlers()
+
+    def _one_trial(self, index: int, total: int, baseline: bool, rows: list[TrialRow]) -> int:
         """Run one trial to its end in both stores; return its number."""
         import optuna
 
         trial = self.study.ask()
+        trial.set_user_attr(ATTR_OWNER, self._owner)
         config = Config() if baseline else self.space.sample(trial)
         trial.set_user_attr(ATTR_BASELINE, baseline)
         run_id = self.tracker.start_trial(
@@ -252,15 +416,44 @@ class StudyRunner:
         self.reporter.trial_started(trial.number, index, total, config)
         spec = TrialSpec(self.options.target, config, self.fingerprint.device, self.options.budget,
                          seed=(self.options.seed or 0) + trial.number)
+        base = next((r for r in rows if r.baseline and r.outcome == Outcome.COMPLETE.value), None)
+        complete = [r.samples_per_s for r in rows if r.outcome == Outcome.COMPLETE.value and r.samples_per_s]
+        log_path = self.log_dir / f"trial-{trial.number}.log"
         try:
-            result = run_trial(spec, self.log_dir / f"trial-{trial.number}.log", self.ram_budget,
-                               self.reporter.event)
-        except BaseException:  # Ctrl-C or our own bug: close both records, then go on raising
+            with _Heartbeat(trial):
+                result = run_trial(spec, log_path, self.ram_budget,
+                                   self._watch(trial, None if baseline else max(complete, default=None)),
+                                   interrupt=self._interrupt, reference=base.losses if base else (),
+                                   tolerance=self.options.tolerance)
+        except BaseException as exc:  # a second Ctrl-C, or our own bug: close both records, go on raising
+            self.tracker.kill(run_id, f"the tuner stopped: {exc!r}", log_path)
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            self.tracker.kill(run_id)
             raise
         self._record(trial, run_id, result)
         return trial.number
+
+    def _watch(self, trial, best: float | None) -> Callable[[dict[str, Any]], Verdict | None]:
+        """The running trial's event handler: progress, its worker's identity, throughput
+        reports to Optuna (its intermediate values) and the pruning rule."""
+        rates: list[float] = []
+
+        def on_event(event: dict[str, Any]) -> Verdict | None:
+            self.reporter.event(event)
+            if event["event"] == "spawned":
+                from autotune._monitor import process_tree
+
+                procs = process_tree(event["pid"])
+                if procs:
+                    trial.set_user_attr(ATTR_WORKER, {"pid": event["pid"], "started": procs[0].create_time()})
+            elif event["event"] == "window":
+                rates.append(event["samples"] / event["seconds"])
+                trial.report(rates[-1], event["index"])
+                reason = prune_reason(rates, best, self.options.prune)
+                if reason:
+                    return Outcome.PRUNED, reason
+            return None
+
+        return on_event
 
     def _record(self, trial: optuna.Trial, run_id: str, result: TrialResult) -> None:
         import optuna
@@ -269,7 +462,8 @@ class StudyRunner:
         derived.update(base_batch_size=result.base_batch_size, effective_lr=result.lr)
         for key, value in ((ATTR_OUTCOME, result.outcome.value), (ATTR_REASON, result.reason[-2000:]),
                            (ATTR_METRICS, result.metrics), (ATTR_CONFIG, result.resolved),
-                           (ATTR_BASE_BATCH, result.base_batch_size), (ATTR_LR, result.lr)):
+                           (ATTR_BASE_BATCH, result.base_batch_size), (ATTR_LR, result.lr),
+                           (ATTR_LOSSES, result.losses)):
             trial.set_user_attr(key, value)
         self.tracker.end_trial(run_id, result.outcome, result.reason, result.metrics, result.series,
                                {k: v for k, v in derived.items() if v is not None}, result.log_path)
@@ -298,5 +492,6 @@ class StudyRunner:
             if best.speedup:
                 metrics["best_speedup"] = best.speedup
         self.tracker.finish_parent(self.parent_id, artifacts, metrics,
-                                   {"throughput.png": throughput_figure(self.name, rows)})
+                                   {"throughput.png": throughput_figure(self.name, rows)},
+                                   status="KILLED" if self._signum else "FINISHED")
         return rows, best

@@ -17,8 +17,8 @@ from typing import Any
 from autotune._config import ConfigError
 from autotune._outcome import Outcome
 
-#: MLflow run status per outcome: a pruned trial was stopped by us, the
-#: failures failed; complete and diverged ran their whole budget.
+#: MLflow run status per outcome: a pruned or interrupted trial was stopped by
+#: us, the failures failed; complete and diverged ran their whole budget.
 RUN_STATUS = {
     Outcome.COMPLETE: "FINISHED",
     Outcome.DIVERGED: "FINISHED",
@@ -27,6 +27,7 @@ RUN_STATUS = {
     Outcome.OOM_HOST: "FAILED",
     Outcome.TIMEOUT: "FAILED",
     Outcome.CRASHED: "FAILED",
+    Outcome.INTERRUPTED: "KILLED",
 }
 
 _PARAM_LIMIT = 6000  # MLflow's param value length limit (3.x)
@@ -117,12 +118,20 @@ class Tracker:
             self.client.log_artifact(run_id, str(log_path))
         self.client.set_terminated(run_id, status=RUN_STATUS[outcome])
 
-    def kill(self, run_id: str) -> None:
-        """Close a run that did not finish (interrupted, or left by a killed tuner)."""
+    def kill(self, run_id: str, reason: str | None = None, log_path: Path | None = None) -> None:
+        """Close a run that did not finish (interrupted, or left RUNNING by a killed tuner)."""
+        from mlflow.entities import RunTag
+
+        if reason is not None:
+            self.client.log_batch(run_id, tags=[RunTag("autotune.outcome", Outcome.INTERRUPTED.value),
+                                                RunTag("autotune.reason", reason[-4000:])])
+        if log_path is not None and log_path.exists():
+            self.client.log_artifact(run_id, str(log_path))
         self.client.set_terminated(run_id, status="KILLED")
 
     def finish_parent(self, run_id: str, artifacts: Mapping[str, str],
-                      metrics: Mapping[str, float], figures: Mapping[str, Any] | None = None) -> None:
+                      metrics: Mapping[str, float], figures: Mapping[str, Any] | None = None,
+                      status: str = "FINISHED") -> None:
         """Attach text artifacts, figures and summary metrics to the parent run and close it."""
         from mlflow.entities import Metric
 
@@ -132,7 +141,7 @@ class Tracker:
             self.client.log_text(run_id, text, name)
         for name, figure in (figures or {}).items():
             self.client.log_figure(run_id, figure, name)
-        self.client.set_terminated(run_id, status="FINISHED")
+        self.client.set_terminated(run_id, status=status)
 
 
 def _text(value: Any) -> str:

@@ -8,6 +8,7 @@ runs it under a :class:`~autotune._run.Trial`, reporting on the event pipe.
 from __future__ import annotations
 
 import ast
+import faulthandler
 import importlib
 import importlib.util
 import json
@@ -76,6 +77,9 @@ def error_event(exc: BaseException) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A segfault or abort in native code (a DataLoader collate, a CUDA kernel launch)
+    # then leaves the Python stack in the trial log, which the crash reason quotes.
+    faulthandler.enable()
     spec = json.loads((argv or sys.argv[1:])[0])
     emit = EventWriter(int(os.environ[FD_ENV]))
     emit("started", pid=os.getpid())

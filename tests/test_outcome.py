@@ -26,17 +26,24 @@ USER_BUG = {"type": "ValueError", "message": "shapes do not match",
                          "ValueError: shapes do not match"}
 
 
+RAM = (Outcome.OOM_HOST, "the trial's processes used 9.00 GiB, over the RAM budget of 8.00 GiB")
+DEADLINE = (Outcome.TIMEOUT, "deadline: still running after 64 s")
+STALLED = (Outcome.TIMEOUT, "stalled: no step finished for 30 s (after step 12)")
+
+
 @pytest.mark.parametrize(
-    ("returncode", "killed_for", "error", "windows", "tail", "outcome", "reason"),
+    ("returncode", "killed", "error", "windows", "tail", "outcome", "reason"),
     [
-        # our RAM guard killed the group: SIGKILL, but the guard's reason wins
-        (-9, "ram: the trial's processes used 9.00 GiB, over the RAM budget of 8.00 GiB", None, OK,
-         "", Outcome.OOM_HOST, "ram: the trial's processes used 9.00 GiB"),
-        # our deadline
-        (-9, "deadline: still running after 64 s", None, [], "", Outcome.TIMEOUT,
-         "deadline: still running after 64 s"),
-        # a kill reason beats an error event the worker managed to send first
-        (-9, "deadline: still running after 5 s", USER_BUG, [], "", Outcome.TIMEOUT, "deadline"),
+        # our RAM guard killed the group: SIGKILL, but the guard's verdict wins
+        (-9, RAM, None, OK, "", Outcome.OOM_HOST, "over the RAM budget of 8.00 GiB"),
+        # our deadline, our stall detector
+        (-9, DEADLINE, None, [], "", Outcome.TIMEOUT, "deadline: still running after 64 s"),
+        (-9, STALLED, None, OK, "", Outcome.TIMEOUT, "no step finished for 30 s"),
+        # a verdict beats an error event the worker managed to send first
+        (-9, DEADLINE, USER_BUG, [], "", Outcome.TIMEOUT, "deadline"),
+        # pruned and interrupted are verdicts too
+        (-9, (Outcome.PRUNED, "pruned after 2 windows"), None, OK, "", Outcome.PRUNED, "pruned after"),
+        (-9, (Outcome.INTERRUPTED, "Ctrl-C"), None, OK, "", Outcome.INTERRUPTED, "Ctrl-C"),
         # GPU OOM, both texts torch produces
         (1, None, TORCH_OOM, [], "", Outcome.OOM_GPU,
          "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"),
@@ -52,8 +59,8 @@ USER_BUG = {"type": "ValueError", "message": "shapes do not match",
         (1, None, {"type": "RuntimeError", "message": "DataLoader worker (pid 7) is killed by "
                    "signal: Killed.", "traceback": "RuntimeError: DataLoader worker"}, [], "",
          Outcome.CRASHED, "RuntimeError: DataLoader worker"),
-        # killed by a signal from outside: SIGKILL is most likely the kernel's OOM killer
-        (-signal.SIGKILL, None, None, OK, "", Outcome.OOM_HOST, "killed by SIGKILL from outside"),
+        # killed by a signal from outside, with plenty of memory left: not an OOM
+        (-signal.SIGKILL, None, None, OK, "", Outcome.CRASHED, "killed by SIGKILL from outside autotune"),
         (-signal.SIGSEGV, None, None, OK, "Fatal Python error: Segmentation fault",
          Outcome.CRASHED, "killed by SIGSEGV\nFatal Python error: Segmentation fault"),
         (-signal.SIGABRT, None, None, [], "", Outcome.CRASHED, "killed by SIGABRT"),
@@ -63,26 +70,44 @@ USER_BUG = {"type": "ValueError", "message": "shapes do not match",
         # exit 0 but nothing measured
         (0, None, None, [], "", Outcome.CRASHED,
          "the training function returned before one measured window finished"),
-        # the loss went non-finite
-        (0, None, None, [{"index": 0, "loss": 0.7}, {"index": 1, "loss": math.nan}], "",
-         Outcome.DIVERGED, "loss is nan in window 1"),
-        (0, None, None, [{"index": 0, "loss": math.inf}], "", Outcome.DIVERGED,
-         "loss is inf in window 0"),
-        (0, None, None, [{"index": 0, "loss": 1.0}, {"index": 1, "loss": -math.inf}], "",
-         Outcome.DIVERGED, "loss is -inf in window 1"),
         # no loss recorded (the function never called run.step) is not divergence
         (0, None, None, [{"index": 0, "loss": None}], "", Outcome.COMPLETE, ""),
         # complete
         (0, None, None, OK, "", Outcome.COMPLETE, ""),
     ],
 )
-def test_classify(returncode, killed_for, error, windows, tail, outcome, reason) -> None:
-    got, why = classify(returncode, killed_for, error, windows, tail)
+def test_classify(returncode, killed, error, windows, tail, outcome, reason) -> None:
+    got, why = classify(returncode, killed, error, windows, tail)
     assert got is outcome
-    if outcome is Outcome.COMPLETE:
+    if not reason:
         assert why == ""
     else:
         assert reason and reason in why
+
+
+def test_sigkill_while_the_machine_was_out_of_memory_is_oom_host() -> None:
+    outcome, why = classify(-signal.SIGKILL, None, None, OK, memory_low=True)
+    assert outcome is Outcome.OOM_HOST
+    assert "the kernel's OOM killer" in why
+
+
+@pytest.mark.parametrize(
+    ("history", "reference", "outcome", "reason"),
+    [
+        # the worker stops at a nan in its warmup: no window, still diverged (not "returned early")
+        ([(50.0, math.nan)], [], Outcome.DIVERGED, "loss is nan after 50 samples"),
+        ([(50.0, 2.0), (150.0, math.inf)], [], Outcome.DIVERGED, "loss is inf after 150 samples"),
+        # finite but far worse than the baseline at matched samples
+        ([(100.0, 2.3), (300.0, 2.3)], [(100.0, 2.0), (300.0, 0.5)], Outcome.DIVERGED, "worse"),
+        # as good as the baseline
+        ([(100.0, 2.0), (300.0, 0.55)], [(100.0, 2.0), (300.0, 0.5)], Outcome.COMPLETE, ""),
+    ],
+)
+def test_classify_judges_the_loss_history(history, reference, outcome, reason) -> None:
+    windows = OK if outcome is Outcome.COMPLETE else []
+    got, why = classify(0, None, None, windows, history=history, reference=reference)
+    assert got is outcome
+    assert reason in why
 
 
 def test_error_event_wins_over_its_exit_status() -> None:
@@ -101,5 +126,5 @@ def test_killed_by_a_realtime_signal_is_crashed() -> None:
 
 def test_outcome_values_are_the_documented_strings() -> None:
     assert {o.value for o in Outcome} == {"complete", "diverged", "oom_gpu", "oom_host", "timeout",
-                                          "crashed", "pruned"}
+                                          "crashed", "pruned", "interrupted"}
     assert Outcome("oom_gpu") is Outcome.OOM_GPU

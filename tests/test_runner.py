@@ -6,6 +6,7 @@ import json
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -130,11 +131,13 @@ class Watch:
 
     def __init__(self) -> None:
         self.events: list[dict] = []
+        self.times: dict[str, float] = {}  # when each kind of event last arrived
         self.pid: int | None = None
         self.children: set[int] = set()
 
     def __call__(self, event: dict) -> None:
         self.events.append(event)
+        self.times[event["event"]] = time.time()
         if event["event"] == "started":
             self.pid = event["pid"]
         if self.pid is not None:
@@ -144,7 +147,8 @@ class Watch:
                 pass
 
     def kinds(self) -> list[str]:
-        return [e["event"] for e in self.events]
+        """Event kinds in order, without the once-a-second progress beats."""
+        return [e["event"] for e in self.events if e["event"] != "progress"]
 
 
 def trial(tmp_path: Path, func: str, config: Config = Config(), budget: Budget = FAST,  # noqa: B008
@@ -187,9 +191,15 @@ def test_complete_trial(tmp_path: Path) -> None:
     result, watch = trial(tmp_path, "train", config)
     assert (result.outcome, result.reason) == (Outcome.COMPLETE, "")
     assert len(result.windows) == 2
-    assert watch.kinds()[:3] == ["started", "resolved", "warmup"]
+    assert watch.kinds()[:4] == ["spawned", "started", "resolved", "warmup"]
     assert watch.kinds()[-3:] == ["window", "window", "end"]
+    warmup = next(e for e in watch.events if e["event"] == "warmup")
+    assert warmup["samples_seen"] == warmup["samples"] == 32 * warmup["steps"]
+    assert 0 < warmup["loss"] < 10
+    seen = warmup["samples_seen"]
     for window in result.windows:
+        seen += window["samples"]
+        assert window["samples_seen"] == seen  # counted from the first batch, warmup included
         assert window["samples"] == 32 * window["steps"]  # batch 2 * 16, drop_last
         assert window["steps"] >= FAST.min_window_steps
         assert window["seconds"] >= FAST.window_s
@@ -206,6 +216,8 @@ def test_complete_trial(tmp_path: Path) -> None:
     assert result.base_batch_size == 16
     assert result.lr == pytest.approx(0.2)  # 0.1 * 32/16
     assert len(result.series["window_samples_per_s"]) == 2
+    assert [p[0] for p in result.losses] == [warmup["samples"] / 2] + [
+        w["samples_seen"] - w["samples"] / 2 for w in result.windows]
     assert result.log_path.is_file()
     assert not survivors(watch)
 
@@ -218,19 +230,54 @@ def test_crashing_function(tmp_path: Path) -> None:
     assert result.windows == []
 
 
-def test_nan_loss_diverges(tmp_path: Path) -> None:
-    result, _ = trial(tmp_path, "train_nan")
+def test_nan_loss_diverges_at_once(tmp_path: Path) -> None:
+    # The loss is nan from the first step: the warmup's loss read ends the trial, before
+    # any measured window.
+    result, watch = trial(tmp_path, "train_nan", budget=Budget(warmup_s=0.2, window_s=5, windows=4))
     assert result.outcome is Outcome.DIVERGED
-    assert result.reason == "loss is nan in window 0"
+    assert result.reason.startswith("loss is nan after ")
+    assert result.windows == []
+    assert result.metrics["duration_s"] < 20  # not 4 windows of 5 s after a warmup
 
 
-def test_hanging_function_times_out_and_leaves_no_process(tmp_path: Path) -> None:
-    budget = Budget(warmup_s=0.2, window_s=0.3, windows=2, timeout_s=5)
+def test_loss_worse_than_the_reference_diverges(tmp_path: Path) -> None:
+    # A baseline whose loss fell from 0.7 to 0.001 within 100 samples: this trial's real
+    # loss (about 0.1 after thousands of samples) is (0.1 - 0.001) / (0.1 * 0.7) > 100% worse.
+    reference = [(0.0, 0.7), (100.0, 0.001)]
+    result, _ = trial(tmp_path, "train", reference=reference)
+    assert result.outcome is Outcome.DIVERGED
+    assert "at matched samples" in result.reason
+    assert result.metrics["samples_per_s"] > 0  # its speed is kept: infeasible, not unmeasured
+
+
+def test_a_stalled_step_is_killed_within_the_stall_timeout(tmp_path: Path) -> None:
+    budget = Budget(warmup_s=0.2, window_s=0.3, windows=2, stall_s=2)
     result, watch = trial(tmp_path, "train_hangs", budget=budget)
     assert result.outcome is Outcome.TIMEOUT
-    assert result.reason == "deadline: still running after 5 s"
+    assert result.reason == "stalled: no step finished for 2 s (after step 0)"
     assert len(watch.children) >= 2  # its two DataLoader workers were seen alive
     assert not survivors(watch)  # the `sleep` it started included: it is in the group
+    # the first batch, then silence: killed inside stall + 5 s of the last sign of life
+    assert time.time() - watch.times["resolved"] < budget.stall_s + 5
+
+
+def test_a_hang_before_the_first_batch_is_a_startup_timeout(tmp_path: Path) -> None:
+    budget = Budget(warmup_s=0.2, window_s=0.3, windows=2, startup_s=3)
+    result, watch = trial(tmp_path, "train_hangs_in_setup", budget=budget)
+    assert result.outcome is Outcome.TIMEOUT
+    assert result.reason.startswith("startup: no batch after 3 s")
+    assert result.metrics["duration_s"] < budget.startup_s + 5
+    assert not survivors(watch)
+
+
+def test_a_trial_past_its_deadline_is_killed(tmp_path: Path) -> None:
+    # Healthy and making progress, but 1000 windows will not fit in 5 s.
+    budget = Budget(warmup_s=0.2, window_s=0.3, windows=1000, timeout_s=5)
+    result, watch = trial(tmp_path, "train", budget=budget)
+    assert result.outcome is Outcome.TIMEOUT
+    assert result.reason == "deadline: still running after 5 s"
+    assert result.windows  # what it measured is kept
+    assert not survivors(watch)
 
 
 def test_function_returning_before_a_window(tmp_path: Path) -> None:
@@ -253,9 +300,10 @@ def test_ram_budget_kills_the_group(tmp_path: Path) -> None:
     # 1 MiB: a Python process alone is over it, so the monitor's first sample kills it.
     result, _ = trial(tmp_path, "train", ram_budget=2**20)
     assert result.outcome is Outcome.OOM_HOST
-    assert result.reason.startswith("ram: the trial's processes used ")
-    assert result.reason.endswith("over the RAM budget of 0.00 GiB")  # 1 MiB / 2**30, 2 places
+    assert result.reason.startswith("the trial's processes used ")
+    assert result.reason.endswith("over the RAM budget of 1 MiB")
     assert result.windows == []
+    assert result.metrics["ram_peak"] > 2**20  # a killed trial's memory figures are kept
 
 
 def test_missing_target_is_crashed_not_raised(tmp_path: Path) -> None:

@@ -1,0 +1,121 @@
+"""The rules that judge a trial while and after it runs: divergence against the baseline, and pruning.
+
+Pure functions over numbers, so they are tested on hand-written histories. A loss
+history is a list of ``(samples, loss)`` points: ``samples`` is how many samples
+the training function had consumed at the middle of the stretch whose mean loss
+is ``loss`` (the warmup, then each measured window).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+#: How much worse than the baseline's loss, at matched samples, a trial's loss
+#: may be before it counts as diverged: 0.5 = 50%. Configs that train the same
+#: model differently (a 4x batch with linear lr scaling, bf16) stay well inside
+#: it on the runners; a trial that stalls or blows up lands at 2x and more. See
+#: benchmarks/RESULTS.md, "Divergence tolerance", for the measured excesses.
+DIVERGENCE_TOLERANCE = 0.5
+#: Loss differences are scaled by the baseline's loss at that point, but never by
+#: less than this share of the baseline's first loss: late in a run the loss can
+#: approach 0, where 0.02 against 0.01 is "100% worse" and means nothing.
+SCALE_FLOOR = 0.1
+
+#: A trial is pruned when its fastest window so far is under this share of the
+#: best complete trial's samples/s. Windows of one config differ by 5-15% on the
+#: CPU machine (benchmarks/RESULTS.md), so half the best is many spreads away:
+#: no plausible noise makes such a trial the winner.
+PRUNE_FRACTION = 0.5
+#: Windows a trial measures before it may be pruned: one window can be a fluke
+#: (a cache filling, a neighbour's burst).
+PRUNE_MIN_WINDOWS = 2
+
+Point = tuple[float, float]
+
+
+def loss_history(warmup: Mapping[str, Any] | None, windows: Sequence[Mapping[str, Any]]) -> list[Point]:
+    """The ``(samples, loss)`` points of a trial's warmup and windows (those that read a loss).
+
+    Events carry ``samples_seen`` (consumed since the first batch, at the stretch's
+    end) and ``samples`` (consumed in the stretch); the point sits at its middle.
+    """
+    points = []
+    for event in ([warmup] if warmup else []) + list(windows):
+        if event.get("loss") is None or "samples_seen" not in event:
+            continue
+        points.append((event["samples_seen"] - event["samples"] / 2, float(event["loss"])))
+    return points
+
+
+def first_nonfinite(history: Sequence[Point]) -> Point | None:
+    """The first point whose loss is nan or inf, or None."""
+    return next((p for p in history if not math.isfinite(p[1])), None)
+
+
+def loss_at(reference: Sequence[Point], samples: float) -> float | None:
+    """The reference's loss at ``samples``: linear between its points, its last loss beyond them.
+
+    None before its first point: the loss falls fastest there, and comparing an
+    earlier point of a trial with it would call a healthy trial worse.
+    """
+    if not reference or samples < reference[0][0]:
+        return None
+    for (s0, l0), (s1, l1) in zip(reference, reference[1:]):
+        if samples <= s1:
+            return l0 + (l1 - l0) * (samples - s0) / (s1 - s0) if s1 > s0 else l1
+    return reference[-1][1]  # beyond the baseline's run: its loss only falls further, so this is lenient
+
+
+def divergence(reference: Sequence[Point], history: Sequence[Point],
+               tolerance: float = DIVERGENCE_TOLERANCE) -> str | None:
+    """Why a trial counts as diverged, or None when it trains like the baseline.
+
+    Diverged when any loss is nan or inf, or when its mean loss over the later
+    half of the points it shares with the baseline is worse than the baseline's
+    mean there by more than ``tolerance``, relative to the baseline's loss (but
+    at least ``SCALE_FLOOR`` times the baseline's first loss). The later half is
+    what training would go on from; averaging damps one noisy window.
+
+    Args:
+        reference: The baseline's loss history, sorted by samples.
+        history: The trial's loss history, sorted by samples.
+        tolerance: The allowed relative excess (0.5 = 50% worse).
+    """
+    bad = first_nonfinite(history)
+    if bad is not None:
+        return f"loss is {bad[1]} after {bad[0]:,.0f} samples"
+    matched = [(s, loss, ref) for s, loss in history if (ref := loss_at(reference, s)) is not None]
+    if not matched:
+        return None
+    tail = matched[len(matched) // 2:]
+    loss = sum(p[1] for p in tail) / len(tail)
+    ref = sum(p[2] for p in tail) / len(tail)
+    scale = max(abs(ref), SCALE_FLOOR * abs(reference[0][1]))
+    if scale == 0:
+        return None
+    excess = (loss - ref) / scale
+    if excess <= tolerance:
+        return None
+    return (f"loss {loss:.3g} vs the baseline's {ref:.3g} at matched samples "
+            f"({tail[0][0]:,.0f}-{tail[-1][0]:,.0f}): {excess:.0%} worse, over the {tolerance:.0%} tolerance")
+
+
+def prune_reason(rates: Sequence[float], best: float | None, fraction: float = PRUNE_FRACTION,
+                 min_windows: int = PRUNE_MIN_WINDOWS) -> str | None:
+    """Why a running trial should stop now, or None.
+
+    Args:
+        rates: samples/s of the windows the trial has finished.
+        best: samples/s of the best complete, feasible trial so far (None: no best yet).
+        fraction: Prune below this share of ``best``; 0 never prunes.
+        min_windows: Windows needed before judging.
+    """
+    if not best or fraction <= 0 or len(rates) < min_windows:
+        return None
+    fastest = max(rates)
+    if fastest >= fraction * best:
+        return None
+    return (f"pruned after {len(rates)} windows: {fastest:,.1f} samples/s at best, under "
+            f"{fraction:.0%} of the best so far ({best:,.1f})")

@@ -1,0 +1,143 @@
+"""The guard's pure rules: loss histories, divergence against the baseline, pruning."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autotune._guard import (DIVERGENCE_TOLERANCE, divergence, first_nonfinite, loss_at, loss_history,
+                             prune_reason)
+
+NAN, INF = math.nan, math.inf
+# The baseline: loss 2.0 in the middle of its warmup (100 samples), then falling.
+BASE = [(100.0, 2.0), (300.0, 1.0), (500.0, 0.6), (700.0, 0.5)]
+
+
+def test_loss_history_puts_each_point_mid_stretch() -> None:
+    warmup = {"samples": 200, "samples_seen": 200, "loss": 2.0}
+    windows = [{"samples": 400, "samples_seen": 600, "loss": 1.0},
+               {"samples": 400, "samples_seen": 1000, "loss": None},  # no run.step: skipped
+               {"samples": 400, "samples_seen": 1400, "loss": NAN}]
+    # 200 - 200/2 = 100; 600 - 400/2 = 400; 1400 - 200 = 1200
+    history = loss_history(warmup, windows)
+    assert history[:2] == [(100.0, 2.0), (400.0, 1.0)]
+    assert history[2][0] == 1200.0 and math.isnan(history[2][1])
+
+
+def test_loss_history_of_a_trial_without_warmup_event() -> None:
+    assert loss_history(None, [{"samples": 10, "samples_seen": 40, "loss": 0.5}]) == [(35.0, 0.5)]
+
+
+@pytest.mark.parametrize(
+    ("history", "expected"),
+    [
+        ([(1.0, 2.0), (2.0, 1.0)], None),
+        ([(1.0, 2.0), (2.0, NAN), (3.0, INF)], 2.0),
+        ([(1.0, -INF)], 1.0),
+        ([], None),
+    ],
+)
+def test_first_nonfinite(history, expected) -> None:
+    found = first_nonfinite(history)
+    assert (found[0] if found else None) == expected
+
+
+@pytest.mark.parametrize(
+    ("samples", "expected"),
+    [
+        (50.0, None),    # before the baseline's first point: no comparison
+        (100.0, 2.0),    # on a point
+        (200.0, 1.5),    # halfway between 2.0 and 1.0
+        (600.0, 0.55),   # halfway between 0.6 and 0.5
+        (5000.0, 0.5),   # beyond its run: its last loss
+    ],
+)
+def test_loss_at_interpolates_the_reference(samples, expected) -> None:
+    got = loss_at(BASE, samples)
+    assert got == expected if expected is None else got == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("history", "diverged", "words"),
+    [
+        # the same curve as the baseline
+        (BASE, False, ""),
+        # nan or inf anywhere is divergence, whatever the rest
+        ([(100.0, 2.0), (300.0, NAN)], True, "loss is nan after 300 samples"),
+        ([(100.0, INF)], True, "loss is inf after 100 samples"),
+        ([(100.0, 2.0), (300.0, 1.0), (500.0, -INF)], True, "loss is -inf"),
+        # 40% worse at the later points: later half is (500, 0.84), (700, 0.70) vs 0.6, 0.5;
+        # mean 0.77 vs 0.55 -> (0.77 - 0.55) / 0.55 = 40%, inside the 50% tolerance
+        ([(100.0, 2.0), (300.0, 1.4), (500.0, 0.84), (700.0, 0.70)], False, ""),
+        # 60% worse: (0.96 + 0.80) / 2 = 0.88 vs 0.55 -> 60%, over it
+        ([(100.0, 2.0), (300.0, 1.6), (500.0, 0.96), (700.0, 0.80)], True, "60% worse"),
+        # stuck at the starting loss: 2.0 vs 0.55 -> 264% worse
+        ([(100.0, 2.0), (300.0, 2.0), (500.0, 2.0), (700.0, 2.0)], True, "264% worse"),
+        # bad early but caught up: only the later half counts
+        ([(100.0, 5.0), (300.0, 3.0), (500.0, 0.6), (700.0, 0.5)], False, ""),
+        # a faster trial that saw many more samples than the baseline: compared with the
+        # baseline's last loss (0.5); 0.45 is better
+        ([(300.0, 1.0), (2000.0, 0.45), (4000.0, 0.45)], False, ""),
+        # ... and 1.2 is 140% worse than it, though it saw 5x the samples
+        ([(300.0, 1.0), (2000.0, 1.2), (4000.0, 1.2)], True, "140% worse"),
+        # all points before the baseline's first: nothing to compare
+        ([(10.0, 9.0), (20.0, 9.0)], False, ""),
+    ],
+)
+def test_divergence(history, diverged, words) -> None:
+    reason = divergence(BASE, history)
+    assert (reason is not None) is diverged
+    assert words in (reason or "")
+
+
+def test_divergence_scale_floor_near_zero_loss() -> None:
+    # Late in a run both losses are tiny: 0.02 vs 0.01 is "100% worse" relative to 0.01,
+    # but the scale is floored at 10% of the baseline's first loss (0.1 * 2.0 = 0.2):
+    # (0.02 - 0.01) / 0.2 = 5%.
+    base = [(100.0, 2.0), (1000.0, 0.01)]
+    assert divergence(base, [(1000.0, 0.02)]) is None
+    # ... while 0.2 is (0.2 - 0.01) / 0.2 = 95% worse
+    assert "95% worse" in divergence(base, [(1000.0, 0.2)])
+
+
+def test_divergence_with_negative_losses() -> None:
+    # A log-likelihood style loss below zero: worse means higher.
+    base = [(100.0, -1.0), (300.0, -2.0)]
+    assert divergence(base, [(300.0, -1.9)]) is None          # 0.1 / 2.0 = 5%
+    assert divergence(base, [(300.0, -0.5)]) is not None      # 1.5 / 2.0 = 75%
+
+
+def test_divergence_tolerance_is_configurable() -> None:
+    history = [(300.0, 2.0)]  # (2.0 - 1.0) / 1.0 = 100% worse
+    assert divergence(BASE, history, tolerance=1.5) is None
+    assert divergence(BASE, history, tolerance=0.9) is not None
+    assert DIVERGENCE_TOLERANCE == 0.5
+
+
+def test_divergence_without_reference_checks_only_finiteness() -> None:
+    assert divergence([], [(1.0, 100.0)]) is None
+    assert divergence([], [(1.0, NAN)]) is not None
+
+
+@pytest.mark.parametrize(
+    ("rates", "best", "pruned"),
+    [
+        ([100.0], 1000.0, False),          # one window is not enough to judge
+        ([100.0, 120.0], 1000.0, True),    # 120 < 0.5 * 1000
+        ([100.0, 600.0], 1000.0, False),   # its fastest window, 600, is over 500
+        ([499.0, 499.0], 1000.0, True),    # just under half
+        ([500.0, 500.0], 1000.0, False),   # exactly half stays
+        ([1.0, 1.0], None, False),         # no best yet (the baseline)
+        ([1.0, 1.0], 0.0, False),
+    ],
+)
+def test_prune_reason(rates, best, pruned) -> None:
+    reason = prune_reason(rates, best)
+    assert (reason is not None) is pruned
+    if pruned:
+        assert "under 50% of the best so far" in reason
+
+
+def test_prune_fraction_zero_never_prunes() -> None:
+    assert prune_reason([1.0, 1.0, 1.0], 1000.0, fraction=0.0) is None
