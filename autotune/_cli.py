@@ -18,6 +18,7 @@ import click
 from autotune._config import ConfigError
 from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION
 from autotune._knobs import KNOBS
+from autotune._outcome import headline
 from autotune._space import SPACES_DIR
 
 _STORE_HELP = "Store folder: Optuna journal, MLflow database, artifacts, trial logs."
@@ -210,7 +211,7 @@ class _Progress:
         wait_text = f"data-wait {wait:4.0%}" if wait is not None else ""
         line = f"{self._head}\n    {row.outcome:9} {sps} {speed} {wait_text}"
         if row.outcome != "complete" and row.reason:
-            line += f"  [red]{row.reason.strip().splitlines()[-1][:120]}[/red]"
+            line += f"  [red]{headline(row.reason)[:120]}[/red]"
         left = f"~{int(seconds_left // 60)}m{int(seconds_left % 60):02d}s left" if seconds_left else "done"
         best_text = f"best {best.speedup:.2f}x (trial {best.number})" if best and best.speedup else ""
         self.console.print(f"{line}   [dim]{best_text} {left}[/dim]")
@@ -271,7 +272,7 @@ def show(study: str | None, storage: str | None, store: Path) -> None:
             f"{m['step_time_p50'] * 1000:.1f} ms" if "step_time_p50" in m else "-",
             f"{m['ram_peak'] / 2**30:.2f} GiB" if "ram_peak" in m else "-",
             *(_fmt(r.config.get(k, "-")) for k in keys),
-            r.reason.strip().splitlines()[-1][:60] if r.reason.strip() else "")
+            headline(r.reason)[:90])
     Console(width=max(220, Console().width)).print(table)
     if best is not None:
         click.echo(f"best: trial {best.number}" + (f", {best.speedup:.2f}x the baseline" if best.speedup else ""))

@@ -117,5 +117,5 @@ def prune_reason(rates: Sequence[float], best: float | None, fraction: float = P
     fastest = max(rates)
     if fastest >= fraction * best:
         return None
-    return (f"pruned after {len(rates)} windows: {fastest:,.1f} samples/s at best, under "
-            f"{fraction:.0%} of the best so far ({best:,.1f})")
+    return (f"{fastest:,.0f} samples/s at best in {len(rates)} windows, under {fraction:.0%} "
+            f"of the best so far ({best:,.0f})")

@@ -30,11 +30,27 @@ class Outcome(str, enum.Enum):
 _GPU_OOM = ("CUDA out of memory", "CUDA error: out of memory", "OutOfMemoryError")
 
 
+def headline(reason: str) -> str:
+    """The line that says what happened: every reason ``classify`` writes starts with it."""
+    return reason.strip().partition("\n")[0]
+
+
+def clip(reason: str, limit: int) -> str:
+    """``reason`` in at most ``limit`` characters: its headline, then as much of its end as fits."""
+    if len(reason) <= limit:
+        return reason
+    head = headline(reason)[: limit // 2]
+    return f"{head}\n...\n{reason[-(limit - len(head) - 5):]}"
+
+
 def classify(returncode: int | None, killed: tuple[Outcome, str] | None, error: Mapping[str, Any] | None,
              windows: Sequence[Mapping[str, Any]], stderr_tail: str = "", *,
              history: Sequence[Point] = (), reference: Sequence[Point] = (),
              tolerance: float = DIVERGENCE_TOLERANCE, memory_low: bool = False) -> tuple[Outcome, str]:
     """Decide a finished worker's outcome and the reason shown to the user.
+
+    The reason's first line says what happened (see ``headline``); the lines
+    after it are evidence: a traceback's tail, the end of the trial's log.
 
     Args:
         returncode: The worker's exit status (negative: killed by that signal).
@@ -55,7 +71,9 @@ def classify(returncode: int | None, killed: tuple[Outcome, str] | None, error: 
         text = f"{error.get('type', '')}: {error.get('message', '')}"
         if any(marker in text for marker in _GPU_OOM):
             return Outcome.OOM_GPU, text.strip()
-        return Outcome.CRASHED, error.get("traceback") or text
+        trace = error.get("traceback")
+        first = text.strip().splitlines()[0] if text.strip() else "an exception"
+        return Outcome.CRASHED, f"{first}\n{trace}" if trace else text
     if returncode is not None and returncode < 0:
         try:
             name = signal.Signals(-returncode).name

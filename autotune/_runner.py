@@ -139,7 +139,8 @@ def kill_orphans(pgid: int, started: float) -> int:
     victims = []
     for proc in psutil.process_iter(["create_time"]):
         try:
-            if os.getpgid(proc.pid) == pgid and proc.info["create_time"] >= started - 1.0:
+            if os.getpgid(proc.pid) == pgid and proc.info["create_time"] >= started - 1.0 \
+                    and proc.status() != psutil.STATUS_ZOMBIE:  # a zombie is dead already
                 victims.append(proc)
         except (ProcessLookupError, PermissionError, psutil.Error):
             continue
@@ -235,15 +236,15 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
                     kill(Outcome.TIMEOUT, f"startup: no batch after {budget.startup_s:.0f} s "
                                           "(imports, the dataset, DataLoader workers starting)")
                 elif "resolved" in events and now - alive > budget.stall_s:
-                    kill(Outcome.TIMEOUT, f"stalled: no step finished for {budget.stall_s:.0f} s "
-                                          f"(after step {step})")
+                    kill(Outcome.TIMEOUT, f"stalled: no step finished for {budget.stall_s:.0f} s"
+                                          + (f" (the last report was at step {step})" if step else ""))
                 elif now - spawned > budget.deadline():
                     kill(Outcome.TIMEOUT, f"deadline: still running after {budget.deadline():.0f} s")
     finally:
         _kill_group(proc.pid)  # orphaned DataLoader workers, or everything on Ctrl-C
         proc.wait()
         os.close(read_fd)
-    stderr_tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-10:])
+    stderr_tail = log_tail(log_path.read_text(errors="replace"))
     metrics = summarize(windows, monitor, started, events)
     losses = loss_history(events.get("warmup"), windows)
     memory_low = metrics.get("available_min", float("inf")) < 2 * monitor.floor
@@ -254,6 +255,20 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     return TrialResult(outcome, reason, metrics, window_series(windows, monitor), windows,
                        final.get("config", {}), final.get("base_batch_size"), final.get("lr"), log_path,
                        losses)
+
+
+def log_tail(text: str, lines: int = 10) -> str:
+    """The evidence in a trial's log: the last ``lines`` lines, or for a native crash,
+    faulthandler's report (the worker enables it) cut to the crashing thread's stack."""
+    all_lines = text.splitlines()
+    fatal = [i for i, line in enumerate(all_lines) if line.startswith("Fatal Python error:")]
+    if not fatal:
+        return "\n".join(all_lines[-lines:])
+    # The report is blocks split by blank lines: the error, one stack per thread, the
+    # extension modules. Keep the error and the current thread's stack.
+    blocks = "\n".join(all_lines[fatal[-1]:]).split("\n\n")
+    kept = [blocks[0]] + [b for b in blocks[1:] if b.startswith("Current thread")][:1]
+    return "\n".join(kept)
 
 
 def _percentile(values: Sequence[float], q: float) -> float:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune._config import Config, ConfigError
 from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION, prune_reason
-from autotune._outcome import Outcome
+from autotune._outcome import Outcome, clip
 from autotune._runner import Budget, TrialResult, TrialSpec, Verdict, kill_orphans, run_trial
 
 if TYPE_CHECKING:
@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 DEFAULT_STORE = Path("mlflow")
 #: Share of the RAM available at the start that one trial's processes may use.
 RAM_BUDGET_FRACTION = 0.75
+
+#: Characters of a reason kept in Optuna's user attrs (its headline always).
+REASON_LIMIT = 2000
 
 # Optuna user attrs of a trial (the MLflow run holds the same facts).
 ATTR_BASELINE, ATTR_OUTCOME, ATTR_REASON = "baseline", "outcome", "reason"
@@ -460,7 +463,7 @@ class StudyRunner:
 
         derived = {f"resolved.{k}": v for k, v in result.resolved.items()}
         derived.update(base_batch_size=result.base_batch_size, effective_lr=result.lr)
-        for key, value in ((ATTR_OUTCOME, result.outcome.value), (ATTR_REASON, result.reason[-2000:]),
+        for key, value in ((ATTR_OUTCOME, result.outcome.value), (ATTR_REASON, clip(result.reason, REASON_LIMIT)),
                            (ATTR_METRICS, result.metrics), (ATTR_CONFIG, result.resolved),
                            (ATTR_BASE_BATCH, result.base_batch_size), (ATTR_LR, result.lr),
                            (ATTR_LOSSES, result.losses)):

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune._config import ConfigError
-from autotune._outcome import Outcome
+from autotune._outcome import Outcome, clip
 
 #: MLflow run status per outcome: a pruned or interrupted trial was stopped by
 #: us, the failures failed; complete and diverged ran their whole budget.
@@ -31,6 +31,7 @@ RUN_STATUS = {
 }
 
 _PARAM_LIMIT = 6000  # MLflow's param value length limit (3.x)
+_TAG_LIMIT = 4000  # of a tag's value we use for reasons (MLflow 3 allows 8000)
 
 
 def tracking_uri(store: Path, explicit: str | None = None) -> str:
@@ -113,7 +114,7 @@ class Tracker:
                  for step, v in enumerate(values)]
         self.client.log_batch(
             run_id, metrics=rows, params=[Param(k, _text(v)) for k, v in params.items()],
-            tags=[RunTag("autotune.outcome", outcome.value), RunTag("autotune.reason", reason[-4000:])])
+            tags=[RunTag("autotune.outcome", outcome.value), RunTag("autotune.reason", clip(reason, _TAG_LIMIT))])
         if log_path is not None and log_path.exists():
             self.client.log_artifact(run_id, str(log_path))
         self.client.set_terminated(run_id, status=RUN_STATUS[outcome])
@@ -124,7 +125,7 @@ class Tracker:
 
         if reason is not None:
             self.client.log_batch(run_id, tags=[RunTag("autotune.outcome", Outcome.INTERRUPTED.value),
-                                                RunTag("autotune.reason", reason[-4000:])])
+                                                RunTag("autotune.reason", clip(reason, _TAG_LIMIT))])
         if log_path is not None and log_path.exists():
             self.client.log_artifact(run_id, str(log_path))
         self.client.set_terminated(run_id, status="KILLED")

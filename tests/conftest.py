@@ -22,3 +22,43 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip = pytest.mark.skip(reason="needs a CUDA device; torch.cuda.is_available() is False")
     for item in gpu_items:
         item.add_marker(skip)
+
+
+#: Every process a test starts inherits this variable (with the test's own value),
+#: including workers in their own sessions and orphans reparented to PID 1.
+TAG = "AUTOTUNE_TEST_TAG"
+
+
+def tagged(value: str) -> list:
+    """Live (non-zombie) processes whose environment carries ``TAG=value``."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter():
+        if proc.pid == os.getpid():
+            continue
+        try:
+            if proc.environ().get(TAG) == value and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """After every test, no process it started is alive (checked with psutil)."""
+    import uuid
+
+    import psutil
+
+    value = f"{request.node.name}-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv(TAG, value)
+    yield value
+    left = tagged(value)
+    if left:  # a SIGKILL is sent, not instant: give the kernel a moment
+        psutil.wait_procs(left, timeout=3)
+        left = tagged(value)
+    for proc in left:
+        proc.kill()
+    assert not left, f"processes left alive by the test: {[(p.pid, p.name()) for p in left]}"

@@ -12,34 +12,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from helpers import autotune, load_study, mlflow_runs
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cli_train.py"
 TARGET = f"{FIXTURE}:train"
-FAST = ["--warmup", "0.2", "--window", "0.3", "--windows", "2", "--seed", "0"]
-
-
-def autotune(*args: str, cwd: Path, env: dict | None = None, timeout: float = 240):
-    """Run the real CLI in a subprocess, as a user would."""
-    full_env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", **(env or {})}
-    full_env.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.run([sys.executable, "-m", "autotune", *args], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def load_study(store: Path, name: str):
-    import optuna
-    from optuna.storages.journal import JournalFileBackend
-
-    storage = optuna.storages.JournalStorage(JournalFileBackend(str(store / "optuna.journal")))
-    return optuna.load_study(study_name=name, storage=storage)
-
-
-def mlflow_runs(store: Path, name: str):
-    from mlflow import MlflowClient
-
-    client = MlflowClient(tracking_uri=f"sqlite:///{store}/mlflow.db")
-    experiment = client.get_experiment_by_name(name)
-    return client, client.search_runs([experiment.experiment_id], max_results=1000)
+# Pruning off: these tests count complete trials (tests/test_safety.py prunes).
+FAST = ["--warmup", "0.2", "--window", "0.3", "--windows", "2", "--seed", "0", "--prune", "0"]
 
 
 @pytest.fixture(scope="module")

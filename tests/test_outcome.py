@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from autotune import Outcome
-from autotune._outcome import classify
+from autotune._outcome import classify, clip, headline
 
 OK = [{"index": 0, "loss": 0.7}, {"index": 1, "loss": 0.6}]
 
@@ -51,8 +51,9 @@ STALLED = (Outcome.TIMEOUT, "stalled: no step finished for 30 s (after step 12)"
         # the type alone is enough (a message torch may word differently in future)
         (1, None, {"type": "OutOfMemoryError", "message": "", "traceback": ""}, [], "",
          Outcome.OOM_GPU, "OutOfMemoryError:"),
-        # a generic exception: the traceback is the reason
-        (1, None, USER_BUG, [], "", Outcome.CRASHED, USER_BUG["traceback"]),
+        # a generic exception: what it was, then the traceback
+        (1, None, USER_BUG, [], "", Outcome.CRASHED,
+         "ValueError: shapes do not match\n" + USER_BUG["traceback"]),
         # no traceback: type and message
         (1, None, {"type": "KeyError", "message": "'x'"}, [], "", Outcome.CRASHED, "KeyError: 'x'"),
         # a host OOM in a DataLoader worker is not a GPU OOM
@@ -110,6 +111,21 @@ def test_classify_judges_the_loss_history(history, reference, outcome, reason) -
     assert reason in why
 
 
+@pytest.mark.parametrize(
+    ("returncode", "killed", "error", "tail", "first"),
+    [
+        (1, None, USER_BUG, "", "ValueError: shapes do not match"),
+        (1, None, DRIVER_OOM, "", "RuntimeError: CUDA error: out of memory"),
+        (-signal.SIGSEGV, None, None, "Fatal Python error: Segmentation fault", "killed by SIGSEGV"),
+        (3, None, None, "last words", "exit status 3"),
+        (-9, STALLED, None, "", STALLED[1]),
+    ],
+)
+def test_every_reason_starts_with_its_headline(returncode, killed, error, tail, first) -> None:
+    _, why = classify(returncode, killed, error, OK, tail)
+    assert headline(why) == first
+
+
 def test_error_event_wins_over_its_exit_status() -> None:
     # The worker exits 1 after reporting the error: the error is the story, not "exit status 1".
     outcome, why = classify(1, None, USER_BUG, [], "tail")
@@ -128,3 +144,12 @@ def test_outcome_values_are_the_documented_strings() -> None:
     assert {o.value for o in Outcome} == {"complete", "diverged", "oom_gpu", "oom_host", "timeout",
                                           "crashed", "pruned", "interrupted"}
     assert Outcome("oom_gpu") is Outcome.OOM_GPU
+
+
+def test_clip_keeps_the_headline_and_the_end() -> None:
+    reason = "killed by SIGSEGV\n" + "x" * 5000 + "\nthe last line"
+    clipped = clip(reason, 200)
+    assert len(clipped) <= 200
+    assert headline(clipped) == "killed by SIGSEGV"
+    assert clipped.endswith("the last line")
+    assert clip("short", 200) == "short"

@@ -1,0 +1,37 @@
+"""Helpers for the tests that drive the real CLI and read both stores back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def cli_env(env: dict | None = None) -> dict:
+    """This environment, telemetry off, the default tracking store, plus ``env``."""
+    full = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", **(env or {})}
+    full.pop("MLFLOW_TRACKING_URI", None)
+    return full
+
+
+def autotune(*args: str, cwd: Path, env: dict | None = None, timeout: float = 240):
+    """Run the real CLI in a subprocess, as a user would."""
+    return subprocess.run([sys.executable, "-m", "autotune", *args], cwd=cwd, env=cli_env(env),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def load_study(store: Path, name: str):
+    import optuna
+    from optuna.storages.journal import JournalFileBackend
+
+    storage = optuna.storages.JournalStorage(JournalFileBackend(str(store / "optuna.journal")))
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def mlflow_runs(store: Path, name: str):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{store}/mlflow.db")
+    experiment = client.get_experiment_by_name(name)
+    return client, client.search_runs([experiment.experiment_id], max_results=1000)

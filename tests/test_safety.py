@@ -1,0 +1,298 @@
+"""The safety layer end to end: a real study of faulty configs, a killed tuner resumed,
+Ctrl-C, unreachable stores, the RAM floor, and the stale-trial rules.
+
+Every outcome is read back from both stores: the Optuna journal and the MLflow
+SQLite database in ``tmp_path``. The autouse fixture in conftest.py checks that no
+process a test started outlives it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import TAG, tagged
+from helpers import autotune, cli_env, load_study, mlflow_runs
+
+from autotune import Config, Outcome
+from autotune._outcome import headline
+from autotune._runner import Budget, TrialSpec, kill_orphans, run_trial
+from autotune._study import STALE_AFTER_S, stale_reason
+from autotune._tracking import RUN_STATUS
+
+FIXTURE = Path(__file__).parent / "fixtures" / "faulty_train.py"
+TARGET = f"{FIXTURE}:train"
+FAST = ["--warmup", "0.2", "--window", "0.3", "--windows", "3", "--seed", "0"]
+#: The fault each num_workers value injects (see faulty_train.py), in the order they
+#: are enqueued: the healthy 1 first, so that the slow 7 has a best to be pruned against.
+FAULTS = {1: "complete", 7: "pruned", 0: "diverged", 2: "crashed", 3: "timeout", 4: "oom_host",
+          5: "crashed", 6: "oom_gpu", 8: "diverged"}
+#: Optuna's state per fault: a diverged trial with a measured speed is COMPLETE with its
+#: constraint violated (the sampler learns from it); one that went nan in its warmup
+#: has no speed to tell, so it FAILs; the rest fail, but the pruned.
+OPTUNA_STATE = {1: "COMPLETE", 0: "COMPLETE", 7: "PRUNED"}
+
+
+def write_space(folder: Path, values) -> Path:
+    path = folder / "faults.yaml"
+    path.write_text(f"knobs:\n  num_workers: {list(values)}\n")
+    return path
+
+
+def enqueue(store: Path, name: str, *values: int) -> None:
+    study = load_study(store, name)
+    for value in values:
+        study.enqueue_trial({"num_workers": value})
+
+
+def wait_for_running_worker(store: Path, name: str, timeout: float = 90):
+    """The RUNNING trial once its worker has started and had a few seconds to reach its fault."""
+    import optuna
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        running = load_study(store, name).get_trials(states=(optuna.trial.TrialState.RUNNING,))
+        if running and "worker" in running[0].user_attrs:
+            time.sleep(4)  # torch import, the first batches, step 3
+            return running[0]
+        time.sleep(0.3)
+    raise AssertionError("no trial started its worker")
+
+
+@pytest.fixture(scope="module")
+def fault_study(tmp_path_factory) -> tuple[Path, str]:
+    """A baseline, then one trial per fault, enqueued in FAULTS' order."""
+    cwd = tmp_path_factory.mktemp("faults")
+    space = write_space(cwd, sorted(FAULTS))
+    tag = {TAG: f"fault-study-{uuid.uuid4().hex[:8]}"}
+    args = ["--study", "faults", "--space", str(space), *FAST]
+    first = autotune("run", TARGET, "--trials", "1", *args, cwd=cwd, env=tag)
+    assert first.returncode == 0, first.stderr
+    enqueue(cwd / "mlflow", "faults", *FAULTS)
+    second = autotune("run", TARGET, "--trials", str(len(FAULTS)), "--ram-budget", "1",
+                      "--stall-timeout", "3", *args, cwd=cwd, env=tag, timeout=400)
+    assert second.returncode == 0, second.stderr
+    assert not tagged(tag[TAG]), "a process of the study outlived it"
+    return cwd, second.stdout + second.stderr
+
+
+def test_every_outcome_in_optuna_and_mlflow(fault_study) -> None:
+    cwd, _ = fault_study
+    study = load_study(cwd / "mlflow", "faults")
+    trials = study.get_trials()
+    assert [t.number for t in trials] == list(range(1 + len(FAULTS)))
+    assert trials[0].user_attrs["outcome"] == "complete"
+    client, runs = mlflow_runs(cwd / "mlflow", "faults")
+    by_trial = {int(r.data.tags["autotune.trial"]): r for r in runs if "autotune.trial" in r.data.tags}
+    for trial, (value, expected) in zip(trials[1:], FAULTS.items()):
+        assert trial.params == {"num_workers": value}
+        attrs, run = trial.user_attrs, by_trial[trial.number]
+        assert attrs["outcome"] == expected, (value, attrs["reason"])
+        assert trial.state.name == OPTUNA_STATE.get(value, "FAIL"), value
+        assert run.data.tags["autotune.outcome"] == expected
+        assert run.info.status == RUN_STATUS[Outcome(expected)]
+        if expected != "complete":
+            assert attrs["reason"] and headline(run.data.tags["autotune.reason"]) == headline(attrs["reason"])
+        assert "trial-%d.log" % trial.number in {a.path for a in client.list_artifacts(run.info.run_id)}
+
+
+def test_each_reason_says_what_happened(fault_study) -> None:
+    cwd, _ = fault_study
+    reasons = {t.params.get("num_workers"): t.user_attrs["reason"]
+               for t in load_study(cwd / "mlflow", "faults").get_trials()}
+    assert reasons[8].startswith("loss is nan after ")
+    assert reasons[2].splitlines()[-1] == "ValueError: fault injected: the user's loop raised"
+    assert "faulty_train.py" in reasons[2]  # the user's frame, from the traceback
+    assert reasons[3].startswith("stalled: no step finished for 3 s")
+    assert reasons[4].startswith("the trial's processes used ") and "over the RAM budget of 1.00 GiB" in reasons[4]
+    assert reasons[5].startswith("killed by SIGSEGV")
+    assert "Segmentation fault" in reasons[5]  # faulthandler's report, from the trial log
+    assert reasons[6].startswith("OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB")
+    assert "under 50% of the best so far" in reasons[7]
+    assert "at matched samples" in reasons[0]
+
+
+def test_killed_trials_keep_their_figures(fault_study) -> None:
+    cwd, _ = fault_study
+    client, runs = mlflow_runs(cwd / "mlflow", "faults")
+    hog = next(r for r in runs if r.data.tags.get("autotune.outcome") == "oom_host")
+    assert hog.data.metrics["ram_peak"] > 2**30  # killed over the 1 GiB budget, figure kept
+    pruned = next(r for r in runs if r.data.tags.get("autotune.outcome") == "pruned")
+    assert len(client.get_metric_history(pruned.info.run_id, "window_samples_per_s")) == 2
+
+
+def test_a_diverged_config_can_be_fastest_and_is_never_the_best(fault_study) -> None:
+    cwd, _ = fault_study
+    study = load_study(cwd / "mlflow", "faults")
+    by_value = {t.params.get("num_workers"): t for t in study.get_trials()}
+    fast_but_wrong, healthy = by_value[0], by_value[1]
+    assert fast_but_wrong.value > healthy.value  # really the fastest of all
+    assert fast_but_wrong.constraints == {"diverged": 1.0}  # infeasible for the sampler
+    assert healthy.constraints == {"diverged": 0.0}
+    assert study.best_trial.number == healthy.number  # Optuna 5 honours the constraint
+    out = autotune("export", "--study", "faults", cwd=cwd)
+    assert out.returncode == 0, out.stderr
+    assert f"trial {healthy.number}," in out.stdout.splitlines()[0]
+    assert "num_workers: 1" in out.stdout
+
+
+def test_show_lists_every_outcome_with_its_reason(fault_study) -> None:
+    cwd, _ = fault_study
+    out = autotune("show", "--study", "faults", cwd=cwd)
+    assert out.returncode == 0, out.stderr
+    for outcome in set(FAULTS.values()):
+        assert outcome in out.stdout
+    for words in ("stalled: no step finished", "over the RAM budget", "killed by SIGSEGV",
+                  "CUDA out of memory", "under 50% of the best", "at matched samples"):
+        assert words in out.stdout
+
+
+def test_the_run_prints_each_outcome_as_it_happens(fault_study) -> None:
+    _, output = fault_study
+    for outcome in set(FAULTS.values()):
+        assert outcome in output
+
+
+# -- the tuner itself killed, interrupted, or given bad stores -------------------------------
+
+
+def start_tuner(cwd: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "autotune", "run", TARGET, *args], cwd=cwd,
+                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_sigkill_of_the_tuner_then_resume(tmp_path: Path) -> None:
+    store = tmp_path / "mlflow"
+    args = ["--study", "s", "--space", str(write_space(tmp_path, [1, 3])), *FAST]
+    assert autotune("run", TARGET, "--trials", "1", *args, cwd=tmp_path).returncode == 0
+    baseline = load_study(store, "s").get_trials()[0]
+    enqueue(store, "s", 3)  # hangs at step 3, and the stall timeout is long: still running
+    tuner = start_tuner(tmp_path, "--trials", "1", "--stall-timeout", "300", *args)
+    stale = wait_for_running_worker(store, "s")
+    tuner.kill()  # SIGKILL: no handler runs, nothing is closed
+    tuner.communicate()
+    worker = psutil.Process(stale.user_attrs["worker"]["pid"])
+    assert worker.is_running() and worker.status() != psutil.STATUS_ZOMBIE  # orphaned, alive
+
+    enqueue(store, "s", 1)
+    out = autotune("run", TARGET, "--trials", "1", *args, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert f"trial {stale.number}: left RUNNING" in out.stderr
+
+    assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
+    trials = load_study(store, "s").get_trials()
+    assert [t.number for t in trials] == [0, 1, 2]  # numbers continue, none counted twice
+    assert [t.state.name for t in trials] == ["COMPLETE", "FAIL", "COMPLETE"]
+    assert trials[1].user_attrs["outcome"] == "interrupted"
+    assert "is gone" in trials[1].user_attrs["reason"]
+    assert "killed 4 orphaned worker process(es)" in trials[1].user_attrs["reason"]  # + 3 loader workers
+    assert trials[0].value == baseline.value and trials[0].user_attrs == baseline.user_attrs
+    assert trials[2].params == {"num_workers": 1} and trials[2].user_attrs["outcome"] == "complete"
+
+    client, runs = mlflow_runs(store, "s")
+    by_trial = {int(r.data.tags["autotune.trial"]): r for r in runs if "autotune.trial" in r.data.tags}
+    assert sorted(by_trial) == [0, 1, 2]
+    assert [by_trial[n].info.status for n in (0, 1, 2)] == ["FINISHED", "KILLED", "FINISHED"]
+    assert by_trial[1].data.tags["autotune.outcome"] == "interrupted"
+    assert by_trial[0].data.metrics["samples_per_s"] == pytest.approx(baseline.value)
+    parents = [r for r in runs if "autotune.trial" not in r.data.tags]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+
+
+def test_ctrl_c_records_the_trial_prints_the_summary_and_exits_130(tmp_path: Path) -> None:
+    store = tmp_path / "mlflow"
+    args = ["--study", "c", "--space", str(write_space(tmp_path, [1, 3])), *FAST[:4]]
+    assert autotune("run", TARGET, "--trials", "1", *args, "--windows", "3", cwd=tmp_path).returncode == 0
+    enqueue(store, "c", 1)
+    tuner = start_tuner(tmp_path, "--trials", "3", "--windows", "1000", *args)  # a long trial
+    wait_for_running_worker(store, "c")
+    pressed = time.monotonic()
+    tuner.send_signal(signal.SIGINT)
+    stdout, stderr = tuner.communicate(timeout=60)
+    assert tuner.returncode == 130, stderr
+    assert time.monotonic() - pressed < 30
+    assert "best: trial 0" in stdout  # the summary, over what was done
+    assert "stopped by SIGINT" in stderr
+
+    trials = load_study(store, "c").get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE", "FAIL"]  # no further trial started
+    assert trials[1].user_attrs["outcome"] == "interrupted"
+    assert trials[1].user_attrs["metrics"]["samples_per_s"] > 0  # what it measured is kept
+    client, runs = mlflow_runs(store, "c")
+    by_trial = {int(r.data.tags["autotune.trial"]): r for r in runs if "autotune.trial" in r.data.tags}
+    assert by_trial[1].info.status == "KILLED"
+    assert by_trial[1].data.tags["autotune.outcome"] == "interrupted"
+    parent = next(r for r in runs if "autotune.trial" not in r.data.tags)
+    assert parent.info.status == "KILLED"
+    assert (store / "exports" / "c.yaml").is_file()  # the best so far is exported
+
+
+@pytest.mark.parametrize("url", ["sqlite:////nonexistent-dir/optuna.db",
+                                 "postgresql://autotune@127.0.0.1:9/optuna"])
+def test_unreachable_study_storage_fails_before_any_trial(tmp_path: Path, url: str) -> None:
+    out = autotune("run", TARGET, "--storage", url, "--trials", "1", *FAST, cwd=tmp_path)
+    assert out.returncode == 2
+    assert f"--storage {url!r}: cannot be opened" in out.stderr
+    assert not (tmp_path / "mlflow" / "trials").exists()  # no trial ran
+
+
+# -- the RAM floor, stale trials, orphans: smaller pieces ---------------------------------------
+
+
+def test_the_floor_of_available_memory_stops_a_hog(tmp_path: Path) -> None:
+    # A floor 600 MiB under what is available now: the hog (64 MiB a step) crosses it
+    # long before the generous budget; the machine itself keeps its default 10% floor.
+    floor = psutil.virtual_memory().available - 600 * 2**20
+    spec = TrialSpec(TARGET, Config(num_workers=4), budget=Budget(warmup_s=0.2, window_s=0.3, windows=3))
+    result = run_trial(spec, tmp_path / "hog.log", ram_budget=64 * 2**30, floor=floor)
+    assert result.outcome is Outcome.OOM_HOST
+    assert "the machine's available memory fell to" in result.reason
+    assert floor - result.metrics["available_min"] < 2**30  # caught soon after crossing it
+
+
+def test_the_default_floor_is_a_tenth_of_the_machine() -> None:
+    from autotune._monitor import AVAILABLE_FLOOR, Monitor
+
+    assert AVAILABLE_FLOOR == 0.10
+    assert Monitor(os.getpid()).floor == int(psutil.virtual_memory().total * 0.10)
+
+
+HOST = "here"
+NOW = 10_000.0
+
+
+@pytest.mark.parametrize(
+    ("owner", "heartbeat", "started", "alive", "stale"),
+    [
+        # this host: the tuner's process decides, at once
+        ({"host": HOST, "pid": 5, "started": 1.0}, None, NOW, True, None),
+        ({"host": HOST, "pid": 5, "started": 1.0}, None, NOW, False, "its tuner (pid 5 on here) is gone"),
+        # another host: a fresh heartbeat means its tuner may still run it
+        ({"host": "there", "pid": 5, "started": 1.0}, NOW - 10, 0.0, False, None),
+        ({"host": "there", "pid": 5, "started": 1.0}, NOW - STALE_AFTER_S - 1, 0.0, False,
+         "no heartbeat from there for 121 s"),
+        # no heartbeat yet: the trial's start counts
+        ({"host": "there", "pid": 5, "started": 1.0}, None, NOW - 5, False, None),
+        # no owner recorded (the tuner died right after asking): the start time decides
+        (None, None, NOW - 5, False, None),
+        (None, None, NOW - 500, False, "no heartbeat for 500 s"),
+    ],
+)
+def test_stale_reason(owner, heartbeat, started, alive, stale) -> None:
+    assert stale_reason(owner, heartbeat, started, NOW, HOST, alive=lambda pid, t: alive) == stale
+
+
+def test_kill_orphans_kills_the_whole_group() -> None:
+    leader = subprocess.Popen(["sh", "-c", "sleep 300 & sleep 300 & wait"], start_new_session=True)
+    time.sleep(0.5)
+    started = psutil.Process(leader.pid).create_time()
+    assert kill_orphans(leader.pid, started) == 3  # the shell and its two sleeps
+    leader.wait(timeout=5)
+    assert kill_orphans(leader.pid, started) == 0
