@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 #: How much worse than the baseline's loss, at matched samples, a trial's loss
 #: may be before it counts as diverged: 0.5 = 50%. Configs that train the same
@@ -68,24 +68,24 @@ def loss_at(reference: Sequence[Point], samples: float) -> float | None:
     return reference[-1][1]  # beyond the baseline's run: its loss only falls further, so this is lenient
 
 
-def divergence(reference: Sequence[Point], history: Sequence[Point],
-               tolerance: float = DIVERGENCE_TOLERANCE) -> str | None:
-    """Why a trial counts as diverged, or None when it trains like the baseline.
+class Comparison(NamedTuple):
+    """A trial's loss against the baseline's over the later half of their shared points."""
 
-    Diverged when any loss is nan or inf, or when its mean loss over the later
-    half of the points it shares with the baseline is worse than the baseline's
-    mean there by more than ``tolerance``, relative to the baseline's loss (but
-    at least ``SCALE_FLOOR`` times the baseline's first loss). The later half is
-    what training would go on from; averaging damps one noisy window.
+    excess: float  # (loss - reference) / scale: 0.5 = 50% worse
+    loss: float  # the trial's mean loss there
+    reference: float  # the baseline's mean loss there
+    first: float  # samples at the first and last compared point
+    last: float
 
-    Args:
-        reference: The baseline's loss history, sorted by samples.
-        history: The trial's loss history, sorted by samples.
-        tolerance: The allowed relative excess (0.5 = 50% worse).
+
+def compare(reference: Sequence[Point], history: Sequence[Point]) -> Comparison | None:
+    """Compare finite loss histories at matched samples (None when they share no point).
+
+    The trial's mean loss over the later half of the points it shares with the
+    baseline, against the baseline's mean there, relative to the baseline's loss
+    (but at least ``SCALE_FLOOR`` times the baseline's first loss). The later
+    half is what training would go on from; averaging damps one noisy window.
     """
-    bad = first_nonfinite(history)
-    if bad is not None:
-        return f"loss is {bad[1]} after {bad[0]:,.0f} samples"
     matched = [(s, loss, ref) for s, loss in history if (ref := loss_at(reference, s)) is not None]
     if not matched:
         return None
@@ -95,11 +95,30 @@ def divergence(reference: Sequence[Point], history: Sequence[Point],
     scale = max(abs(ref), SCALE_FLOOR * abs(reference[0][1]))
     if scale == 0:
         return None
-    excess = (loss - ref) / scale
-    if excess <= tolerance:
+    return Comparison((loss - ref) / scale, loss, ref, tail[0][0], tail[-1][0])
+
+
+def divergence(reference: Sequence[Point], history: Sequence[Point],
+               tolerance: float = DIVERGENCE_TOLERANCE) -> str | None:
+    """Why a trial counts as diverged, or None when it trains like the baseline.
+
+    Diverged when any loss is nan or inf, or when ``compare`` finds it worse than
+    the baseline by more than ``tolerance``.
+
+    Args:
+        reference: The baseline's loss history, sorted by samples.
+        history: The trial's loss history, sorted by samples.
+        tolerance: The allowed relative excess (0.5 = 50% worse).
+    """
+    bad = first_nonfinite(history)
+    if bad is not None:
+        return f"loss is {bad[1]} after {bad[0]:,.0f} samples"
+    found = compare(reference, history)
+    if found is None or found.excess <= tolerance:
         return None
-    return (f"loss {loss:.3g} vs the baseline's {ref:.3g} at matched samples "
-            f"({tail[0][0]:,.0f}-{tail[-1][0]:,.0f}): {excess:.0%} worse, over the {tolerance:.0%} tolerance")
+    return (f"loss {found.loss:.3g} vs the baseline's {found.reference:.3g} at matched samples "
+            f"({found.first:,.0f}-{found.last:,.0f}): {found.excess:.0%} worse, over the "
+            f"{tolerance:.0%} tolerance")
 
 
 def prune_reason(rates: Sequence[float], best: float | None, fraction: float = PRUNE_FRACTION,

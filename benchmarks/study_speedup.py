@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -20,8 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+from _results import ROOT, machine, spread, write_section
 
 
 def one_study(target: str, trials: int, extra: list[str]) -> dict:
@@ -45,11 +43,6 @@ def one_study(target: str, trials: int, extra: list[str]) -> dict:
             "trial": best.number, "config": changed, "wall": wall}
 
 
-def spread(values: list[float], fmt: str) -> str:
-    """Median, with min..max of the repeats."""
-    return f"{format(statistics.median(values), fmt)} ({format(min(values), fmt)}..{format(max(values), fmt)})"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("target")
@@ -57,19 +50,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("extra", nargs="*", help="more `autotune run` arguments (after --)")
     args = parser.parse_args()
-    from autotune._probe import probe
-
-    fingerprint = probe("auto")
     results = []
     for i in range(args.repeats):
         results.append(one_study(args.target, args.trials, args.extra))
         print(f"repeat {i + 1}: {results[-1]}", file=sys.stderr)
-    name = args.target.split(":")[0]
+    heading = f"`autotune run {args.target} --trials {args.trials}` {' '.join(args.extra)}".rstrip()
     lines = [
-        f"## `autotune run {args.target} --trials {args.trials}` {' '.join(args.extra)}".rstrip(),
-        "",
-        f"Machine: {fingerprint.summary()}; {fingerprint.ram_total_gib} GiB RAM. "
-        f"{args.repeats} fresh studies; median (min..max).",
+        f"Machine: {machine()}. {args.repeats} fresh studies; median (min..max).",
         "",
         "| baseline samples/s | best samples/s | speedup | data wait: baseline -> best | study wall time |",
         "|---|---|---|---|---|",
@@ -86,12 +73,7 @@ def main() -> None:
         "",
     ]
     section = "\n".join(lines)
-    results_md = HERE / "RESULTS.md"
-    text = results_md.read_text() if results_md.exists() else "# Benchmark results\n\n"
-    # Replace this target's section if present, else append it.
-    pattern = re.compile(rf"## `autotune run {re.escape(args.target)} .*?(?=\n## |\Z)", re.S)
-    text = pattern.sub(section.rstrip() + "\n", text) if pattern.search(text) else text.rstrip() + "\n\n" + section
-    results_md.write_text(text)
+    write_section(heading, section)
     print(section)
 
 
