@@ -13,10 +13,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 #: How much worse than the baseline's loss, at matched samples, a trial's loss
-#: may be before it counts as diverged: 0.5 = 50%. Configs that train the same
-#: model differently (a 4x batch with linear lr scaling, bf16) stay well inside
-#: it on the runners; a trial that stalls or blows up lands at 2x and more. See
-#: benchmarks/RESULTS.md, "Divergence tolerance", for the measured excesses.
+#: may be before it counts as diverged: 0.5 = 50%. Measured on the three runners
+#: (benchmarks/RESULTS.md, "Divergence tolerance"): another seed moves it by 6%
+#: at most; configs that train the same way (4x batch with linear lr scaling,
+#: bf16, loader workers) by +17% at most; a blown-up lr by +2400%. In between,
+#: a 4x batch without lr scaling costs +34% to +122%: past 50%, a config needs
+#: clearly more samples for the same loss, so its samples/s is not a real gain.
 DIVERGENCE_TOLERANCE = 0.5
 #: Loss differences are scaled by the baseline's loss at that point, but never by
 #: less than this share of the baseline's first loss: late in a run the loss can
@@ -24,9 +26,10 @@ DIVERGENCE_TOLERANCE = 0.5
 SCALE_FLOOR = 0.1
 
 #: A trial is pruned when its fastest window so far is under this share of the
-#: best complete trial's samples/s. Windows of one config differ by 5-15% on the
-#: CPU machine (benchmarks/RESULTS.md), so half the best is many spreads away:
-#: no plausible noise makes such a trial the winner.
+#: best complete trial's samples/s. One config's samples/s varies by up to ±13%
+#: between runs on the CPU machine (benchmarks/RESULTS.md: the mnist baseline,
+#: 3,076 to 3,978 across 3 studies), so half the best is far outside the noise:
+#: no plausible measurement makes such a trial the winner.
 PRUNE_FRACTION = 0.5
 #: Windows a trial measures before it may be pruned: one window can be a fluke
 #: (a cache filling, a neighbour's burst).

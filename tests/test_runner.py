@@ -348,3 +348,15 @@ def test_log_tail_without_a_native_crash_is_the_last_lines() -> None:
 
     text = "\n".join(f"line {i}" for i in range(30))
     assert log_tail(text, lines=3) == "line 27\nline 28\nline 29"
+
+
+@pytest.mark.gpu
+def test_a_real_cuda_oom_is_oom_gpu_and_the_next_trial_runs(tmp_path: Path) -> None:
+    spec = TrialSpec(target=f"{FIXTURE}:train_cuda_oom", config=Config(), device="cuda", budget=FAST)
+    result = run_trial(spec, tmp_path / "oom.log")
+    assert result.outcome is Outcome.OOM_GPU, result.reason
+    assert "CUDA out of memory" in result.reason
+    # the worker process is gone with its CUDA context: the same GPU serves the next trial
+    spec = TrialSpec(target=f"{FIXTURE}:train", config=Config(), device="cuda", budget=FAST)
+    after = run_trial(spec, tmp_path / "after.log")
+    assert after.outcome is Outcome.COMPLETE, after.reason
