@@ -84,7 +84,10 @@ def _spaces() -> str:
 @click.option("--windows", type=click.IntRange(min=1), default=4, show_default=True,
               help="Measured windows per trial (samples/s is their median).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=None,
-              help="Seconds a trial may run in all (default: 60 + 5x its measuring time).")
+              help="Seconds a trial may run in all (default: the startup timeout + 5x its "
+                   "measuring time).")
+@click.option("--startup-timeout", type=click.FloatRange(min=1), default=60.0, show_default=True,
+              help="Seconds from a trial's start to its first batch (imports, dataset, workers).")
 @click.option("--stall-timeout", type=click.FloatRange(min=0.5), default=30.0, show_default=True,
               help="Seconds without a finished step before a trial counts as hung.")
 @click.option("--ram-budget", type=click.FloatRange(min=0.01), default=None, metavar="GIB",
@@ -99,7 +102,7 @@ def _spaces() -> str:
 @click.option("--seed", type=int, default=None, help="Seed for the sampler and the workers.")
 def run(target: str, trials: int, space: str, study: str | None, storage: str | None, store: Path,
         tracking_uri: str | None, device: str, warmup: float, window: float, windows: int,
-        timeout: float | None, stall_timeout: float, ram_budget: float | None,
+        timeout: float | None, startup_timeout: float, stall_timeout: float, ram_budget: float | None,
         divergence_tolerance: float, prune: float, seed: int | None) -> None:
     """Tune TARGET (path/to/file.py:function or package.module:function).
 
@@ -123,8 +126,8 @@ def run(target: str, trials: int, space: str, study: str | None, storage: str | 
     reporter = _Progress()
     for line in notes:
         reporter.note(line)
-    budget = Budget(warmup_s=warmup, window_s=window, windows=windows, stall_s=stall_timeout,
-                    timeout_s=timeout)
+    budget = Budget(warmup_s=warmup, window_s=window, windows=windows, startup_s=startup_timeout,
+                    stall_s=stall_timeout, timeout_s=timeout)
     options = StudyOptions(target, trials, study, storage, tracking_uri, store, device, budget,
                            int(ram_budget * 2**30) if ram_budget else None, seed,
                            divergence_tolerance, prune)

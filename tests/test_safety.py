@@ -296,3 +296,11 @@ def test_kill_orphans_kills_the_whole_group() -> None:
     assert kill_orphans(leader.pid, started) == 3  # the shell and its two sleeps
     leader.wait(timeout=5)
     assert kill_orphans(leader.pid, started) == 0
+
+
+def test_a_baseline_that_never_gets_a_batch_stops_the_study(tmp_path: Path) -> None:
+    hangs = f"{Path(__file__).parent / 'fixtures' / 'tiny_train.py'}:train_hangs_in_setup"
+    out = autotune("run", hangs, "--trials", "3", "--startup-timeout", "3", *FAST, cwd=tmp_path)
+    assert out.returncode == 1
+    assert "ended as timeout" in out.stderr and "startup: no batch after 3 s" in out.stderr
+    assert len(load_study(tmp_path / "mlflow", "tiny_train.train_hangs_in_setup").get_trials()) == 1
