@@ -21,11 +21,12 @@ def autotune(*args: str, cwd: Path, env: dict | None = None, timeout: float = 24
                           capture_output=True, text=True, timeout=timeout)
 
 
-def load_study(store: Path, name: str):
+def load_study(store: Path, name: str, url: str | None = None):
+    """The study from an RDB ``url``, else from the store's journal."""
     import optuna
     from optuna.storages.journal import JournalFileBackend
 
-    storage = optuna.storages.JournalStorage(JournalFileBackend(str(store / "optuna.journal")))
+    storage = url or optuna.storages.JournalStorage(JournalFileBackend(str(store / "optuna.journal")))
     return optuna.load_study(study_name=name, storage=storage)
 
 

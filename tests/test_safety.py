@@ -46,19 +46,19 @@ def write_space(folder: Path, values) -> Path:
     return path
 
 
-def enqueue(store: Path, name: str, *values: int) -> None:
-    study = load_study(store, name)
+def enqueue(store: Path, name: str, *values: int, url: str | None = None) -> None:
+    study = load_study(store, name, url)
     for value in values:
         study.enqueue_trial({"num_workers": value})
 
 
-def wait_for_running_worker(store: Path, name: str, timeout: float = 90):
+def wait_for_running_worker(store: Path, name: str, timeout: float = 90, url: str | None = None):
     """The RUNNING trial once its worker has started and had a few seconds to reach its fault."""
     import optuna
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        running = load_study(store, name).get_trials(states=(optuna.trial.TrialState.RUNNING,))
+        running = load_study(store, name, url).get_trials(states=(optuna.trial.TrialState.RUNNING,))
         if running and "worker" in running[0].user_attrs:
             time.sleep(4)  # torch import, the first batches, step 3
             return running[0]
@@ -168,26 +168,29 @@ def start_tuner(cwd: Path, *args: str) -> subprocess.Popen:
                             env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_sigkill_of_the_tuner_then_resume(tmp_path: Path) -> None:
+@pytest.mark.parametrize("rdb", [False, True], ids=["journal", "sqlite-rdb"])
+def test_sigkill_of_the_tuner_then_resume(tmp_path: Path, rdb: bool) -> None:
     store = tmp_path / "mlflow"
-    args = ["--study", "s", "--space", str(write_space(tmp_path, [1, 3])), *FAST]
+    url = f"sqlite:///{tmp_path}/optuna.db" if rdb else None  # many-host setups use an RDB
+    args = ["--study", "s", "--space", str(write_space(tmp_path, [1, 3])), *FAST, "--prune", "0",
+            *(["--storage", url] if url else [])]
     assert autotune("run", TARGET, "--trials", "1", *args, cwd=tmp_path).returncode == 0
-    baseline = load_study(store, "s").get_trials()[0]
-    enqueue(store, "s", 3)  # hangs at step 3, and the stall timeout is long: still running
+    baseline = load_study(store, "s", url).get_trials()[0]
+    enqueue(store, "s", 3, url=url)  # hangs at step 3, and the stall timeout is long: still running
     tuner = start_tuner(tmp_path, "--trials", "1", "--stall-timeout", "300", *args)
-    stale = wait_for_running_worker(store, "s")
+    stale = wait_for_running_worker(store, "s", url=url)
     tuner.kill()  # SIGKILL: no handler runs, nothing is closed
     tuner.communicate()
     worker = psutil.Process(stale.user_attrs["worker"]["pid"])
     assert worker.is_running() and worker.status() != psutil.STATUS_ZOMBIE  # orphaned, alive
 
-    enqueue(store, "s", 1)
+    enqueue(store, "s", 1, url=url)
     out = autotune("run", TARGET, "--trials", "1", *args, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert f"trial {stale.number}: left RUNNING" in out.stderr
 
     assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
-    trials = load_study(store, "s").get_trials()
+    trials = load_study(store, "s", url).get_trials()
     assert [t.number for t in trials] == [0, 1, 2]  # numbers continue, none counted twice
     assert [t.state.name for t in trials] == ["COMPLETE", "FAIL", "COMPLETE"]
     assert trials[1].user_attrs["outcome"] == "interrupted"
@@ -206,20 +209,23 @@ def test_sigkill_of_the_tuner_then_resume(tmp_path: Path) -> None:
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
 
 
-def test_ctrl_c_records_the_trial_prints_the_summary_and_exits_130(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
+                         ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_records_the_trial_prints_the_summary_and_exits_130(tmp_path: Path, sig, status) -> None:
     store = tmp_path / "mlflow"
-    args = ["--study", "c", "--space", str(write_space(tmp_path, [1, 3])), *FAST[:4]]
+    # Pruning off: on a loaded machine the enqueued trial could be pruned before the signal.
+    args = ["--study", "c", "--space", str(write_space(tmp_path, [1, 3])), *FAST[:4], "--prune", "0"]
     assert autotune("run", TARGET, "--trials", "1", *args, "--windows", "3", cwd=tmp_path).returncode == 0
     enqueue(store, "c", 1)
     tuner = start_tuner(tmp_path, "--trials", "3", "--windows", "1000", *args)  # a long trial
     wait_for_running_worker(store, "c")
     pressed = time.monotonic()
-    tuner.send_signal(signal.SIGINT)
+    tuner.send_signal(sig)
     stdout, stderr = tuner.communicate(timeout=60)
-    assert tuner.returncode == 130, stderr
+    assert tuner.returncode == status, stderr  # 128 + the signal, as shells report it
     assert time.monotonic() - pressed < 30
     assert "best: trial 0" in stdout  # the summary, over what was done
-    assert "stopped by SIGINT" in stderr
+    assert f"stopped by {sig.name}" in stderr
 
     trials = load_study(store, "c").get_trials()
     assert [t.state.name for t in trials] == ["COMPLETE", "FAIL"]  # no further trial started
