@@ -102,7 +102,30 @@ def nvml_handle(cuda_index: int, environ: Mapping[str, str]):
     return pynvml.nvmlDeviceGetHandleByUUID(entry)
 
 
-class Monitor:
+class Background:
+    """A loop on a daemon thread for the length of a ``with`` block.
+
+    Subclasses write ``_loop``, which must return soon after ``self._stop`` is set
+    (wait on it instead of sleeping).
+    """
+
+    def __init__(self, name: str) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        raise NotImplementedError
+
+
+class Monitor(Background):
     """Samples a process tree on a background thread until stopped.
 
     Args:
@@ -122,16 +145,7 @@ class Monitor:
         self.samples: list[Sample] = []
         self._pid, self._budget, self._on_limit, self._gpu = pid, ram_budget, on_limit, gpu
         self.floor = floor if floor is not None else int(psutil.virtual_memory().total * AVAILABLE_FLOOR)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="autotune-monitor", daemon=True)
-
-    def __enter__(self) -> Monitor:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
+        super().__init__("autotune-monitor")
 
     def _loop(self) -> None:
         import psutil

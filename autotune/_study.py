@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune._config import Config, ConfigError
 from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION, prune_reason
+from autotune._monitor import Background
 from autotune._outcome import Outcome, clip
 from autotune._runner import Budget, TrialResult, TrialSpec, Verdict, kill_orphans, run_trial
 
@@ -243,21 +244,12 @@ def stale_reason(owner: Mapping[str, Any] | None, heartbeat: float | None, start
     return f"no heartbeat {where}for {now - last:.0f} s"
 
 
-class _Heartbeat:
+class _Heartbeat(Background):
     """Writes a running trial's heartbeat every ``HEARTBEAT_S`` on a thread."""
 
     def __init__(self, trial) -> None:
         self._trial = trial
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="autotune-heartbeat", daemon=True)
-
-    def __enter__(self) -> _Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
+        super().__init__("autotune-heartbeat")
 
     def _loop(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
