@@ -74,19 +74,19 @@ def classify(returncode: int | None, killed: tuple[Outcome, str] | None, error: 
         trace = error.get("traceback")
         first = text.strip().splitlines()[0] if text.strip() else "an exception"
         return Outcome.CRASHED, f"{first}\n{trace}" if trace else text
+    tail = f"\n{stderr_tail}" if stderr_tail else ""
     if returncode is not None and returncode < 0:
         try:
             name = signal.Signals(-returncode).name
         except ValueError:  # realtime signals have no name
             name = f"signal {-returncode}"
-        tail = f"\n{stderr_tail}" if stderr_tail else ""
         if -returncode == signal.SIGKILL and memory_low:
             return Outcome.OOM_HOST, f"killed by {name} while the machine was out of memory (the kernel's OOM killer)"
         if -returncode == signal.SIGKILL:
             name += " from outside autotune"
         return Outcome.CRASHED, f"killed by {name}{tail}"
     if returncode:
-        return Outcome.CRASHED, f"exit status {returncode}" + (f"\n{stderr_tail}" if stderr_tail else "")
+        return Outcome.CRASHED, f"exit status {returncode}{tail}"
     reason = divergence(reference, history, tolerance)
     if reason:  # before the window check: a nan in the warmup ends the trial with no window
         return Outcome.DIVERGED, reason

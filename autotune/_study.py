@@ -310,14 +310,15 @@ class StudyRunner:
         started = time.monotonic()
         total = self.options.trials
         self.recover()
-        rows, _ = rows_of(self.study)
+        rows, best = rows_of(self.study)
         try:
             with self._signals():
                 for index in range(total):
                     if self._interrupt.is_set():
                         break
-                    baseline = not any(r.baseline and r.outcome == Outcome.COMPLETE.value for r in rows)
-                    number = self._one_trial(index, total, baseline, rows)
+                    base = next((r for r in rows if r.baseline and r.outcome == Outcome.COMPLETE.value), None)
+                    baseline = base is None
+                    number = self._one_trial(index, total, base, best)
                     rows, best = rows_of(self.study)
                     row = next(r for r in rows if r.number == number)
                     left = (time.monotonic() - started) / (index + 1) * (total - index - 1)
@@ -396,10 +397,15 @@ class StudyRunner:
 
         return handlers()
 
-    def _one_trial(self, index: int, total: int, baseline: bool, rows: list[TrialRow]) -> int:
-        """Run one trial to its end in both stores; return its number."""
+    def _one_trial(self, index: int, total: int, base: TrialRow | None, best: TrialRow | None) -> int:
+        """Run one trial to its end in both stores; return its number.
+
+        With no complete baseline (``base``) yet, this trial is the baseline; else
+        ``base`` is the divergence reference and ``best`` the pruning yardstick.
+        """
         import optuna
 
+        baseline = base is None
         trial = self.study.ask()
         trial.set_user_attr(ATTR_OWNER, self._owner)
         config = Config() if baseline else self.space.sample(trial)
@@ -411,13 +417,11 @@ class StudyRunner:
         self.reporter.trial_started(trial.number, index, total, config)
         spec = TrialSpec(self.options.target, config, self.fingerprint.device, self.options.budget,
                          seed=(self.options.seed or 0) + trial.number)
-        base = next((r for r in rows if r.baseline and r.outcome == Outcome.COMPLETE.value), None)
-        complete = [r.samples_per_s for r in rows if r.outcome == Outcome.COMPLETE.value and r.samples_per_s]
         log_path = self.log_dir / f"trial-{trial.number}.log"
         try:
             with _Heartbeat(trial):
                 result = run_trial(spec, log_path, self.ram_budget,
-                                   self._watch(trial, None if baseline else max(complete, default=None)),
+                                   self._watch(trial, best.samples_per_s if best and not baseline else None),
                                    interrupt=self._interrupt, reference=base.losses if base else (),
                                    tolerance=self.options.tolerance)
         except BaseException as exc:  # a second Ctrl-C, or our own bug: close both records, go on raising
