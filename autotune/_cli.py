@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from autotune._config import ConfigError
+from autotune._confirm import CONFIRM_TOP
 from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION
 from autotune._knobs import KNOBS
 from autotune._outcome import headline
@@ -99,11 +100,18 @@ def _spaces() -> str:
 @click.option("--prune", type=click.FloatRange(0, 1), default=PRUNE_FRACTION, show_default=True,
               help="Stop a trial whose windows all run under this share of the best's samples/s "
                    "(0: never).")
+@click.option("--confirm", type=click.IntRange(min=0), default=2, show_default=True,
+              help=f"Re-runs of each of the top {CONFIRM_TOP} configs and of the baseline after the "
+                   "trials; the winner is chosen on the median of its runs (0: none).")
+@click.option("--ceiling-windows", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Windows per ceiling (compute: the loop on batches already on the device; "
+                   "loader: the loader alone), measured once per distinct config (0: none).")
 @click.option("--seed", type=int, default=None, help="Seed for the sampler and the workers.")
 def run(target: str, trials: int, space: str, study: str | None, storage: str | None, store: Path,
         tracking_uri: str | None, device: str, warmup: float, window: float, windows: int,
         timeout: float | None, startup_timeout: float, stall_timeout: float, ram_budget: float | None,
-        divergence_tolerance: float, prune: float, seed: int | None) -> None:
+        divergence_tolerance: float, prune: float, confirm: int, ceiling_windows: int,
+        seed: int | None) -> None:
     """Tune TARGET (path/to/file.py:function or package.module:function).
 
     Ctrl-C stops the running trial, records it, exports the best so far and
@@ -126,22 +134,22 @@ def run(target: str, trials: int, space: str, study: str | None, storage: str | 
     reporter = _Progress()
     for line in notes:
         reporter.note(line)
-    budget = Budget(warmup_s=warmup, window_s=window, windows=windows, startup_s=startup_timeout,
-                    stall_s=stall_timeout, timeout_s=timeout)
+    budget = Budget(warmup_s=warmup, window_s=window, windows=windows, ceiling_windows=ceiling_windows,
+                    startup_s=startup_timeout, stall_s=stall_timeout, timeout_s=timeout)
     options = StudyOptions(target, trials, study, storage, tracking_uri, store, device, budget,
                            int(ram_budget * 2**30) if ram_budget else None, seed,
-                           divergence_tolerance, prune)
+                           divergence_tolerance, prune, confirm)
     tracker = Tracker(default_uri(store, tracking_uri), artifact_root=store / "artifacts")
     runner = StudyRunner(options, fingerprint, restricted, tracker, reporter)
     reporter.note(f"study {runner.name} on {fingerprint.summary()}; space {loaded.name}; "
                   f"RAM budget {runner.ram_budget / 2**30:.1f} GiB")
     try:
-        rows, best = runner.run()
+        found = runner.run()
     except BaselineFailed as exc:
         click.echo(f"autotune: {exc}", err=True)
         sys.exit(1)
     reporter.stop()
-    _print_summary(runner.name, rows, best, store)
+    _print_summary(runner.name, found, store)
     if runner.interrupted_by:
         name = signal.Signals(runner.interrupted_by).name
         click.echo(f"autotune: stopped by {name}; run the same command to resume study "
@@ -149,21 +157,26 @@ def run(target: str, trials: int, space: str, study: str | None, storage: str | 
         sys.exit(128 + runner.interrupted_by)  # the shell's convention: 130 for Ctrl-C
 
 
-def _print_summary(name: str, rows, best, store: Path) -> None:
+def _print_summary(name: str, found, store: Path) -> None:
     from rich.console import Console
+    from rich.markup import escape
+
+    from autotune._study import findings
 
     console = Console()
+    best = found.best
     if best is None:
         console.print(f"[red]no complete trial in study {name}[/red]")
         return
-    base = next((r for r in rows if r.baseline and r.samples_per_s), None)
-    console.print(f"\n[bold]best: trial {best.number}[/bold], {best.samples_per_s:,.1f} samples/s"
-                  + (f", [bold green]{best.speedup:.2f}x[/bold green] the baseline "
-                     f"({base.samples_per_s:,.1f} samples/s)" if best.speedup and base else ""))
+    first, *rest = findings(found)
+    console.print(f"\n[bold]best: {escape(first)}[/bold]")
+    for line in rest:
+        console.print(escape(line))
+    base = found.base.first if found.base else None
     if base:
         console.print(f"data wait: {base.metrics.get('data_wait_frac', 0):.0%} of the baseline's "
                       f"step time -> {best.metrics.get('data_wait_frac', 0):.0%}")
-    console.print(f"config: {_changed(best.config, base.config if base else {})}")
+    console.print(f"config: {escape(_changed(best.config, base.config if base else {}))}")
     console.print(f"exported: {store / 'exports' / (name + '.yaml')}  (autotune export -o best.yaml)")
     console.print("trials: autotune show   |   MLflow UI: autotune ui")
 
@@ -190,9 +203,12 @@ class _Progress:
     def note(self, line: str) -> None:
         self.console.print(f"[dim]{line}[/dim]")
 
-    def trial_started(self, number: int, index: int, total: int, config) -> None:
+    def trial_started(self, number: int, index: int, total: int, config, rerun: int | None = None) -> None:
+        from rich.markup import escape
+
         knobs = " ".join(f"{k}={_fmt(v)}" for k, v in config.set_values().items()) or "baseline"
-        self._head = f"[{index + 1}/{total}] trial {number}: {knobs}"
+        what = f"trial {number} = trial {rerun} again" if rerun is not None else f"trial {number}"
+        self._head = escape(f"[{'confirm ' if rerun is not None else ''}{index + 1}/{total}] {what}: {knobs}")
         if self._status is None:
             self._status = self.console.status(self._head)
             self._status.start()
@@ -212,7 +228,10 @@ class _Progress:
         speed = f"{row.speedup:5.2f}x" if row.speedup else "      "
         wait = row.metrics.get("data_wait_frac")
         wait_text = f"data-wait {wait:4.0%}" if wait is not None else ""
-        line = f"{self._head}\n    {row.outcome:9} {sps} {speed} {wait_text}"
+        bound = row.bottleneck
+        bound_text = (f"  {bound.efficiency:4.0%} of ceiling, {bound.verdict}" if bound and bound.efficiency
+                      else f"  {bound.verdict}" if bound else "")
+        line = f"{self._head}\n    {row.outcome:9} {sps} {speed} {wait_text}{bound_text}"
         if row.outcome != "complete" and row.reason:
             line += f"  [red]{headline(row.reason)[:120]}[/red]"
         left = f"~{int(seconds_left // 60)}m{int(seconds_left % 60):02d}s left" if seconds_left else "done"
@@ -254,31 +273,42 @@ def show(study: str | None, storage: str | None, store: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from autotune._study import rows_of
+    from autotune._study import findings, standing
 
     loaded = _open_study(store, storage, study)
-    rows, best = rows_of(loaded)
+    found = standing(loaded)
+    rows, best = found.rows, found.best
     # Columns for the knobs that differ between trials: the rest is noise.
     keys = [k for k in KNOBS if len({_fmt(r.config.get(k, "-")) for r in rows}) > 1]
     table = Table(title=f"study {loaded.study_name}: {len(rows)} trials")
-    for head in ("#", "outcome", "samples/s", "speedup", "data-wait", "step p50", "RAM peak", *keys, "reason"):
+    heads = ("#", "outcome", "samples/s", "speedup", "bound", "data-wait", "step p50", "RAM peak", *keys,
+             "reason")
+    for head in heads:
         table.add_column(head, justify="right" if head in ("#", "samples/s", "speedup") else "left",
                          min_width=min(len(head), 18))
     for r in rows:
-        m = r.metrics
+        m, bound = r.metrics, r.bottleneck
         mark = " *" if best is not None and r.number == best.number else ""
+        again = f" (= {r.confirms})" if r.confirms is not None else ""
         table.add_row(
-            f"{r.number}{mark}", r.outcome + (" (baseline)" if r.baseline else ""),
+            f"{r.number}{mark}", r.outcome + (" (baseline)" if r.baseline else "") + again,
             f"{r.samples_per_s:,.1f}" if r.samples_per_s else "-",
             f"{r.speedup:.2f}x" if r.speedup else "-",
+            (f"{bound.verdict.split('-')[0]} {bound.efficiency:.0%}" if bound.efficiency is not None
+             else bound.verdict.split("-")[0]) if bound else "-",
             f"{m['data_wait_frac']:.0%}" if "data_wait_frac" in m else "-",
             f"{m['step_time_p50'] * 1000:.1f} ms" if "step_time_p50" in m else "-",
             f"{m['ram_peak'] / 2**30:.2f} GiB" if "ram_peak" in m else "-",
             *(_fmt(r.config.get(k, "-")) for k in keys),
             headline(r.reason)[:90])
-    Console(width=max(220, Console().width)).print(table)
+    Console(width=max(280, Console().width)).print(table)
+    click.echo("(= N): a re-run of trial N (confirmation); *: the winner; bound: compute- or data-bound, "
+               "and samples/s as a share of the compute ceiling (the loop on batches already on the device)")
     if best is not None:
-        click.echo(f"best: trial {best.number}" + (f", {best.speedup:.2f}x the baseline" if best.speedup else ""))
+        first, *rest = findings(found)
+        click.echo(f"best: {first}")
+        for line in rest:
+            click.echo(f"  {line}")
 
 
 @main.command()
@@ -286,14 +316,15 @@ def show(study: str | None, storage: str | None, store: Path) -> None:
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here (default: stdout).")
 def export(study: str | None, storage: str | None, store: Path, output: Path | None) -> None:
     """The best config as YAML; load it with autotune.load(path)."""
-    from autotune._study import export_text, rows_of
+    from autotune._study import export_text, standing
 
     loaded = _open_study(store, storage, study)
-    rows, best = rows_of(loaded)
+    found = standing(loaded)
+    best = found.best
     if best is None:
         click.echo(f"autotune: study {loaded.study_name} has no complete trial to export", err=True)
         sys.exit(1)
-    text = export_text(loaded, best, rows)
+    text = export_text(loaded, found)
     if output is None:
         click.echo(text, nl=False)
     else:

@@ -24,6 +24,18 @@ class Stage(str, enum.Enum):
     ENVIRONMENT = "environment"
 
 
+class Part(str, enum.Enum):
+    """The part of a training step a knob can make faster or slower.
+
+    Each has its own ceiling (see ``autotune._ceilings``): the loader's (batches
+    made and moved to the device, no model) and the compute's (the step on
+    batches already on the device).
+    """
+
+    LOADER = "loader"
+    COMPUTE = "compute"
+
+
 class Capability(str, enum.Enum):
     """A property of the machine that some knob values need (probed by `doctor`)."""
 
@@ -70,6 +82,8 @@ class Knob:
         dataloader_kwarg: The ``torch.utils.data.DataLoader`` argument it sets.
         env_var: The environment variable it sets in the worker before torch
             starts (the value "default" leaves the variable as it is).
+        acts_on: The parts of a step whose speed it changes (none for a knob
+            that only changes the numbers, like ``lr_scaling``).
     """
 
     name: str
@@ -84,6 +98,7 @@ class Knob:
     active_when: tuple[str, Callable[[Any], bool]] | None = None
     dataloader_kwarg: str | None = None
     env_var: str | None = None
+    acts_on: frozenset[Part] = frozenset()
 
     def allowed(self) -> str:
         """Describe the allowed values, for error messages."""
@@ -136,40 +151,48 @@ def _batch_changed(batch_size: Any) -> bool:
     return parse_relative(batch_size) != 1.0
 
 
+_LOADER, _COMPUTE = frozenset({Part.LOADER}), frozenset({Part.COMPUTE})
+
 _KNOB_LIST = [
     Knob("batch_size", "batch", Stage.DATALOADER, "1x", "Samples per step.",
-         minimum=1, relative_to="the user's batch size", dataloader_kwarg="batch_size"),
+         minimum=1, relative_to="the user's batch size", dataloader_kwarg="batch_size",
+         acts_on=_LOADER | _COMPUTE),
     Knob("num_workers", "int", Stage.DATALOADER, 0, "DataLoader worker processes.",
-         minimum=0, relative_to="usable CPUs", dataloader_kwarg="num_workers"),
+         minimum=0, relative_to="usable CPUs", dataloader_kwarg="num_workers", acts_on=_LOADER),
     Knob("pin_memory", "bool", Stage.DATALOADER, False,
          "Page-locked batches, copied with non_blocking=True.",
-         needs={True: Capability.CUDA}, dataloader_kwarg="pin_memory"),
+         needs={True: Capability.CUDA}, dataloader_kwarg="pin_memory", acts_on=_LOADER),
     Knob("persistent_workers", "bool", Stage.DATALOADER, False,
          "Keep DataLoader workers alive between epochs.",
-         active_when=("num_workers", _workers_on), dataloader_kwarg="persistent_workers"),
+         active_when=("num_workers", _workers_on), dataloader_kwarg="persistent_workers",
+         acts_on=_LOADER),
     Knob("prefetch_factor", "int", Stage.DATALOADER, 2, "Batches each worker loads ahead.",
-         minimum=1, active_when=("num_workers", _workers_on), dataloader_kwarg="prefetch_factor"),
+         minimum=1, active_when=("num_workers", _workers_on), dataloader_kwarg="prefetch_factor",
+         acts_on=_LOADER),
     Knob("prefetch", "str", Stage.TRANSFER, "none",
          "How the next batches reach the device: inline, a background thread, or a CUDA side stream.",
-         choices=("none", "thread", "cuda_stream"), needs={"cuda_stream": Capability.CUDA}),
+         choices=("none", "thread", "cuda_stream"), needs={"cuda_stream": Capability.CUDA},
+         acts_on=_LOADER),
     Knob("lr_scaling", "str", Stage.OPTIMIZER, "none",
          "How the user's lr follows the batch size away from the user's own.",
          choices=("none", "linear", "sqrt"), active_when=("batch_size", _batch_changed)),
     Knob("fused_optimizer", "bool", Stage.OPTIMIZER, False,
          "Fused optimizer kernels (fused=True) where the optimizer accepts them.",
-         needs={True: Capability.FUSED_OPTIMIZER}),
+         needs={True: Capability.FUSED_OPTIMIZER}, acts_on=_COMPUTE),
     Knob("amp", "str", Stage.PRECISION, "off", "Automatic mixed precision.",
-         choices=("off", "bf16", "fp16"), needs={"bf16": Capability.BF16, "fp16": Capability.CUDA}),
+         choices=("off", "bf16", "fp16"), needs={"bf16": Capability.BF16, "fp16": Capability.CUDA},
+         acts_on=_COMPUTE),
     Knob("cudnn_benchmark", "bool", Stage.BACKENDS, False,
          "torch.backends.cudnn.benchmark: autotune conv algorithms per shape.",
-         needs={True: Capability.CUDNN}),
+         needs={True: Capability.CUDNN}, acts_on=_COMPUTE),
     Knob("tf32", "bool", Stage.BACKENDS, False,
          "TF32 matmuls (torch.set_float32_matmul_precision('high')).",
-         needs={True: Capability.CUDA}),
+         needs={True: Capability.CUDA}, acts_on=_COMPUTE),
     Knob("cuda_alloc_conf", "str", Stage.ENVIRONMENT, "default",
          "The CUDA caching allocator's settings, set before torch starts.",
          choices=("default", "expandable_segments:True"),
-         needs={"expandable_segments:True": Capability.CUDA}, env_var="PYTORCH_CUDA_ALLOC_CONF"),
+         needs={"expandable_segments:True": Capability.CUDA}, env_var="PYTORCH_CUDA_ALLOC_CONF",
+         acts_on=_COMPUTE),
 ]
 
 #: Every knob by name, in the order they are sampled (a knob's condition refers

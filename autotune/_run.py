@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import inspect
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from autotune._ceilings import CACHED_BATCHES, ceiling_key
 from autotune._config import Config
-from autotune._knobs import KNOBS, parse_relative
+from autotune._knobs import KNOBS, Part, parse_relative
 from autotune._prefetch import iter_batches
+
+#: Batches after which a loader ceiling window may close at a quarter of its length.
+QUICK_LOADER_BATCHES = 32
 
 #: Seconds between a trial's ``progress`` events: the parent's stall detector
 #: (DESIGN 5) needs a sign of life, and a clock read per step costs nothing.
@@ -209,20 +214,32 @@ class Trial(Run):
     ``windows`` windows of at least ``window_s`` seconds. The device is
     synchronised only at window edges; the loss is summed on the device and read
     once per window.
+
+    Then, with ``ceiling_windows``, the two ceilings (``autotune._ceilings``), each
+    over that many windows and skipped when ``known_ceilings`` has its key: the
+    same loop fed its last few batches again from the device (compute), then the
+    loader iterated alone with the transfer (loader).
     """
 
     def __init__(self, config: Config, device: Any, emit: Callable[..., None], *,  # type: ignore[valid-type]
                  warmup_steps: int, warmup_s: float, window_s: float, windows: int,
-                 min_window_steps: int = 2) -> None:
+                 min_window_steps: int = 2, ceiling_windows: int = 0,
+                 known_ceilings: Mapping[str, Sequence[str]] | None = None) -> None:
         super().__init__(config, device)
         self._emit = emit
         self._warmup_steps, self._warmup_s = warmup_steps, warmup_s
         self._window_s, self._windows, self._min_window_steps = window_s, windows, min_window_steps
+        self._ceiling_windows = ceiling_windows
+        self._known = {part: set(keys) for part, keys in (known_ceilings or {}).items()}
+        self._pending: list[Part] = []  # the ceilings still to measure, fixed when measuring starts
+        self._ceiling_index = 0
+        self._replayed = 0
+        self._cached: collections.deque = collections.deque(maxlen=CACHED_BATCHES)
         self._loss_sum = None
         self._loss_steps = 0
         self._step = 0
         self._seen = 0  # samples consumed since the first batch: the x axis of loss comparisons
-        self._measuring = False
+        self._phase = _WARMUP
         self._windows_done = 0
         self._reset_window(time.perf_counter())
         self._started = self._window_start
@@ -238,17 +255,25 @@ class Trial(Run):
         it = super().batches(loader)
         try:
             while True:
+                if self._phase == Part.LOADER:
+                    self._loader_ceiling(loader, it)  # ends the trial
                 t0 = time.perf_counter()
-                try:
-                    batch = next(it)
-                except StopIteration:
-                    return
+                if self._phase == Part.COMPUTE:  # data already on the device: no loader, no copy
+                    batch = self._cached[self._replayed % len(self._cached)]
+                    self._replayed += 1
+                else:
+                    try:
+                        batch = next(it)
+                    except StopIteration:
+                        return
                 waited = time.perf_counter() - t0
                 if not self._announced:  # the first batch: warmup starts now
                     self._announced = True
                     self._started = self._beat = time.perf_counter()
                     self._emit("resolved", config=self.resolved(), base_batch_size=self._base_batch_size,
                                lr=self.lr)
+                if self._phase == _MEASURE and Part.COMPUTE in self._pending:
+                    self._cached.append(batch)
                 yield batch
                 self._count(batch, waited, t0)
         finally:
@@ -267,28 +292,39 @@ class Trial(Run):
         now = time.perf_counter()
         samples = _batch_len(batch)
         self._step += 1
-        self._seen += samples
         self._win_steps += 1
         self._win_samples += samples
         self._win_wait += waited
+        self._beat_if_due(now)
+        if self._phase == Part.COMPUTE:
+            if self._window_due(now):
+                self._close_ceiling_window(Part.COMPUTE)
+            return
+        self._seen += samples
         self._step_times.append(now - t0)
-        if now - self._beat >= PROGRESS_S:  # the parent's stall detector counts on these
-            self._beat = now
-            self._emit("progress", step=self._step)
-        if not self._measuring:
+        if self._phase == _WARMUP:
             if self._step >= self._warmup_steps and now - self._started >= self._warmup_s:
                 self._sync()
-                self._measuring = True
+                self._phase = _MEASURE
+                self._pending = [part for part in (Part.COMPUTE, Part.LOADER) if self._wants(part)]
                 loss = self._read_loss()
                 self._emit("warmup", steps=self._step, seconds=time.perf_counter() - self._started,
                            samples=self._win_samples, samples_seen=self._seen, loss=loss)
                 self._reset_window(time.perf_counter())
                 self._stop_if_nonfinite(loss)
-        elif self._win_steps >= self._min_window_steps and now - self._window_start >= self._window_s:
+        elif self._window_due(now):
             loss = self._close_window()
             self._stop_if_nonfinite(loss)
             if self._windows_done >= self._windows:
-                raise BudgetSpent
+                self._next_phase()
+
+    def _beat_if_due(self, now: float) -> None:
+        if now - self._beat >= PROGRESS_S:  # the parent's stall detector counts on these
+            self._beat = now
+            self._emit("progress", step=self._step)
+
+    def _window_due(self, now: float) -> bool:
+        return self._win_steps >= self._min_window_steps and now - self._window_start >= self._window_s
 
     def _read_loss(self) -> float | None:
         """The mean loss since the last read: one device read, at a window edge (already synced)."""
@@ -319,9 +355,77 @@ class Trial(Run):
         self._reset_window(now)
         return loss
 
+    # -- ceilings -------------------------------------------------------------------
+
+    def _wants(self, part: Part) -> bool:
+        """Whether this trial still has to measure the ceiling of ``part``."""
+        if not self._ceiling_windows:
+            return False
+        return ceiling_key(part, self.resolved()) not in self._known.get(part.value, ())
+
+    def _next_phase(self) -> None:
+        """After the windows: the compute ceiling, then the loader's, then the end."""
+        if not self._pending:
+            self._phase = _DONE
+            raise BudgetSpent
+        self._phase = self._pending.pop(0)
+        self._ceiling_index = 0
+        self._reset_window(time.perf_counter())
+
+    def _close_ceiling_window(self, part: Part) -> None:
+        self._sync()
+        now = time.perf_counter()
+        self._emit("ceiling", part=part.value, key=ceiling_key(part, self.resolved()),
+                   index=self._ceiling_index, steps=self._win_steps, samples=self._win_samples,
+                   seconds=now - self._window_start)
+        self._ceiling_index += 1
+        self._reset_window(now)
+        if self._ceiling_index >= self._ceiling_windows:
+            self._next_phase()
+
+    def _loader_ceiling(self, loader: Iterable[Any], it: Iterator[Any]) -> None:
+        """Iterate the loader alone, with the transfer, no model; raises BudgetSpent at the end.
+
+        The batches the workers (and the thread prefetcher) queued ahead while the
+        model ran are drained first: they cost nothing now and would flatter it.
+        """
+        from autotune._prefetch import THREAD_DEPTH
+
+        resolved = self.resolved()
+        queued = resolved.get("num_workers", 0) * resolved.get("prefetch_factor", 0) \
+            + (THREAD_DEPTH if resolved.get("prefetch") == "thread" else 0)
+        drain = queued + 1
+        epochs = [it]
+        try:
+            while True:
+                try:
+                    batch = next(epochs[-1])
+                except StopIteration:  # a new epoch: its worker start-up is part of the cost
+                    epochs.append(super().batches(loader))
+                    continue
+                now = time.perf_counter()
+                self._step += 1
+                self._beat_if_due(now)
+                if drain:
+                    drain -= 1
+                    if not drain:
+                        self._sync()
+                        self._reset_window(time.perf_counter())
+                    continue
+                self._win_steps += 1
+                self._win_samples += _batch_len(batch)
+                elapsed = now - self._window_start
+                # A fast loader is timed over a quarter window: its rate is precise by then.
+                if self._window_due(now) or (elapsed >= self._window_s / 4
+                                             and self._win_steps >= QUICK_LOADER_BATCHES):
+                    self._close_ceiling_window(Part.LOADER)  # the last one raises BudgetSpent
+        finally:
+            for extra in epochs[1:]:
+                extra.close()
+
     def finish(self) -> None:
         """Close a last partial window if the function returned mid-window."""
-        if self._measuring and self._win_steps >= self._min_window_steps \
+        if self._phase == _MEASURE and self._win_steps >= self._min_window_steps \
                 and self._windows_done < self._windows:
             self._close_window()
         self._emit("end", steps=self._step, windows=self._windows_done,
@@ -332,6 +436,10 @@ class Trial(Run):
             import torch
 
             torch.cuda.synchronize(self.device)
+
+
+# Phases of a Trial besides the two ceilings (Part.COMPUTE, Part.LOADER).
+_WARMUP, _MEASURE, _DONE = "warmup", "measure", "done"
 
 
 def _batch_len(batch: Any) -> int:

@@ -35,6 +35,8 @@ class Budget:
         window_s: Seconds per measured window (at least ``min_window_steps`` steps).
         windows: Measured windows per trial; samples/s is their median.
         min_window_steps: Steps a window needs before it may close.
+        ceiling_windows: Windows (of ``window_s``) per ceiling, measured after the
+            trial's own windows (``autotune._ceilings``); 0 measures none.
         startup_s: Seconds from spawn to the first batch (imports, the dataset,
             DataLoader workers starting).
         stall_s: Seconds without a finished step, once training runs, before the
@@ -48,6 +50,7 @@ class Budget:
     window_s: float = 1.5
     windows: int = 4
     min_window_steps: int = 2
+    ceiling_windows: int = 2
     startup_s: float = 60.0
     stall_s: float = 30.0
     timeout_s: float | None = None
@@ -56,7 +59,11 @@ class Budget:
         """The worker's wall-clock limit: its start-up, then 5x the measured time."""
         if self.timeout_s is not None:
             return self.timeout_s
-        return self.startup_s + 5 * (self.warmup_s + self.windows * self.window_s)
+        return self.startup_s + 5 * self.measuring_s()
+
+    def measuring_s(self) -> float:
+        """The least time a trial measures: warmup, windows, and both ceilings' windows."""
+        return self.warmup_s + (self.windows + 2 * self.ceiling_windows) * self.window_s
 
     def worker_args(self) -> dict[str, Any]:
         """What the worker's Trial takes (the limits are the parent's to enforce)."""
@@ -75,6 +82,8 @@ class TrialSpec:
     device: str = "cpu"
     budget: Budget = Budget()
     seed: int = 0
+    #: Ceiling keys per part already measured in the study: the worker skips them.
+    known_ceilings: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -91,6 +100,7 @@ class TrialResult:
     lr: float | None
     log_path: Path
     losses: list[Point] = dataclasses.field(default_factory=list)
+    ceilings: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 def build_command(spec: TrialSpec, event_fd: int, environ: Mapping[str, str],
@@ -116,7 +126,8 @@ def build_command(spec: TrialSpec, event_fd: int, environ: Mapping[str, str],
         if knob.env_var and value not in (None, "default"):
             env[knob.env_var] = value
     payload = {"target": spec.target, "config": spec.config.set_values(), "device": device,
-               "budget": spec.budget.worker_args(), "seed": spec.seed}
+               "budget": spec.budget.worker_args(), "seed": spec.seed,
+               "known_ceilings": {part: list(keys) for part, keys in spec.known_ceilings.items()}}
     return [python, "-m", "autotune._worker", json.dumps(payload)], env
 
 
@@ -154,7 +165,7 @@ def kill_orphans(pgid: int, started: float) -> int:
 
 
 #: Events that show the training loop is alive (the stall clock restarts on each).
-_PROGRESS = frozenset({"resolved", "progress", "warmup", "window"})
+_PROGRESS = frozenset({"resolved", "progress", "warmup", "window", "ceiling"})
 
 Verdict = tuple[Outcome, str]
 
@@ -206,25 +217,32 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
         if spec.device.startswith("cuda") else None
     events: dict[str, Any] = {}
     windows: list[dict[str, Any]] = []
+    ceilings: list[dict[str, Any]] = []
     reader = EventReader()
     budget = spec.budget
     started = time.time()
     spawned = alive = time.monotonic()
+    arrived: dict[str, float] = {}  # seconds from spawn to each kind's first event, and to the exit
     step = 0
     judge({"event": "spawned", "pid": proc.pid})
     try:
         with Monitor(proc.pid, ram_budget, lambda why: kill(Outcome.OOM_HOST, why), gpu, floor) as monitor:
             while True:
                 exited = proc.poll() is not None
+                if exited and "exit" not in arrived:
+                    arrived["exit"] = time.monotonic() - spawned
                 ready, _, _ = select.select([read_fd], [], [], 0 if exited else 0.1)
                 data = os.read(read_fd, 1 << 16) if ready else b""
                 now = time.monotonic()
                 for event in reader.feed(data):
                     events[event["event"]] = event
+                    arrived.setdefault(event["event"], now - spawned)
                     if event["event"] in _PROGRESS:
                         alive, step = now, event.get("step", step)
                     if event["event"] == "window":
                         windows.append(event)
+                    elif event["event"] == "ceiling":
+                        ceilings.append(event)
                     judge(event)
                 if exited and not data:
                     break
@@ -246,6 +264,8 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
         os.close(read_fd)
     stderr_tail = log_tail(log_path.read_text(errors="replace"))
     metrics = summarize(windows, monitor, started, events)
+    metrics.update(overheads(arrived))
+    measured = summarize_ceilings(ceilings)
     losses = loss_history(events.get("warmup"), windows)
     memory_low = metrics.get("available_min", float("inf")) < 2 * monitor.floor
     outcome, reason = classify(proc.returncode, killed[0] if killed else None, events.get("error"),
@@ -254,7 +274,7 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     final = events.get("end") or events.get("resolved") or {}
     return TrialResult(outcome, reason, metrics, window_series(windows, monitor), windows,
                        final.get("config", {}), final.get("base_batch_size"), final.get("lr"), log_path,
-                       losses)
+                       losses, measured)
 
 
 def log_tail(text: str, lines: int = 10) -> str:
@@ -301,6 +321,40 @@ def summarize(windows: Sequence[Mapping[str, Any]], monitor: Monitor, started: f
     if "gpu_mem_peak" in windows[-1]:
         metrics["torch_gpu_mem_peak"] = float(max(w["gpu_mem_peak"] for w in windows))
     return metrics
+
+
+def summarize_ceilings(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per ceiling a trial measured: its part, key, median samples/s and spread."""
+    by_part: dict[str, list[Mapping[str, Any]]] = {}
+    for event in events:
+        by_part.setdefault(event["part"], []).append(event)
+    measured = []
+    for part, windows in by_part.items():
+        rates = [w["samples"] / w["seconds"] for w in windows]
+        median = statistics.median(rates)
+        measured.append({"part": part, "key": windows[0]["key"], "samples_per_s": median,
+                         "spread": (max(rates) - min(rates)) / median if median else 0.0,
+                         "windows": len(rates)})
+    return measured
+
+
+def overheads(arrived: Mapping[str, float]) -> dict[str, float]:
+    """A trial's fixed cost around its measuring, from when its events arrived.
+
+    ``spawn_s``: to the worker's first event (the interpreter and autotune);
+    ``import_s``: torch and the user's module; ``setup_s``: the user's code up to
+    its first batch (dataset, model, loader workers); ``teardown_s``: from the
+    last event to the process's exit; ``overhead_s``: their sum.
+    """
+    spans = {"spawn_s": (None, "started"), "import_s": ("started", "loaded"),
+             "setup_s": ("loaded", "resolved"), "teardown_s": ("end", "exit")}
+    found = {}
+    for name, (begin, end) in spans.items():
+        if (begin is None or begin in arrived) and end in arrived:
+            found[name] = arrived[end] - (arrived[begin] if begin else 0.0)
+    if len(found) == len(spans):
+        found["overhead_s"] = sum(found.values())
+    return found
 
 
 def window_series(windows: Sequence[Mapping[str, Any]], monitor: Monitor) -> dict[str, list[float]]:

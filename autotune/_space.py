@@ -103,12 +103,16 @@ class Space:
                 domains[name] = Fixed(kept[0])
         return Space(self.name, domains), notes
 
-    def sample(self, trial: optuna.Trial) -> Config:  # type: ignore[valid-type]
-        """Draw a config define-by-run, skipping knobs whose condition fails."""
+    def sample(self, trial: optuna.Trial, held: Mapping[str, Any] | None = None) -> Config:  # type: ignore[valid-type]
+        """Draw a config define-by-run, skipping knobs whose condition fails.
+
+        Knobs in ``held`` take its value (None: the user's own) and are not sampled.
+        """
+        held = held or {}
         values: dict[str, Any] = {}
         for name, domain in self.domains.items():
             if KNOBS[name].is_active(values):
-                values[name] = _suggest(trial, name, domain)
+                values[name] = held[name] if name in held else _suggest(trial, name, domain)
         return Config(**values)
 
 

@@ -9,11 +9,13 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autotune._ceilings import Bottleneck, Ceilings, bottleneck, loader_only
 from autotune._config import Config, ConfigError
+from autotune._confirm import Decision, Group, baseline_group, decide, group_runs, plan
 from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION, prune_reason
 from autotune._monitor import Background
 from autotune._outcome import Outcome, clip
@@ -42,6 +44,9 @@ ATTR_BASE_BATCH, ATTR_LR, ATTR_LOSSES = "base_batch_size", "lr", "losses"
 # Who runs a trial, for resuming after a tuner was killed: the tuner process
 # (host, pid, start time), its worker process group, and a heartbeat.
 ATTR_OWNER, ATTR_WORKER, ATTR_HEARTBEAT = "owner", "worker", "heartbeat"
+# The config as sampled (relative values kept, so a re-run samples nothing), the
+# first trial a confirmation re-runs, and the ceilings the trial measured.
+ATTR_SAMPLED, ATTR_CONFIRMS, ATTR_CEILINGS = "sampled", "confirms", "ceilings"
 
 #: Seconds between a running trial's heartbeats in the study storage.
 HEARTBEAT_S = 30.0
@@ -66,6 +71,7 @@ class StudyOptions:
     seed: int | None = None
     tolerance: float = DIVERGENCE_TOLERANCE
     prune: float = PRUNE_FRACTION
+    confirm: int = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,10 +87,43 @@ class TrialRow:
     base_batch_size: int | None
     speedup: float | None
     losses: list[tuple[float, float]] = dataclasses.field(default_factory=list)
+    sampled: dict[str, Any] = dataclasses.field(default_factory=dict)
+    confirms: int | None = None
+    bottleneck: Bottleneck | None = None
 
     @property
     def samples_per_s(self) -> float | None:
         return self.metrics.get("samples_per_s")
+
+
+@dataclasses.dataclass(frozen=True)
+class Standing:
+    """A study's trials as rows, grouped by config, with the decision and the ceilings.
+
+    Attributes:
+        rows: Every trial; ``speedup`` is over the median of the baseline's runs.
+        groups: The rows by config (a first trial and its confirmation re-runs).
+        decision: The winner and how sure (``autotune._confirm``).
+        ceilings: Every ceiling the study measured.
+    """
+
+    rows: list[TrialRow]
+    groups: list[Group]
+    decision: Decision
+    ceilings: Ceilings
+
+    @property
+    def best(self) -> TrialRow | None:
+        """The winning config's first trial (the one exported)."""
+        return self.decision.winner.first if self.decision.winner else None
+
+    @property
+    def base(self) -> Group | None:
+        return self.decision.baseline
+
+    def speedup(self, group: Group) -> float | None:
+        """A config's median over the baseline's median."""
+        return group.median / self.base.median if self.base else None
 
 
 class Reporter:
@@ -93,8 +132,10 @@ class Reporter:
     def note(self, line: str) -> None:
         """A line worth showing once (capability drops, paths)."""
 
-    def trial_started(self, number: int, index: int, total: int, config: Config) -> None:  # type: ignore[valid-type]
-        """Trial ``index`` of ``total`` of this invocation is starting."""
+    def trial_started(self, number: int, index: int, total: int, config: Config,  # type: ignore[valid-type]
+                      rerun: int | None = None) -> None:
+        """Trial ``index`` of ``total`` of this invocation is starting (a re-run of trial
+        ``rerun``, when confirming)."""
 
     def event(self, event: Mapping[str, Any]) -> None:
         """An event from the running worker."""
@@ -137,29 +178,54 @@ def open_storage(store: Path, url: str | None):
         raise ConfigError(f"--storage {url or path!r}: cannot be opened: {first}") from None
 
 
-def row_of(trial: optuna.trial.FrozenTrial, baseline_sps: float | None) -> TrialRow:
-    """Read one Optuna trial back as a row."""
+def row_of(trial: optuna.trial.FrozenTrial, ceilings: Ceilings) -> TrialRow:
+    """Read one Optuna trial back as a row (speedup left for ``standing`` to fill)."""
     attrs = trial.user_attrs
     metrics = attrs.get(ATTR_METRICS, {})
-    sps = metrics.get("samples_per_s")
     outcome = attrs.get(ATTR_OUTCOME) or ("running" if trial.state.name == "RUNNING"
                                           else trial.state.name.lower())
+    config = attrs.get(ATTR_CONFIG) or dict(trial.params)
+    bound = None
+    if outcome in (Outcome.COMPLETE.value, Outcome.DIVERGED.value) and "samples_per_s" in metrics:
+        bound = bottleneck_of(metrics, config, ceilings)
     return TrialRow(trial.number, bool(attrs.get(ATTR_BASELINE)), outcome, attrs.get(ATTR_REASON, ""),
-                    metrics, attrs.get(ATTR_CONFIG) or dict(trial.params), attrs.get(ATTR_BASE_BATCH),
-                    sps / baseline_sps if sps and baseline_sps else None,
-                    [tuple(p) for p in attrs.get(ATTR_LOSSES, [])])
+                    metrics, config, attrs.get(ATTR_BASE_BATCH), None,
+                    [tuple(p) for p in attrs.get(ATTR_LOSSES, [])], attrs.get(ATTR_SAMPLED, {}),
+                    attrs.get(ATTR_CONFIRMS), bound)
 
 
-def rows_of(study: optuna.Study) -> tuple[list[TrialRow], TrialRow | None]:
-    """Every trial as a row, and the best feasible complete one (None if none)."""
+def bottleneck_of(metrics: Mapping[str, float], config: Mapping[str, Any], ceilings: Ceilings) -> Bottleneck:
+    """A measured trial's bottleneck, from its figures and the study's ceilings for its config."""
+    from autotune._knobs import Part
+
+    return bottleneck(metrics["samples_per_s"], metrics.get("data_wait_frac", 0.0),
+                      ceilings.get(Part.COMPUTE, config), ceilings.get(Part.LOADER, config))
+
+
+def held_loader_knobs(best: TrialRow | None, knobs: Iterable[str]) -> dict[str, Any]:
+    """The loader-only knobs among ``knobs`` to hold at ``best``'s sampled values (None:
+    the user's own), once ``best`` is compute-bound at high efficiency: more loader
+    trials cannot buy much then. Empty otherwise."""
+    if best is None or best.bottleneck is None or not best.bottleneck.settled:
+        return {}
+    return {name: best.sampled.get(name) for name in knobs if loader_only(name)}
+
+
+def _plain(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def standing(study: optuna.Study) -> Standing:
+    """Every trial as a row, grouped by config, and the winner (see ``Standing``)."""
     trials = study.get_trials(deepcopy=False)
-    base = next((t for t in trials if t.user_attrs.get(ATTR_BASELINE)
-                 and t.user_attrs.get(ATTR_OUTCOME) == Outcome.COMPLETE.value), None)
-    base_sps = base.user_attrs[ATTR_METRICS]["samples_per_s"] if base else None
-    rows = [row_of(t, base_sps) for t in trials]
-    complete = [r for r in rows if r.outcome == Outcome.COMPLETE.value and r.samples_per_s]
-    best = max(complete, key=lambda r: r.samples_per_s) if complete else None
-    return rows, best
+    ceilings = Ceilings(entry for t in trials for entry in t.user_attrs.get(ATTR_CEILINGS, []))
+    rows = [row_of(t, ceilings) for t in trials]
+    base = baseline_group(group_runs(rows))
+    if base is not None:
+        rows = [dataclasses.replace(r, speedup=r.samples_per_s / base.median) if r.samples_per_s else r
+                for r in rows]
+    groups = group_runs(rows)
+    return Standing(rows, groups, decide(groups), ceilings)
 
 
 def throughput_figure(name: str, rows: list[TrialRow]):
@@ -188,17 +254,55 @@ def throughput_figure(name: str, rows: list[TrialRow]):
     return fig
 
 
-def export_text(study: optuna.Study, best: TrialRow, rows: list[TrialRow]) -> str:
-    """The best trial as the YAML snippet ``autotune.load`` reads."""
+def _runs(group: Group) -> str:
+    numbers = ", ".join(str(r.number) for r in group.runs if r.samples_per_s)
+    return f"median of {len(group.rates)} runs ({numbers}), ±{group.spread / 2:.0%}"
+
+
+def findings(found: Standing) -> list[str]:
+    """What a study found, as plain lines: the export's header and the run's summary.
+
+    The first line names the winner and its speedup (medians, with ± half the
+    spread of its runs, or of its windows when it ran once); the next say how sure
+    that is and what limits it.
+    """
+    decision, base = found.decision, found.base
+    win = decision.winner
+    if win is None:
+        return ["no complete trial"]
+    spread = win.spread if win.confirmed else win.first.metrics.get("samples_per_s_spread", 0.0)
+    if base is not None and win is not base:
+        lines = [f"trial {win.first.number}, {found.speedup(win):.2f}x the baseline "
+                 f"({win.median:,.0f} vs {base.median:,.0f} samples/s, ±{spread / 2:.0%})"]
+    else:
+        lines = [f"trial {win.first.number} (the baseline: your code as written), "
+                 f"{win.median:,.0f} samples/s, ±{spread / 2:.0%}"]
+    if decision.no_win:
+        fastest = decision.fastest
+        lines.append(f"no config beat the baseline beyond the run-to-run noise: the fastest, trial "
+                     f"{fastest.first.number} ({found.speedup(fastest):.2f}x, {_runs(fastest)}), "
+                     f"has runs as slow as the baseline's fastest")
+    if win.confirmed and (base is None or base.confirmed):
+        lines.append(f"runs: {_runs(win)}" + (f"; the baseline's: {_runs(base)}" if base is not win else ""))
+    else:
+        lines.append("runs: one each, not confirmed by re-runs (--confirm 0, or the study stopped "
+                     "first); ± is half the spread of its windows")
+    if decision.ties and not decision.no_win:
+        lines.append("inside the noise of it: " + ", ".join(
+            f"trial {g.first.number} ({g.median:,.0f} samples/s)" for g in decision.ties))
+    if win.first.bottleneck is not None:
+        lines.append(f"bottleneck: {win.first.bottleneck.why}")
+    return lines
+
+
+def export_text(study: optuna.Study, found: Standing) -> str:
+    """The winning config as the YAML snippet ``autotune.load`` reads."""
     from autotune._export import render
 
-    base = next((r for r in rows if r.baseline and r.samples_per_s), None)
-    spread = best.metrics.get("samples_per_s_spread", 0.0)
+    best = found.best
     fingerprint = study.user_attrs.get("fingerprint", {})
-    versus = (f"{best.speedup:.2f}x the baseline ({best.samples_per_s:.0f} vs "
-              f"{base.samples_per_s:.0f} samples/s, ±{spread / 2:.0%})" if base and best.speedup
-              else f"{best.samples_per_s:.0f} samples/s, ±{spread / 2:.0%}")
-    header = [f"autotune: study {study.study_name}, trial {best.number}, {versus}",
+    first, *rest = findings(found)
+    header = [f"autotune: study {study.study_name}, {first}", *rest,
               f"measured on: {fingerprint.get('summary', 'unknown machine')}",
               "load with: autotune.load(path)"]
     return render(best.config, best.base_batch_size, header)
@@ -292,6 +396,7 @@ class StudyRunner:
         self._owner = this_process()
         self._interrupt = threading.Event()
         self._signum: int | None = None
+        self._settled_by: int | None = None  # the trial whose loader knobs are held, once noted
 
     def _check_same_target(self) -> None:
         known = self.study.user_attrs.get("target")
@@ -299,8 +404,12 @@ class StudyRunner:
             raise ConfigError(f"--study {self.name!r} tunes {known}, not {self.options.target}; "
                               "give another --study name")
 
-    def run(self) -> tuple[list[TrialRow], TrialRow | None]:
-        """Close stale trials, run the trials; return every row of the study and its best.
+    def run(self) -> Standing:
+        """Close stale trials, run the trials, confirm the top configs; return the standing.
+
+        After ``options.trials`` trials, the top ``CONFIRM_TOP`` feasible configs and
+        the baseline are re-run until each has ``1 + options.confirm`` runs; the
+        winner is chosen on the medians (``autotune._confirm``).
 
         The first SIGINT or SIGTERM stops the running trial, which is recorded as
         ``interrupted``; the study then finishes as usual (export, parent run
@@ -310,27 +419,47 @@ class StudyRunner:
         started = time.monotonic()
         total = self.options.trials
         self.recover()
-        rows, best = rows_of(self.study)
+        found = standing(self.study)
         try:
             with self._signals():
                 for index in range(total):
                     if self._interrupt.is_set():
                         break
-                    base = next((r for r in rows if r.baseline and r.outcome == Outcome.COMPLETE.value), None)
-                    baseline = base is None
-                    number = self._one_trial(index, total, base, best)
-                    rows, best = rows_of(self.study)
-                    row = next(r for r in rows if r.number == number)
-                    left = (time.monotonic() - started) / (index + 1) * (total - index - 1)
-                    self.reporter.trial_done(row, best, left)
-                    if baseline and row.outcome not in (Outcome.COMPLETE.value, Outcome.INTERRUPTED.value):
-                        raise BaselineFailed(f"the baseline (trial {row.number}: your code as written) "
-                                             f"ended as {row.outcome}; every trial would fail the same "
-                                             f"way:\n{row.reason}")
+                    found = self._trial_and_report(found, index, total, started)
+                reruns = [] if self._interrupt.is_set() else plan(found.groups, self.options.confirm)
+                if reruns:
+                    self.reporter.note(f"confirming: {len(reruns)} re-runs of trials "
+                                       f"{', '.join(str(n) for n in dict.fromkeys(reruns))} "
+                                       "(the winner is chosen on the median of its runs)")
+                started = time.monotonic()
+                for index, number in enumerate(reruns):
+                    if self._interrupt.is_set():
+                        break
+                    first = next(g for g in found.groups if g.first.number == number).first
+                    found = self._trial_and_report(found, index, len(reruns), started, rerun=first)
         except BaseException:  # the parent run must not stay RUNNING
             self.tracker.kill(self.parent_id)
             raise
         return self._finish()
+
+    def _trial_and_report(self, found: Standing, index: int, total: int, started: float,
+                          rerun: TrialRow | None = None) -> Standing:
+        """Run one trial (or a re-run of ``rerun``), report it; return the new standing.
+
+        Raises:
+            BaselineFailed: this was the baseline and it did not complete.
+        """
+        baseline = found.base is None and rerun is None
+        number = self._one_trial(index, total, found, rerun)
+        found = standing(self.study)
+        row = next(r for r in found.rows if r.number == number)
+        left = (time.monotonic() - started) / (index + 1) * (total - index - 1)
+        self.reporter.trial_done(row, found.best, left)
+        if baseline and row.outcome not in (Outcome.COMPLETE.value, Outcome.INTERRUPTED.value):
+            raise BaselineFailed(f"the baseline (trial {row.number}: your code as written) "
+                                 f"ended as {row.outcome}; every trial would fail the same "
+                                 f"way:\n{row.reason}")
+        return found
 
     @property
     def interrupted_by(self) -> int | None:
@@ -397,39 +526,61 @@ class StudyRunner:
 
         return handlers()
 
-    def _one_trial(self, index: int, total: int, base: TrialRow | None, best: TrialRow | None) -> int:
+    def _one_trial(self, index: int, total: int, found: Standing, rerun: TrialRow | None) -> int:
         """Run one trial to its end in both stores; return its number.
 
-        With no complete baseline (``base``) yet, this trial is the baseline; else
-        ``base`` is the divergence reference and ``best`` the pruning yardstick.
+        With no complete baseline yet, this trial is the baseline. A ``rerun``
+        runs that trial's config again, unpruned (a confirmation). Otherwise the
+        space is sampled, with the loader knobs held at the best trial's once that
+        trial is compute-bound at high efficiency.
         """
         import optuna
 
-        baseline = base is None
+        baseline = found.base is None and rerun is None
         trial = self.study.ask()
         trial.set_user_attr(ATTR_OWNER, self._owner)
-        config = Config() if baseline else self.space.sample(trial)
+        if rerun is not None:
+            config = Config(**rerun.sampled)
+            trial.set_user_attr(ATTR_CONFIRMS, rerun.number)
+        else:
+            config = Config() if baseline else self.space.sample(trial, self._settled(found))
         trial.set_user_attr(ATTR_BASELINE, baseline)
-        run_id = self.tracker.start_trial(
-            self.experiment_id, self.parent_id, trial.number, config.set_values(),
-            {"autotune.baseline": str(baseline).lower(), "autotune.fingerprint": self.fingerprint.summary()})
+        trial.set_user_attr(ATTR_SAMPLED, config.set_values())
+        tags = {"autotune.baseline": str(baseline).lower(), "autotune.fingerprint": self.fingerprint.summary()}
+        if rerun is not None:
+            tags["autotune.confirms"] = str(rerun.number)
+        run_id = self.tracker.start_trial(self.experiment_id, self.parent_id, trial.number,
+                                          config.set_values(), tags)
         trial.set_user_attr(ATTR_RUN, run_id)
-        self.reporter.trial_started(trial.number, index, total, config)
+        self.reporter.trial_started(trial.number, index, total, config, rerun.number if rerun else None)
         spec = TrialSpec(self.options.target, config, self.fingerprint.device, self.options.budget,
-                         seed=(self.options.seed or 0) + trial.number)
+                         seed=(self.options.seed or 0) + trial.number, known_ceilings=found.ceilings.known())
         log_path = self.log_dir / f"trial-{trial.number}.log"
+        prune_below = found.decision.winner.median if found.decision.winner and not baseline \
+            and rerun is None else None
+        base = found.base.first if found.base else None
         try:
             with _Heartbeat(trial):
-                result = run_trial(spec, log_path, self.ram_budget,
-                                   self._watch(trial, best.samples_per_s if best and not baseline else None),
+                result = run_trial(spec, log_path, self.ram_budget, self._watch(trial, prune_below),
                                    interrupt=self._interrupt, reference=base.losses if base else (),
                                    tolerance=self.options.tolerance)
         except BaseException as exc:  # a second Ctrl-C, or our own bug: close both records, go on raising
             self.tracker.kill(run_id, f"the tuner stopped: {exc!r}", log_path)
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
             raise
-        self._record(trial, run_id, result)
+        self._record(trial, run_id, result, found.ceilings)
         return trial.number
+
+    def _settled(self, found: Standing) -> dict[str, Any]:
+        """``held_loader_knobs`` for the best trial, with one line the first time it holds."""
+        held = held_loader_knobs(found.best, self.space.domains)
+        best = found.best
+        if held and best.number != self._settled_by:
+            self._settled_by = best.number
+            knobs = ", ".join(f"{k}={'as in your code' if v is None else _plain(v)}" for k, v in held.items())
+            self.reporter.note(f"loader knobs held at trial {best.number}'s ({knobs}): it is compute-bound "
+                               f"at {best.bottleneck.efficiency:.0%} of its data-on-device ceiling")
+        return held
 
     def _watch(self, trial, best: float | None) -> Callable[[dict[str, Any]], Verdict | None]:
         """The running trial's event handler: progress, its worker's identity, throughput
@@ -454,7 +605,7 @@ class StudyRunner:
 
         return on_event
 
-    def _record(self, trial: optuna.Trial, run_id: str, result: TrialResult) -> None:
+    def _record(self, trial: optuna.Trial, run_id: str, result: TrialResult, ceilings: Ceilings) -> None:
         import optuna
 
         derived = {f"resolved.{k}": v for k, v in result.resolved.items()}
@@ -462,10 +613,19 @@ class StudyRunner:
         for key, value in ((ATTR_OUTCOME, result.outcome.value), (ATTR_REASON, clip(result.reason, REASON_LIMIT)),
                            (ATTR_METRICS, result.metrics), (ATTR_CONFIG, result.resolved),
                            (ATTR_BASE_BATCH, result.base_batch_size), (ATTR_LR, result.lr),
-                           (ATTR_LOSSES, result.losses)):
+                           (ATTR_LOSSES, result.losses), (ATTR_CEILINGS, result.ceilings)):
             trial.set_user_attr(key, value)
-        self.tracker.end_trial(run_id, result.outcome, result.reason, result.metrics, result.series,
-                               {k: v for k, v in derived.items() if v is not None}, result.log_path)
+        metrics, tags = dict(result.metrics), {}
+        if "samples_per_s" in metrics:
+            for entry in result.ceilings:
+                ceilings.add(entry)
+            bound = bottleneck_of(metrics, result.resolved, ceilings)
+            tags = {"autotune.bottleneck": bound.verdict, "autotune.bottleneck_why": bound.why}
+            metrics.update({name: value for name, value in (
+                ("efficiency", bound.efficiency), ("compute_ceiling", bound.compute),
+                ("loader_ceiling", bound.loader)) if value is not None})
+        self.tracker.end_trial(run_id, result.outcome, result.reason, metrics, result.series,
+                               {k: v for k, v in derived.items() if v is not None}, result.log_path, tags)
         sps = result.metrics.get("samples_per_s")
         if result.outcome in (Outcome.COMPLETE, Outcome.DIVERGED) and sps:
             # Constraints, not penalties: a diverged trial keeps its real speed
@@ -477,20 +637,27 @@ class StudyRunner:
         else:
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
 
-    def _finish(self) -> tuple[list[TrialRow], TrialRow | None]:
-        rows, best = rows_of(self.study)
-        artifacts = {"trials.json": json.dumps([dataclasses.asdict(r) for r in rows], indent=1)}
+    def _finish(self) -> Standing:
+        found = standing(self.study)
+        rows, best = found.rows, found.best
+        artifacts = {"trials.json": json.dumps([dataclasses.asdict(r) for r in rows], indent=1),
+                     "ceilings.json": json.dumps(found.ceilings.table(), indent=1)}
         metrics: dict[str, float] = {"trials": float(len(rows))}
         if best is not None:
-            text = export_text(self.study, best, rows)
+            win = found.decision.winner
+            text = export_text(self.study, found)
             artifacts["best.yaml"] = text
             path = self.options.store / "exports" / f"{self.name}.yaml"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
-            metrics.update(best_samples_per_s=best.samples_per_s, best_trial=float(best.number))
-            if best.speedup:
-                metrics["best_speedup"] = best.speedup
+            metrics.update(best_samples_per_s=win.median, best_trial=float(best.number),
+                           best_runs=float(len(win.rates)), best_spread=win.spread)
+            if found.base is not None:
+                metrics.update(best_speedup=found.speedup(win), baseline_samples_per_s=found.base.median,
+                               baseline_spread=found.base.spread)
+            if best.bottleneck is not None and best.bottleneck.efficiency is not None:
+                metrics["best_efficiency"] = best.bottleneck.efficiency
         self.tracker.finish_parent(self.parent_id, artifacts, metrics,
                                    {"throughput.png": throughput_figure(self.name, rows)},
                                    status="KILLED" if self._signum else "FINISHED")
-        return rows, best
+        return found

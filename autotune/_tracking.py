@@ -104,7 +104,7 @@ class Tracker:
 
     def end_trial(self, run_id: str, outcome: Outcome, reason: str, metrics: Mapping[str, float],
                   series: Mapping[str, list[float]], params: Mapping[str, Any],
-                  log_path: Path | None = None) -> None:
+                  log_path: Path | None = None, tags: Mapping[str, str] | None = None) -> None:
         """Log a finished trial in one batch (one REST call against a server) and close it."""
         from mlflow.entities import Metric, Param, RunTag
 
@@ -114,7 +114,8 @@ class Tracker:
                  for step, v in enumerate(values)]
         self.client.log_batch(
             run_id, metrics=rows, params=[Param(k, _text(v)) for k, v in params.items()],
-            tags=[RunTag("autotune.outcome", outcome.value), RunTag("autotune.reason", clip(reason, _TAG_LIMIT))])
+            tags=[RunTag("autotune.outcome", outcome.value), RunTag("autotune.reason", clip(reason, _TAG_LIMIT)),
+                  *(RunTag(k, clip(v, _TAG_LIMIT)) for k, v in (tags or {}).items())])
         if log_path is not None and log_path.exists():
             self.client.log_artifact(run_id, str(log_path))
         self.client.set_terminated(run_id, status=RUN_STATUS[outcome])

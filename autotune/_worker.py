@@ -90,9 +90,11 @@ def main(argv: list[str] | None = None) -> int:
         from autotune._run import BudgetSpent, Trial
 
         torch.manual_seed(spec["seed"])
-        run = Trial(Config(**spec["config"]), spec["device"], emit, **spec["budget"])
+        run = Trial(Config(**spec["config"]), spec["device"], emit, **spec["budget"],
+                    known_ceilings=spec.get("known_ceilings"))
         run.apply_backends()
         train = load_target(spec["target"])
+        emit("loaded")  # torch and the user's module are imported: the parent times the spans
         try:
             train(run)
         except BudgetSpent:
@@ -107,4 +109,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip the interpreter's shutdown: with torch loaded it takes about 0.5 s here
+    # (benchmarks/RESULTS.md, per-trial overhead), and the parent kills the process
+    # group anyway, so nothing needs an orderly exit.
+    os._exit(code)

@@ -26,7 +26,7 @@ from autotune._runner import Budget, TrialSpec, run_trial
 
 TARGET = f"{ROOT / 'tests' / 'fixtures' / 'faulty_train.py'}:train"
 HOG, HANG = Config(num_workers=4), Config(num_workers=3)
-BUDGET = Budget(warmup_s=0.2, window_s=0.3, windows=3, stall_s=3.0)
+BUDGET = Budget(warmup_s=0.2, window_s=0.3, windows=3, ceiling_windows=0, stall_s=3.0)
 GIB = 2**30
 
 

@@ -4,6 +4,7 @@ MLflow SQLite store in tmp_path, read back with the optuna and mlflow APIs."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from helpers import autotune, load_study, mlflow_runs
 FIXTURE = Path(__file__).parent / "fixtures" / "cli_train.py"
 TARGET = f"{FIXTURE}:train"
 # Pruning off: these tests count complete trials (tests/test_safety.py prunes).
-FAST = ["--warmup", "0.2", "--window", "0.3", "--windows", "2", "--seed", "0", "--prune", "0"]
+FAST = ["--warmup", "0.2", "--window", "0.3", "--windows", "2", "--seed", "0", "--prune", "0", "--confirm", "0"]
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +54,14 @@ def test_every_trial_once_in_optuna_and_mlflow(study_store: Path) -> None:
         assert run.info.status == "FINISHED"
         assert run.data.metrics["samples_per_s"] == pytest.approx(t.value)
         assert 0 <= run.data.metrics["data_wait_frac"] <= 1
+        # efficiency and bottleneck for every complete trial; the ceilings measured once
+        # per distinct config, in the first trial that ran it
+        assert run.data.tags["autotune.bottleneck"] in ("compute-bound", "data-bound")
+        assert run.data.metrics["efficiency"] == pytest.approx(
+            run.data.metrics["samples_per_s"] / run.data.metrics["compute_ceiling"])
+        assert run.data.metrics["loader_ceiling"] > 0
+        assert run.data.tags["autotune.bottleneck_why"].startswith(
+            f"{run.data.metrics['efficiency']:.0%} of the data-on-device ceiling")
         # the sampled knobs are params, and so is what the trial really ran with
         for knob, value in t.params.items():
             assert run.data.params[knob] == (str(value).lower() if isinstance(value, bool) else str(value))
@@ -63,7 +72,10 @@ def test_every_trial_once_in_optuna_and_mlflow(study_store: Path) -> None:
     assert parent.info.status == "FINISHED"
     assert "best_samples_per_s" in parent.data.metrics
     artifacts = {a.path for a in client.list_artifacts(parent_id)}
-    assert {"best.yaml", "trials.json", "throughput.png"} <= artifacts
+    assert {"best.yaml", "trials.json", "throughput.png", "ceilings.json"} <= artifacts
+    # the loader space never changes the compute knobs or the batch size: one compute ceiling
+    measured = [c for t in trials for c in t.user_attrs["ceilings"] if c["part"] == "compute"]
+    assert len(measured) == 1 and measured[0] in trials[0].user_attrs["ceilings"]
     assert {a.path for a in client.list_artifacts(by_trial[0].info.run_id)} == {"trial-0.log"}
 
 
@@ -72,6 +84,9 @@ def test_show_lists_every_trial(study_store: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "study e2e: 5 trials" in out.stdout
     assert "(baseline)" in out.stdout and "best: trial" in out.stdout
+    assert "bound" in out.stdout and "bottleneck: " in out.stdout
+    lines = [line for line in out.stdout.splitlines() if "complete" in line]
+    assert len(lines) == 5 and all(re.search(r" (compute|data) \d+% ", line) for line in lines)
 
 
 def test_export_loads_and_trains_in_production(study_store: Path) -> None:
@@ -85,6 +100,40 @@ def test_export_loads_and_trains_in_production(study_store: Path) -> None:
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("trained")
+
+
+def test_confirmation_re_runs_the_top_configs_and_the_baseline(tmp_path: Path) -> None:
+    from autotune._study import standing
+
+    args = [*FAST[:-2], "--confirm", "1", "--ceiling-windows", "0"]
+    out = autotune("run", TARGET, "--trials", "3", "--study", "c", "--space", "loader", *args, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    study = load_study(tmp_path / "mlflow", "c")
+    trials = study.get_trials()
+    # trials 1 and 2 (all the feasible non-baseline configs: fewer than 3) and the
+    # baseline, once more each, the baseline last
+    assert [t.number for t in trials] == [0, 1, 2, 3, 4, 5]
+    confirms = [t.user_attrs.get("confirms") for t in trials]
+    assert confirms[:3] == [None, None, None] and sorted(confirms[3:5]) == [1, 2] and confirms[5] == 0
+    assert "confirming: 3 re-runs" in out.stderr
+    for t in trials[3:]:
+        first = trials[t.user_attrs["confirms"]]
+        assert t.user_attrs["sampled"] == first.user_attrs["sampled"]  # the same config again ...
+        assert t.user_attrs["config"] == first.user_attrs["config"]
+        assert not t.user_attrs["baseline"] and t.params == {}  # ... not sampled, not a baseline
+    _, runs = mlflow_runs(tmp_path / "mlflow", "c")
+    tagged = {r.data.tags["autotune.trial"]: r.data.tags.get("autotune.confirms") for r in runs
+              if "autotune.trial" in r.data.tags}
+    assert tagged == {str(t.number): (str(c) if c is not None else None) for t, c in zip(trials, confirms)}
+    # the winner is chosen on medians of 2 runs, said in the summary and the export
+    found = standing(study)
+    assert all(len(g.rates) == 2 for g in found.groups)
+    header = (tmp_path / "mlflow" / "exports" / "c.yaml").read_text().splitlines()
+    assert header[0].startswith(f"# autotune: study c, trial {found.best.number}")
+    assert header[1].startswith("# runs: median of 2 runs") or header[1].startswith("# no config beat")
+    assert "runs: median of 2 runs" in out.stdout
+    show = autotune("show", "--study", "c", cwd=tmp_path)
+    assert "(= 0)" in show.stdout and "(= 1)" in show.stdout
 
 
 @pytest.mark.parametrize("body, key", [

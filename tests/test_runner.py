@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import statistics
@@ -15,12 +16,15 @@ import pytest
 import autotune
 from autotune import Config, Outcome
 from autotune._events import FD_ENV
+from autotune._ceilings import CACHED_BATCHES, bottleneck, ceiling_key
+from autotune._knobs import Part
 from autotune._runner import Budget, TrialSpec, build_command, run_trial
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tiny_train.py"
 PACKAGE_ROOT = str(Path(autotune.__file__).resolve().parent.parent)
-#: Short enough for ~4 s per trial (2.5 s of it importing torch in the worker).
-FAST = Budget(warmup_s=0.2, window_s=0.3, windows=2)
+#: Short enough for ~4 s per trial (2.5 s of it importing torch in the worker); the
+#: ceilings have their own tests.
+FAST = Budget(warmup_s=0.2, window_s=0.3, windows=2, ceiling_windows=0)
 
 
 # -- build_command (pure) ----------------------------------------------------------------
@@ -41,8 +45,9 @@ def test_build_command_argv_and_payload() -> None:
         "config": {"batch_size": "2x", "num_workers": 2},  # only the values set
         "device": "cpu",
         "budget": {"warmup_steps": 5, "warmup_s": 0.2, "window_s": 0.3, "windows": 2,
-                   "min_window_steps": 2},  # the deadline is the parent's, not the worker's
+                   "min_window_steps": 2, "ceiling_windows": 0},  # the deadline is the parent's
         "seed": 3,
+        "known_ceilings": {},
     }
 
 
@@ -152,9 +157,10 @@ class Watch:
 
 
 def trial(tmp_path: Path, func: str, config: Config = Config(), budget: Budget = FAST,  # noqa: B008
-          **kwargs):
+          known: dict | None = None, **kwargs):
     watch = Watch()
-    spec = TrialSpec(target=f"{FIXTURE}:{func}", config=config, device="cpu", budget=budget)
+    spec = TrialSpec(target=f"{FIXTURE}:{func}", config=config, device="cpu", budget=budget,
+                     known_ceilings=known or {})
     result = run_trial(spec, tmp_path / "logs" / f"{func}.log", on_event=watch, **kwargs)
     return result, watch
 
@@ -191,7 +197,7 @@ def test_complete_trial(tmp_path: Path) -> None:
     result, watch = trial(tmp_path, "train", config)
     assert (result.outcome, result.reason) == (Outcome.COMPLETE, "")
     assert len(result.windows) == 2
-    assert watch.kinds()[:4] == ["spawned", "started", "resolved", "warmup"]
+    assert watch.kinds()[:5] == ["spawned", "started", "loaded", "resolved", "warmup"]
     assert watch.kinds()[-3:] == ["window", "window", "end"]
     warmup = next(e for e in watch.events if e["event"] == "warmup")
     assert warmup["samples_seen"] == warmup["samples"] == 32 * warmup["steps"]
@@ -219,7 +225,69 @@ def test_complete_trial(tmp_path: Path) -> None:
     assert [p[0] for p in result.losses] == [warmup["samples"] / 2] + [
         w["samples_seen"] - w["samples"] / 2 for w in result.windows]
     assert result.log_path.is_file()
+    # the fixed cost around the measuring, span by span, adds up
+    spans = [result.metrics[k] for k in ("spawn_s", "import_s", "setup_s", "teardown_s")]
+    assert all(s >= 0 for s in spans) and result.metrics["import_s"] > 0.1  # torch at least
+    assert result.metrics["overhead_s"] == pytest.approx(sum(spans))
+    assert result.metrics["overhead_s"] < result.metrics["duration_s"]
+    assert result.ceilings == []  # FAST measures none
     assert not survivors(watch)
+
+
+#: FAST, then both ceilings over 2 windows each.
+CEILINGS = dataclasses.replace(FAST, ceiling_windows=2)
+
+
+def test_ceilings_follow_the_windows_compute_then_loader(tmp_path: Path) -> None:
+    result, watch = trial(tmp_path, "train_compute_bound", budget=CEILINGS)
+    assert result.outcome is Outcome.COMPLETE, result.reason
+    assert watch.kinds()[-7:] == ["window", "window", "ceiling", "ceiling", "ceiling", "ceiling", "end"]
+    events = [e for e in watch.events if e["event"] == "ceiling"]
+    assert [e["part"] for e in events] == ["compute", "compute", "loader", "loader"]
+    by_part = {c["part"]: c for c in result.ceilings}
+    for part in (Part.COMPUTE, Part.LOADER):
+        entry = by_part[part.value]
+        assert entry["key"] == ceiling_key(part, result.resolved)
+        rates = [e["samples"] / e["seconds"] for e in events if e["part"] == part.value]
+        assert entry["samples_per_s"] == pytest.approx(statistics.median(rates))
+        assert entry["windows"] == 2
+    # compute windows are as long as the trial's; a loader this fast may close at a quarter
+    assert all(e["seconds"] >= CEILINGS.window_s for e in events if e["part"] == "compute")
+    assert all(e["seconds"] >= CEILINGS.window_s / 4 for e in events if e["part"] == "loader")
+    # The compute ceiling replays the last batches of the windows, in turn; the loader's
+    # runs no user step (the fixture prints each batch's first sample index).
+    seen = [int(line.split()[1]) for line in result.log_path.read_text().splitlines()
+            if line.startswith("batch ")]
+    replays = sum(e["steps"] for e in events if e["part"] == "compute")
+    cached = seen[-replays - CACHED_BATCHES:-replays]
+    assert seen[-replays:] == [cached[i % CACHED_BATCHES] for i in range(replays)]
+
+
+def test_a_known_ceiling_is_not_measured_again(tmp_path: Path) -> None:
+    first, _ = trial(tmp_path, "train", budget=CEILINGS)
+    compute = next(c for c in first.ceilings if c["part"] == "compute")
+    again, watch = trial(tmp_path, "train", budget=CEILINGS, known={"compute": [compute["key"]]})
+    assert again.outcome is Outcome.COMPLETE
+    assert [c["part"] for c in again.ceilings] == ["loader"]
+    assert watch.kinds()[-4:] == ["window", "ceiling", "ceiling", "end"]
+
+
+@pytest.mark.parametrize("func, verdict", [
+    ("train_loader_bound", "data-bound"),     # 2 ms per item, a tiny linear model
+    ("train_compute_bound", "compute-bound"),  # batches from memory, a 1.3 M-parameter MLP
+])
+def test_the_bottleneck_verdict_on_real_trials(tmp_path: Path, func: str, verdict: str) -> None:
+    result, _ = trial(tmp_path, func, budget=CEILINGS)
+    assert result.outcome is Outcome.COMPLETE, result.reason
+    ceilings = {c["part"]: c["samples_per_s"] for c in result.ceilings}
+    bound = bottleneck(result.metrics["samples_per_s"], result.metrics["data_wait_frac"],
+                       ceilings["compute"], ceilings["loader"])
+    assert bound.verdict == verdict, bound.why
+    if verdict == "data-bound":
+        # the loader alone cannot feed the model: the loop runs at the loader's pace
+        assert ceilings["loader"] < ceilings["compute"] / 5
+        assert result.metrics["samples_per_s"] <= ceilings["loader"] * 1.1
+        assert "the loader alone makes" in bound.why
 
 
 def test_crashing_function(tmp_path: Path) -> None:

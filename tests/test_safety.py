@@ -29,7 +29,7 @@ from autotune._tracking import RUN_STATUS
 
 FIXTURE = Path(__file__).parent / "fixtures" / "faulty_train.py"
 TARGET = f"{FIXTURE}:train"
-FAST = ["--warmup", "0.2", "--window", "0.3", "--windows", "3", "--seed", "0"]
+FAST = ["--warmup", "0.2", "--window", "0.3", "--windows", "3", "--seed", "0", "--confirm", "0", "--ceiling-windows", "0"]
 #: The fault each num_workers value injects (see faulty_train.py), in the order they
 #: are enqueued: the healthy 1 first, so that the slow 7 has a best to be pruned against.
 FAULTS = {1: "complete", 7: "pruned", 0: "diverged", 2: "crashed", 3: "timeout", 4: "oom_host",
@@ -214,7 +214,8 @@ def test_sigkill_of_the_tuner_then_resume(tmp_path: Path, rdb: bool) -> None:
 def test_ctrl_c_records_the_trial_prints_the_summary_and_exits_130(tmp_path: Path, sig, status) -> None:
     store = tmp_path / "mlflow"
     # Pruning off: on a loaded machine the enqueued trial could be pruned before the signal.
-    args = ["--study", "c", "--space", str(write_space(tmp_path, [1, 3])), *FAST[:4], "--prune", "0"]
+    args = ["--study", "c", "--space", str(write_space(tmp_path, [1, 3])), *FAST[:4], "--prune", "0",
+            "--confirm", "0", "--ceiling-windows", "0"]
     assert autotune("run", TARGET, "--trials", "1", *args, "--windows", "3", cwd=tmp_path).returncode == 0
     enqueue(store, "c", 1)
     tuner = start_tuner(tmp_path, "--trials", "3", "--windows", "1000", *args)  # a long trial

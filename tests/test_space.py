@@ -347,3 +347,25 @@ def test_sample_keeps_dependants_when_the_users_code_decides_num_workers() -> No
     trial = optuna.create_study().ask()
     assert fixed.sample(trial) == Config(num_workers=0)
     assert trial.params == {}
+
+
+@pytest.mark.parametrize("held, expected_params", [
+    # held at a trial's values: not sampled; the conditions follow the held values
+    ({"num_workers": 0, "prefetch": "thread"}, {"amp"}),
+    ({"num_workers": 3, "prefetch_factor": 5, "prefetch": "none"}, {"amp"}),
+    # held at the user's own (None): its dependants are still sampled, as with no num_workers
+    ({"num_workers": None, "prefetch": None}, {"prefetch_factor", "amp"}),
+])
+def test_sample_holds_knobs_without_suggesting_them(held: dict, expected_params: set) -> None:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space = Space("s", {"num_workers": IntRange(0, 4), "prefetch_factor": IntRange(1, 8),
+                        "prefetch": Choice(("none", "thread")), "amp": Choice(("off", "bf16"))})
+    trial = optuna.create_study().ask()
+    config = space.sample(trial, held)
+    assert set(trial.params) == expected_params
+    for name, value in held.items():
+        assert getattr(config, name) == value
+    if held["num_workers"] == 0:
+        assert config.prefetch_factor is None  # inactive without workers, held or not

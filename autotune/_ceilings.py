@@ -1,0 +1,135 @@
+"""The two ceilings of a config, and what they say about a trial: efficiency and bottleneck.
+
+A trial measures them in its own process after its windows (``autotune._run``):
+
+- **compute**: the same training loop fed a few of its own batches, cached on the
+  device and replayed: no loading, no copy. Nothing with these compute knobs
+  (batch size, precision, optimizer, backends) runs faster.
+- **loader**: the same DataLoader and transfer iterated alone, no model.
+
+No config beats ``min(compute, loader)``; one that reaches it overlaps loading
+and compute perfectly. A ceiling depends only on the knobs that act on its part
+(``Knob.acts_on``), so a study measures each once per distinct value of those.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from autotune._knobs import KNOBS, Part
+
+#: A compute-bound trial at this share of its compute ceiling or more runs at
+#: "high efficiency": loading costs it under 10%, so a study stops sampling
+#: loader knobs once its best trial is there.
+HIGH_EFFICIENCY = 0.9
+#: Share of a loop's time spent waiting for the next batch from which the loop
+#: is data-bound (a trace of waiting is normal: each epoch's first batch).
+DATA_WAIT_HIGH = 0.1
+#: Batches a trial keeps on its device to replay for the compute ceiling: enough
+#: that a loop which looks at its batch sees more than one, few enough to be free.
+CACHED_BATCHES = 4
+
+
+def ceiling_key(part: Part, resolved: Mapping[str, Any]) -> str:
+    """The knob values a ceiling of ``part`` depends on, as a canonical string.
+
+    >>> ceiling_key(Part.COMPUTE, {"batch_size": 64, "num_workers": 2, "amp": "bf16"})
+    '{"amp": "bf16", "batch_size": 64}'
+    """
+    picked = {k: v for k, v in resolved.items() if k in KNOBS and part in KNOBS[k].acts_on}
+    return json.dumps(picked, sort_keys=True)
+
+
+def loader_only(name: str) -> bool:
+    """Whether a knob acts on the loader alone (batch size also acts on compute)."""
+    return KNOBS[name].acts_on == {Part.LOADER}
+
+
+class Ceilings:
+    """A study's measured ceilings by part and key; repeated measurements give their median."""
+
+    def __init__(self, measured: Iterable[Mapping[str, Any]] = ()) -> None:
+        self._seen: dict[tuple[str, str], list[float]] = {}
+        for entry in measured:
+            self.add(entry)
+
+    def add(self, entry: Mapping[str, Any]) -> None:
+        """Add one measurement: ``{"part", "key", "samples_per_s", ...}``."""
+        self._seen.setdefault((entry["part"], entry["key"]), []).append(entry["samples_per_s"])
+
+    def get(self, part: Part, resolved: Mapping[str, Any]) -> float | None:
+        """The ceiling of ``part`` for a config's resolved knobs, if measured."""
+        values = self._seen.get((part.value, ceiling_key(part, resolved)))
+        return statistics.median(values) if values else None
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per part and key: its median samples/s and how many measurements."""
+        return [{"part": part, "key": key, "samples_per_s": statistics.median(values),
+                 "measurements": len(values)} for (part, key), values in self._seen.items()]
+
+    def known(self) -> dict[str, list[str]]:
+        """The keys measured so far per part (a worker skips those)."""
+        known: dict[str, list[str]] = {}
+        for part, key in self._seen:
+            known.setdefault(part, []).append(key)
+        return known
+
+
+@dataclasses.dataclass(frozen=True)
+class Bottleneck:
+    """What limits a trial.
+
+    Attributes:
+        verdict: ``compute-bound`` or ``data-bound``.
+        efficiency: samples/s over the compute ceiling (None when unmeasured).
+        compute: The compute ceiling (samples/s), if measured.
+        loader: The loader ceiling (samples/s), if measured.
+        why: One line for people, e.g. "94% of the data-on-device ceiling
+            (6,170 samples/s): compute-bound, waits on data 1% of the time".
+    """
+
+    verdict: str
+    efficiency: float | None
+    compute: float | None
+    loader: float | None
+    why: str
+
+    @property
+    def settled(self) -> bool:
+        """Compute-bound at high efficiency: loader knobs cannot buy much more."""
+        return self.verdict == "compute-bound" and (self.efficiency or 0.0) >= HIGH_EFFICIENCY
+
+
+def bottleneck(samples_per_s: float, data_wait: float, compute: float | None,
+               loader: float | None) -> Bottleneck:
+    """Name what limits a trial: its data-wait share decides, its ceilings explain.
+
+    The data wait is measured step by step in the trial's own windows, so noise
+    between the trial and its ceilings (measured seconds apart) cannot flip the
+    verdict. A trial waiting on data ``DATA_WAIT_HIGH`` of the time or more is
+    data-bound: because the loader alone is slower than the model (loader ceiling
+    under the compute ceiling), or, when it is not, because loading and compute
+    do not overlap. Otherwise it is compute-bound. The efficiency (samples/s over
+    the compute ceiling) says how much loading still costs either way.
+
+    >>> bottleneck(940.0, 0.01, 1000.0, 5000.0).why
+    '94% of the data-on-device ceiling (1,000 samples/s): compute-bound, waits on data 1% of the time'
+    >>> bottleneck(400.0, 0.6, 1000.0, 420.0).why
+    '40% of the data-on-device ceiling (1,000 samples/s): data-bound, waits on data 60% of the time: the loader alone makes 420 samples/s'
+    """
+    efficiency = samples_per_s / compute if compute else None
+    head = (f"{efficiency:.0%} of the data-on-device ceiling ({compute:,.0f} samples/s)"
+            if efficiency is not None else "no compute ceiling measured")
+    waits = f"waits on data {data_wait:.0%} of the time"
+    if data_wait < DATA_WAIT_HIGH:
+        return Bottleneck("compute-bound", efficiency, compute, loader, f"{head}: compute-bound, {waits}")
+    why = f"{head}: data-bound, {waits}"
+    if loader is not None and compute is not None and loader < compute:
+        why += f": the loader alone makes {loader:,.0f} samples/s"
+    elif loader is not None:
+        why += f", though the loader alone makes {loader:,.0f} samples/s: loading and compute do not overlap"
+    return Bottleneck("data-bound", efficiency, compute, loader, why)

@@ -1,0 +1,136 @@
+"""Confirmation (DESIGN 4.6): the top configs are run again; the winner is chosen on
+the median of its runs, and a difference inside the run-to-run noise is no win.
+
+A config's runs are its first trial and the trials that re-ran it (their
+``confirms`` attr names the first). "A beats B" needs every run of A to be faster
+than every run of B: with 3 runs each, that happens by chance with probability
+1/20 when A and B are equally fast (the exact one-sided Mann-Whitney test at
+U = 0), and it needs no assumption about how the noise is distributed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from autotune._outcome import Outcome
+
+if TYPE_CHECKING:
+    from autotune._study import TrialRow
+
+#: Feasible configs re-run at the end of a study, besides the baseline.
+CONFIRM_TOP = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """Every run of one config: its first trial, then its re-runs.
+
+    Attributes:
+        first: The trial that first ran the config (its number names the group).
+        runs: All its trials, the first included, in order.
+    """
+
+    first: TrialRow
+    runs: tuple[TrialRow, ...]
+
+    @property
+    def rates(self) -> list[float]:
+        """samples/s of each complete run."""
+        return [r.samples_per_s for r in self.runs if r.outcome == Outcome.COMPLETE.value and r.samples_per_s]
+
+    @property
+    def feasible(self) -> bool:
+        """It ran to the end every time (runs the tuner interrupted do not count)."""
+        ended = [r for r in self.runs if r.outcome not in (Outcome.INTERRUPTED.value, "running")]
+        return bool(self.rates) and all(r.outcome == Outcome.COMPLETE.value for r in ended)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.rates)
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median of its runs; 0 for a single run."""
+        rates = self.rates
+        return (max(rates) - min(rates)) / statistics.median(rates) if len(rates) > 1 else 0.0
+
+    @property
+    def confirmed(self) -> bool:
+        return len(self.rates) >= 2
+
+
+def beats(a: Group, b: Group) -> bool:
+    """Whether ``a`` is faster than ``b`` beyond the noise: each of its runs beats each of b's."""
+    return a.confirmed and b.confirmed and min(a.rates) > max(b.rates)
+
+
+def group_runs(rows: Sequence[TrialRow]) -> list[Group]:
+    """The study's trials grouped by config (by first trial number, in order)."""
+    firsts: dict[int, list[TrialRow]] = {}
+    for row in rows:
+        firsts.setdefault(row.number if row.confirms is None else row.confirms, []).append(row)
+    by_number = {r.number: r for r in rows}
+    return [Group(by_number[n], tuple(runs)) for n, runs in firsts.items() if n in by_number]
+
+
+def baseline_group(groups: Sequence[Group]) -> Group | None:
+    """The first baseline trial that completed, with its re-runs."""
+    return next((g for g in groups if g.first.baseline and g.rates), None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """Which config won, and how sure that is.
+
+    Attributes:
+        winner: The fastest feasible config by median that beats the baseline
+            (when both are confirmed), else the baseline; None with no feasible run.
+        baseline: The baseline's group.
+        fastest: The feasible config with the highest median, winner or not.
+        ties: Confirmed configs the winner does not beat: inside the noise of it.
+    """
+
+    winner: Group | None
+    baseline: Group | None
+    fastest: Group | None
+    ties: tuple[Group, ...]
+
+    @property
+    def no_win(self) -> bool:
+        """The fastest config is not faster than the baseline beyond the noise."""
+        return self.winner is not None and self.winner is self.baseline and self.fastest is not self.baseline
+
+
+def decide(groups: Sequence[Group]) -> Decision:
+    """Pick the winner (see ``Decision``). Unconfirmed configs compete on their one run."""
+    base = baseline_group(groups)
+    feasible = [g for g in groups if g.feasible]
+    if not feasible:
+        return Decision(None, base, None, ())
+    fastest = max(feasible, key=lambda g: g.median)
+    judged = base is not None and base.confirmed
+    contenders = [g for g in feasible if g is base or not (judged and g.confirmed) or beats(g, base)]
+    winner = max(contenders, key=lambda g: g.median)
+    ties = tuple(g for g in feasible if g is not winner and g.confirmed and winner.confirmed
+                 and not beats(winner, g))
+    return Decision(winner, base, fastest, ties)
+
+
+def plan(groups: Sequence[Group], runs: int, top: int = CONFIRM_TOP) -> list[int]:
+    """The first-trial numbers to re-run so that the top ``top`` feasible configs and
+    the baseline have ``1 + runs`` complete runs each, taken in turns (so that a
+    slow drift of the machine spreads over all of them)."""
+    base = baseline_group(groups)
+    ranked = sorted((g for g in groups if g.feasible and g is not base), key=lambda g: g.median,
+                    reverse=True)[:top]
+    if not ranked:  # nothing to compare the baseline with
+        return []
+    targets = ranked + ([base] if base is not None and base.feasible else [])
+    need = {g.first.number: max(0, 1 + runs - len(g.rates)) for g in targets}
+    order = []
+    for turn in range(max(need.values(), default=0)):
+        order += [number for number, n in need.items() if n > turn]
+    return order

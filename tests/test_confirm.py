@@ -1,0 +1,97 @@
+"""Confirmation: grouping re-runs, the beyond-the-noise rule, the winner, the re-run plan (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune._confirm import Group, beats, decide, group_runs, plan
+from autotune._study import TrialRow
+
+
+def row(number: int, sps: float | None, outcome: str = "complete", *, baseline: bool = False,
+        confirms: int | None = None) -> TrialRow:
+    metrics = {"samples_per_s": sps} if sps is not None else {}
+    return TrialRow(number, baseline, outcome, "", metrics, {}, None, None, confirms=confirms)
+
+
+def groups_of(*rows: TrialRow) -> dict[int, Group]:
+    return {g.first.number: g for g in group_runs(rows)}
+
+
+def test_re_runs_join_the_group_of_their_first_trial() -> None:
+    groups = groups_of(row(0, 100, baseline=True), row(1, 150), row(2, 90), row(3, 140, confirms=1),
+                       row(4, 105, confirms=0), row(5, 160, confirms=1))
+    assert {n: [r.number for r in g.runs] for n, g in groups.items()} == {0: [0, 4], 1: [1, 3, 5], 2: [2]}
+    one = groups[1]
+    assert one.rates == [150, 140, 160] and one.median == 150
+    assert one.spread == pytest.approx((160 - 140) / 150)
+    assert one.confirmed and not groups[2].confirmed and groups[2].spread == 0.0
+
+
+@pytest.mark.parametrize("outcomes, feasible", [
+    (["complete", "complete"], True),
+    (["complete", "interrupted"], True),   # the tuner stopped it: it says nothing about the config
+    (["complete", "diverged"], False),     # diverged once: not safe to export
+    (["complete", "oom_host"], False),
+    (["interrupted"], False),              # no complete run at all
+])
+def test_a_config_is_feasible_only_if_every_run_that_ended_completed(outcomes, feasible) -> None:
+    def sps(outcome: str) -> float | None:
+        return 100.0 if outcome == "complete" else None
+
+    rows = [row(1, sps(outcomes[0]), outcomes[0])] + [
+        row(2 + i, sps(o), o, confirms=1) for i, o in enumerate(outcomes[1:])]
+    assert groups_of(*rows)[1].feasible is feasible
+
+
+@pytest.mark.parametrize("a, b, expected", [
+    ([110, 112, 111], [100, 104, 102], True),   # every run of a beats every run of b
+    ([110, 103, 111], [100, 104, 102], False),  # a's slowest (103) under b's fastest (104)
+    ([110], [100, 101], False),                 # one run: not confirmed, no claim
+])
+def test_beats_means_no_overlap(a, b, expected) -> None:
+    rows = [row(0, a[0])] + [row(10 + i, v, confirms=0) for i, v in enumerate(a[1:])]
+    rows += [row(1, b[0])] + [row(20 + i, v, confirms=1) for i, v in enumerate(b[1:])]
+    groups = groups_of(*rows)
+    assert beats(groups[0], groups[1]) is expected
+
+
+def test_the_winner_is_the_best_median_that_beats_the_baseline() -> None:
+    # trial 1 has the best median (130) but one run as slow as the baseline's fastest;
+    # trial 2 (median 120) clearly beats the baseline: it wins; 1 is inside its noise.
+    groups = group_runs([row(0, 100, baseline=True), row(1, 130), row(2, 120),
+                         row(3, 101, confirms=0), row(4, 102, confirms=0),
+                         row(5, 102, confirms=1), row(6, 131, confirms=1),
+                         row(7, 119, confirms=2), row(8, 121, confirms=2)])
+    decision = decide(groups)
+    assert decision.winner.first.number == 2
+    assert decision.fastest.first.number == 1
+    assert [g.first.number for g in decision.ties] == [1]
+    assert not decision.no_win
+
+
+def test_no_win_when_nothing_beats_the_baseline_beyond_the_noise() -> None:
+    groups = group_runs([row(0, 100, baseline=True), row(1, 104), row(2, 99, confirms=0),
+                         row(3, 103, confirms=0), row(4, 102, confirms=1), row(5, 106, confirms=1)])
+    decision = decide(groups)
+    assert decision.winner.first.number == 0 and decision.fastest.first.number == 1
+    assert decision.no_win
+
+
+def test_unconfirmed_configs_compete_on_their_single_run() -> None:
+    decision = decide(group_runs([row(0, 100, baseline=True), row(1, 120), row(2, 140, "diverged")]))
+    assert decision.winner.first.number == 1 and not decision.no_win and decision.ties == ()
+    assert decide(group_runs([row(0, None, "crashed", baseline=True)])).winner is None
+
+
+def test_plan_re_runs_the_top_three_and_the_baseline_in_turns() -> None:
+    rows = [row(0, 100, baseline=True), row(1, 150), row(2, 90), row(3, 140), row(4, 160),
+            row(5, 200, "diverged"), row(6, 130)]
+    # top three feasible: 4 (160), 1 (150), 3 (140); then the baseline; two turns
+    assert plan(group_runs(rows), runs=2) == [4, 1, 3, 0, 4, 1, 3, 0]
+    # resumed after some re-runs: only what is missing; an interrupted re-run counts for nothing
+    more = rows + [row(7, 158, confirms=4), row(8, 151, confirms=1), row(9, None, "interrupted", confirms=3)]
+    assert plan(group_runs(more), runs=2) == [4, 1, 3, 0, 3, 0]
+    assert plan(group_runs(rows), runs=0) == []
+    # the baseline alone: nothing to confirm it against
+    assert plan(group_runs([row(0, 100, baseline=True), row(1, 90, "diverged")]), runs=2) == []
