@@ -114,7 +114,8 @@ def run(target: str, trials: int, space: str, study: str | None, storage: str | 
         seed: int | None) -> None:
     """Tune TARGET (path/to/file.py:function or package.module:function).
 
-    Ctrl-C stops the running trial, records it, exports the best so far and
+    After the trials, the top configs and the baseline are re-run (--confirm) and
+    the winner is chosen on the median of its runs. Ctrl-C stops the running trial, records it, exports the best so far and
     exits 130; running the same command again resumes the study.
     """
     from autotune._probe import probe
@@ -269,7 +270,7 @@ def _open_study(store: Path, storage: str | None, name: str | None):
 @main.command()
 @_store_options
 def show(study: str | None, storage: str | None, store: Path) -> None:
-    """A table of the study's trials: knobs, samples/s, speedup, data wait, outcome."""
+    """A table of the study's trials: knobs, samples/s, speedup, bottleneck, data wait, outcome."""
     from rich.console import Console
     from rich.table import Table
 

@@ -187,19 +187,28 @@ def row_of(trial: optuna.trial.FrozenTrial, ceilings: Ceilings) -> TrialRow:
     config = attrs.get(ATTR_CONFIG) or dict(trial.params)
     bound = None
     if outcome in (Outcome.COMPLETE.value, Outcome.DIVERGED.value) and "samples_per_s" in metrics:
-        bound = bottleneck_of(metrics, config, ceilings)
+        bound = bottleneck_of(metrics, config, ceilings, attrs.get(ATTR_CEILINGS, []))
     return TrialRow(trial.number, bool(attrs.get(ATTR_BASELINE)), outcome, attrs.get(ATTR_REASON, ""),
                     metrics, config, attrs.get(ATTR_BASE_BATCH), None,
                     [tuple(p) for p in attrs.get(ATTR_LOSSES, [])], attrs.get(ATTR_SAMPLED, {}),
                     attrs.get(ATTR_CONFIRMS), bound)
 
 
-def bottleneck_of(metrics: Mapping[str, float], config: Mapping[str, Any], ceilings: Ceilings) -> Bottleneck:
-    """A measured trial's bottleneck, from its figures and the study's ceilings for its config."""
+def bottleneck_of(metrics: Mapping[str, float], config: Mapping[str, Any], ceilings: Ceilings,
+                  own: list[dict[str, Any]]) -> Bottleneck:
+    """A measured trial's bottleneck, from its figures and its ceilings.
+
+    A ceiling the trial measured itself (``own``) comes first: taken seconds after
+    its windows, it shares their moment of a drifting machine (the speed of a
+    shared VM wanders by 10% and more over minutes). Else the study's median for
+    its config.
+    """
     from autotune._knobs import Part
 
+    mine = {entry["part"]: entry["samples_per_s"] for entry in own}
     return bottleneck(metrics["samples_per_s"], metrics.get("data_wait_frac", 0.0),
-                      ceilings.get(Part.COMPUTE, config), ceilings.get(Part.LOADER, config))
+                      mine.get(Part.COMPUTE.value) or ceilings.get(Part.COMPUTE, config),
+                      mine.get(Part.LOADER.value) or ceilings.get(Part.LOADER, config))
 
 
 def held_loader_knobs(best: TrialRow | None, knobs: Iterable[str]) -> dict[str, Any]:
@@ -292,6 +301,9 @@ def findings(found: Standing) -> list[str]:
             f"trial {g.first.number} ({g.median:,.0f} samples/s)" for g in decision.ties))
     if win.first.bottleneck is not None:
         lines.append(f"bottleneck: {win.first.bottleneck.why}")
+        each = [r.bottleneck.efficiency for r in win.runs if r.bottleneck and r.bottleneck.efficiency]
+        if len(each) > 1:
+            lines[-1] += f" (each run: {', '.join(f'{e:.0%}' for e in each)})"
     return lines
 
 
@@ -554,7 +566,9 @@ class StudyRunner:
         trial.set_user_attr(ATTR_RUN, run_id)
         self.reporter.trial_started(trial.number, index, total, config, rerun.number if rerun else None)
         spec = TrialSpec(self.options.target, config, self.fingerprint.device, self.options.budget,
-                         seed=(self.options.seed or 0) + trial.number, known_ceilings=found.ceilings.known())
+                         seed=(self.options.seed or 0) + trial.number,
+                         # a re-run measures its own: the winner's efficiency is then paired in every run
+                         known_ceilings={} if rerun is not None else found.ceilings.known())
         log_path = self.log_dir / f"trial-{trial.number}.log"
         prune_below = found.decision.winner.median if found.decision.winner and not baseline \
             and rerun is None else None
@@ -619,7 +633,7 @@ class StudyRunner:
         if "samples_per_s" in metrics:
             for entry in result.ceilings:
                 ceilings.add(entry)
-            bound = bottleneck_of(metrics, result.resolved, ceilings)
+            bound = bottleneck_of(metrics, result.resolved, ceilings, result.ceilings)
             tags = {"autotune.bottleneck": bound.verdict, "autotune.bottleneck_why": bound.why}
             metrics.update({name: value for name, value in (
                 ("efficiency", bound.efficiency), ("compute_ceiling", bound.compute),

@@ -66,3 +66,18 @@ def test_findings_unconfirmed_say_so_and_use_the_window_spread() -> None:
     lines = findings(found)
     assert lines[0] == "trial 1, 1.30x the baseline (130 vs 100 samples/s, ±4%)"
     assert lines[1].startswith("runs: one each, not confirmed by re-runs")
+
+
+def test_a_trials_own_ceilings_come_before_the_studys() -> None:
+    from autotune._ceilings import ceiling_key
+    from autotune._knobs import Part
+    from autotune._study import bottleneck_of
+
+    config = {"batch_size": 64, "num_workers": 0, "amp": "off"}
+    table = Ceilings([{"part": "compute", "key": ceiling_key(Part.COMPUTE, config), "samples_per_s": 1000.0},
+                      {"part": "loader", "key": ceiling_key(Part.LOADER, config), "samples_per_s": 9000.0}])
+    metrics = {"samples_per_s": 900.0, "data_wait_frac": 0.01}
+    # measured seconds after its windows: its own compute ceiling (1200), the study's loader one
+    bound = bottleneck_of(metrics, config, table, [{"part": "compute", "samples_per_s": 1200.0}])
+    assert (bound.compute, bound.loader, bound.efficiency) == (1200.0, 9000.0, 0.75)
+    assert bottleneck_of(metrics, config, table, []).efficiency == 0.9
