@@ -18,7 +18,7 @@ import click
 from autotune._config import ConfigError
 from autotune._confirm import CONFIRM_TOP
 from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION
-from autotune._knobs import KNOBS
+from autotune._knobs import KNOBS, show_value
 from autotune._outcome import headline
 from autotune._space import SPACES_DIR
 
@@ -184,11 +184,7 @@ def _print_summary(name: str, found, store: Path) -> None:
 
 def _changed(config: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
     diff = {k: v for k, v in config.items() if baseline.get(k) != v}
-    return " ".join(f"{k}={_fmt(v)}" for k, v in diff.items()) or "(the baseline's)"
-
-
-def _fmt(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
+    return " ".join(f"{k}={show_value(v)}" for k, v in diff.items()) or "(the baseline's)"
 
 
 class _Progress:
@@ -207,7 +203,7 @@ class _Progress:
     def trial_started(self, number: int, index: int, total: int, config, rerun: int | None = None) -> None:
         from rich.markup import escape
 
-        knobs = " ".join(f"{k}={_fmt(v)}" for k, v in config.set_values().items()) or "baseline"
+        knobs = " ".join(f"{k}={show_value(v)}" for k, v in config.set_values().items()) or "baseline"
         what = f"trial {number} = trial {rerun} again" if rerun is not None else f"trial {number}"
         self._head = escape(f"[{'confirm ' if rerun is not None else ''}{index + 1}/{total}] {what}: {knobs}")
         if self._status is None:
@@ -280,7 +276,7 @@ def show(study: str | None, storage: str | None, store: Path) -> None:
     found = standing(loaded)
     rows, best = found.rows, found.best
     # Columns for the knobs that differ between trials: the rest is noise.
-    keys = [k for k in KNOBS if len({_fmt(r.config.get(k, "-")) for r in rows}) > 1]
+    keys = [k for k in KNOBS if len({show_value(r.config.get(k, "-")) for r in rows}) > 1]
     table = Table(title=f"study {loaded.study_name}: {len(rows)} trials")
     heads = ("#", "outcome", "samples/s", "speedup", "bound", "data-wait", "step p50", "RAM peak", *keys,
              "reason")
@@ -300,7 +296,7 @@ def show(study: str | None, storage: str | None, store: Path) -> None:
             f"{m['data_wait_frac']:.0%}" if "data_wait_frac" in m else "-",
             f"{m['step_time_p50'] * 1000:.1f} ms" if "step_time_p50" in m else "-",
             f"{m['ram_peak'] / 2**30:.2f} GiB" if "ram_peak" in m else "-",
-            *(_fmt(r.config.get(k, "-")) for k in keys),
+            *(show_value(r.config.get(k, "-")) for k in keys),
             headline(r.reason)[:90])
     Console(width=max(280, Console().width)).print(table)
     click.echo("(= N): a re-run of trial N (confirmation); *: the winner; bound: compute- or data-bound, "
@@ -374,7 +370,7 @@ def doctor(device: str, space: str | None) -> None:
     for knob in KNOBS.values():
         missing = {v: c for v, c in knob.needs.items() if not fp.capabilities[c.value]}
         verdict = "ok" if not missing else "; ".join(
-            f"not {_fmt(v)}: {fp.reasons[c.value]}" for v, c in missing.items())
+            f"not {show_value(v)}: {fp.reasons[c.value]}" for v, c in missing.items())
         click.echo(f"  {knob.name:18} {verdict}")
     if space:
         _, notes = load_space(space).restrict(fp)

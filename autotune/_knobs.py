@@ -61,6 +61,11 @@ def parse_relative(value: Any) -> float | None:
     return None
 
 
+def show_value(value: Any) -> str:
+    """A knob value as people read it: booleans as YAML writes them (``true``)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 @dataclasses.dataclass(frozen=True)
 class Knob:
     """One tunable setting.

@@ -17,6 +17,7 @@ from autotune._ceilings import Bottleneck, Ceilings, bottleneck, loader_only
 from autotune._config import Config, ConfigError
 from autotune._confirm import Decision, Group, baseline_group, decide, group_runs, plan
 from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION, prune_reason
+from autotune._knobs import show_value
 from autotune._monitor import Background
 from autotune._outcome import Outcome, clip
 from autotune._runner import Budget, TrialResult, TrialSpec, Verdict, kill_orphans, run_trial
@@ -218,10 +219,6 @@ def held_loader_knobs(best: TrialRow | None, knobs: Iterable[str]) -> dict[str, 
     if best is None or best.bottleneck is None or not best.bottleneck.settled:
         return {}
     return {name: best.sampled.get(name) for name in knobs if loader_only(name)}
-
-
-def _plain(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def standing(study: optuna.Study) -> Standing:
@@ -591,7 +588,7 @@ class StudyRunner:
         best = found.best
         if held and best.number != self._settled_by:
             self._settled_by = best.number
-            knobs = ", ".join(f"{k}={'as in your code' if v is None else _plain(v)}" for k, v in held.items())
+            knobs = ", ".join(f"{k}={'as in your code' if v is None else show_value(v)}" for k, v in held.items())
             self.reporter.note(f"loader knobs held at trial {best.number}'s ({knobs}): it is compute-bound "
                                f"at {best.bottleneck.efficiency:.0%} of its data-on-device ceiling")
         return held
@@ -631,8 +628,6 @@ class StudyRunner:
             trial.set_user_attr(key, value)
         metrics, tags = dict(result.metrics), {}
         if "samples_per_s" in metrics:
-            for entry in result.ceilings:
-                ceilings.add(entry)
             bound = bottleneck_of(metrics, result.resolved, ceilings, result.ceilings)
             tags = {"autotune.bottleneck": bound.verdict, "autotune.bottleneck_why": bound.why}
             metrics.update({name: value for name, value in (
