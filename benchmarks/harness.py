@@ -300,8 +300,8 @@ def plot_search(curves: dict[int, list[float]], random: list[float], best: float
     for seed, curve in curves.items():
         ax.step(range(1, len(curve) + 1), curve, where="post", label=f"tuner, seed {seed}")
     ax.plot(range(1, len(random) + 1), random, "k:", label="random order (expected)")
-    ax.axhline(best, color="tab:green", label="grid's best")
-    ax.axhline(NEAR_BEST * best, color="tab:green", linestyle="--", label=f"{NEAR_BEST:.0%} of it")
+    ax.axhline(best, color="black", label="grid's best")
+    ax.axhline(NEAR_BEST * best, color="black", linestyle="--", label=f"{NEAR_BEST:.0%} of it")
     ax.set_xlabel("trials (the baseline is 1)")
     ax.set_ylabel("best samples/s so far")
     ax.legend(fontsize=7, loc="lower right")
