@@ -52,18 +52,22 @@ def enqueue(store: Path, name: str, *values: int, url: str | None = None) -> Non
         study.enqueue_trial({"num_workers": value})
 
 
-def wait_for_running_worker(store: Path, name: str, timeout: float = 90, url: str | None = None):
-    """The RUNNING trial once its worker has started and had a few seconds to reach its fault."""
+def wait_for_running_worker(store: Path, name: str, timeout: float = 90, url: str | None = None,
+                            measured: bool = False):
+    """The RUNNING trial once its worker has started and had a few seconds to reach its fault,
+    or, with `measured`, once it has reported its first window (a fixed sleep races a loaded machine)."""
     import optuna
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         running = load_study(store, name, url).get_trials(states=(optuna.trial.TrialState.RUNNING,))
-        if running and "worker" in running[0].user_attrs:
+        if running and measured and running[0].intermediate_values:
+            return running[0]
+        if running and not measured and "worker" in running[0].user_attrs:
             time.sleep(4)  # torch import, the first batches, step 3
             return running[0]
         time.sleep(0.3)
-    raise AssertionError("no trial started its worker")
+    raise AssertionError("no trial " + ("measured a window" if measured else "started its worker"))
 
 
 @pytest.fixture(scope="module")
@@ -219,7 +223,7 @@ def test_ctrl_c_records_the_trial_prints_the_summary_and_exits_130(tmp_path: Pat
     assert autotune("run", TARGET, "--trials", "1", *args, "--windows", "3", cwd=tmp_path).returncode == 0
     enqueue(store, "c", 1)
     tuner = start_tuner(tmp_path, "--trials", "3", "--windows", "1000", *args)  # a long trial
-    wait_for_running_worker(store, "c")
+    wait_for_running_worker(store, "c", measured=True)  # so that it has something to keep
     pressed = time.monotonic()
     tuner.send_signal(sig)
     stdout, stderr = tuner.communicate(timeout=60)
