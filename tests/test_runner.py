@@ -166,12 +166,12 @@ def trial(tmp_path: Path, func: str, config: Config = Config(), budget: Budget =
 
 
 def survivors(watch: Watch) -> list[psutil.Process]:
-    assert watch.pid is not None, "the worker never reported its pid"
     """Live processes that are the worker, a child it had, or in its process group.
 
     Zombies are left out: a killed orphan is reparented to PID 1, which reaps it in its
     own time; it runs nothing and holds no memory.
     """
+    assert watch.pid is not None, "the worker never reported its pid"
 
     def alive() -> list[psutil.Process]:
         found = []
@@ -274,7 +274,7 @@ def test_a_known_ceiling_is_not_measured_again(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("func, verdict", [
     ("train_loader_bound", "data-bound"),     # 2 ms per item, a tiny linear model
-    ("train_compute_bound", "compute-bound"),  # batches from memory, a 1.3 M-parameter MLP
+    ("train_compute_bound", "compute-bound"),  # batches from memory, a 4.7 M-parameter MLP
 ])
 def test_the_bottleneck_verdict_on_real_trials(tmp_path: Path, func: str, verdict: str) -> None:
     result, _ = trial(tmp_path, func, budget=CEILINGS)
@@ -284,8 +284,10 @@ def test_the_bottleneck_verdict_on_real_trials(tmp_path: Path, func: str, verdic
                        ceilings["compute"], ceilings["loader"])
     assert bound.verdict == verdict, bound.why
     if verdict == "data-bound":
-        # the loader alone cannot feed the model: the loop runs at the loader's pace
-        assert ceilings["loader"] < ceilings["compute"] / 5
+        # the loader alone cannot feed the model: the loop runs at the loader's pace. Only
+        # a factor 2: with a busy core beside it, this tiny model's step (torch's 2 threads
+        # contending) has measured 15x slower, 1.3 k samples/s against 450 from the loader.
+        assert ceilings["loader"] < ceilings["compute"] / 2
         assert result.metrics["samples_per_s"] <= ceilings["loader"] * 1.1
         assert "the loader alone makes" in bound.why
 
