@@ -3,13 +3,27 @@ writing one Markdown section of ``benchmarks/RESULTS.md``."""
 
 from __future__ import annotations
 
+import os
 import re
 import statistics
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-RESULTS = HERE / "RESULTS.md"
+#: Names the results file when it is not ``benchmarks/RESULTS.md`` (the harness's
+#: ``--results``, e.g. ``RESULTS-gpu.md`` on a GPU host); read by every script it runs.
+RESULTS_ENV = "AUTOTUNE_BENCH_RESULTS"
+
+
+def results_path() -> Path:
+    """The Markdown file the figures go to."""
+    return Path(os.environ.get(RESULTS_ENV) or HERE / "RESULTS.md")
+
+
+def figure_path(name: str, ext: str = ".png") -> Path:
+    """A figure (or raw data) file beside the results, suffixed like it: ``runners-gpu.png``."""
+    results = results_path()
+    return results.parent / f"{name}{results.stem.removeprefix('RESULTS')}{ext}"
 
 
 def spread(values: list[float], fmt: str) -> str:
@@ -26,12 +40,13 @@ def machine() -> str:
 
 
 def write_section(heading: str, body: str) -> None:
-    """Replace the section under ``## heading`` in RESULTS.md, or append it."""
+    """Replace the section under ``## heading`` in the results file, or append it."""
+    results = results_path()
     section = f"## {heading}\n\n{body.strip()}\n"
-    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\n"
+    text = results.read_text() if results.exists() else "# Benchmark results\n\n"
     pattern = re.compile(rf"## {re.escape(heading)}\n.*?(?=\n## |\Z)", re.S)
     if pattern.search(text):
         text = pattern.sub(lambda _: section, text)
     else:
         text = text.rstrip() + "\n\n" + section
-    RESULTS.write_text(text)
+    results.write_text(text)

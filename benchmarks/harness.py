@@ -5,6 +5,7 @@ One command regenerates ``benchmarks/RESULTS.md`` (and its plots) on this machin
 
     python benchmarks/harness.py                  # every part (about 45 min on a 2-core CPU)
     python benchmarks/harness.py --only runners   # parts: runners search overhead divergence watchdogs
+    python benchmarks/harness.py --only runners --runners mnist jpeg --results benchmarks/RESULTS-gpu.md
 
 - **runners**: for each runner, a real study (``autotune run``, default budget and
   confirmation), then PyTorch's defaults, "all tricks on" and the study's winner,
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import statistics
 import subprocess
@@ -33,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _results import HERE, ROOT, machine, spread, write_section
+from _results import HERE, RESULTS_ENV, ROOT, figure_path, machine, results_path, spread, write_section
 
 from autotune import Config
 from autotune._ceilings import bottleneck
@@ -135,13 +137,17 @@ def runners_part(args: argparse.Namespace) -> list[dict[str, Any]]:
                         "findings": findings(found), "configs": {k: v.set_values() for k, v in configs.items()},
                         "runs": runs, "overhead": [r.metrics.get("overhead_s") for r in rows
                                                    if r.metrics.get("overhead_s")]})
+    # Every run's figures, so the table can be rendered again (--from-json) without re-measuring.
+    raw = {"machine": machine(), "trials": args.trials, "repeats": args.repeats, "results": results}
+    figure_path(f"runners-{'-'.join(args.runners)}", ".json").write_text(
+        json.dumps(raw, indent=1, default=str) + "\n")
     write_runners(results, args)
     return results
 
 
-def write_runners(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
+def write_runners(results: list[dict[str, Any]], args: argparse.Namespace, where: str | None = None) -> None:
     lines = [
-        f"Machine: {machine()}. Each config run {args.repeats} times in turns, default budget "
+        f"Machine: {where or machine()}. Each config run {args.repeats} times in turns, default budget "
         "(1 s warmup, 4 windows of 1.5 s), both ceilings measured in every run (2 windows each); "
         "median (min..max). *compute*: the same loop fed its last 4 batches again from the device; "
         "*loader*: the same DataLoader and transfer alone; *of min*: samples/s over the lower of the "
@@ -174,12 +180,13 @@ def write_runners(results: list[dict[str, Any]], args: argparse.Namespace) -> No
             f"{changed(res['configs'][f'tuned ({args.trials} trials)'])}.",
             *[f"  - the study said: {line}" for line in res["findings"]],
         ]
-    lines += ["", *notes, "", "![samples/s per config, with the ceilings](runners.png)"]
+    plot = figure_path("runners")
+    lines += ["", *notes, "", f"![samples/s per config, with the ceilings]({plot.name})"]
     write_section("Runners: defaults, all tricks on, tuned, and the ceilings", "\n".join(lines))
-    plot_runners(results, HERE / "runners.png")
+    plot_runners(results, plot, where or machine())
 
 
-def plot_runners(results: list[dict[str, Any]], path: Path) -> None:
+def plot_runners(results: list[dict[str, Any]], path: Path, where: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -198,7 +205,7 @@ def plot_runners(results: list[dict[str, Any]], path: Path) -> None:
         ax.set_xticks(range(len(labels)), [lab.split(" (")[0] for lab in labels], fontsize=8)
         ax.set_title(res["runner"])
         ax.set_ylabel("samples/s (dashed: min of the ceilings)")
-    fig.suptitle(machine(), fontsize=8)
+    fig.suptitle(where, fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
 
@@ -258,10 +265,10 @@ def search_part(args: argparse.Namespace) -> None:
         "Trials count the baseline. Each grid point was measured once, so the grid's best carries "
         "the run-to-run noise too (see Overhead); a tuner run can land above it.",
         "",
-        "![best so far per trial](search.png)",
+        f"![best so far per trial]({figure_path('search').name})",
     ]
     write_section("Search efficiency", "\n".join(lines))
-    plot_search(curves, random, best, HERE / "search.png")
+    plot_search(curves, random, best, figure_path("search"))
 
 
 def best_so_far(values: list[float]) -> list[float]:
@@ -445,8 +452,8 @@ def log_to_mlflow(args: argparse.Namespace, results: list[dict[str, Any]] | None
             client.log_batch(child, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
                              params=[Param(k, str(v)) for k, v in res["configs"][label].items()])
             client.set_terminated(child)
-    client.log_artifact(parent, str(HERE / "RESULTS.md"))
-    for png in HERE.glob("*.png"):
+    client.log_artifact(parent, str(results_path()))
+    for png in results_path().parent.glob(figure_path("*").name):
         client.log_artifact(parent, str(png))
     client.set_terminated(parent)
 
@@ -462,7 +469,19 @@ def main() -> None:
     parser.add_argument("--instrument-repeats", type=int, default=7)
     parser.add_argument("--store", type=Path, default=ROOT / "mlflow",
                         help="autotune store for the studies and the MLflow runs")
+    parser.add_argument("--results", type=Path, default=HERE / "RESULTS.md",
+                        help="the Markdown file to write (figures go beside it, suffixed like it: "
+                             "RESULTS-gpu.md -> runners-gpu.png)")
+    parser.add_argument("--from-json", type=Path, nargs="+", metavar="RAW",
+                        help="render the runners table again from runners-*.json files written earlier "
+                             "(one machine), measuring nothing")
     args = parser.parse_args()
+    os.environ[RESULTS_ENV] = str(args.results.resolve())  # for divergence.py and watchdogs.py too
+    if args.from_json:
+        raws = [json.loads(path.read_text()) for path in args.from_json]
+        args.trials, args.repeats = raws[0]["trials"], raws[0]["repeats"]
+        write_runners([res for raw in raws for res in raw["results"]], args, where=raws[0]["machine"])
+        return
     args.store.mkdir(parents=True, exist_ok=True)
     results = None
     for part in args.only:

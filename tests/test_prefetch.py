@@ -195,3 +195,25 @@ def test_cuda_stream_from_a_pinned_dataloader() -> None:
     torch.cuda.synchronize(device)
     assert torch.equal(torch.cat([x for x, _ in got]).cpu(), data.tensors[0])
     assert torch.equal(torch.cat([y for _, y in got]).cpu(), data.tensors[1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("strategy", ["thread", "cuda_stream"])
+def test_prefetched_batches_survive_slow_compute_without_a_race(strategy: str) -> None:
+    """Many steps of fresh random data from a pinned, worker-fed loader, each batch
+    read by a kernel queued behind a long one on the compute stream: if a copy
+    landed in memory that compute still had to read (no ``wait_stream`` or no
+    ``record_stream``), the sums would differ from the host's."""
+    device = torch.device("cuda", 0)
+    data = torch.randn(300 * 64, 512)
+    loader = DataLoader(TensorDataset(data, torch.arange(len(data))), batch_size=64, pin_memory=True,
+                        num_workers=2)
+    sums, ids = [], []
+    for x, i in iter_batches(loader, device, strategy, non_blocking=True):
+        torch.cuda._sleep(200_000)  # about 0.1 ms on the compute stream before it reads x
+        sums.append(x.double().sum(dim=1))
+        ids.append(i)
+    torch.cuda.synchronize(device)
+    order = torch.cat(ids).cpu()
+    assert torch.equal(order, torch.arange(len(data)))
+    assert torch.equal(torch.cat(sums).cpu(), data.double().sum(dim=1))

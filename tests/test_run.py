@@ -278,3 +278,57 @@ def test_batches_yield_on_the_run_device() -> None:
     assert len(got) == 4
     assert torch.equal(torch.cat([x for x, _ in got]), DATA.tensors[0])
     assert all(x.device == run.device for x, _ in got)
+
+
+# -- on a GPU ---------------------------------------------------------------------------
+
+
+def _cuda_ops(fn) -> set[str]:
+    """Names of the operators and kernels ``fn`` runs, from the profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return {event.name for event in prof.events()}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fused", [True, False])
+def test_fused_adamw_really_runs_the_fused_kernel_on_cuda(fused: bool) -> None:
+    run = Run(Config(fused_optimizer=fused), "cuda")
+    model = torch.nn.Linear(256, 256).to(run.device)
+    opt = run.optimizer(torch.optim.AdamW, model.parameters(), lr=1e-3)
+    x = torch.randn(64, 256, device=run.device)
+
+    def one_step() -> None:
+        run.step(model(x).square().mean(), opt)
+
+    one_step()  # AdamW builds its state on the first step
+    names = _cuda_ops(one_step)
+    assert any("_fused_adamw" in n for n in names) is fused, sorted(n for n in names if "adam" in n.lower())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("amp", ["fp16", "bf16"])
+def test_amp_on_cuda_trains_with_finite_loss_and_the_scaler_for_fp16_only(amp: str) -> None:
+    torch.manual_seed(0)
+    run = Run(Config(amp=amp), "cuda")
+    data = TensorDataset(torch.randn(2048, 32), torch.randint(0, 4, (2048,)))
+    model = torch.nn.Sequential(torch.nn.Linear(32, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4)).to(run.device)
+    opt = run.optimizer(torch.optim.AdamW, model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(5):
+        for x, y in run.batches(run.dataloader(data, batch_size=64, shuffle=True)):
+            with run.autocast():
+                out = model(x)
+                assert out.dtype == (torch.float16 if amp == "fp16" else torch.bfloat16)
+                loss = torch.nn.functional.cross_entropy(out, y)
+            run.step(loss, opt)
+            losses.append(loss.detach())
+    losses = torch.stack(losses).float().cpu()
+    assert torch.isfinite(losses).all()
+    assert losses[-32:].mean() < losses[:32].mean()  # it learns
+    assert (run._scaler is not None) is (amp == "fp16")
+    if amp == "fp16":
+        assert run._scaler.get_scale() > 0

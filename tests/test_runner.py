@@ -430,3 +430,37 @@ def test_a_real_cuda_oom_is_oom_gpu_and_the_next_trial_runs(tmp_path: Path) -> N
     spec = TrialSpec(target=f"{FIXTURE}:train", config=Config(), device="cuda", budget=FAST)
     after = run_trial(spec, tmp_path / "after.log")
     assert after.outcome is Outcome.COMPLETE, after.reason
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("flags", [{"cudnn_benchmark": True, "tf32": True}, {"cudnn_benchmark": False, "tf32": False}])
+def test_the_worker_sets_the_backend_flags_before_the_users_code(tmp_path: Path, flags: dict) -> None:
+    spec = TrialSpec(target=f"{FIXTURE}:train_reports_backends", config=Config(**flags), device="cuda",
+                     budget=FAST)
+    result = run_trial(spec, tmp_path / "flags.log")
+    assert result.outcome is Outcome.COMPLETE, result.reason
+    precision = "high" if flags["tf32"] else "highest"
+    assert f"cudnn.benchmark={flags['cudnn_benchmark']} matmul_precision={precision}" \
+        in (tmp_path / "flags.log").read_text()
+
+
+@pytest.mark.gpu
+def test_the_nvml_sampler_reads_the_trials_own_device(tmp_path: Path) -> None:
+    import pynvml
+    import torch
+
+    from autotune._monitor import nvml_handle
+
+    # CUDA_VISIBLE_DEVICES may name a device by UUID: the handle must be that device's.
+    uuid = str(torch.cuda.get_device_properties(0).uuid)
+    uuid = uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+    handle = nvml_handle(0, {"CUDA_VISIBLE_DEVICES": uuid})
+    assert pynvml.nvmlDeviceGetUUID(handle) == uuid
+    spec = TrialSpec(target=f"{FIXTURE}:train_holds_gpu_memory", config=Config(), device="cuda",
+                     budget=FAST)
+    result = run_trial(spec, tmp_path / "nvml.log")
+    assert result.outcome is Outcome.COMPLETE, result.reason
+    held = 2 << 30  # tiny_train.HELD_BYTES
+    assert result.metrics["gpu_mem_peak"] >= held  # NVML: the trial's device, its whole context
+    assert result.metrics["torch_gpu_mem_peak"] >= held  # torch's own count, in the worker
+    assert "gpu_util_mean" in result.metrics and "pcie_rx_mean" in result.metrics

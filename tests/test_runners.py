@@ -212,3 +212,20 @@ def test_charlm_production_run_learns(monkeypatch):
     # Starts near chance, ln(256) = 5.55, and drops as byte frequencies are learnt.
     assert losses[0] > 5.0
     assert losses[-1] < losses[0] - 0.3
+
+
+# -- on a GPU: mixed precision on the real workloads ----------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("runner", ["mnist", "charlm"])
+@pytest.mark.parametrize("amp", ["fp16", "bf16"])
+def test_runner_trains_under_amp_on_cuda_without_nan(tmp_path: Path, runner: str, amp: str) -> None:
+    from autotune._runner import Budget, TrialSpec, run_trial
+
+    spec = TrialSpec(f"{RUNNERS / runner}.py:train", autotune.Config(amp=amp, fused_optimizer=True),
+                     "cuda", Budget(warmup_s=1.0, window_s=1.0, windows=3, ceiling_windows=0))
+    result = run_trial(spec, tmp_path / "trial.log")
+    assert result.outcome is autotune.Outcome.COMPLETE, result.reason
+    losses = [w["loss"] for w in result.windows]
+    assert all(loss is not None and loss == loss and abs(loss) != float("inf") for loss in losses), losses

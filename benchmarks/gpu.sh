@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Everything autotune checks on a GPU, in one command from the repository root:
+#   bash benchmarks/gpu.sh OUT_DIR [WHEEL_DIR]
+# 1. the GPU tests (pytest -m gpu);
+# 2. the harness's runners part on the MNIST and the loader-bound (jpeg) runners,
+#    one runner at a time (a failure in one keeps the other's figures), then the
+#    GPU table rendered from both (benchmarks/RESULTS-gpu.md, runners-gpu.png);
+# 3. the MNIST runner's whole 5-epoch runs, defaults vs the tuned recipe.
+# Logs, the raw figures and the studies' exports are copied to OUT_DIR as each step
+# ends. WHEEL_DIR: wheels of what the host lacks (Optuna, MLflow's client: see
+# shared/gpu-host/wheelhouse.sh), installed into a scratch folder first.
+# Knobs: TRIALS (20), REPEATS (3), EPOCH_REPEATS (3).
+set -uo pipefail
+out=${1:?usage: bash benchmarks/gpu.sh OUT_DIR [WHEEL_DIR]}
+wheels=${2:-}
+mkdir -p "$out"
+cd "$(dirname "$0")/.."
+export MLFLOW_DISABLE_TELEMETRY=true PYTHONUNBUFFERED=1
+if [ -n "$wheels" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/autotune-site "$wheels"/*.whl || exit 2
+  export PYTHONPATH=/tmp/autotune-site:$PWD${PYTHONPATH:+:$PYTHONPATH}
+else
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+fi
+store=${STORE:-/tmp/autotune-gpu-store}
+results=benchmarks/RESULTS-gpu.md
+save() { cp -f "$@" "$out"/ 2>/dev/null; true; }
+step() { echo "== $(date +%T) $*" | tee -a "$out/steps.txt"; }
+
+step environment
+{ nvidia-smi; nproc; free -g; python3 -c 'import torch, optuna, mlflow; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0), "optuna", optuna.__version__, "mlflow", mlflow.__version__)'; python3 -m autotune doctor; } > "$out/environment.txt" 2>&1
+
+step "pytest -m gpu"
+timeout 600 python3 -m pytest -m gpu -p no:cacheprovider -rA tests > "$out/pytest-gpu.log" 2>&1
+echo "pytest exit $?" | tee -a "$out/steps.txt"
+
+for runner in mnist jpeg; do
+  step "harness runners $runner"
+  python3 benchmarks/harness.py --only runners --runners "$runner" --trials "${TRIALS:-20}" \
+    --repeats "${REPEATS:-3}" --store "$store" --results "$results" > "$out/harness-$runner.log" 2>&1
+  echo "harness $runner exit $?" | tee -a "$out/steps.txt"
+  save benchmarks/runners-"$runner"-gpu.json "$store/harness-cli.log" "$store"/exports/*.yaml
+done
+step "render the GPU table"
+python3 benchmarks/harness.py --from-json benchmarks/runners-*-gpu.json --results "$results" >> "$out/steps.txt" 2>&1
+save "$results" benchmarks/runners-gpu.png
+
+recipe=$(ls -t "$store"/exports/bench-mnist-*.yaml 2>/dev/null | head -1)
+if [ -n "$recipe" ]; then
+  step "mnist whole runs with $recipe"
+  python3 benchmarks/mnist_epochs.py --recipe "$recipe" --repeats "${EPOCH_REPEATS:-3}" --results "$results" \
+    > "$out/mnist-epochs.log" 2>&1
+  echo "mnist_epochs exit $?" | tee -a "$out/steps.txt"
+  save "$results"
+fi
+step done
