@@ -54,8 +54,10 @@ def enqueue(store: Path, name: str, *values: int, url: str | None = None) -> Non
 
 def wait_for_running_worker(store: Path, name: str, timeout: float = 90, url: str | None = None,
                             measured: bool = False):
-    """The RUNNING trial once its worker has started and had a few seconds to reach its fault,
-    or, with `measured`, once it has reported its first window (a fixed sleep races a loaded machine)."""
+    """The RUNNING trial once its worker has printed that it hangs (fault 3), or, with
+    `measured`, once it has reported its first window. A fixed sleep races a loaded machine:
+    a tuner killed before its worker's first batch takes the worker with it (its next event
+    meets a broken pipe), and there is no orphan left to find."""
     import optuna
 
     deadline = time.monotonic() + timeout
@@ -63,11 +65,11 @@ def wait_for_running_worker(store: Path, name: str, timeout: float = 90, url: st
         running = load_study(store, name, url).get_trials(states=(optuna.trial.TrialState.RUNNING,))
         if running and measured and running[0].intermediate_values:
             return running[0]
-        if running and not measured and "worker" in running[0].user_attrs:
-            time.sleep(4)  # torch import, the first batches, step 3
+        log = store / "trials" / name / f"trial-{running[0].number}.log" if running else None
+        if log is not None and not measured and log.exists() and "fault 3: the main loop blocks now" in log.read_text():
             return running[0]
         time.sleep(0.3)
-    raise AssertionError("no trial " + ("measured a window" if measured else "started its worker"))
+    raise AssertionError("no trial " + ("measured a window" if measured else "reached its hang"))
 
 
 @pytest.fixture(scope="module")
