@@ -10,6 +10,11 @@ A trial measures them in its own process after its windows (``autotune._run``):
 No config beats ``min(compute, loader)``; one that reaches it overlaps loading
 and compute perfectly. A ceiling depends only on the knobs that act on its part
 (``Knob.acts_on``), so a study measures each once per distinct value of those.
+
+Perfect overlap needs each part to have its own hardware. Where both run on the
+same CPUs (training on the CPU; a GPU host whose loader decodes on every core)
+they add up instead: each ceiling also records the CPU seconds a sample costs
+its part, and the two give a third bound, the **CPU roof** (``cpu_roof``).
 """
 
 from __future__ import annotations
@@ -49,21 +54,47 @@ def loader_only(name: str) -> bool:
     return KNOBS[name].acts_on == {Part.LOADER}
 
 
+def cpu_roof(compute_cpu: float | None, loader_cpu: float | None, cpus: int | None) -> float | None:
+    """Samples/s the CPUs allow when loading and compute share them.
+
+    Each part alone costs its CPU seconds per sample (its process tree's CPU time
+    over its ceiling's windows, DataLoader workers included); together they cannot
+    make more than ``cpus`` CPU seconds a second. None when either is unmeasured.
+
+    >>> cpu_roof(0.001, 0.0005, 2)  # 1.5 ms of CPU a sample on 2 CPUs
+    1333.3333333333333
+    """
+    if compute_cpu is None or loader_cpu is None or not cpus or compute_cpu + loader_cpu <= 0:
+        return None
+    return cpus / (compute_cpu + loader_cpu)
+
+
 class Ceilings:
     """A study's measured ceilings by part and key; repeated measurements give their median."""
 
     def __init__(self, measured: Iterable[Mapping[str, Any]] = ()) -> None:
         self._seen: dict[tuple[str, str], list[float]] = {}
+        self._cpu: dict[tuple[str, str], list[float]] = {}
+        self.cpus: int | None = None
         for entry in measured:
             self.add(entry)
 
     def add(self, entry: Mapping[str, Any]) -> None:
-        """Add one measurement: ``{"part", "key", "samples_per_s", ...}``."""
-        self._seen.setdefault((entry["part"], entry["key"]), []).append(entry["samples_per_s"])
+        """Add one measurement: ``{"part", "key", "samples_per_s", "cpu_per_sample"?, "cpus"?}``."""
+        where = (entry["part"], entry["key"])
+        self._seen.setdefault(where, []).append(entry["samples_per_s"])
+        if entry.get("cpu_per_sample") is not None:
+            self._cpu.setdefault(where, []).append(entry["cpu_per_sample"])
+            self.cpus = entry.get("cpus") or self.cpus
 
     def get(self, part: Part, resolved: Mapping[str, Any]) -> float | None:
         """The ceiling of ``part`` for a config's resolved knobs, if measured."""
         values = self._seen.get((part.value, ceiling_key(part, resolved)))
+        return statistics.median(values) if values else None
+
+    def cpu(self, part: Part, resolved: Mapping[str, Any]) -> float | None:
+        """CPU seconds per sample of ``part`` alone for a config's resolved knobs, if measured."""
+        values = self._cpu.get((part.value, ceiling_key(part, resolved)))
         return statistics.median(values) if values else None
 
     def table(self) -> list[dict[str, Any]]:
@@ -90,6 +121,9 @@ class Bottleneck:
         loader: The loader ceiling (samples/s), if measured.
         why: One line for people, e.g. "94% of the data-on-device ceiling
             (6,170 samples/s): compute-bound, waits on data 1% of the time".
+        cpu: The CPU roof (samples/s, see ``cpu_roof``), if both parts' CPU costs
+            were measured.
+        of_roof: samples/s over the lowest of the three (None without a ceiling).
     """
 
     verdict: str
@@ -97,6 +131,15 @@ class Bottleneck:
     compute: float | None
     loader: float | None
     why: str
+    cpu: float | None = None
+    of_roof: float | None = None
+
+    @property
+    def limit(self) -> str | None:
+        """Which bound is lowest: ``compute``, ``loader`` or ``cpu`` (None without a ceiling)."""
+        bounds = {name: v for name, v in (("compute", self.compute), ("loader", self.loader), ("cpu", self.cpu))
+                  if v}
+        return min(bounds, key=bounds.__getitem__) if bounds else None
 
     @property
     def settled(self) -> bool:
@@ -105,7 +148,7 @@ class Bottleneck:
 
 
 def bottleneck(samples_per_s: float, data_wait: float, compute: float | None,
-               loader: float | None) -> Bottleneck:
+               loader: float | None, cpu: float | None = None) -> Bottleneck:
     """Name what limits a trial: its data-wait share decides, its ceilings explain.
 
     The data wait is measured step by step in the trial's own windows, so noise
@@ -114,7 +157,9 @@ def bottleneck(samples_per_s: float, data_wait: float, compute: float | None,
     data-bound: because the loader alone is slower than the model (loader ceiling
     under the compute ceiling), or, when it is not, because loading and compute
     do not overlap. Otherwise it is compute-bound. The efficiency (samples/s over
-    the compute ceiling) says how much loading still costs either way.
+    the compute ceiling) says how much loading still costs either way. When the CPU
+    roof (``cpu``) is under both ceilings, the line ends with it: loading and
+    compute share the CPUs, and no overlap can beat their sum.
 
     >>> bottleneck(940.0, 0.01, 1000.0, 5000.0).why
     '94% of the data-on-device ceiling (1,000 samples/s): compute-bound, waits on data 1% of the time'
@@ -122,14 +167,21 @@ def bottleneck(samples_per_s: float, data_wait: float, compute: float | None,
     '40% of the data-on-device ceiling (1,000 samples/s): data-bound, waits on data 60% of the time: the loader alone makes 420 samples/s'
     """
     efficiency = samples_per_s / compute if compute else None
+    ceilings = [b for b in (compute, loader) if b]
+    of_roof = samples_per_s / min(ceilings + [cpu] if cpu else ceilings) if ceilings else None
     head = (f"{efficiency:.0%} of the data-on-device ceiling ({compute:,.0f} samples/s)"
             if efficiency is not None else "no compute ceiling measured")
     waits = f"waits on data {data_wait:.0%} of the time"
+    shared = ""
+    if cpu and ceilings and cpu < min(ceilings):
+        shared = (f"; loading and compute share the CPUs, which allow {cpu:,.0f} samples/s for both: "
+                  f"{samples_per_s / cpu:.0%} of that")
     if data_wait < DATA_WAIT_HIGH:
-        return Bottleneck("compute-bound", efficiency, compute, loader, f"{head}: compute-bound, {waits}")
+        return Bottleneck("compute-bound", efficiency, compute, loader,
+                          f"{head}: compute-bound, {waits}{shared}", cpu, of_roof)
     why = f"{head}: data-bound, {waits}"
     if loader is not None and compute is not None and loader < compute:
         why += f": the loader alone makes {loader:,.0f} samples/s"
     elif loader is not None:
         why += f", though the loader alone makes {loader:,.0f} samples/s: loading and compute do not overlap"
-    return Bottleneck("data-bound", efficiency, compute, loader, why)
+    return Bottleneck("data-bound", efficiency, compute, loader, why + shared, cpu, of_roof)

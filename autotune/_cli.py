@@ -278,8 +278,8 @@ def show(study: str | None, storage: str | None, store: Path) -> None:
     # Columns for the knobs that differ between trials: the rest is noise.
     keys = [k for k in KNOBS if len({show_value(r.config.get(k, "-")) for r in rows}) > 1]
     table = Table(title=f"study {loaded.study_name}: {len(rows)} trials")
-    heads = ("#", "outcome", "samples/s", "speedup", "bound", "data-wait", "step p50", "RAM peak", *keys,
-             "reason")
+    heads = ("#", "outcome", "samples/s", "speedup", "bound", "of roof", "data-wait", "step p50", "RAM peak",
+             *keys, "reason")
     for head in heads:
         table.add_column(head, justify="right" if head in ("#", "samples/s", "speedup") else "left",
                          min_width=min(len(head), 18))
@@ -293,6 +293,7 @@ def show(study: str | None, storage: str | None, store: Path) -> None:
             f"{r.speedup:.2f}x" if r.speedup else "-",
             (f"{bound.verdict.split('-')[0]} {bound.efficiency:.0%}" if bound.efficiency is not None
              else bound.verdict.split("-")[0]) if bound else "-",
+            f"{bound.of_roof:.0%} {bound.limit}" if bound and bound.of_roof is not None else "-",
             f"{m['data_wait_frac']:.0%}" if "data_wait_frac" in m else "-",
             f"{m['step_time_p50'] * 1000:.1f} ms" if "step_time_p50" in m else "-",
             f"{m['ram_peak'] / 2**30:.2f} GiB" if "ram_peak" in m else "-",

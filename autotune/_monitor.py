@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import statistics
 import threading
 import time
@@ -51,6 +52,25 @@ def process_tree(pid: int) -> list:
         return [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         return []
+
+
+def tree_cpu_s() -> float:
+    """CPU seconds (user + system) this process and its descendants have used so far.
+
+    Live descendants are read through psutil; those already gone and reaped (a
+    DataLoader's workers at the end of an epoch) count through ``os.times()``.
+    """
+    import psutil
+
+    own = os.times()
+    total = own.user + own.system + own.children_user + own.children_system
+    for child in psutil.Process().children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            continue
+        total += times.user + times.system
+    return total
 
 
 def tree_rss(procs: list) -> int:

@@ -46,7 +46,8 @@ def clip(reason: str, limit: int) -> str:
 def classify(returncode: int | None, killed: tuple[Outcome, str] | None, error: Mapping[str, Any] | None,
              windows: Sequence[Mapping[str, Any]], stderr_tail: str = "", *,
              history: Sequence[Point] = (), reference: Sequence[Point] = (),
-             tolerance: float = DIVERGENCE_TOLERANCE, memory_low: bool = False) -> tuple[Outcome, str]:
+             tolerance: float = DIVERGENCE_TOLERANCE, memory_low: bool = False,
+             expected_windows: int = 0) -> tuple[Outcome, str]:
     """Decide a finished worker's outcome and the reason shown to the user.
 
     The reason's first line says what happened (see ``headline``); the lines
@@ -64,6 +65,8 @@ def classify(returncode: int | None, killed: tuple[Outcome, str] | None, error: 
         tolerance: How much worse than the reference its loss may be.
         memory_low: The machine's available memory was nearly gone while it ran
             (then a SIGKILL from outside is most likely the kernel's OOM killer).
+        expected_windows: The windows its budget asked for; a complete trial with
+            fewer (the function ran out of epochs) says so in its reason.
     """
     if killed:
         return killed
@@ -93,4 +96,10 @@ def classify(returncode: int | None, killed: tuple[Outcome, str] | None, error: 
     if not windows:
         return Outcome.CRASHED, ("the training function returned before one measured window "
                                  "finished: give it more steps (epochs) or shorten --warmup/--window")
+    if len(windows) < expected_windows:
+        # Still a measurement, but a short one: on a fast machine a small dataset's whole run
+        # can end inside the budget (the MNIST runner on an H100: benchmarks/RESULTS-gpu.md).
+        return Outcome.COMPLETE, (f"short measure: the training function returned after {len(windows)} of "
+                                  f"{expected_windows} windows, so no ceiling was measured; give it more "
+                                  "steps (epochs) or shorten --warmup/--window")
     return Outcome.COMPLETE, ""

@@ -281,6 +281,10 @@ class Trial(Run):
 
     def _reset_window(self, now: float) -> None:
         self._window_start = now
+        if isinstance(self._phase, Part):  # a ceiling's window: what it costs the CPUs, too
+            from autotune._monitor import tree_cpu_s
+
+            self._win_cpu = tree_cpu_s()
         self._win_steps = 0
         self._win_samples = 0
         self._win_wait = 0.0
@@ -373,11 +377,14 @@ class Trial(Run):
         self._reset_window(time.perf_counter())
 
     def _close_ceiling_window(self, part: Part) -> None:
+        from autotune._monitor import tree_cpu_s
+        from autotune._probe import usable_cpus
+
         self._sync()
         now = time.perf_counter()
         self._emit("ceiling", part=part.value, key=ceiling_key(part, self.resolved()),
                    index=self._ceiling_index, steps=self._win_steps, samples=self._win_samples,
-                   seconds=now - self._window_start)
+                   seconds=now - self._window_start, cpu_s=tree_cpu_s() - self._win_cpu, cpus=usable_cpus())
         self._ceiling_index += 1
         self._reset_window(now)
         if self._ceiling_index >= self._ceiling_windows:

@@ -270,7 +270,7 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     memory_low = metrics.get("available_min", float("inf")) < 2 * monitor.floor
     outcome, reason = classify(proc.returncode, killed[0] if killed else None, events.get("error"),
                                windows, stderr_tail, history=losses, reference=reference,
-                               tolerance=tolerance, memory_low=memory_low)
+                               tolerance=tolerance, memory_low=memory_low, expected_windows=budget.windows)
     final = events.get("end") or events.get("resolved") or {}
     return TrialResult(outcome, reason, metrics, window_series(windows, monitor), windows,
                        final.get("config", {}), final.get("base_batch_size"), final.get("lr"), log_path,
@@ -324,7 +324,8 @@ def summarize(windows: Sequence[Mapping[str, Any]], monitor: Monitor, started: f
 
 
 def summarize_ceilings(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per ceiling a trial measured: its part, key, median samples/s and spread."""
+    """One entry per ceiling a trial measured: its part, key, median samples/s and spread,
+    and the CPU seconds one sample cost it."""
     by_part: dict[str, list[Mapping[str, Any]]] = {}
     for event in events:
         by_part.setdefault(event["part"], []).append(event)
@@ -332,9 +333,14 @@ def summarize_ceilings(events: Sequence[Mapping[str, Any]]) -> list[dict[str, An
     for part, windows in by_part.items():
         rates = [w["samples"] / w["seconds"] for w in windows]
         median = statistics.median(rates)
-        measured.append({"part": part, "key": windows[0]["key"], "samples_per_s": median,
-                         "spread": (max(rates) - min(rates)) / median if median else 0.0,
-                         "windows": len(rates)})
+        entry = {"part": part, "key": windows[0]["key"], "samples_per_s": median,
+                 "spread": (max(rates) - min(rates)) / median if median else 0.0, "windows": len(rates)}
+        samples = sum(w["samples"] for w in windows)
+        if samples and all("cpu_s" in w for w in windows):
+            # CPU seconds per sample of this part alone: with the other part's, what sharing the
+            # machine's CPUs allows (autotune._ceilings.cpu_roof).
+            entry.update(cpu_per_sample=sum(w["cpu_s"] for w in windows) / samples, cpus=windows[0]["cpus"])
+        measured.append(entry)
     return measured
 
 

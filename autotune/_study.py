@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune._ceilings import Bottleneck, Ceilings, bottleneck, loader_only
+from autotune._ceilings import Bottleneck, Ceilings, bottleneck, cpu_roof, loader_only
 from autotune._config import Config, ConfigError
 from autotune._confirm import Decision, Group, baseline_group, decide, group_runs, plan
 from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION, prune_reason
@@ -206,10 +206,19 @@ def bottleneck_of(metrics: Mapping[str, float], config: Mapping[str, Any], ceili
     """
     from autotune._knobs import Part
 
-    mine = {entry["part"]: entry["samples_per_s"] for entry in own}
+    mine = {entry["part"]: entry for entry in own}
+
+    def measured(part: Part, key: str) -> float | None:
+        value = mine.get(part.value, {}).get(key)
+        if value is not None:
+            return value
+        return ceilings.get(part, config) if key == "samples_per_s" else ceilings.cpu(part, config)
+
+    cpus = next((e["cpus"] for e in own if e.get("cpus")), None) or ceilings.cpus
     return bottleneck(metrics["samples_per_s"], metrics.get("data_wait_frac", 0.0),
-                      mine.get(Part.COMPUTE.value) or ceilings.get(Part.COMPUTE, config),
-                      mine.get(Part.LOADER.value) or ceilings.get(Part.LOADER, config))
+                      measured(Part.COMPUTE, "samples_per_s"), measured(Part.LOADER, "samples_per_s"),
+                      cpu_roof(measured(Part.COMPUTE, "cpu_per_sample"), measured(Part.LOADER, "cpu_per_sample"),
+                               cpus))
 
 
 def held_loader_knobs(best: TrialRow | None, knobs: Iterable[str]) -> dict[str, Any]:
@@ -632,7 +641,8 @@ class StudyRunner:
             tags = {"autotune.bottleneck": bound.verdict, "autotune.bottleneck_why": bound.why}
             metrics.update({name: value for name, value in (
                 ("efficiency", bound.efficiency), ("compute_ceiling", bound.compute),
-                ("loader_ceiling", bound.loader)) if value is not None})
+                ("loader_ceiling", bound.loader), ("cpu_roof", bound.cpu), ("of_roof", bound.of_roof))
+                if value is not None})
         self.tracker.end_trial(run_id, result.outcome, result.reason, metrics, result.series,
                                {k: v for k, v in derived.items() if v is not None}, result.log_path, tags)
         sps = result.metrics.get("samples_per_s")

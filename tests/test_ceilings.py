@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from autotune import KNOBS
-from autotune._ceilings import DATA_WAIT_HIGH, HIGH_EFFICIENCY, Ceilings, bottleneck, ceiling_key, loader_only
+from autotune._ceilings import (DATA_WAIT_HIGH, HIGH_EFFICIENCY, Ceilings, bottleneck, ceiling_key, cpu_roof,
+                                loader_only)
 from autotune._knobs import Part
 
 RESOLVED = {"batch_size": 64, "num_workers": 2, "pin_memory": False, "persistent_workers": True,
@@ -76,3 +77,53 @@ def test_bottleneck_verdicts(sps, wait, compute, loader, verdict, efficiency, se
 def test_settled_needs_high_efficiency_exactly() -> None:
     assert bottleneck(HIGH_EFFICIENCY * 1000, 0.0, 1000.0, None).settled
     assert not bottleneck(HIGH_EFFICIENCY * 1000 - 1, 0.0, 1000.0, None).settled
+
+
+@pytest.mark.parametrize("compute_cpu, loader_cpu, cpus, roof", [
+    (0.001, 0.001, 2, 1000.0),     # 2 ms of CPU a sample, 2 CPUs: 1,000 samples/s
+    (0.0012, 0.0012, 2, 833.33),   # the jpeg runner on 2 cores, roughly: decode and model alike
+    (0.0001, 0.0002, 16, 53333.3),  # 0.3 ms a sample on 16 CPUs
+    (None, 0.001, 2, None),        # a part unmeasured: no roof
+    (0.001, None, 2, None),
+    (0.001, 0.001, None, None),    # the CPU count unknown
+    (0.0, 0.0, 2, None),           # no CPU time at all (a clock too coarse): no roof, not infinity
+])
+def test_cpu_roof(compute_cpu, loader_cpu, cpus, roof) -> None:
+    got = cpu_roof(compute_cpu, loader_cpu, cpus)
+    assert got == (pytest.approx(roof, rel=1e-4) if roof is not None else None)
+
+
+def test_the_cpu_roof_under_both_ceilings_is_named_and_bounds_the_trial() -> None:
+    # the jpeg runner's shape on 2 cores: each part alone runs at 1,400-1,700/s, together
+    # they need all the CPU both take: 850/s at most, and the trial makes 800
+    bound = bottleneck(800.0, 0.3, 1700.0, 1400.0, cpu=850.0)
+    assert bound.verdict == "data-bound"
+    assert bound.efficiency == pytest.approx(800 / 1700)
+    assert (bound.cpu, bound.limit) == (850.0, "cpu")
+    assert bound.of_roof == pytest.approx(800 / 850)
+    assert bound.why.endswith("loading and compute share the CPUs, which allow 850 samples/s for both: 94% of that")
+
+
+@pytest.mark.parametrize("compute, loader, cpu, limit, of_roof, named", [
+    (1000.0, 5000.0, 20000.0, "compute", 0.5, False),  # a roof above the ceilings: not mentioned
+    (1000.0, 400.0, None, "loader", 1.25, False),      # no roof measured: the lower ceiling
+    (1000.0, None, 800.0, "cpu", 0.625, True),         # 500 / 800
+    (None, None, 800.0, "cpu", None, False),           # nothing shares a roof without a ceiling
+])
+def test_the_lowest_bound_is_the_roof(compute, loader, cpu, limit, of_roof, named) -> None:
+    bound = bottleneck(500.0, 0.0, compute, loader, cpu=cpu)
+    assert bound.limit == limit
+    assert bound.of_roof == (pytest.approx(of_roof) if of_roof is not None else None)
+    assert ("share the CPUs" in bound.why) is named
+
+
+def test_ceilings_keep_the_median_cpu_cost_and_the_cpu_count() -> None:
+    key = ceiling_key(Part.LOADER, RESOLVED)
+    table = Ceilings([{"part": "loader", "key": key, "samples_per_s": 100.0, "cpu_per_sample": v, "cpus": 2}
+                      for v in (0.001, 0.002, 0.009)])
+    assert table.cpu(Part.LOADER, RESOLVED) == 0.002
+    assert table.cpu(Part.COMPUTE, RESOLVED) is None
+    assert table.cpus == 2
+    # entries from before CPU costs were recorded still give their ceiling
+    old = Ceilings([{"part": "loader", "key": key, "samples_per_s": 100.0}])
+    assert (old.get(Part.LOADER, RESOLVED), old.cpu(Part.LOADER, RESOLVED), old.cpus) == (100.0, None, None)

@@ -86,6 +86,17 @@ def test_classify(returncode, killed, error, windows, tail, outcome, reason) -> 
         assert reason and reason in why
 
 
+@pytest.mark.parametrize(("expected", "reason"), [
+    (0, ""),  # no budget given
+    (len(OK), ""),  # every window measured
+    (len(OK) + 2, f"short measure: the training function returned after {len(OK)} of {len(OK) + 2} windows"),
+])
+def test_a_complete_trial_with_fewer_windows_than_its_budget_says_so(expected: int, reason: str) -> None:
+    outcome, why = classify(0, None, None, OK, expected_windows=expected)
+    assert outcome is Outcome.COMPLETE
+    assert why.startswith(reason) and bool(why) is bool(reason)
+
+
 def test_sigkill_while_the_machine_was_out_of_memory_is_oom_host() -> None:
     outcome, why = classify(-signal.SIGKILL, None, None, OK, memory_low=True)
     assert outcome is Outcome.OOM_HOST

@@ -292,6 +292,25 @@ def test_the_bottleneck_verdict_on_real_trials(tmp_path: Path, func: str, verdic
         assert "the loader alone makes" in bound.why
 
 
+@pytest.mark.parametrize("func, low, high", [
+    # workers burning 1 ms of CPU an item: their CPU counts (the worker process alone
+    # would show almost none), plus a little for collation and the hand-over
+    ("train_busy_loader", 0.0009, 0.004),
+    # workers sleeping 2 ms an item: waiting is not CPU
+    ("train_loader_bound", 0.0, 0.001),
+])
+def test_the_loader_ceiling_counts_its_workers_cpu(tmp_path: Path, func: str, low: float, high: float) -> None:
+    from autotune._probe import usable_cpus
+
+    result, _ = trial(tmp_path, func, budget=CEILINGS)
+    assert result.outcome is Outcome.COMPLETE, result.reason
+    loader = next(c for c in result.ceilings if c["part"] == "loader")
+    assert low <= loader["cpu_per_sample"] <= high, loader
+    assert loader["cpus"] == usable_cpus()
+    compute = next(c for c in result.ceilings if c["part"] == "compute")
+    assert compute["cpu_per_sample"] > 0
+
+
 def test_crashing_function(tmp_path: Path) -> None:
     result, watch = trial(tmp_path, "train_raises")
     assert result.outcome is Outcome.CRASHED
