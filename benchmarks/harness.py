@@ -38,7 +38,7 @@ from typing import Any
 from _results import HERE, RESULTS_ENV, ROOT, figure_path, machine, results_path, spread, write_section
 
 from autotune import Config
-from autotune._ceilings import bottleneck
+from autotune._ceilings import bottleneck, cpu_roof
 from autotune._runner import Budget, TrialSpec, run_trial
 
 RUNNERS = ["mnist", "jpeg", "charlm"]
@@ -96,11 +96,24 @@ def measure(runner: str, config: Config, logs: Path, budget: Budget = Budget(), 
     figures = dict(result.metrics)
     for entry in result.ceilings:
         figures[f"{entry['part']}_ceiling"] = entry["samples_per_s"]
+        if "cpu_per_sample" in entry:
+            figures[f"{entry['part']}_cpu_per_sample"] = entry["cpu_per_sample"]
+            figures["cpus"] = entry["cpus"]
+    roof = cpu_roof(figures.get("compute_cpu_per_sample"), figures.get("loader_cpu_per_sample"), figures.get("cpus"))
+    if roof:
+        figures["cpu_roof"] = roof
     return figures
 
 
-def med(runs: list[dict[str, Any]], key: str) -> float:
-    return statistics.median(r[key] for r in runs)
+def med(runs: list[dict[str, Any]], key: str) -> float | None:
+    """The median of a figure over runs; None where a run lacks it (a ceiling not measured)."""
+    values = [r.get(key) for r in runs]
+    return statistics.median(values) if values and None not in values else None
+
+
+def cell(runs: list[dict[str, Any]], key: str) -> str:
+    """A table cell: median (min..max) of a figure, or why it is missing."""
+    return spread([r[key] for r in runs], ",.0f") if med(runs, key) is not None else "not measured"
 
 
 def changed(config: dict[str, Any]) -> str:
@@ -151,11 +164,14 @@ def write_runners(results: list[dict[str, Any]], args: argparse.Namespace, where
         "(1 s warmup, 4 windows of 1.5 s), both ceilings measured in every run (2 windows each); "
         "median (min..max). *compute*: the same loop fed its last 4 batches again from the device; "
         "*loader*: the same DataLoader and transfer alone; *of min*: samples/s over the lower of the "
-        "two medians, the most any loading can allow at this config's compute.",
+        "two medians, the most any loading can allow at this config's compute, were loading and compute "
+        "perfectly overlapped; *CPU roof*: the usable CPUs over the CPU seconds a sample costs the two "
+        "parts together (each measured in its ceiling, DataLoader workers included), the most they allow "
+        "where they share the CPUs; *of roof*: samples/s over the lowest of the three.",
         "",
         "| runner | config | samples/s | vs defaults | compute ceiling | loader ceiling | of min | "
-        "data wait | bottleneck |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "CPU roof | of roof | data wait | bottleneck |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     notes = []
     for res in results:
@@ -164,18 +180,19 @@ def write_runners(results: list[dict[str, Any]], args: argparse.Namespace, where
             sps = [r["samples_per_s"] for r in runs]
             compute, loader = med(runs, "compute_ceiling"), med(runs, "loader_ceiling")
             wait = med(runs, "data_wait_frac")
-            bound = bottleneck(statistics.median(sps), wait, compute, loader)
+            bound = bottleneck(statistics.median(sps), wait, compute, loader, med(runs, "cpu_roof"))
+            of_min = (f"{statistics.median(sps) / min(compute, loader):.0%}" if compute and loader else "-")
             lines.append(
                 f"| {res['runner']} | {label} | {spread(sps, ',.0f')} | {statistics.median(sps) / base:.2f}x "
-                f"| {spread([r['compute_ceiling'] for r in runs], ',.0f')} "
-                f"| {spread([r['loader_ceiling'] for r in runs], ',.0f')} "
-                f"| {statistics.median(sps) / min(compute, loader):.0%} | {wait:.0%} | {bound.verdict} |")
+                f"| {cell(runs, 'compute_ceiling')} | {cell(runs, 'loader_ceiling')} | {of_min} "
+                f"| {cell(runs, 'cpu_roof')} | {f'{bound.of_roof:.0%}' if bound.of_roof else '-'} "
+                f"| {wait:.0%} | {bound.verdict} |")
         overhead = res["overhead"]
         notes += [
             f"- **{res['runner']}**: study `{res['study']}`, {res['trials']} trials ({args.trials} "
             f"sampled, the rest confirmation re-runs) in {res['wall'] / 60:.1f} min "
             f"({res['wall'] / res['trials']:.1f} s a trial; fixed overhead "
-            f"{statistics.median(overhead):.1f} s of it). All tricks: "
+            f"{statistics.median(overhead) if overhead else float('nan'):.1f} s of it). All tricks: "
             f"{changed(res['configs']['all tricks on'])}. Tuned: "
             f"{changed(res['configs'][f'tuned ({args.trials} trials)'])}.",
             *[f"  - the study said: {line}" for line in res["findings"]],
@@ -200,11 +217,15 @@ def plot_runners(results: list[dict[str, Any]], path: Path, where: str) -> None:
             mid = statistics.median(sps)
             ax.bar(i, mid, color=["tab:gray", "tab:orange", "tab:blue"][i % 3],
                    yerr=[[mid - min(sps)], [max(sps) - mid]], capsize=4)
-            roof = min(med(res["runs"][label], "compute_ceiling"), med(res["runs"][label], "loader_ceiling"))
-            ax.hlines(roof, i - 0.4, i + 0.4, colors="black", linestyles="dashed")
+            runs = res["runs"][label]
+            ceilings = [v for v in (med(runs, "compute_ceiling"), med(runs, "loader_ceiling")) if v]
+            if ceilings:
+                ax.hlines(min(ceilings), i - 0.4, i + 0.4, colors="black", linestyles="dashed")
+            if med(runs, "cpu_roof"):
+                ax.hlines(med(runs, "cpu_roof"), i - 0.4, i + 0.4, colors="tab:red", linestyles="dotted")
         ax.set_xticks(range(len(labels)), [lab.split(" (")[0] for lab in labels], fontsize=8)
         ax.set_title(res["runner"])
-        ax.set_ylabel("samples/s (dashed: min of the ceilings)")
+        ax.set_ylabel("samples/s (dashed: min of the ceilings;\ndotted: CPU roof)", fontsize=8)
     fig.suptitle(where, fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
@@ -444,8 +465,9 @@ def log_to_mlflow(args: argparse.Namespace, results: list[dict[str, Any]] | None
         for label, runs in res["runs"].items():
             child = client.create_run(experiment, run_name=f"{res['runner']}: {label}",
                                       tags={"mlflow.parentRunId": parent, "runner": res["runner"]}).info.run_id
-            metrics = {f"{k}_median": med(runs, k) for k in
-                       ("samples_per_s", "compute_ceiling", "loader_ceiling", "data_wait_frac", "overhead_s")}
+            metrics = {f"{k}_median": med(runs, k) for k in ("samples_per_s", "compute_ceiling", "loader_ceiling",
+                                                             "cpu_roof", "data_wait_frac", "overhead_s")
+                       if med(runs, k) is not None}
             metrics.update(samples_per_s_min=min(r["samples_per_s"] for r in runs),
                            samples_per_s_max=max(r["samples_per_s"] for r in runs), runs=len(runs))
             now = int(time.time() * 1000)
