@@ -32,11 +32,26 @@ def spread(values: list[float], fmt: str) -> str:
 
 
 def machine() -> str:
-    """The machine the figures come from, as the study fingerprint names it (with the date)."""
+    """The machine the figures come from, as the study fingerprint names it (with the date),
+    plus the host CPU and its vector extensions: two "2-CPU AMD EPYC" VMs of this project
+    differed in bf16 on the CPU by a factor of 6 (RESULTS.md, runners)."""
     from autotune._probe import probe
 
     fp = probe("auto")
-    return f"{fp.summary()}; {fp.ram_total_gib} GiB RAM"
+    return f"{fp.summary()}; {fp.ram_total_gib} GiB RAM; {host_cpu()}"
+
+
+def host_cpu() -> str:
+    """The CPU model and which of the vector extensions that decide bf16 and fp32 speed it has."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "CPU model unknown"
+    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+    model = fields.get("model name\t", "").strip() or "CPU model unknown"
+    flags = set(fields.get("flags\t\t", "").split())
+    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+    return f"{model} ({', '.join(f for f in wanted if f in flags) or 'none of avx2/avx512'})"
 
 
 def write_section(heading: str, body: str) -> None:

@@ -197,6 +197,10 @@ def write_runners(results: list[dict[str, Any]], args: argparse.Namespace, where
             f"{changed(res['configs'][f'tuned ({args.trials} trials)'])}.",
             *[f"  - the study said: {line}" for line in res["findings"]],
         ]
+        if not res["configs"][f"tuned ({args.trials} trials)"]:
+            notes.append("  - no config beat the code as written beyond the noise, so the tuned row runs "
+                         "the defaults again: its distance from the first row is this machine's "
+                         "run-to-run noise")
     plot = figure_path("runners")
     lines += ["", *notes, "", f"![samples/s per config, with the ceilings]({plot.name})"]
     write_section("Runners: defaults, all tricks on, tuned, and the ceilings", "\n".join(lines))
