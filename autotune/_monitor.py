@@ -57,16 +57,17 @@ def process_tree(pid: int) -> list:
 def tree_cpu_s() -> float:
     """CPU seconds (user + system) this process and its descendants have used so far.
 
-    Live descendants are read through psutil; those already gone and reaped (a
-    DataLoader's workers at the end of an epoch) count through ``os.times()``.
+    The live tree is read through psutil; descendants already gone and reaped (a
+    DataLoader's workers at the end of an epoch) count through ``os.times()``, read
+    first so that one reaped in between is missed rather than counted twice.
     """
     import psutil
 
     own = os.times()
-    total = own.user + own.system + own.children_user + own.children_system
-    for child in psutil.Process().children(recursive=True):
+    total = own.children_user + own.children_system
+    for proc in process_tree(os.getpid()):
         try:
-            times = child.cpu_times()
+            times = proc.cpu_times()
         except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
             continue
         total += times.user + times.system
