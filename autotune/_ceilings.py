@@ -136,15 +136,24 @@ class Bottleneck:
 
     @property
     def limit(self) -> str | None:
-        """Which bound is lowest: ``compute``, ``loader`` or ``cpu`` (None without a ceiling)."""
-        bounds = {name: v for name, v in (("compute", self.compute), ("loader", self.loader), ("cpu", self.cpu))
-                  if v}
-        return min(bounds, key=bounds.__getitem__) if bounds else None
+        """Which bound is lowest: ``compute``, ``loader`` or ``cpu`` (None when none is measured)."""
+        lowest = lowest_bound(self.compute, self.loader, self.cpu)
+        return lowest[0] if lowest else None
 
     @property
     def settled(self) -> bool:
         """Compute-bound at high efficiency: loader knobs cannot buy much more."""
         return self.verdict == "compute-bound" and (self.efficiency or 0.0) >= HIGH_EFFICIENCY
+
+
+def lowest_bound(compute: float | None, loader: float | None, cpu: float | None) -> tuple[str, float] | None:
+    """The lowest of the measured bounds (samples/s), by name; a tie goes to a ceiling.
+
+    >>> lowest_bound(1000.0, 400.0, 850.0)
+    ('loader', 400.0)
+    """
+    bounds = [(name, v) for name, v in (("compute", compute), ("loader", loader), ("cpu", cpu)) if v]
+    return min(bounds, key=lambda bound: bound[1]) if bounds else None
 
 
 def bottleneck(samples_per_s: float, data_wait: float, compute: float | None,
@@ -167,13 +176,14 @@ def bottleneck(samples_per_s: float, data_wait: float, compute: float | None,
     '40% of the data-on-device ceiling (1,000 samples/s): data-bound, waits on data 60% of the time: the loader alone makes 420 samples/s'
     """
     efficiency = samples_per_s / compute if compute else None
-    ceilings = [b for b in (compute, loader) if b]
-    of_roof = samples_per_s / min(ceilings + [cpu] if cpu else ceilings) if ceilings else None
+    # Without a ceiling there is no loop to bound: the CPU roof alone says nothing.
+    lowest = lowest_bound(compute, loader, cpu) if compute or loader else None
+    of_roof = samples_per_s / lowest[1] if lowest else None
     head = (f"{efficiency:.0%} of the data-on-device ceiling ({compute:,.0f} samples/s)"
             if efficiency is not None else "no compute ceiling measured")
     waits = f"waits on data {data_wait:.0%} of the time"
     shared = ""
-    if cpu and ceilings and cpu < min(ceilings):
+    if lowest and lowest[0] == "cpu":
         shared = (f"; loading and compute share the CPUs, which allow {cpu:,.0f} samples/s for both: "
                   f"{samples_per_s / cpu:.0%} of that")
     if data_wait < DATA_WAIT_HIGH:
