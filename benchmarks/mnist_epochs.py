@@ -16,7 +16,6 @@ Writes the "MNIST, whole runs" section of the results file (``--results``).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import statistics
 import subprocess
@@ -36,11 +35,10 @@ def one_run(recipe: str | None, epochs: int, size: int) -> float:
     from torch.utils.data import ConcatDataset
 
     import autotune
+    from autotune._worker import load_target
 
-    spec = importlib.util.spec_from_file_location("mnist", ROOT / "runners" / "mnist.py")
-    mnist = importlib.util.module_from_spec(spec)
-    sys.modules["mnist"] = mnist  # DataLoader workers unpickle the dataset's class by module name
-    spec.loader.exec_module(mnist)
+    # Imported as a trial's worker does, registered by name for the DataLoader workers.
+    mnist = sys.modules[load_target(f"{ROOT / 'runners' / 'mnist.py'}:train").__module__]
     digits = mnist.make_dataset()
     repeated = ConcatDataset([digits] * -(-size // len(digits)))
     mnist.make_dataset = lambda: repeated
@@ -78,8 +76,9 @@ def main() -> None:
                                   "--size", str(args.size)], check=True, capture_output=True, text=True)
             seconds[label].append(float(out.stdout.strip().splitlines()[-1]))
             print(f"{label} run {turn + 1}: {seconds[label][-1]:.1f} s", file=sys.stderr)
-    header = next((line for line in args.recipe.read_text().splitlines() if line.startswith("#")), "")
-    knobs = [line for line in args.recipe.read_text().splitlines() if line and not line.startswith("#")]
+    recipe_lines = args.recipe.read_text().splitlines()
+    header = next((line for line in recipe_lines if line.startswith("#")), "")
+    knobs = [line for line in recipe_lines if line and not line.startswith("#")]
     base, tuned = (statistics.median(seconds[k]) for k in configs)
     lines = [
         f"Machine: {machine()}. The MNIST runner for {args.epochs} epochs of {args.size:,} items (its "
