@@ -32,7 +32,7 @@ MNIST_TRAIN = 60_000
 def one_run(recipe: str | None, epochs: int, size: int) -> float:
     """Seconds for ``epochs`` epochs of the runner under ``recipe`` (None: PyTorch's defaults)."""
     import torch
-    from torch.utils.data import ConcatDataset
+    from torch.utils.data import ConcatDataset, Subset
 
     import autotune
     from autotune._worker import load_target
@@ -40,7 +40,8 @@ def one_run(recipe: str | None, epochs: int, size: int) -> float:
     # Imported as a trial's worker does, registered by name for the DataLoader workers.
     mnist = sys.modules[load_target(f"{ROOT / 'runners' / 'mnist.py'}:train").__module__]
     digits = mnist.make_dataset()
-    repeated = ConcatDataset([digits] * -(-size // len(digits)))
+    # Whole copies, cut to exactly ``size`` items (60,000 is 12 copies; 2,000 is part of one).
+    repeated = Subset(ConcatDataset([digits] * -(-size // len(digits))), range(size))
     mnist.make_dataset = lambda: repeated
     run = autotune.load(recipe)
     if run.device.type == "cuda":
