@@ -162,7 +162,7 @@ def _print_summary(name: str, found, store: Path) -> None:
     from rich.console import Console
     from rich.markup import escape
 
-    from autotune._study import findings
+    from autotune._standing import findings
 
     console = Console()
     best = found.best
@@ -270,7 +270,7 @@ def show(study: str | None, storage: str | None, store: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from autotune._study import findings, standing
+    from autotune._standing import findings, standing
 
     loaded = _open_study(store, storage, study)
     found = standing(loaded)
@@ -314,7 +314,7 @@ def show(study: str | None, storage: str | None, store: Path) -> None:
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here (default: stdout).")
 def export(study: str | None, storage: str | None, store: Path, output: Path | None) -> None:
     """The best config as YAML; load it with autotune.load(path)."""
-    from autotune._study import export_text, standing
+    from autotune._standing import export_text, standing
 
     loaded = _open_study(store, storage, study)
     found = standing(loaded)

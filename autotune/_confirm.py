@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from autotune._outcome import Outcome
 
 if TYPE_CHECKING:
-    from autotune._study import TrialRow
+    from autotune._records import TrialRow
 
 #: Feasible configs re-run at the end of a study, besides the baseline.
 CONFIRM_TOP = 3

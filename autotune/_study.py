@@ -9,18 +9,23 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune._ceilings import Bottleneck, Ceilings, bottleneck, cpu_roof, loader_only
+from autotune._ceilings import Ceilings
 from autotune._config import Config, ConfigError
-from autotune._confirm import Decision, Group, baseline_group, decide, group_runs, plan
+from autotune._confirm import plan
 from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION, prune_reason
 from autotune._knobs import show_value
 from autotune._monitor import Background
 from autotune._outcome import Outcome, clip
+from autotune._records import (ATTR_BASE_BATCH, ATTR_BASELINE, ATTR_CEILINGS, ATTR_CONFIG, ATTR_CONFIRMS,
+                               ATTR_HEARTBEAT, ATTR_LOSSES, ATTR_LR, ATTR_METRICS, ATTR_OUTCOME, ATTR_OWNER,
+                               ATTR_REASON, ATTR_RUN, ATTR_SAMPLED, ATTR_WORKER, REASON_LIMIT, TrialRow,
+                               bottleneck_of)
 from autotune._runner import Budget, TrialResult, TrialSpec, Verdict, kill_orphans, run_trial
+from autotune._standing import Standing, export_text, held_loader_knobs, standing, throughput_figure
 
 if TYPE_CHECKING:
     import optuna
@@ -34,20 +39,6 @@ if TYPE_CHECKING:
 DEFAULT_STORE = Path("mlflow")
 #: Share of the RAM available at the start that one trial's processes may use.
 RAM_BUDGET_FRACTION = 0.75
-
-#: Characters of a reason kept in Optuna's user attrs (its headline always).
-REASON_LIMIT = 2000
-
-# Optuna user attrs of a trial (the MLflow run holds the same facts).
-ATTR_BASELINE, ATTR_OUTCOME, ATTR_REASON = "baseline", "outcome", "reason"
-ATTR_METRICS, ATTR_CONFIG, ATTR_RUN = "metrics", "config", "mlflow_run_id"
-ATTR_BASE_BATCH, ATTR_LR, ATTR_LOSSES = "base_batch_size", "lr", "losses"
-# Who runs a trial, for resuming after a tuner was killed: the tuner process
-# (host, pid, start time), its worker process group, and a heartbeat.
-ATTR_OWNER, ATTR_WORKER, ATTR_HEARTBEAT = "owner", "worker", "heartbeat"
-# The config as sampled (relative values kept, so a re-run samples nothing), the
-# first trial a confirmation re-runs, and the ceilings the trial measured.
-ATTR_SAMPLED, ATTR_CONFIRMS, ATTR_CEILINGS = "sampled", "confirms", "ceilings"
 
 #: Seconds between a running trial's heartbeats in the study storage.
 HEARTBEAT_S = 30.0
@@ -73,58 +64,6 @@ class StudyOptions:
     tolerance: float = DIVERGENCE_TOLERANCE
     prune: float = PRUNE_FRACTION
     confirm: int = 2
-
-
-@dataclasses.dataclass(frozen=True)
-class TrialRow:
-    """One trial as ``show`` and ``export`` see it."""
-
-    number: int
-    baseline: bool
-    outcome: str
-    reason: str
-    metrics: dict[str, float]
-    config: dict[str, Any]
-    base_batch_size: int | None
-    speedup: float | None
-    losses: list[tuple[float, float]] = dataclasses.field(default_factory=list)
-    sampled: dict[str, Any] = dataclasses.field(default_factory=dict)
-    confirms: int | None = None
-    bottleneck: Bottleneck | None = None
-
-    @property
-    def samples_per_s(self) -> float | None:
-        return self.metrics.get("samples_per_s")
-
-
-@dataclasses.dataclass(frozen=True)
-class Standing:
-    """A study's trials as rows, grouped by config, with the decision and the ceilings.
-
-    Attributes:
-        rows: Every trial; ``speedup`` is over the median of the baseline's runs.
-        groups: The rows by config (a first trial and its confirmation re-runs).
-        decision: The winner and how sure (``autotune._confirm``).
-        ceilings: Every ceiling the study measured.
-    """
-
-    rows: list[TrialRow]
-    groups: list[Group]
-    decision: Decision
-    ceilings: Ceilings
-
-    @property
-    def best(self) -> TrialRow | None:
-        """The winning config's first trial (the one exported)."""
-        return self.decision.winner.first if self.decision.winner else None
-
-    @property
-    def base(self) -> Group | None:
-        return self.decision.baseline
-
-    def speedup(self, group: Group) -> float | None:
-        """A config's median over the baseline's median."""
-        return group.median / self.base.median if self.base else None
 
 
 class Reporter:
@@ -177,153 +116,6 @@ def open_storage(store: Path, url: str | None):
     except Exception as exc:  # every failure here means: no study can start
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ConfigError(f"--storage {url or path!r}: cannot be opened: {first}") from None
-
-
-def row_of(trial: optuna.trial.FrozenTrial, ceilings: Ceilings) -> TrialRow:
-    """Read one Optuna trial back as a row (speedup left for ``standing`` to fill)."""
-    attrs = trial.user_attrs
-    metrics = attrs.get(ATTR_METRICS, {})
-    outcome = attrs.get(ATTR_OUTCOME) or ("running" if trial.state.name == "RUNNING"
-                                          else trial.state.name.lower())
-    config = attrs.get(ATTR_CONFIG) or dict(trial.params)
-    bound = None
-    if outcome in (Outcome.COMPLETE.value, Outcome.DIVERGED.value) and "samples_per_s" in metrics:
-        bound = bottleneck_of(metrics, config, ceilings, attrs.get(ATTR_CEILINGS, []))
-    return TrialRow(trial.number, bool(attrs.get(ATTR_BASELINE)), outcome, attrs.get(ATTR_REASON, ""),
-                    metrics, config, attrs.get(ATTR_BASE_BATCH), None,
-                    [tuple(p) for p in attrs.get(ATTR_LOSSES, [])], attrs.get(ATTR_SAMPLED, {}),
-                    attrs.get(ATTR_CONFIRMS), bound)
-
-
-def bottleneck_of(metrics: Mapping[str, float], config: Mapping[str, Any], ceilings: Ceilings,
-                  own: list[dict[str, Any]]) -> Bottleneck:
-    """A measured trial's bottleneck, from its figures and its ceilings.
-
-    A ceiling the trial measured itself (``own``) comes first: taken seconds after
-    its windows, it shares their moment of a drifting machine (the speed of a
-    shared VM wanders by 10% and more over minutes). Else the study's median for
-    its config.
-    """
-    from autotune._knobs import Part
-
-    mine = {entry["part"]: entry for entry in own}
-
-    def measured(part: Part, key: str) -> float | None:
-        value = mine.get(part.value, {}).get(key)
-        if value is not None:
-            return value
-        return ceilings.get(part, config) if key == "samples_per_s" else ceilings.cpu(part, config)
-
-    cpus = next((e["cpus"] for e in own if e.get("cpus")), None) or ceilings.cpus
-    return bottleneck(metrics["samples_per_s"], metrics.get("data_wait_frac", 0.0),
-                      measured(Part.COMPUTE, "samples_per_s"), measured(Part.LOADER, "samples_per_s"),
-                      cpu_roof(measured(Part.COMPUTE, "cpu_per_sample"), measured(Part.LOADER, "cpu_per_sample"),
-                               cpus))
-
-
-def held_loader_knobs(best: TrialRow | None, knobs: Iterable[str]) -> dict[str, Any]:
-    """The loader-only knobs among ``knobs`` to hold at ``best``'s sampled values (None:
-    the user's own), once ``best`` is compute-bound at high efficiency: more loader
-    trials cannot buy much then. Empty otherwise."""
-    if best is None or best.bottleneck is None or not best.bottleneck.settled:
-        return {}
-    return {name: best.sampled.get(name) for name in knobs if loader_only(name)}
-
-
-def standing(study: optuna.Study) -> Standing:
-    """Every trial as a row, grouped by config, and the winner (see ``Standing``)."""
-    trials = study.get_trials(deepcopy=False)
-    ceilings = Ceilings(entry for t in trials for entry in t.user_attrs.get(ATTR_CEILINGS, []))
-    rows = [row_of(t, ceilings) for t in trials]
-    base = baseline_group(group_runs(rows))
-    if base is not None:
-        rows = [dataclasses.replace(r, speedup=r.samples_per_s / base.median) if r.samples_per_s else r
-                for r in rows]
-    groups = group_runs(rows)
-    return Standing(rows, groups, decide(groups), ceilings)
-
-
-def throughput_figure(name: str, rows: list[TrialRow]):
-    """samples/s per trial (baseline marked) with the best so far, as a matplotlib figure."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display on a tuning host
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(7, 3.5), dpi=110)
-    ax = fig.subplots()
-    done = [r for r in rows if r.samples_per_s]
-    colors = ["tab:gray" if r.baseline else "tab:blue" if r.outcome == Outcome.COMPLETE.value
-              else "tab:red" for r in done]
-    ax.scatter([r.number for r in done], [r.samples_per_s for r in done], c=colors, s=18, zorder=3)
-    best, curve = 0.0, []
-    for r in done:
-        if r.outcome == Outcome.COMPLETE.value:
-            best = max(best, r.samples_per_s)
-        curve.append(best)
-    ax.step([r.number for r in done], curve, where="post", color="tab:green", label="best so far")
-    ax.set(title=f"study {name}", xlabel="trial", ylabel="samples/s")
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    return fig
-
-
-def _runs(group: Group) -> str:
-    numbers = ", ".join(str(r.number) for r in group.runs if r.samples_per_s)
-    return f"median of {len(group.rates)} runs ({numbers}), ±{group.spread / 2:.0%}"
-
-
-def findings(found: Standing) -> list[str]:
-    """What a study found, as plain lines: the export's header and the run's summary.
-
-    The first line names the winner and its speedup (medians, with ± half the
-    spread of its runs, or of its windows when it ran once); the next say how sure
-    that is and what limits it.
-    """
-    decision, base = found.decision, found.base
-    win = decision.winner
-    if win is None:
-        return ["no complete trial"]
-    spread = win.spread if win.confirmed else win.first.metrics.get("samples_per_s_spread", 0.0)
-    if base is not None and win is not base:
-        lines = [f"trial {win.first.number}, {found.speedup(win):.2f}x the baseline "
-                 f"({win.median:,.0f} vs {base.median:,.0f} samples/s, ±{spread / 2:.0%})"]
-    else:
-        lines = [f"trial {win.first.number} (the baseline: your code as written), "
-                 f"{win.median:,.0f} samples/s, ±{spread / 2:.0%}"]
-    if decision.no_win:
-        fastest = decision.fastest
-        lines.append(f"no config beat the baseline beyond the run-to-run noise: the fastest, trial "
-                     f"{fastest.first.number} ({found.speedup(fastest):.2f}x, {_runs(fastest)}), "
-                     f"has runs as slow as the baseline's fastest")
-    if win.confirmed and (base is None or base.confirmed):
-        lines.append(f"runs: {_runs(win)}" + (f"; the baseline's: {_runs(base)}" if base is not win else ""))
-    else:
-        lines.append("runs: one each, not confirmed by re-runs (--confirm 0, or the study stopped "
-                     "first); ± is half the spread of its windows")
-    if decision.ties and not decision.no_win:
-        lines.append("inside the noise of it: " + ", ".join(
-            f"trial {g.first.number} ({g.median:,.0f} samples/s)" for g in decision.ties))
-    if win.first.bottleneck is not None:
-        lines.append(f"bottleneck: {win.first.bottleneck.why}")
-        each = [r.bottleneck.efficiency for r in win.runs if r.bottleneck and r.bottleneck.efficiency]
-        if len(each) > 1:
-            lines[-1] += f" (each run: {', '.join(f'{e:.0%}' for e in each)})"
-    return lines
-
-
-def export_text(study: optuna.Study, found: Standing) -> str:
-    """The winning config as the YAML snippet ``autotune.load`` reads."""
-    from autotune._export import render
-
-    best = found.best
-    fingerprint = study.user_attrs.get("fingerprint", {})
-    first, *rest = findings(found)
-    header = [f"autotune: study {study.study_name}, {first}", *rest,
-              f"measured on: {fingerprint.get('summary', 'unknown machine')}",
-              "load with: autotune.load(path)"]
-    return render(best.config, best.base_batch_size, header)
 
 
 def this_process() -> dict[str, Any]:

@@ -124,7 +124,7 @@ def changed(config: dict[str, Any]) -> str:
 
 
 def runners_part(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from autotune._study import findings, standing
+    from autotune._standing import findings, standing
 
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M")
     logs = args.store / "harness-logs"
@@ -243,7 +243,7 @@ def search_part(args: argparse.Namespace) -> None:
 
     import yaml
 
-    from autotune._study import standing
+    from autotune._standing import standing
 
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M")
     short = ["--space", str(SEARCH_SPACE), "--confirm", "0", "--ceiling-windows", "0", "--prune", "0",

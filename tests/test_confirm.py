@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autotune._confirm import Group, beats, decide, group_runs, plan
-from autotune._study import TrialRow
+from autotune._records import TrialRow
 
 
 def row(number: int, sps: float | None, outcome: str = "complete", *, baseline: bool = False,

@@ -103,7 +103,7 @@ def test_export_loads_and_trains_in_production(study_store: Path) -> None:
 
 
 def test_confirmation_re_runs_the_top_configs_and_the_baseline(tmp_path: Path) -> None:
-    from autotune._study import standing
+    from autotune._standing import standing
 
     args = [*FAST[:-2], "--confirm", "1", "--ceiling-windows", "0"]
     out = autotune("run", TARGET, "--trials", "3", "--study", "c", "--space", "loader", *args, cwd=tmp_path)

@@ -8,7 +8,8 @@ import pytest
 from autotune import KNOBS
 from autotune._ceilings import Ceilings, bottleneck
 from autotune._confirm import decide, group_runs
-from autotune._study import Standing, TrialRow, findings, held_loader_knobs
+from autotune._records import TrialRow
+from autotune._standing import Standing, findings, held_loader_knobs
 
 
 def row(number: int, sps: float, *, baseline: bool = False, confirms: int | None = None,
@@ -71,7 +72,7 @@ def test_findings_unconfirmed_say_so_and_use_the_window_spread() -> None:
 def test_a_trials_own_ceilings_come_before_the_studys() -> None:
     from autotune._ceilings import ceiling_key
     from autotune._knobs import Part
-    from autotune._study import bottleneck_of
+    from autotune._records import bottleneck_of
 
     config = {"batch_size": 64, "num_workers": 0, "amp": "off"}
     table = Ceilings([{"part": "compute", "key": ceiling_key(Part.COMPUTE, config), "samples_per_s": 1000.0},

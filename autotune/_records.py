@@ -1,0 +1,94 @@
+"""How a trial is stored in Optuna (its user attrs) and read back as a row."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from autotune._ceilings import Bottleneck, Ceilings, bottleneck, cpu_roof
+from autotune._outcome import Outcome
+
+if TYPE_CHECKING:
+    import optuna
+
+#: Characters of a reason kept in Optuna's user attrs (its headline always).
+REASON_LIMIT = 2000
+
+# Optuna user attrs of a trial (the MLflow run holds the same facts).
+ATTR_BASELINE, ATTR_OUTCOME, ATTR_REASON = "baseline", "outcome", "reason"
+ATTR_METRICS, ATTR_CONFIG, ATTR_RUN = "metrics", "config", "mlflow_run_id"
+ATTR_BASE_BATCH, ATTR_LR, ATTR_LOSSES = "base_batch_size", "lr", "losses"
+# Who runs a trial, for resuming after a tuner was killed: the tuner process
+# (host, pid, start time), its worker process group, and a heartbeat.
+ATTR_OWNER, ATTR_WORKER, ATTR_HEARTBEAT = "owner", "worker", "heartbeat"
+# The config as sampled (relative values kept, so a re-run samples nothing), the
+# first trial a confirmation re-runs, and the ceilings the trial measured.
+ATTR_SAMPLED, ATTR_CONFIRMS, ATTR_CEILINGS = "sampled", "confirms", "ceilings"
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialRow:
+    """One trial as ``show`` and ``export`` see it."""
+
+    number: int
+    baseline: bool
+    outcome: str
+    reason: str
+    metrics: dict[str, float]
+    config: dict[str, Any]
+    base_batch_size: int | None
+    speedup: float | None
+    losses: list[tuple[float, float]] = dataclasses.field(default_factory=list)
+    sampled: dict[str, Any] = dataclasses.field(default_factory=dict)
+    confirms: int | None = None
+    bottleneck: Bottleneck | None = None
+
+    @property
+    def samples_per_s(self) -> float | None:
+        return self.metrics.get("samples_per_s")
+
+
+
+def row_of(trial: optuna.trial.FrozenTrial, ceilings: Ceilings) -> TrialRow:
+    """Read one Optuna trial back as a row (speedup left for ``standing`` to fill)."""
+    attrs = trial.user_attrs
+    metrics = attrs.get(ATTR_METRICS, {})
+    outcome = attrs.get(ATTR_OUTCOME) or ("running" if trial.state.name == "RUNNING"
+                                          else trial.state.name.lower())
+    config = attrs.get(ATTR_CONFIG) or dict(trial.params)
+    bound = None
+    if outcome in (Outcome.COMPLETE.value, Outcome.DIVERGED.value) and "samples_per_s" in metrics:
+        bound = bottleneck_of(metrics, config, ceilings, attrs.get(ATTR_CEILINGS, []))
+    return TrialRow(trial.number, bool(attrs.get(ATTR_BASELINE)), outcome, attrs.get(ATTR_REASON, ""),
+                    metrics, config, attrs.get(ATTR_BASE_BATCH), None,
+                    [tuple(p) for p in attrs.get(ATTR_LOSSES, [])], attrs.get(ATTR_SAMPLED, {}),
+                    attrs.get(ATTR_CONFIRMS), bound)
+
+
+def bottleneck_of(metrics: Mapping[str, float], config: Mapping[str, Any], ceilings: Ceilings,
+                  own: list[dict[str, Any]]) -> Bottleneck:
+    """A measured trial's bottleneck, from its figures and its ceilings.
+
+    A ceiling the trial measured itself (``own``) comes first: taken seconds after
+    its windows, it shares their moment of a drifting machine (the speed of a
+    shared VM wanders by 10% and more over minutes). Else the study's median for
+    its config.
+    """
+    from autotune._knobs import Part
+
+    mine = {entry["part"]: entry for entry in own}
+
+    def measured(part: Part, key: str) -> float | None:
+        value = mine.get(part.value, {}).get(key)
+        if value is not None:
+            return value
+        return ceilings.get(part, config) if key == "samples_per_s" else ceilings.cpu(part, config)
+
+    cpus = next((e["cpus"] for e in own if e.get("cpus")), None) or ceilings.cpus
+    return bottleneck(metrics["samples_per_s"], metrics.get("data_wait_frac", 0.0),
+                      measured(Part.COMPUTE, "samples_per_s"), measured(Part.LOADER, "samples_per_s"),
+                      cpu_roof(measured(Part.COMPUTE, "cpu_per_sample"), measured(Part.LOADER, "cpu_per_sample"),
+                               cpus))
+
+

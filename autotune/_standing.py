@@ -1,0 +1,151 @@
+"""A study read back: its trials as rows, grouped by config, the winner, and what it found
+(``show``, ``export`` and the end of ``run`` use it)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from autotune._ceilings import Ceilings, loader_only
+from autotune._confirm import Decision, Group, baseline_group, decide, group_runs
+from autotune._outcome import Outcome
+from autotune._records import ATTR_CEILINGS, TrialRow, row_of
+
+if TYPE_CHECKING:
+    import optuna
+
+@dataclasses.dataclass(frozen=True)
+class Standing:
+    """A study's trials as rows, grouped by config, with the decision and the ceilings.
+
+    Attributes:
+        rows: Every trial; ``speedup`` is over the median of the baseline's runs.
+        groups: The rows by config (a first trial and its confirmation re-runs).
+        decision: The winner and how sure (``autotune._confirm``).
+        ceilings: Every ceiling the study measured.
+    """
+
+    rows: list[TrialRow]
+    groups: list[Group]
+    decision: Decision
+    ceilings: Ceilings
+
+    @property
+    def best(self) -> TrialRow | None:
+        """The winning config's first trial (the one exported)."""
+        return self.decision.winner.first if self.decision.winner else None
+
+    @property
+    def base(self) -> Group | None:
+        return self.decision.baseline
+
+    def speedup(self, group: Group) -> float | None:
+        """A config's median over the baseline's median."""
+        return group.median / self.base.median if self.base else None
+
+
+
+def held_loader_knobs(best: TrialRow | None, knobs: Iterable[str]) -> dict[str, Any]:
+    """The loader-only knobs among ``knobs`` to hold at ``best``'s sampled values (None:
+    the user's own), once ``best`` is compute-bound at high efficiency: more loader
+    trials cannot buy much then. Empty otherwise."""
+    if best is None or best.bottleneck is None or not best.bottleneck.settled:
+        return {}
+    return {name: best.sampled.get(name) for name in knobs if loader_only(name)}
+
+
+def standing(study: optuna.Study) -> Standing:
+    """Every trial as a row, grouped by config, and the winner (see ``Standing``)."""
+    trials = study.get_trials(deepcopy=False)
+    ceilings = Ceilings(entry for t in trials for entry in t.user_attrs.get(ATTR_CEILINGS, []))
+    rows = [row_of(t, ceilings) for t in trials]
+    base = baseline_group(group_runs(rows))
+    if base is not None:
+        rows = [dataclasses.replace(r, speedup=r.samples_per_s / base.median) if r.samples_per_s else r
+                for r in rows]
+    groups = group_runs(rows)
+    return Standing(rows, groups, decide(groups), ceilings)
+
+
+def throughput_figure(name: str, rows: list[TrialRow]):
+    """samples/s per trial (baseline marked) with the best so far, as a matplotlib figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on a tuning host
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 3.5), dpi=110)
+    ax = fig.subplots()
+    done = [r for r in rows if r.samples_per_s]
+    colors = ["tab:gray" if r.baseline else "tab:blue" if r.outcome == Outcome.COMPLETE.value
+              else "tab:red" for r in done]
+    ax.scatter([r.number for r in done], [r.samples_per_s for r in done], c=colors, s=18, zorder=3)
+    best, curve = 0.0, []
+    for r in done:
+        if r.outcome == Outcome.COMPLETE.value:
+            best = max(best, r.samples_per_s)
+        curve.append(best)
+    ax.step([r.number for r in done], curve, where="post", color="tab:green", label="best so far")
+    ax.set(title=f"study {name}", xlabel="trial", ylabel="samples/s")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def _runs(group: Group) -> str:
+    numbers = ", ".join(str(r.number) for r in group.runs if r.samples_per_s)
+    return f"median of {len(group.rates)} runs ({numbers}), ±{group.spread / 2:.0%}"
+
+
+def findings(found: Standing) -> list[str]:
+    """What a study found, as plain lines: the export's header and the run's summary.
+
+    The first line names the winner and its speedup (medians, with ± half the
+    spread of its runs, or of its windows when it ran once); the next say how sure
+    that is and what limits it.
+    """
+    decision, base = found.decision, found.base
+    win = decision.winner
+    if win is None:
+        return ["no complete trial"]
+    spread = win.spread if win.confirmed else win.first.metrics.get("samples_per_s_spread", 0.0)
+    if base is not None and win is not base:
+        lines = [f"trial {win.first.number}, {found.speedup(win):.2f}x the baseline "
+                 f"({win.median:,.0f} vs {base.median:,.0f} samples/s, ±{spread / 2:.0%})"]
+    else:
+        lines = [f"trial {win.first.number} (the baseline: your code as written), "
+                 f"{win.median:,.0f} samples/s, ±{spread / 2:.0%}"]
+    if decision.no_win:
+        fastest = decision.fastest
+        lines.append(f"no config beat the baseline beyond the run-to-run noise: the fastest, trial "
+                     f"{fastest.first.number} ({found.speedup(fastest):.2f}x, {_runs(fastest)}), "
+                     f"has runs as slow as the baseline's fastest")
+    if win.confirmed and (base is None or base.confirmed):
+        lines.append(f"runs: {_runs(win)}" + (f"; the baseline's: {_runs(base)}" if base is not win else ""))
+    else:
+        lines.append("runs: one each, not confirmed by re-runs (--confirm 0, or the study stopped "
+                     "first); ± is half the spread of its windows")
+    if decision.ties and not decision.no_win:
+        lines.append("inside the noise of it: " + ", ".join(
+            f"trial {g.first.number} ({g.median:,.0f} samples/s)" for g in decision.ties))
+    if win.first.bottleneck is not None:
+        lines.append(f"bottleneck: {win.first.bottleneck.why}")
+        each = [r.bottleneck.efficiency for r in win.runs if r.bottleneck and r.bottleneck.efficiency]
+        if len(each) > 1:
+            lines[-1] += f" (each run: {', '.join(f'{e:.0%}' for e in each)})"
+    return lines
+
+
+def export_text(study: optuna.Study, found: Standing) -> str:
+    """The winning config as the YAML snippet ``autotune.load`` reads."""
+    from autotune._export import render
+
+    best = found.best
+    fingerprint = study.user_attrs.get("fingerprint", {})
+    first, *rest = findings(found)
+    header = [f"autotune: study {study.study_name}, {first}", *rest,
+              f"measured on: {fingerprint.get('summary', 'unknown machine')}",
+              "load with: autotune.load(path)"]
+    return render(best.config, best.base_batch_size, header)
