@@ -12,9 +12,10 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune._config import Config
 from autotune._events import FD_ENV, EventReader
@@ -22,6 +23,14 @@ from autotune._guard import DIVERGENCE_TOLERANCE, Point, loss_history
 from autotune._knobs import KNOBS
 from autotune._monitor import Monitor, nvml_handle
 from autotune._outcome import Outcome, classify
+
+if TYPE_CHECKING:
+    import psutil
+
+#: The worker's environment names its trial here. Every process it starts inherits it,
+#: whatever its session or parent, so the trial's processes can be found after they
+#: called ``setsid`` or were reparented to PID 1 (issue 12, point 4).
+TRIAL_TAG_ENV = "AUTOTUNE_TRIAL_TAG"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,14 +113,16 @@ class TrialResult:
 
 
 def build_command(spec: TrialSpec, event_fd: int, environ: Mapping[str, str],
-                  python: str = sys.executable) -> tuple[list[str], dict[str, str]]:
+                  python: str = sys.executable, *, tag: str) -> tuple[list[str], dict[str, str]]:
     """The worker's argv and environment (pure: no process is started).
 
     A CUDA trial sees only its own device (as cuda:0); environment knobs are set
-    here because they must be in place before torch starts.
+    here because they must be in place before torch starts. ``tag`` goes in
+    ``TRIAL_TAG_ENV``, which marks the worker and everything it starts.
     """
     env = dict(environ)
     env[FD_ENV] = str(event_fd)
+    env[TRIAL_TAG_ENV] = tag
     env["PYTHONUNBUFFERED"] = "1"
     package_root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, environ.get("PYTHONPATH")) if p)
@@ -138,30 +149,71 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-def kill_orphans(pgid: int, started: float) -> int:
-    """Kill what is left of a worker's process group (by a tuner that was killed); return how many.
+def _kill_processes(victims: Sequence[psutil.Process], tag: str | None = None, timeout: float = 5.0) -> int:
+    """SIGKILL ``victims`` and, given a ``tag``, every live process whose environment
+    carries it; wait until they are dead; return how many were killed, each once.
 
-    The group's leader may be gone while its DataLoader workers live on, so its
-    members are found by group id, and only those started with it or later count
-    (a group id, like a pid, can be reused after every member has exited).
+    One scan of the process table: a few milliseconds. A process that emptied its
+    environment, or runs as another user (its environment unreadable), escapes the tag.
     """
     import psutil
 
-    victims = []
+    found = {proc.pid: proc for proc in victims}
+    if tag is not None:
+        for proc in psutil.process_iter():
+            if proc.pid == os.getpid() or proc.pid in found:
+                continue
+            try:
+                if proc.environ().get(TRIAL_TAG_ENV) == tag and proc.status() != psutil.STATUS_ZOMBIE:
+                    found[proc.pid] = proc
+            except psutil.Error:  # gone, a zombie, or not ours to read
+                continue
+    killed = []
+    for proc in found.values():
+        try:
+            proc.kill()  # psutil checks the pid still names the same process first
+            killed.append(proc)
+        except psutil.Error:  # gone since, or not ours to kill
+            continue
+    # Dead means gone or a zombie, not psutil.wait_procs's gone: a killed orphan stays a
+    # zombie until PID 1 reaps it, which some inits do only every 2 s.
+    deadline = time.monotonic() + timeout
+    left = killed
+    while left and time.monotonic() < deadline:
+        time.sleep(0.01)
+        left = [proc for proc in left if _running(proc)]
+    return len(killed)
+
+
+def _running(proc: psutil.Process) -> bool:
+    import psutil
+
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def kill_orphans(pgid: int, started: float, tag: str | None = None) -> int:
+    """Kill what is left of a worker (by a tuner that was killed); return how many.
+
+    The group's leader may be gone while its DataLoader workers live on, so its
+    members are found by group id, and only those started with it or later count
+    (a group id, like a pid, can be reused after every member has exited). Given
+    the trial's ``tag`` (from its ``spawned`` event), the processes that left the
+    group (``setsid``) are found by their environment and killed too.
+    """
+    import psutil
+
+    members = []
     for proc in psutil.process_iter(["create_time"]):
         try:
             if os.getpgid(proc.pid) == pgid and proc.info["create_time"] >= started - 1.0 \
                     and proc.status() != psutil.STATUS_ZOMBIE:  # a zombie is dead already
-                victims.append(proc)
+                members.append(proc)
         except (ProcessLookupError, PermissionError, psutil.Error):
             continue
-    for proc in victims:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(victims, timeout=5)
-    return len(victims)
+    return _kill_processes(members, tag)
 
 
 #: Events that show the training loop is alive (the stall clock restarts on each).
@@ -177,7 +229,9 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     """Run one worker to its end and classify it. Never raises for the trial's own faults.
 
     The worker runs in its own process group, which is killed when the trial ends
-    (however it ends), so no DataLoader worker outlives it. It is also killed, as
+    (however it ends), so no DataLoader worker outlives it; so is every process
+    carrying the trial's tag (``TRIAL_TAG_ENV``), which catches those that left
+    the group with ``setsid``. It is also killed, as
     ``timeout``, when it has no batch after ``budget.startup_s``, no finished step
     for ``budget.stall_s`` or runs past the deadline; as ``oom_host`` when the
     monitor sees the RAM budget or the machine's floor crossed.
@@ -186,8 +240,9 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
         spec: What to run.
         log_path: Where the worker's stdout and stderr go.
         ram_budget: Bytes its process tree may use.
-        on_event: Gets every event (and a first ``spawned`` one with the pid); a
-            verdict it returns (pruned, diverged) stops the trial with that outcome.
+        on_event: Gets every event (and a first ``spawned`` one with the pid and the
+            tag, which ``kill_orphans`` takes); a verdict it returns (pruned,
+            diverged) stops the trial with that outcome.
         interrupt: Set from elsewhere (a signal handler) to stop the trial as
             ``interrupted``.
         reference: The baseline's loss history, to judge divergence.
@@ -195,7 +250,8 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
         floor: Available-memory floor in bytes (default: the monitor's).
     """
     read_fd, write_fd = os.pipe()
-    argv, env = build_command(spec, write_fd, os.environ)
+    tag = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"  # unique across tuners and trials
+    argv, env = build_command(spec, write_fd, os.environ, tag=tag)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -224,7 +280,7 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     spawned = alive = time.monotonic()
     arrived: dict[str, float] = {}  # seconds from spawn to each kind's first event, and to the exit
     step = 0
-    judge({"event": "spawned", "pid": proc.pid})
+    judge({"event": "spawned", "pid": proc.pid, "tag": tag})
     try:
         with Monitor(proc.pid, ram_budget, lambda why: kill(Outcome.OOM_HOST, why), gpu, floor) as monitor:
             while True:
@@ -262,6 +318,7 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
         _kill_group(proc.pid)  # orphaned DataLoader workers, or everything on Ctrl-C
         proc.wait()
         os.close(read_fd)
+        _kill_processes((), tag)  # those that left the group; the group's dying members are waited for
     stderr_tail = log_tail(log_path.read_text(errors="replace"))
     metrics = summarize(windows, monitor, started, events)
     metrics.update(overheads(arrived))

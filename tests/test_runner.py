@@ -6,8 +6,10 @@ import dataclasses
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import psutil
@@ -18,9 +20,10 @@ from autotune import Config, Outcome
 from autotune._events import FD_ENV
 from autotune._ceilings import CACHED_BATCHES, bottleneck, ceiling_key
 from autotune._knobs import Part
-from autotune._runner import Budget, TrialSpec, build_command, run_trial
+from autotune._runner import TRIAL_TAG_ENV, Budget, TrialSpec, build_command, kill_orphans, run_trial
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tiny_train.py"
+ESCAPING = FIXTURE.with_name("escaping_train.py")
 PACKAGE_ROOT = str(Path(autotune.__file__).resolve().parent.parent)
 #: Short enough for ~4 s per trial (2.5 s of it importing torch in the worker); the
 #: ceilings have their own tests.
@@ -31,9 +34,9 @@ FAST = Budget(warmup_s=0.2, window_s=0.3, windows=2, ceiling_windows=0)
 
 
 def build(config: Config = Config(), device: str = "cpu", environ: dict | None = None,  # noqa: B008
-          fd: int = 7):
+          fd: int = 7, tag: str = "123-abc"):
     spec = TrialSpec(target="train.py:train", config=config, device=device, budget=FAST, seed=3)
-    argv, env = build_command(spec, fd, environ if environ is not None else {}, python="/py")
+    argv, env = build_command(spec, fd, environ if environ is not None else {}, python="/py", tag=tag)
     assert argv[:3] == ["/py", "-m", "autotune._worker"] and len(argv) == 4
     return json.loads(argv[3]), env
 
@@ -80,7 +83,15 @@ def test_build_command_is_pure() -> None:
     second = build(config, "cuda:1", parent)
     assert parent == snapshot  # the caller's environment is not touched
     assert first == second
-    assert FD_ENV not in os.environ  # nor ours
+    assert FD_ENV not in os.environ and TRIAL_TAG_ENV not in os.environ  # nor ours
+
+
+def test_build_command_tags_the_worker() -> None:
+    _, env = build(tag="4242-0123456789ab")
+    assert env[TRIAL_TAG_ENV] == "4242-0123456789ab"
+    # a tuner started inside another's trial tags its own workers with its own tag
+    _, env = build(environ={TRIAL_TAG_ENV: "outer"}, tag="inner")
+    assert env[TRIAL_TAG_ENV] == "inner"
 
 
 @pytest.mark.parametrize(
@@ -138,11 +149,14 @@ class Watch:
         self.events: list[dict] = []
         self.times: dict[str, float] = {}  # when each kind of event last arrived
         self.pid: int | None = None
+        self.tag: str | None = None
         self.children: set[int] = set()
 
     def __call__(self, event: dict) -> None:
         self.events.append(event)
         self.times[event["event"]] = time.time()
+        if event["event"] == "spawned":
+            self.tag = event["tag"]
         if event["event"] == "started":
             self.pid = event["pid"]
         if self.pid is not None:
@@ -157,9 +171,9 @@ class Watch:
 
 
 def trial(tmp_path: Path, func: str, config: Config = Config(), budget: Budget = FAST,  # noqa: B008
-          known: dict | None = None, **kwargs):
+          known: dict | None = None, fixture: Path = FIXTURE, **kwargs):
     watch = Watch()
-    spec = TrialSpec(target=f"{FIXTURE}:{func}", config=config, device="cpu", budget=budget,
+    spec = TrialSpec(target=f"{fixture}:{func}", config=config, device="cpu", budget=budget,
                      known_ceilings=known or {})
     result = run_trial(spec, tmp_path / "logs" / f"{func}.log", on_event=watch, **kwargs)
     return result, watch
@@ -385,6 +399,52 @@ def test_dataloader_workers_leave_no_orphans(tmp_path: Path) -> None:
     assert not survivors(watch)
 
 
+def carrying(tag: str) -> list[psutil.Process]:
+    """Live (non-zombie) processes whose environment carries the trial tag ``tag``."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(TRIAL_TAG_ENV) == tag and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_a_process_that_left_the_group_dies_with_the_trial(tmp_path: Path) -> None:
+    result, watch = trial(tmp_path, "train_escapes", fixture=ESCAPING)
+    assert result.outcome is Outcome.COMPLETE, result.reason
+    assert watch.events[0] == {"event": "spawned", "pid": watch.pid, "tag": watch.tag}
+    assert watch.tag.startswith(f"{os.getpid()}-")
+    escaped = next(int(line.split()[1]) for line in result.log_path.read_text().splitlines()
+                   if line.startswith("escaped "))
+    assert escaped in watch.children  # alive during the trial, in a session of its own
+    # run_trial waits for what it kills: no bound to wait on here
+    assert not carrying(watch.tag)
+    assert not psutil.pid_exists(escaped) or psutil.Process(escaped).status() == psutil.STATUS_ZOMBIE
+    assert not survivors(watch)
+
+
+def test_kill_orphans_kills_what_carries_the_tag_and_nothing_else() -> None:
+    tag = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    env = {**os.environ, TRIAL_TAG_ENV: tag}
+    sleep = ["sleep", "300"]
+    # Popen returns once exec succeeded: each environment is readable at once.
+    leader = subprocess.Popen(sleep, env=env, start_new_session=True)  # the worker: in the group, tagged
+    escaped = subprocess.Popen(sleep, env=env, start_new_session=True)  # left the group, tagged
+    bystander = subprocess.Popen(sleep, start_new_session=True)  # neither: not the trial's
+    try:
+        started = psutil.Process(leader.pid).create_time()
+        assert kill_orphans(leader.pid, started, tag) == 2  # the leader counted once, not twice
+        assert leader.wait(timeout=30) == escaped.wait(timeout=30) == -9  # SIGKILL
+        assert bystander.poll() is None
+        assert kill_orphans(leader.pid, started, tag) == 0
+    finally:
+        for proc in (leader, escaped, bystander):
+            proc.kill()
+            proc.wait(timeout=30)
+
+
 def test_ram_budget_kills_the_group(tmp_path: Path) -> None:
     # 1 MiB: a Python process alone is over it, so the monitor's first sample kills it.
     result, _ = trial(tmp_path, "train", ram_budget=2**20)
@@ -404,7 +464,7 @@ def test_missing_target_is_crashed_not_raised(tmp_path: Path) -> None:
 
 def test_python_is_this_interpreter() -> None:
     spec = TrialSpec(target="x.py:f", config=Config())
-    argv, _ = build_command(spec, 3, {})
+    argv, _ = build_command(spec, 3, {}, tag="t")
     assert argv[0] == sys.executable
 
 
