@@ -121,7 +121,7 @@ def run(target: str, trials: int, space: str, study: str | None, storage: str | 
     from autotune._probe import probe
     from autotune._runner import Budget
     from autotune._space import load_space
-    from autotune._study import BaselineFailed, StudyOptions, StudyRunner
+    from autotune._study import BaselineFailed, StudyOptions, StudyRunner, open_storage
     from autotune._tracking import Tracker, tracking_uri as default_uri
     from autotune._worker import check_target
 
@@ -140,8 +140,9 @@ def run(target: str, trials: int, space: str, study: str | None, storage: str | 
     options = StudyOptions(target, trials, study, storage, tracking_uri, store, device, budget,
                            int(ram_budget * 2**30) if ram_budget else None, seed,
                            divergence_tolerance, prune, confirm)
+    backend = open_storage(store, storage)  # before the tracking store: a bad URL creates nothing
     tracker = Tracker(default_uri(store, tracking_uri), artifact_root=store / "artifacts")
-    runner = StudyRunner(options, fingerprint, restricted, tracker, reporter)
+    runner = StudyRunner(options, fingerprint, restricted, tracker, reporter, backend)
     reporter.note(f"study {runner.name} on {fingerprint.summary()}; space {loaded.name}; "
                   f"RAM budget {runner.ram_budget / 2**30:.1f} GiB")
     try:
@@ -245,13 +246,15 @@ def _open_study(store: Path, storage: str | None, name: str | None):
     import optuna
 
     from autotune._study import open_storage
+    from autotune._tuners import is_marker
 
     if storage is None and not (store / "optuna.journal").exists():
         raise ConfigError(f"--store {store}: no studies here (no {store / 'optuna.journal'}); "
                           "run `autotune run` first or pass --store/--storage")
     backend = open_storage(store, storage)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    summaries = optuna.get_all_study_summaries(backend, include_best_trial=False)
+    summaries = [s for s in optuna.get_all_study_summaries(backend, include_best_trial=False)
+                 if not is_marker(s.study_name)]
     if not summaries:
         raise ConfigError(f"--storage {storage or store}: holds no study")
     if name is None:

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 #: Feasible configs re-run at the end of a study, besides the baseline.
 CONFIRM_TOP = 3
+#: Outcomes of trials not yet ended: Optuna's WAITING (enqueued) and RUNNING states.
+PENDING = ("waiting", "running")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,8 +46,13 @@ class Group:
     @property
     def feasible(self) -> bool:
         """It ran to the end every time (runs the tuner interrupted do not count)."""
-        ended = [r for r in self.runs if r.outcome not in (Outcome.INTERRUPTED.value, "running")]
+        ended = [r for r in self.runs if r.outcome not in (Outcome.INTERRUPTED.value, *PENDING)]
         return bool(self.rates) and all(r.outcome == Outcome.COMPLETE.value for r in ended)
+
+    @property
+    def pending(self) -> int:
+        """Runs enqueued or running now (re-runs another tuner may be measuring)."""
+        return sum(1 for r in self.runs if r.outcome in PENDING)
 
     @property
     def median(self) -> float:
@@ -122,14 +129,16 @@ def decide(groups: Sequence[Group]) -> Decision:
 def plan(groups: Sequence[Group], runs: int, top: int = CONFIRM_TOP) -> list[int]:
     """The first-trial numbers to re-run so that the top ``top`` feasible configs and
     the baseline have ``1 + runs`` complete runs each, taken in turns (so that a
-    slow drift of the machine spreads over all of them)."""
+    slow drift of the machine spreads over all of them). Runs enqueued or running
+    already count: a round planned while another's re-runs are under way adds
+    none of them again."""
     base = baseline_group(groups)
     ranked = sorted((g for g in groups if g.feasible and g is not base), key=lambda g: g.median,
                     reverse=True)[:top]
     if not ranked:  # nothing to compare the baseline with
         return []
     targets = ranked + ([base] if base is not None and base.feasible else [])
-    need = {g.first.number: max(0, 1 + runs - len(g.rates)) for g in targets}
+    need = {g.first.number: max(0, 1 + runs - len(g.rates) - g.pending) for g in targets}
     order = []
     for turn in range(max(need.values(), default=0)):
         order += [number for number, n in need.items() if n > turn]

@@ -25,6 +25,8 @@ ATTR_OWNER, ATTR_WORKER, ATTR_HEARTBEAT = "owner", "worker", "heartbeat"
 # The config as sampled (relative values kept, so a re-run samples nothing), the
 # first trial a confirmation re-runs, and the ceilings the trial measured.
 ATTR_SAMPLED, ATTR_CONFIRMS, ATTR_CEILINGS = "sampled", "confirms", "ceilings"
+#: Study user attr: the MLflow parent run (set last by the tuner that creates the study).
+ATTR_PARENT = "mlflow_parent_run_id"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -19,13 +19,15 @@ from autotune._confirm import plan
 from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION, prune_reason
 from autotune._knobs import show_value
 from autotune._monitor import Background
-from autotune._outcome import Outcome, clip
+from autotune._outcome import Outcome, clip, headline
 from autotune._records import (ATTR_BASE_BATCH, ATTR_BASELINE, ATTR_CEILINGS, ATTR_CONFIG, ATTR_CONFIRMS,
                                ATTR_HEARTBEAT, ATTR_LOSSES, ATTR_LR, ATTR_METRICS, ATTR_OUTCOME, ATTR_OWNER,
-                               ATTR_REASON, ATTR_RUN, ATTR_SAMPLED, ATTR_WORKER, REASON_LIMIT, TrialRow,
+                               ATTR_PARENT, ATTR_REASON, ATTR_RUN, ATTR_SAMPLED, ATTR_WORKER, REASON_LIMIT, TrialRow,
                                bottleneck_of)
 from autotune._runner import Budget, TrialResult, TrialSpec, Verdict, kill_orphans, run_trial
 from autotune._standing import Standing, export_text, held_loader_knobs, standing, throughput_figure
+from autotune._tuners import (HEARTBEAT_S, Liveness, Phase, Registry, claim, claim_waiting, describe, found_or_join,
+                              this_process)
 
 if TYPE_CHECKING:
     import optuna
@@ -40,11 +42,11 @@ DEFAULT_STORE = Path("mlflow")
 #: Share of the RAM available at the start that one trial's processes may use.
 RAM_BUDGET_FRACTION = 0.75
 
-#: Seconds between a running trial's heartbeats in the study storage.
-HEARTBEAT_S = 30.0
-#: A RUNNING trial of a tuner on another host is stale after this long without a
-#: heartbeat (on this host, the tuner's process is checked directly).
-STALE_AFTER_S = 4 * HEARTBEAT_S
+#: Seconds between looks at the study while waiting on another tuner (its baseline).
+POLL_S = 2.0
+#: Seconds a tuner joining a new study waits for its founder to finish setting it
+#: up (the MLflow parent run) before doing it itself.
+SETUP_WAIT_S = 120.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +90,11 @@ class BaselineFailed(RuntimeError):
     """The user's code as written does not run, so no trial can: stop the study."""
 
 
+def _baseline_failed(row: TrialRow) -> BaselineFailed:
+    return BaselineFailed(f"the baseline (trial {row.number}: your code as written) ended as "
+                          f"{row.outcome}; every trial would fail the same way:\n{row.reason}")
+
+
 def default_study_name(target: str) -> str:
     """``runners/mnist.py:train`` -> ``mnist``; another function name is appended."""
     module, _, func = target.rpartition(":")
@@ -95,118 +102,126 @@ def default_study_name(target: str) -> str:
     return stem if func == "train" else f"{stem}.{func}"
 
 
+#: How to get the driver SQLAlchemy picks for a plain URL of each backend.
+DRIVER_HINTS = {"postgresql": "pip install 'autotune[postgres]'"}
+
+
 def open_storage(store: Path, url: str | None):
     """An Optuna storage: ``url`` (an RDB URL, or a journal file), else a journal in ``store``.
 
+    Nothing is created when the URL is bad or its driver is missing.
+
     Raises:
-        ConfigError: naming the storage when it cannot be opened or reached.
+        ConfigError: naming the storage (password hidden) when it cannot be opened or reached.
     """
     import optuna
     from optuna.storages.journal import JournalFileBackend
 
+    shown = url
     try:
         if url and "://" in url:
+            from sqlalchemy.engine import make_url
+
+            parsed = make_url(url)
+            shown = parsed.render_as_string(hide_password=True)
+            try:
+                parsed.get_dialect().import_dbapi()
+            except ImportError as exc:
+                hint = DRIVER_HINTS.get(parsed.get_backend_name(), f"install a driver for {parsed.drivername}")
+                raise ConfigError(f"--storage {shown!r}: the database driver is not installed ({exc}); "
+                                  f"{hint}") from None
             # A server that does not answer should fail in seconds, not hang the tuner.
             kwargs = ({"connect_args": {"connect_timeout": 10}}
-                      if url.startswith(("postgresql", "mysql")) else None)
+                      if parsed.get_backend_name() in ("postgresql", "mysql") else None)
             return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
         path = Path(url) if url else store / "optuna.journal"
+        shown = str(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+    except ConfigError:
+        raise
     except Exception as exc:  # every failure here means: no study can start
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(f"--storage {url or path!r}: cannot be opened: {first}") from None
-
-
-def this_process() -> dict[str, Any]:
-    """This tuner's identity as stored with its trials: host, pid, start time."""
-    import psutil
-
-    return {"host": socket.gethostname(), "pid": os.getpid(), "started": psutil.Process().create_time()}
-
-
-def process_alive(pid: int, started: float) -> bool:
-    """Whether ``pid`` is still the process that started at ``started`` (pids are reused)."""
-    import psutil
-
-    try:
-        return abs(psutil.Process(pid).create_time() - started) < 1.0
-    except psutil.NoSuchProcess:
-        return False
-
-
-def stale_reason(owner: Mapping[str, Any] | None, heartbeat: float | None, started: float, now: float,
-                 host: str, alive: Callable[[int, float], bool] = process_alive) -> str | None:
-    """Why a RUNNING trial belongs to no live tuner, or None while its tuner may still run it.
-
-    Args:
-        owner: The trial's owner attr (host, pid, started), if it was written.
-        heartbeat: Its last heartbeat (epoch seconds), if any.
-        started: When the trial started (epoch seconds).
-        now: The time now.
-        host: This host's name.
-        alive: Checks a (pid, start time) on this host.
-    """
-    if owner and owner.get("host") == host:
-        if alive(owner["pid"], owner["started"]):
-            return None
-        return f"its tuner (pid {owner['pid']} on {host}) is gone"
-    last = heartbeat or started
-    if now - last <= STALE_AFTER_S:
-        return None
-    where = f"from {owner['host']} " if owner else ""
-    return f"no heartbeat {where}for {now - last:.0f} s"
+        raise ConfigError(f"--storage {shown!r}: cannot be opened: {first}") from None
 
 
 class _Heartbeat(Background):
-    """Writes a running trial's heartbeat every ``HEARTBEAT_S`` on a thread."""
+    """Calls ``beat`` every ``HEARTBEAT_S`` on a thread (the tuner's registry entry, a
+    running trial's counter): a storage hiccup skips one beat, the next one retries."""
 
-    def __init__(self, trial) -> None:
-        self._trial = trial
+    def __init__(self, beat: Callable[[], None]) -> None:
+        self._beat = beat
         super().__init__("autotune-heartbeat")
 
     def _loop(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
             try:
-                self._trial.set_user_attr(ATTR_HEARTBEAT, time.time())
+                self._beat()
             except Exception:  # a storage hiccup must not kill the trial; the next beat retries
                 continue
 
 
 class StudyRunner:
-    """Runs ``options.trials`` trials of one study (see DESIGN 4)."""
+    """Runs ``options.trials`` trials of one study (see DESIGN 4), beside any number of
+    other tuners on the same study (``autotune._tuners``)."""
 
     def __init__(self, options: StudyOptions, fingerprint: Fingerprint, space: Space,
-                 tracker: Tracker, reporter: Reporter | None = None) -> None:
+                 tracker: Tracker, reporter: Reporter | None = None, storage=None) -> None:
         import optuna
 
         self.options, self.fingerprint, self.space, self.tracker = options, fingerprint, space, tracker
         self.reporter = reporter or Reporter()
         self.name = options.study or default_study_name(options.target)
-        storage = open_storage(options.store, options.storage)
+        storage = storage or open_storage(options.store, options.storage)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.study = optuna.create_study(
-            study_name=self.name, storage=storage, direction="maximize", load_if_exists=True,
-            sampler=optuna.samplers.TPESampler(seed=options.seed))
+        self.study, founder = found_or_join(storage, self.name, optuna.samplers.TPESampler(seed=options.seed))
+        self._owner = this_process()
+        self._liveness = Liveness(self._owner["host"])
+        if founder:
+            self._set_up(enqueue_baseline=True)
+        else:
+            self._wait_for_set_up()
         self._check_same_target()
         self.experiment_id = tracker.experiment(self.name)
-        attrs = self.study.user_attrs
-        self.parent_id = tracker.parent_run(self.experiment_id, attrs.get("mlflow_parent_run_id"), {
-            "autotune.study": self.name, "autotune.target": options.target,
-            "autotune.fingerprint": fingerprint.summary()})
-        if "mlflow_parent_run_id" not in attrs:
-            self.study.set_user_attr("mlflow_parent_run_id", self.parent_id)
-            self.study.set_user_attr("target", options.target)
-            self.study.set_user_attr("space", space.name)
-            self.study.set_user_attr("fingerprint", {**dataclasses.asdict(fingerprint),
-                                                     "summary": fingerprint.summary()})
+        self.parent_id = tracker.parent_run(self.experiment_id, self.study.user_attrs[ATTR_PARENT], {})
+        self.registry = Registry(self.study, self._owner)
+        self.registry.enter(Phase.SAMPLING)
         self.ram_budget = options.ram_budget or int(
             fingerprint.ram_available_gib * 2**30 * RAM_BUDGET_FRACTION)
         self.log_dir = options.store / "trials" / self.name
-        self._owner = this_process()
         self._interrupt = threading.Event()
         self._signum: int | None = None
         self._settled_by: int | None = None  # the trial whose loader knobs are held, once noted
+        self._noted: set[str] = set()  # notes said once per tuner
+
+    def _set_up(self, enqueue_baseline: bool) -> None:
+        """Record what the study tunes, enqueue its baseline, start its MLflow parent run.
+
+        The parent run's id goes last: tuners joining the study wait for it.
+        """
+        self.study.set_user_attr("target", self.options.target)
+        self.study.set_user_attr("space", self.space.name)
+        self.study.set_user_attr("fingerprint", {**dataclasses.asdict(self.fingerprint),
+                                                 "summary": self.fingerprint.summary()})
+        if enqueue_baseline:
+            self.study.enqueue_trial({}, user_attrs={ATTR_BASELINE: True})
+        experiment_id = self.tracker.experiment(self.name)
+        parent = self.tracker.parent_run(experiment_id, None, {
+            "autotune.study": self.name, "autotune.target": self.options.target,
+            "autotune.fingerprint": self.fingerprint.summary()})
+        self.study.set_user_attr(ATTR_PARENT, parent)
+
+    def _wait_for_set_up(self) -> None:
+        """Wait for the tuner that created the study to set it up; do it here if it never does
+        (it died in between: its baseline is then enqueued by ``_next_trial``)."""
+        deadline = time.monotonic() + SETUP_WAIT_S
+        while ATTR_PARENT not in self.study.user_attrs:
+            if time.monotonic() > deadline:
+                self.reporter.note(f"study {self.name}: the tuner that created it did not set it up "
+                                   f"within {SETUP_WAIT_S:.0f} s; setting it up here")
+                self._set_up(enqueue_baseline=False)
+                return
+            time.sleep(0.5)
 
     def _check_same_target(self) -> None:
         known = self.study.user_attrs.get("target")
@@ -214,62 +229,157 @@ class StudyRunner:
             raise ConfigError(f"--study {self.name!r} tunes {known}, not {self.options.target}; "
                               "give another --study name")
 
-    def run(self) -> Standing:
-        """Close stale trials, run the trials, confirm the top configs; return the standing.
+    def _note_once(self, line: str) -> None:
+        if line not in self._noted:
+            self._noted.add(line)
+            self.reporter.note(line)
 
-        After ``options.trials`` trials, the top ``CONFIRM_TOP`` feasible configs and
-        the baseline are re-run until each has ``1 + options.confirm`` runs; the
-        winner is chosen on the medians (``autotune._confirm``).
+    def run(self) -> Standing:
+        """Close stale trials, run this tuner's trials, confirm the top configs; return the standing.
+
+        The baseline runs first, once per study: a tuner that has none to run waits
+        for the one another tuner runs. After ``options.trials`` trials of its own,
+        the last tuner still sampling plans the confirmation: the top ``CONFIRM_TOP``
+        feasible configs and the baseline are re-run until each has ``1 +
+        options.confirm`` runs, enqueued so that each re-run is claimed by one tuner;
+        the winner is chosen on the medians (``autotune._confirm``).
 
         The first SIGINT or SIGTERM stops the running trial, which is recorded as
-        ``interrupted``; the study then finishes as usual (export, parent run
-        closed as KILLED) and ``interrupted_by`` names the signal. A second one
-        raises KeyboardInterrupt at once.
+        ``interrupted`` (a baseline or re-run is enqueued again, for whoever resumes);
+        the study then finishes as usual (export, parent run closed as KILLED if
+        this was its last tuner) and ``interrupted_by`` names the signal. A second
+        one raises KeyboardInterrupt at once.
         """
         started = time.monotonic()
         total = self.options.trials
         self.recover()
         found = standing(self.study)
         try:
-            with self._signals():
-                for index in range(total):
-                    if self._interrupt.is_set():
+            with self._signals(), _Heartbeat(self.registry.beat):
+                done = 0  # this tuner's own trials (the baseline, sampled ones), not re-runs
+                while done < total and not self._interrupt.is_set():
+                    trial = self._next_trial(found)
+                    if trial is None:
                         break
-                    found = self._trial_and_report(found, index, total, started)
-                reruns = [] if self._interrupt.is_set() else plan(found.groups, self.options.confirm)
-                if reruns:
-                    self.reporter.note(f"confirming: {len(reruns)} re-runs of trials "
-                                       f"{', '.join(str(n) for n in dict.fromkeys(reruns))} "
-                                       "(the winner is chosen on the median of its runs)")
-                started = time.monotonic()
-                for index, number in enumerate(reruns):
-                    if self._interrupt.is_set():
-                        break
-                    first = next(g for g in found.groups if g.first.number == number).first
-                    found = self._trial_and_report(found, index, len(reruns), started, rerun=first)
-        except BaseException:  # the parent run must not stay RUNNING
-            self.tracker.kill(self.parent_id)
+                    own = ATTR_CONFIRMS not in trial.user_attrs
+                    found = self._trial_and_report(trial, found, done if own else 0, total if own else 1, started)
+                    done += own
+                if not self._interrupt.is_set():
+                    found = self._confirm(found)
+        except BaseException as exc:  # the parent run must not stay RUNNING if this was its last tuner
+            self._leave(f"stopped: {exc!r}", "KILLED")
             raise
         return self._finish()
 
-    def _trial_and_report(self, found: Standing, index: int, total: int, started: float,
-                          rerun: TrialRow | None = None) -> Standing:
-        """Run one trial (or a re-run of ``rerun``), report it; return the new standing.
+    def _next_trial(self, found: Standing) -> optuna.Trial | None:
+        """The next trial to run: the study's baseline while none has completed, else a
+        sampled one (or an enqueued one, which ``ask`` hands out first). None once
+        interrupted.
+
+        While another tuner runs the baseline this one waits (every trial's
+        divergence check and speedup need it); if that baseline fails, so does this
+        tuner, as the tuner that ran it does.
+
+        Raises:
+            BaselineFailed: a baseline this tuner waited for did not complete.
+        """
+        watched: int | None = None
+        while not self._interrupt.is_set():
+            if found.base is not None:
+                return self.study.ask()
+            trial = claim_waiting(self.study, lambda t: bool(t.user_attrs.get(ATTR_BASELINE)))
+            if trial is not None:
+                return trial
+            baselines = [r for r in found.rows if r.baseline and r.confirms is None]
+            running = [r for r in baselines if r.outcome == "running"]
+            if running:
+                watched = running[-1].number
+                owner = self.study._storage.get_trial(self._trial_id(watched)).user_attrs.get(ATTR_OWNER) or {}
+                self._note_once(f"waiting for the baseline (trial {watched}), run by "
+                                f"{describe([owner]) if owner else 'another tuner'}")
+            elif watched is not None and baselines[-1].outcome != Outcome.INTERRUPTED.value:
+                raise _baseline_failed(baselines[-1])
+            else:  # none enqueued: an older study, or the tuner that owed it died
+                self._enqueue_baseline(len(baselines))
+                continue
+            self._interrupt.wait(POLL_S)
+            self.recover()
+            found = standing(self.study)
+        return None
+
+    def _trial_id(self, number: int) -> int:
+        return self.study._storage.get_trial_id_from_study_id_trial_number(self.study._study_id, number)
+
+    def _enqueue_baseline(self, generation: int) -> None:
+        """Enqueue the baseline again (after ``generation`` baseline trials), once however
+        many tuners find it missing at the same time."""
+        if claim(self.study, f"baseline-{generation}"):
+            self.study.enqueue_trial({}, user_attrs={ATTR_BASELINE: True})
+
+    def _confirm(self, found: Standing) -> Standing:
+        """Plan the confirmation round if this is the last tuner still sampling, then run
+        enqueued re-runs until none is left; return the standing."""
+        self.registry.enter(Phase.CONFIRMING)
+        sampling = self.registry.live_others(self._liveness, (Phase.SAMPLING,))
+        if sampling:
+            self.reporter.note(f"this tuner's trials are done; {describe(sampling)} still run trials "
+                               f"of study {self.name}: the last one to finish plans the confirmation")
+        elif self.options.confirm:
+            self._plan(found)
+        started, index = time.monotonic(), 0
+        while not self._interrupt.is_set():
+            trial = claim_waiting(self.study, lambda t: ATTR_CONFIRMS in t.user_attrs)
+            if trial is None:
+                break
+            left = sum(1 for r in standing(self.study).rows if r.confirms is not None and r.outcome == "waiting")
+            found = self._trial_and_report(trial, found, index, index + 1 + left, started)
+            index += 1
+        return found
+
+    def _plan(self, found: Standing) -> None:
+        """Enqueue this round's confirmation re-runs, once however many tuners get here
+        together: the round is named after the configs run so far, the same for all of
+        them, and re-runs already enqueued or running count as done."""
+        if not claim(self.study, f"confirm-after-{len(found.groups)}"):
+            return
+        reruns = plan(found.groups, self.options.confirm)
+        firsts = {g.first.number: g.first for g in found.groups}
+        for number in reruns:
+            self.study.enqueue_trial({}, user_attrs={ATTR_CONFIRMS: number, ATTR_BASELINE: False,
+                                                     ATTR_SAMPLED: firsts[number].sampled})
+        if reruns:
+            self.reporter.note(f"confirming: {len(reruns)} re-runs of trials "
+                               f"{', '.join(str(n) for n in dict.fromkeys(reruns))} "
+                               "(the winner is chosen on the median of its runs)")
+
+    def _trial_and_report(self, trial: optuna.Trial, found: Standing, index: int, total: int,
+                          started: float) -> Standing:
+        """Run one claimed trial, report it; return the new standing.
+
+        A baseline or re-run that was interrupted is enqueued again by the tuner
+        that recorded it (one tuner: a trial is finished once).
 
         Raises:
             BaselineFailed: this was the baseline and it did not complete.
         """
-        baseline = found.base is None and rerun is None
-        number = self._one_trial(index, total, found, rerun)
+        number, recorded = self._one_trial(trial, index, total, found)
         found = standing(self.study)
         row = next(r for r in found.rows if r.number == number)
         left = (time.monotonic() - started) / (index + 1) * (total - index - 1)
         self.reporter.trial_done(row, found.best, left)
-        if baseline and row.outcome not in (Outcome.COMPLETE.value, Outcome.INTERRUPTED.value):
-            raise BaselineFailed(f"the baseline (trial {row.number}: your code as written) "
-                                 f"ended as {row.outcome}; every trial would fail the same "
-                                 f"way:\n{row.reason}")
+        if recorded and row.outcome == Outcome.INTERRUPTED.value:
+            self._enqueue_again(row, found)
+        if row.baseline and row.outcome not in (Outcome.COMPLETE.value, Outcome.INTERRUPTED.value):
+            raise _baseline_failed(row)
         return found
+
+    def _enqueue_again(self, row: TrialRow, found: Standing) -> None:
+        """Owe the study an interrupted baseline or re-run again (a sampled trial is not owed)."""
+        if row.baseline:
+            self._enqueue_baseline(sum(1 for r in found.rows if r.baseline and r.confirms is None))
+        elif row.confirms is not None:
+            self.study.enqueue_trial({}, user_attrs={ATTR_CONFIRMS: row.confirms, ATTR_BASELINE: False,
+                                                     ATTR_SAMPLED: row.sampled})
 
     @property
     def interrupted_by(self) -> int | None:
@@ -277,38 +387,45 @@ class StudyRunner:
         return self._signum
 
     def recover(self) -> list[int]:
-        """Close the trials that killed tuners left RUNNING; return their numbers.
+        """Close the trials that gone tuners left RUNNING; return their numbers.
 
         On this host a trial is stale when its tuner process is gone; elsewhere,
-        when its heartbeat is older than ``STALE_AFTER_S``. A stale trial's worker
-        group is killed if it still runs here, its MLflow run is closed as KILLED
-        (with its log) and it is failed in Optuna as ``interrupted``. MLflow goes
+        when its heartbeat has not moved for ``STALE_AFTER_S`` while this tuner
+        watched (``Liveness``: no two hosts' clocks are compared). A stale trial's
+        worker processes are killed if they still run here, its MLflow run is
+        closed as KILLED (with its log) and it is failed in Optuna as
+        ``interrupted``; the tuner whose Optuna update lands (one: a trial is
+        finished once) enqueues again the baseline or re-run it owed. MLflow goes
         first: if this is killed midway, the trial is still RUNNING next time.
         """
         import optuna
 
-        host, now, closed = socket.gethostname(), time.time(), []
+        closed = []
         for frozen in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
             attrs = frozen.user_attrs
-            begun = frozen.datetime_start.timestamp() if frozen.datetime_start else now
-            why = stale_reason(attrs.get(ATTR_OWNER), attrs.get(ATTR_HEARTBEAT), begun, now, host)
+            why = self._liveness.stale(f"trial {frozen.number}", attrs.get(ATTR_OWNER), attrs.get(ATTR_HEARTBEAT))
             if why is None:
                 continue
             worker = attrs.get(ATTR_WORKER)
             killed = 0
-            if worker and attrs.get(ATTR_OWNER, {}).get("host") == host:
-                killed = kill_orphans(worker["pid"], worker["started"])
-            reason = (f"left RUNNING: {why}; closed by pid {os.getpid()} on resume"
+            if worker and attrs.get(ATTR_OWNER, {}).get("host") == self._liveness.host:
+                killed = kill_orphans(worker["pid"], worker["started"], worker.get("tag"))
+            reason = (f"left RUNNING: {why}; closed by pid {os.getpid()} on {self._liveness.host}"
                       + (f", which killed {killed} orphaned worker process(es)" if killed else ""))
             run_id = attrs.get(ATTR_RUN)
             if run_id:
                 self.tracker.kill(run_id, reason, self.log_dir / f"trial-{frozen.number}.log")
             trial = optuna.trial.Trial(self.study, frozen._trial_id)  # no public handle by number
-            trial.set_user_attr(ATTR_OUTCOME, Outcome.INTERRUPTED.value)
-            trial.set_user_attr(ATTR_REASON, reason)
-            self.study.tell(frozen.number, state=optuna.trial.TrialState.FAIL)
+            try:
+                trial.set_user_attr(ATTR_OUTCOME, Outcome.INTERRUPTED.value)
+                trial.set_user_attr(ATTR_REASON, reason)
+                self.study.tell(frozen.number, state=optuna.trial.TrialState.FAIL)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue  # another tuner closed it first, and owes what it owed
             self.reporter.note(f"trial {frozen.number}: {reason}")
             closed.append(frozen.number)
+            found = standing(self.study)
+            self._enqueue_again(next(r for r in found.rows if r.number == frozen.number), found)
         return closed
 
     def _signals(self):
@@ -336,33 +453,34 @@ class StudyRunner:
 
         return handlers()
 
-    def _one_trial(self, index: int, total: int, found: Standing, rerun: TrialRow | None) -> int:
-        """Run one trial to its end in both stores; return its number.
+    def _one_trial(self, trial: optuna.Trial, index: int, total: int, found: Standing) -> tuple[int, bool]:
+        """Run one claimed trial to its end in both stores; return its number, and whether
+        this tuner recorded it (False: another tuner closed it as stale meanwhile).
 
-        With no complete baseline yet, this trial is the baseline. A ``rerun``
-        runs that trial's config again, unpruned (a confirmation). Otherwise the
-        space is sampled, with the loader knobs held at the best trial's once that
-        trial is compute-bound at high efficiency.
+        An enqueued baseline runs the user's code as written; an enqueued re-run
+        (``ATTR_CONFIRMS``) runs that trial's config again, unpruned (a
+        confirmation). Otherwise the space is sampled, with the loader knobs held at
+        the best trial's once that trial is compute-bound at high efficiency.
         """
         import optuna
 
-        baseline = found.base is None and rerun is None
-        trial = self.study.ask()
+        attrs = trial.user_attrs
         trial.set_user_attr(ATTR_OWNER, self._owner)
+        rerun = attrs.get(ATTR_CONFIRMS)
+        baseline = rerun is None and bool(attrs.get(ATTR_BASELINE))
         if rerun is not None:
-            config = Config(**rerun.sampled)
-            trial.set_user_attr(ATTR_CONFIRMS, rerun.number)
+            config = Config(**attrs.get(ATTR_SAMPLED, {}))
         else:
             config = Config() if baseline else self.space.sample(trial, self._settled(found))
         trial.set_user_attr(ATTR_BASELINE, baseline)
         trial.set_user_attr(ATTR_SAMPLED, config.set_values())
         tags = {"autotune.baseline": str(baseline).lower(), "autotune.fingerprint": self.fingerprint.summary()}
         if rerun is not None:
-            tags["autotune.confirms"] = str(rerun.number)
+            tags["autotune.confirms"] = str(rerun)
         run_id = self.tracker.start_trial(self.experiment_id, self.parent_id, trial.number,
                                           config.set_values(), tags)
         trial.set_user_attr(ATTR_RUN, run_id)
-        self.reporter.trial_started(trial.number, index, total, config, rerun.number if rerun else None)
+        self.reporter.trial_started(trial.number, index, total, config, rerun)
         spec = TrialSpec(self.options.target, config, self.fingerprint.device, self.options.budget,
                          seed=(self.options.seed or 0) + trial.number,
                          # a re-run measures its own: the winner's efficiency is then paired in every run
@@ -371,17 +489,26 @@ class StudyRunner:
         prune_below = found.decision.winner.median if found.decision.winner and not baseline \
             and rerun is None else None
         base = found.base.first if found.base else None
+        beats = itertools.count(1)
         try:
-            with _Heartbeat(trial):
+            with _Heartbeat(lambda: trial.set_user_attr(ATTR_HEARTBEAT, next(beats))):
                 result = run_trial(spec, log_path, self.ram_budget, self._watch(trial, prune_below),
                                    interrupt=self._interrupt, reference=base.losses if base else (),
                                    tolerance=self.options.tolerance)
         except BaseException as exc:  # a second Ctrl-C, or our own bug: close both records, go on raising
             self.tracker.kill(run_id, f"the tuner stopped: {exc!r}", log_path)
-            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
             raise
-        self._record(trial, run_id, result, found.ceilings)
-        return trial.number
+        try:
+            self._record(trial, run_id, result, found.ceilings)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            # Closed as stale by another tuner (this one stalled past STALE_AFTER_S): both
+            # stores already say so, with that tuner's reason; do not contradict them.
+            closed = self.study._storage.get_trial(trial._trial_id).user_attrs.get(ATTR_REASON, "")
+            self.reporter.note(f"trial {trial.number}: closed by another tuner while it ran "
+                               f"({headline(closed)}); its measurement is not used")
+            return trial.number, False
+        return trial.number, True
 
     def _settled(self, found: Standing) -> dict[str, Any]:
         """``held_loader_knobs`` for the best trial, with one line the first time it holds."""
@@ -405,8 +532,9 @@ class StudyRunner:
                 from autotune._monitor import process_tree
 
                 procs = process_tree(event["pid"])
-                if procs:
-                    trial.set_user_attr(ATTR_WORKER, {"pid": event["pid"], "started": procs[0].create_time()})
+                # Kept even if the worker is gone already: its tag still finds what it left.
+                started = procs[0].create_time() if procs else time.time()
+                trial.set_user_attr(ATTR_WORKER, {"pid": event["pid"], "started": started, "tag": event["tag"]})
             elif event["event"] == "window":
                 rates.append(event["samples"] / event["seconds"])
                 trial.report(rates[-1], event["index"])
@@ -448,7 +576,22 @@ class StudyRunner:
         else:
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
 
+    def _leave(self, ended: str, status: str) -> list[dict[str, Any]]:
+        """Mark this tuner done; return the other tuners still running the study.
+
+        Marked done first, then the others read: of tuners leaving together at
+        least one sees all done, so the parent run is always closed by someone.
+        When none is left running, the parent is closed here with ``status``.
+        """
+        self.registry.enter(Phase.DONE, ended)
+        others = self.registry.live_others(self._liveness, (Phase.SAMPLING, Phase.CONFIRMING))
+        if not others and status == "KILLED":
+            self.tracker.kill(self.parent_id)
+        return others
+
     def _finish(self) -> Standing:
+        """Export the winner; close the MLflow parent run with the study's figures if this is
+        the last tuner running the study (else the last one does)."""
         found = standing(self.study)
         rows, best = found.rows, found.best
         artifacts = {"trials.json": json.dumps([dataclasses.asdict(r) for r in rows], indent=1),
@@ -468,7 +611,15 @@ class StudyRunner:
                                baseline_spread=found.base.spread)
             if best.bottleneck is not None and best.bottleneck.efficiency is not None:
                 metrics["best_efficiency"] = best.bottleneck.efficiency
+        ended = f"interrupted by {signal.Signals(self._signum).name}" if self._signum else "finished"
+        others = self._leave(ended, "FINISHED")
+        if others:
+            self.reporter.note(f"the study's MLflow parent run stays open: {describe(others)} still run "
+                               f"study {self.name}, and the last one closes it")
+            return found
+        tuners = 1 + len(self.registry.others())
         self.tracker.finish_parent(self.parent_id, artifacts, metrics,
                                    {"throughput.png": throughput_figure(self.name, rows)},
-                                   status="KILLED" if self._signum else "FINISHED")
+                                   status="KILLED" if self._signum else "FINISHED",
+                                   tags={"autotune.ended": f"{ended} (last of {tuners} tuner(s))"})
         return found

@@ -61,22 +61,41 @@ class Tracker:
         logging.getLogger("mlflow").setLevel(logging.WARNING)
         self.uri = uri
         self._artifact_root = artifact_root
-        self.client = MlflowClient(tracking_uri=uri)
-        try:
-            self.client.search_experiments(max_results=1)
-        except Exception as exc:  # any failure here means: unusable before any trial ran
-            raise ConfigError(f"tracking store {uri!r} cannot be reached: "
-                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        # Tuners sharing a new local SQLite store race through MLflow's schema
+        # migrations ("duplicate column name"): the loser retries once the winner is done.
+        attempts = 5 if uri.startswith("sqlite:") else 1
+        for attempt in range(attempts):
+            try:
+                self.client = MlflowClient(tracking_uri=uri)  # a local store is created here
+                self.client.search_experiments(max_results=1)
+                break
+            except Exception as exc:  # any failure here means: unusable before any trial ran
+                if attempt + 1 < attempts:
+                    time.sleep(1.0 + attempt)
+                    continue
+                raise ConfigError(f"tracking store {uri!r} cannot be reached: "
+                                  f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
 
     def experiment(self, name: str) -> str:
-        """The id of the experiment named ``name``, created on first use."""
+        """The id of the experiment named ``name``, created on first use.
+
+        Tuners starting together race to create it: the store's unique name lets
+        one win, and the others read the winner's.
+        """
+        from mlflow.exceptions import MlflowException
+
         found = self.client.get_experiment_by_name(name)
         if found is not None:
             return found.experiment_id
         location = None
         if self._artifact_root is not None and not self.uri.startswith(("http", "databricks")):
             location = (self._artifact_root / name).resolve().as_uri()
-        return self.client.create_experiment(name, artifact_location=location)
+        try:
+            return self.client.create_experiment(name, artifact_location=location)
+        except MlflowException as exc:
+            if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+            return self.client.get_experiment_by_name(name).experiment_id
 
     def parent_run(self, experiment_id: str, run_id: str | None, tags: Mapping[str, str]) -> str:
         """Reopen the study's parent run, or start it."""
@@ -133,12 +152,13 @@ class Tracker:
 
     def finish_parent(self, run_id: str, artifacts: Mapping[str, str],
                       metrics: Mapping[str, float], figures: Mapping[str, Any] | None = None,
-                      status: str = "FINISHED") -> None:
-        """Attach text artifacts, figures and summary metrics to the parent run and close it."""
-        from mlflow.entities import Metric
+                      status: str = "FINISHED", tags: Mapping[str, str] | None = None) -> None:
+        """Attach text artifacts, figures, summary metrics and tags to the parent run and close it."""
+        from mlflow.entities import Metric, RunTag
 
         now = int(time.time() * 1000)
-        self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
+        self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
+                              tags=[RunTag(k, v) for k, v in (tags or {}).items()])
         for name, text in artifacts.items():
             self.client.log_text(run_id, text, name)
         for name, figure in (figures or {}).items():

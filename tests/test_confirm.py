@@ -95,3 +95,14 @@ def test_plan_re_runs_the_top_three_and_the_baseline_in_turns() -> None:
     assert plan(group_runs(rows), runs=0) == []
     # the baseline alone: nothing to confirm it against
     assert plan(group_runs([row(0, 100, baseline=True), row(1, 90, "diverged")]), runs=2) == []
+
+
+def test_plan_counts_re_runs_already_enqueued_or_running_as_done() -> None:
+    # Another tuner's round is under way: 4 has one re-run running and one waiting, 0 one waiting.
+    rows = [row(0, 100, baseline=True), row(1, 150), row(3, 140), row(4, 160),
+            row(7, None, "running", confirms=4), row(8, None, "waiting", confirms=4),
+            row(9, None, "waiting", confirms=0)]
+    # 4 needs none more; 1 and 3 two each; the baseline one more
+    assert plan(group_runs(rows), runs=2) == [1, 3, 0, 1, 3]
+    # a config whose only run is still waiting is not feasible yet: not planned
+    assert plan(group_runs([row(0, 100, baseline=True), row(1, None, "waiting")]), runs=2) == []

@@ -24,7 +24,6 @@ from helpers import autotune, cli_env, load_study, mlflow_runs
 from autotune import Config, Outcome
 from autotune._outcome import headline
 from autotune._runner import Budget, TrialSpec, kill_orphans, run_trial
-from autotune._study import STALE_AFTER_S, stale_reason
 from autotune._tracking import RUN_STATUS
 
 FIXTURE = Path(__file__).parent / "fixtures" / "faulty_train.py"
@@ -275,31 +274,6 @@ def test_the_default_floor_is_a_tenth_of_the_machine() -> None:
 
     assert AVAILABLE_FLOOR == 0.10
     assert Monitor(os.getpid()).floor == int(psutil.virtual_memory().total * 0.10)
-
-
-HOST = "here"
-NOW = 10_000.0
-
-
-@pytest.mark.parametrize(
-    ("owner", "heartbeat", "started", "alive", "stale"),
-    [
-        # this host: the tuner's process decides, at once
-        ({"host": HOST, "pid": 5, "started": 1.0}, None, NOW, True, None),
-        ({"host": HOST, "pid": 5, "started": 1.0}, None, NOW, False, "its tuner (pid 5 on here) is gone"),
-        # another host: a fresh heartbeat means its tuner may still run it
-        ({"host": "there", "pid": 5, "started": 1.0}, NOW - 10, 0.0, False, None),
-        ({"host": "there", "pid": 5, "started": 1.0}, NOW - STALE_AFTER_S - 1, 0.0, False,
-         "no heartbeat from there for 121 s"),
-        # no heartbeat yet: the trial's start counts
-        ({"host": "there", "pid": 5, "started": 1.0}, None, NOW - 5, False, None),
-        # no owner recorded (the tuner died right after asking): the start time decides
-        (None, None, NOW - 5, False, None),
-        (None, None, NOW - 500, False, "no heartbeat for 500 s"),
-    ],
-)
-def test_stale_reason(owner, heartbeat, started, alive, stale) -> None:
-    assert stale_reason(owner, heartbeat, started, NOW, HOST, alive=lambda pid, t: alive) == stale
 
 
 def test_kill_orphans_kills_the_whole_group() -> None:

@@ -1,0 +1,200 @@
+"""Many tuners on one study: who runs (a registry with heartbeats), what is stale, and who
+does each one-time job (founding the study, the baseline, a confirmation round).
+
+Everything rests on the Optuna storage's own atomicity, never on locks of ours:
+
+- a study name is created once (a unique key in an RDB; the journal's own file
+  lock), so exactly one tuner founds a study, and one claims each one-time job,
+  which is a marker study named after the job and its round (``claim``);
+- an enqueued (WAITING) trial becomes RUNNING for exactly one claimer
+  (``set_trial_state_values`` under a row lock; Optuna's ``ask()`` relies on the
+  same), so the baseline and each confirmation re-run are run once;
+- a trial is finished once (``UpdateFinishedTrialError`` for the second), so one
+  tuner closes a stale trial and re-enqueues the work it owed.
+
+Liveness never compares two hosts' clocks (they drift by minutes): on this host a
+tuner's pid is checked; elsewhere a heartbeat *counter* that has not moved for
+``STALE_AFTER_S`` of this tuner's own monotonic time marks its writer stale.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import optuna
+
+#: Seconds between heartbeats (a tuner's, and its running trial's).
+HEARTBEAT_S = 30.0
+#: A tuner or trial on another host is stale once its heartbeat has not moved for
+#: this long, as timed by the tuner looking (on this host its pid is checked).
+STALE_AFTER_S = 4 * HEARTBEAT_S
+#: Study system attr key prefix of the tuner registry (one entry per tuner process).
+TUNER_KEY = "autotune:tuner:"
+#: Marker studies (one per claimed job) are named ``<study><CLAIM_MARK><job>``;
+#: ``show``, ``export`` and the study lists skip them.
+CLAIM_MARK = "::autotune-claim:"
+
+
+class Phase(str, enum.Enum):
+    """Where a tuner is: its own trials, the confirmation re-runs, or gone."""
+
+    SAMPLING = "sampling"
+    CONFIRMING = "confirming"
+    DONE = "done"
+
+
+def this_process() -> dict[str, Any]:
+    """This tuner's identity as stored with its trials: host, pid, start time."""
+    import psutil
+
+    return {"host": socket.gethostname(), "pid": os.getpid(), "started": psutil.Process().create_time()}
+
+
+def process_alive(pid: int, started: float) -> bool:
+    """Whether ``pid`` is still the process that started at ``started`` (pids are reused)."""
+    import psutil
+
+    try:
+        return abs(psutil.Process(pid).create_time() - started) < 1.0
+    except psutil.NoSuchProcess:
+        return False
+
+
+class Liveness:
+    """Judges whether the tuner behind a heartbeat is gone, without reading its clock.
+
+    Args:
+        host: This host's name: owners here are checked by pid.
+        alive: Checks a (pid, start time) on this host.
+        clock: This tuner's monotonic clock (injected in tests).
+        after: Seconds a heartbeat may stay unchanged before its writer is stale.
+    """
+
+    def __init__(self, host: str, alive: Callable[[int, float], bool] = process_alive,
+                 clock: Callable[[], float] = time.monotonic, after: float = STALE_AFTER_S) -> None:
+        self.host, self._alive, self._clock, self._after = host, alive, clock, after
+        self._seen: dict[str, tuple[Any, float]] = {}
+
+    def stale(self, key: str, owner: Mapping[str, Any] | None, beat: Any) -> str | None:
+        """Why the writer of ``beat`` is gone, or None while it may live.
+
+        Args:
+            key: What is watched (a trial, a tuner): observations are kept per key.
+            owner: Its tuner (host, pid, started), if recorded.
+            beat: Its heartbeat's current value (any value; only a change counts).
+        """
+        if owner and owner.get("host") == self.host:
+            if self._alive(owner["pid"], owner["started"]):
+                return None
+            return f"its tuner (pid {owner['pid']} on {self.host}) is gone"
+        now = self._clock()
+        seen = self._seen.get(key)
+        if seen is None or seen[0] != beat:
+            self._seen[key] = (beat, now)
+            return None
+        if now - seen[1] < self._after:
+            return None
+        where = f"from {owner['host']} " if owner else ""
+        return f"no heartbeat {where}for {now - seen[1]:.0f} s (watched by {self.host})"
+
+
+def found_or_join(storage, name: str, sampler) -> tuple[optuna.Study, bool]:
+    """Create study ``name``, or load it if it exists; True when this call created it.
+
+    Creation succeeds for one caller however many race (the storage's unique
+    name), so the creator alone sets the study up.
+    """
+    import optuna
+
+    try:
+        return optuna.create_study(study_name=name, storage=storage, direction="maximize",
+                                   sampler=sampler, load_if_exists=False), True
+    except optuna.exceptions.DuplicatedStudyError:
+        return optuna.load_study(study_name=name, storage=storage, sampler=sampler), False
+
+
+def claim(study: optuna.Study, job: str) -> bool:
+    """Whether this tuner is the one to do ``job`` (once per study and job name).
+
+    The claim is the creation of a marker study: it succeeds once. Markers stay
+    (an empty study each) so a tuner that crashed mid-job cannot let a second
+    one do it again; a later round of the job names a new job.
+    """
+    import optuna
+
+    try:
+        optuna.create_study(study_name=f"{study.study_name}{CLAIM_MARK}{job}", storage=study._storage)
+        return True
+    except optuna.exceptions.DuplicatedStudyError:
+        return False
+
+
+def is_marker(study_name: str) -> bool:
+    """Whether a study is a claim marker, not a user's study."""
+    return CLAIM_MARK in study_name
+
+
+def claim_waiting(study: optuna.Study, want: Callable[[optuna.trial.FrozenTrial], bool]) -> optuna.Trial | None:
+    """Claim the oldest enqueued trial that ``want`` accepts; None if there is none left.
+
+    As ``Study.ask`` pops its queue: WAITING becomes RUNNING for one claimer only.
+    """
+    import optuna
+
+    storage = study._storage
+    for frozen in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+        if not want(frozen):
+            continue
+        try:
+            if storage.set_trial_state_values(frozen._trial_id, state=optuna.trial.TrialState.RUNNING):
+                return optuna.Trial(study, frozen._trial_id)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue
+    return None
+
+
+class Registry:
+    """The tuners of a study, in its system attrs: each writes only its own entry.
+
+    An entry holds the tuner's identity, its ``Phase`` and a heartbeat counter
+    (``beat``), so others can tell it is alive without reading its clock.
+    """
+
+    def __init__(self, study: optuna.Study, me: Mapping[str, Any]) -> None:
+        self._study, self.me = study, dict(me)
+        self.key = f"{TUNER_KEY}{me['host']}:{me['pid']}:{me['started']}"
+        self._phase, self._beat, self._ended = Phase.SAMPLING, 0, ""
+
+    def _write(self) -> None:
+        entry = {**self.me, "phase": self._phase.value, "beat": self._beat, "ended": self._ended}
+        self._study._storage.set_study_system_attr(self._study._study_id, self.key, entry)
+
+    def enter(self, phase: Phase, ended: str = "") -> None:
+        """Record this tuner's phase (and, when done, how it ended)."""
+        self._phase, self._ended = phase, ended
+        self._write()
+
+    def beat(self) -> None:
+        self._beat += 1
+        self._write()
+
+    def others(self) -> list[dict[str, Any]]:
+        """Every other tuner's entry (live or not)."""
+        attrs = self._study._storage.get_study_system_attrs(self._study._study_id)
+        return [v for k, v in attrs.items() if k.startswith(TUNER_KEY) and k != self.key]
+
+    def live_others(self, liveness: Liveness, phases: tuple[Phase, ...]) -> list[dict[str, Any]]:
+        """Other tuners in one of ``phases`` that are not known to be gone."""
+        return [t for t in self.others() if t.get("phase") in {p.value for p in phases}
+                and liveness.stale(f"tuner {t['host']}:{t['pid']}:{t['started']}", t, t.get("beat")) is None]
+
+
+def describe(tuners: list[Mapping[str, Any]]) -> str:
+    """``pid 12 on a, pid 40 on b``."""
+    return ", ".join(f"pid {t['pid']} on {t['host']}" for t in tuners)
