@@ -77,7 +77,11 @@ def _spaces() -> str:
 @_store_options
 @click.option("--tracking-uri", metavar="URI", help="MLflow tracking URI "
               "(default: $MLFLOW_TRACKING_URI, else sqlite in the store folder).")
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option("--device", default="auto", show_default=True,
+              help="auto, cpu, cuda:N, or with --jobs a list (cuda:0,cuda:1) or cuda (every visible GPU).")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Trials at once on this host, each on its own share: a disjoint set of the CPUs, "
+                   "1/N of the RAM budget and, with several GPUs, a GPU of its own.")
 @click.option("--warmup", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="Seconds of warmup before measuring.")
 @click.option("--window", type=click.FloatRange(min=0.05), default=1.5, show_default=True,
@@ -108,7 +112,7 @@ def _spaces() -> str:
                    "loader: the loader alone), measured once per distinct config (0: none).")
 @click.option("--seed", type=int, default=None, help="Seed for the sampler and the workers.")
 def run(target: str, trials: int, space: str, study: str | None, storage: str | None, store: Path,
-        tracking_uri: str | None, device: str, warmup: float, window: float, windows: int,
+        tracking_uri: str | None, device: str, jobs: int, warmup: float, window: float, windows: int,
         timeout: float | None, startup_timeout: float, stall_timeout: float, ram_budget: float | None,
         divergence_tolerance: float, prune: float, confirm: int, ceiling_windows: int,
         seed: int | None) -> None:
@@ -120,6 +124,7 @@ def run(target: str, trials: int, space: str, study: str | None, storage: str | 
     """
     from autotune._probe import probe
     from autotune._runner import Budget
+    from autotune._slots import devices_of, plan_slots
     from autotune._space import load_space
     from autotune._study import BaselineFailed, StudyOptions, StudyRunner, open_storage
     from autotune._tracking import Tracker, tracking_uri as default_uri
@@ -127,10 +132,18 @@ def run(target: str, trials: int, space: str, study: str | None, storage: str | 
 
     check_target(target)
     loaded = load_space(space)  # before anything is created: bad input exits 2 here
+    devices = [device]
+    if device == "cuda" or "," in device:
+        import torch
+
+        devices = devices_of(device, torch.cuda.device_count())
     try:
-        fingerprint = probe(device)
+        fingerprint = probe(devices[0])
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    if devices == [device]:
+        devices = [fingerprint.device]
+    slots = plan_slots(jobs, sorted(os.sched_getaffinity(0))[:fingerprint.cpus], devices)
     restricted, notes = loaded.restrict(fingerprint)
     reporter = _Progress()
     for line in notes:
@@ -142,9 +155,11 @@ def run(target: str, trials: int, space: str, study: str | None, storage: str | 
                            divergence_tolerance, prune, confirm)
     backend = open_storage(store, storage)  # before the tracking store: a bad URL creates nothing
     tracker = Tracker(default_uri(store, tracking_uri), artifact_root=store / "artifacts")
-    runner = StudyRunner(options, fingerprint, restricted, tracker, reporter, backend)
+    runner = StudyRunner(options, fingerprint, restricted, tracker, reporter, backend, slots)
     reporter.note(f"study {runner.name} on {fingerprint.summary()}; space {loaded.name}; "
-                  f"RAM budget {runner.ram_budget / 2**30:.1f} GiB")
+                  f"RAM budget {runner.ram_budget / 2**30:.1f} GiB" + (" per trial" if jobs > 1 else ""))
+    if jobs > 1:
+        reporter.note(f"{jobs} trials at once: " + "; ".join(f"slot {s.index}: {s.share()}" for s in slots))
     try:
         found = runner.run()
     except BaselineFailed as exc:
@@ -189,37 +204,59 @@ def _changed(config: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
 
 
 class _Progress:
-    """Live progress on the terminal: trial n of N, the running trial's windows, best, time left."""
+    """Live progress on the terminal: trial n of N, each running trial's windows, best, time left.
+
+    With ``--jobs`` several trials run at once: the live status has a line for each,
+    and a finished trial's lines are printed whole, never interleaved.
+    """
 
     def __init__(self) -> None:
+        import threading
+
         from rich.console import Console
 
         self.console = Console(stderr=True)
         self._status = None
-        self._head = ""
+        self._heads: dict[int, str] = {}  # running trial -> its head line
+        self._states: dict[int, str] = {}
+        self._lock = threading.Lock()  # slots report from their own threads
 
     def note(self, line: str) -> None:
         self.console.print(f"[dim]{line}[/dim]")
 
-    def trial_started(self, number: int, index: int, total: int, config, rerun: int | None = None) -> None:
+    def _draw(self) -> None:
+        text = "\n".join(f"{head} {self._states.get(n, '')}" for n, head in self._heads.items())
+        if self._status is None:
+            self._status = self.console.status(text)
+            self._status.start()
+        self._status.update(text)
+
+    def trial_started(self, number: int, index: int, total: int, config, rerun: int | None = None,
+                      share: str | None = None) -> None:
         from rich.markup import escape
 
         knobs = " ".join(f"{k}={show_value(v)}" for k, v in config.set_values().items()) or "baseline"
         what = f"trial {number} = trial {rerun} again" if rerun is not None else f"trial {number}"
-        self._head = escape(f"[{'confirm ' if rerun is not None else ''}{index + 1}/{total}] {what}: {knobs}")
-        if self._status is None:
-            self._status = self.console.status(self._head)
-            self._status.start()
-        self._status.update(self._head + " (starting)")
+        where = f" [{share}]" if share else ""
+        with self._lock:
+            self._heads[number] = escape(f"[{'confirm ' if rerun is not None else ''}{index + 1}/{total}] "
+                                         f"{what}{where}: {knobs}")
+            self._states[number] = "(starting)"
+            self._draw()
 
     def event(self, event: Mapping[str, Any]) -> None:
-        if self._status is None:
-            return
-        if event["event"] == "warmup":
-            self._status.update(self._head + " (measuring)")
-        elif event["event"] == "window":
-            rate = event["samples"] / event["seconds"]
-            self._status.update(f"{self._head} (window {event['index'] + 1}: {rate:,.0f} samples/s)")
+        with self._lock:
+            number = event.get("trial")
+            if number not in self._heads:
+                return
+            if event["event"] == "warmup":
+                self._states[number] = "(measuring)"
+            elif event["event"] == "window":
+                rate = event["samples"] / event["seconds"]
+                self._states[number] = f"(window {event['index'] + 1}: {rate:,.0f} samples/s)"
+            else:
+                return
+            self._draw()
 
     def trial_done(self, row, best, seconds_left: float) -> None:
         sps = f"{row.samples_per_s:10,.1f} samples/s" if row.samples_per_s else " " * 20
@@ -229,12 +266,17 @@ class _Progress:
         bound = row.bottleneck
         bound_text = (f"  {bound.efficiency:4.0%} of ceiling, {bound.verdict}" if bound and bound.efficiency
                       else f"  {bound.verdict}" if bound else "")
-        line = f"{self._head}\n    {row.outcome:9} {sps} {speed} {wait_text}{bound_text}"
-        if row.outcome != "complete" and row.reason:
-            line += f"  [red]{headline(row.reason)[:120]}[/red]"
-        left = f"~{int(seconds_left // 60)}m{int(seconds_left % 60):02d}s left" if seconds_left else "done"
-        best_text = f"best {best.speedup:.2f}x (trial {best.number})" if best and best.speedup else ""
-        self.console.print(f"{line}   [dim]{best_text} {left}[/dim]")
+        with self._lock:
+            head = self._heads.pop(row.number, f"trial {row.number}")
+            self._states.pop(row.number, None)
+            line = f"{head}\n    {row.outcome:9} {sps} {speed} {wait_text}{bound_text}"
+            if row.outcome != "complete" and row.reason:
+                line += f"  [red]{headline(row.reason)[:120]}[/red]"
+            left = f"~{int(seconds_left // 60)}m{int(seconds_left % 60):02d}s left" if seconds_left else "done"
+            best_text = f"best {best.speedup:.2f}x (trial {best.number})" if best and best.speedup else ""
+            self.console.print(f"{line}   [dim]{best_text} {left}[/dim]")
+            if self._heads:
+                self._draw()
 
     def stop(self) -> None:
         if self._status is not None:

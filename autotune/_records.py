@@ -27,6 +27,8 @@ ATTR_OWNER, ATTR_WORKER, ATTR_HEARTBEAT = "owner", "worker", "heartbeat"
 ATTR_SAMPLED, ATTR_CONFIRMS, ATTR_CEILINGS = "sampled", "confirms", "ceilings"
 #: Study user attr: the MLflow parent run (set last by the tuner that creates the study).
 ATTR_PARENT = "mlflow_parent_run_id"
+#: Where a trial ran: its slot, CPU set and device (``autotune._slots.Slot.record``).
+ATTR_SLOT = "slot"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +47,7 @@ class TrialRow:
     sampled: dict[str, Any] = dataclasses.field(default_factory=dict)
     confirms: int | None = None
     bottleneck: Bottleneck | None = None
+    slot: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def samples_per_s(self) -> float | None:
@@ -65,7 +68,7 @@ def row_of(trial: optuna.trial.FrozenTrial, ceilings: Ceilings) -> TrialRow:
     return TrialRow(trial.number, bool(attrs.get(ATTR_BASELINE)), outcome, attrs.get(ATTR_REASON, ""),
                     metrics, config, attrs.get(ATTR_BASE_BATCH), None,
                     [tuple(p) for p in attrs.get(ATTR_LOSSES, [])], attrs.get(ATTR_SAMPLED, {}),
-                    attrs.get(ATTR_CONFIRMS), bound)
+                    attrs.get(ATTR_CONFIRMS), bound, attrs.get(ATTR_SLOT, {}))
 
 
 def bottleneck_of(metrics: Mapping[str, float], config: Mapping[str, Any], ceilings: Ceilings,

@@ -23,6 +23,7 @@ from autotune._guard import DIVERGENCE_TOLERANCE, Point, loss_history
 from autotune._knobs import KNOBS
 from autotune._monitor import Monitor, nvml_handle
 from autotune._outcome import Outcome, classify
+from autotune._slots import CPUS_ENV
 
 if TYPE_CHECKING:
     import psutil
@@ -93,6 +94,8 @@ class TrialSpec:
     seed: int = 0
     #: Ceiling keys per part already measured in the study: the worker skips them.
     known_ceilings: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
+    #: CPUs the worker pins itself to (its slot's share, ``autotune._slots``); empty: not pinned.
+    cpus: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass
@@ -123,6 +126,8 @@ def build_command(spec: TrialSpec, event_fd: int, environ: Mapping[str, str],
     env = dict(environ)
     env[FD_ENV] = str(event_fd)
     env[TRIAL_TAG_ENV] = tag
+    if spec.cpus:
+        env[CPUS_ENV] = ",".join(map(str, spec.cpus))
     env["PYTHONUNBUFFERED"] = "1"
     package_root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, environ.get("PYTHONPATH")) if p)

@@ -145,7 +145,9 @@ def export_text(study: optuna.Study, found: Standing) -> str:
     best = found.best
     fingerprint = study.user_attrs.get("fingerprint", {})
     first, *rest = findings(found)
+    # A config tuned on a --jobs slot is tuned for that share of the host.
+    share = f"; each trial on {best.slot['share']} (--jobs)" if best.slot.get("cpus") else ""
     header = [f"autotune: study {study.study_name}, {first}", *rest,
-              f"measured on: {fingerprint.get('summary', 'unknown machine')}",
+              f"measured on: {fingerprint.get('summary', 'unknown machine')}{share}",
               "load with: autotune.load(path)"]
     return render(best.config, best.base_batch_size, header)

@@ -22,9 +22,10 @@ from autotune._monitor import Background
 from autotune._outcome import Outcome, clip, headline
 from autotune._records import (ATTR_BASE_BATCH, ATTR_BASELINE, ATTR_CEILINGS, ATTR_CONFIG, ATTR_CONFIRMS,
                                ATTR_HEARTBEAT, ATTR_LOSSES, ATTR_LR, ATTR_METRICS, ATTR_OUTCOME, ATTR_OWNER,
-                               ATTR_PARENT, ATTR_REASON, ATTR_RUN, ATTR_SAMPLED, ATTR_WORKER, REASON_LIMIT, TrialRow,
+                               ATTR_PARENT, ATTR_REASON, ATTR_RUN, ATTR_SAMPLED, ATTR_SLOT, ATTR_WORKER, REASON_LIMIT, TrialRow,
                                bottleneck_of)
 from autotune._runner import Budget, TrialResult, TrialSpec, Verdict, kill_orphans, run_trial
+from autotune._slots import Slot
 from autotune._standing import Standing, export_text, held_loader_knobs, standing, throughput_figure
 from autotune._tuners import (HEARTBEAT_S, Liveness, Phase, Registry, claim, claim_waiting, describe, found_or_join,
                               this_process)
@@ -75,12 +76,12 @@ class Reporter:
         """A line worth showing once (capability drops, paths)."""
 
     def trial_started(self, number: int, index: int, total: int, config: Config,  # type: ignore[valid-type]
-                      rerun: int | None = None) -> None:
+                      rerun: int | None = None, share: str | None = None) -> None:
         """Trial ``index`` of ``total`` of this invocation is starting (a re-run of trial
-        ``rerun``, when confirming)."""
+        ``rerun``, when confirming; on ``share`` of the host, with ``--jobs``)."""
 
     def event(self, event: Mapping[str, Any]) -> None:
-        """An event from the running worker."""
+        """An event from a running worker (``event["trial"]`` says whose)."""
 
     def trial_done(self, row: TrialRow, best: TrialRow | None, seconds_left: float) -> None:
         """A trial ended; ``best`` is the study's best so far."""
@@ -166,7 +167,8 @@ class StudyRunner:
     other tuners on the same study (``autotune._tuners``)."""
 
     def __init__(self, options: StudyOptions, fingerprint: Fingerprint, space: Space,
-                 tracker: Tracker, reporter: Reporter | None = None, storage=None) -> None:
+                 tracker: Tracker, reporter: Reporter | None = None, storage=None,
+                 slots: list[Slot] | None = None) -> None:
         import optuna
 
         self.options, self.fingerprint, self.space, self.tracker = options, fingerprint, space, tracker
@@ -186,13 +188,18 @@ class StudyRunner:
         self.parent_id = tracker.parent_run(self.experiment_id, self.study.user_attrs[ATTR_PARENT], {})
         self.registry = Registry(self.study, self._owner)
         self.registry.enter(Phase.SAMPLING)
-        self.ram_budget = options.ram_budget or int(
-            fingerprint.ram_available_gib * 2**30 * RAM_BUDGET_FRACTION)
+        self.slots = slots or [Slot(0, (), fingerprint.cpus, fingerprint.device)]
+        # --jobs: each slot's trials may use their share of the budget
+        self.ram_budget = (options.ram_budget or int(
+            fingerprint.ram_available_gib * 2**30 * RAM_BUDGET_FRACTION)) // len(self.slots)
         self.log_dir = options.store / "trials" / self.name
         self._interrupt = threading.Event()
         self._signum: int | None = None
         self._settled_by: int | None = None  # the trial whose loader knobs are held, once noted
         self._noted: set[str] = set()  # notes said once per tuner
+        # The slots' shared count of own trials taken, and the wait before confirming.
+        self._turn = threading.Condition()
+        self._taken, self._sampling, self._planned, self._started = 0, len(self.slots), False, 0.0
 
     def _set_up(self, enqueue_baseline: bool) -> None:
         """Record what the study tunes, enqueue its baseline, start its MLflow parent run.
@@ -250,26 +257,100 @@ class StudyRunner:
         this was its last tuner) and ``interrupted_by`` names the signal. A second
         one raises KeyboardInterrupt at once.
         """
-        started = time.monotonic()
-        total = self.options.trials
+        self._started = time.monotonic()
         self.recover()
-        found = standing(self.study)
         try:
             with self._signals(), _Heartbeat(self.registry.beat):
-                done = 0  # this tuner's own trials (the baseline, sampled ones), not re-runs
-                while done < total and not self._interrupt.is_set():
-                    trial = self._next_trial(found)
-                    if trial is None:
-                        break
-                    own = ATTR_CONFIRMS not in trial.user_attrs
-                    found = self._trial_and_report(trial, found, done if own else 0, total if own else 1, started)
-                    done += own
-                if not self._interrupt.is_set():
-                    found = self._confirm(found)
+                if len(self.slots) == 1:
+                    self._work(self.slots[0])
+                else:
+                    self._work_in_threads()
         except BaseException as exc:  # the parent run must not stay RUNNING if this was its last tuner
             self._leave(f"stopped: {exc!r}", "KILLED")
             raise
         return self._finish()
+
+    def _work_in_threads(self) -> None:
+        """``_work`` in one thread per slot; the main thread stays free for the signal handlers.
+
+        A slot that raises stops the others (as an interrupt: their running trials
+        are recorded), and its exception is raised here once they have stopped.
+        """
+        errors: list[BaseException] = []
+
+        def work(slot: Slot) -> None:
+            try:
+                self._work(slot)
+            except BaseException as exc:  # handed to the main thread below
+                errors.append(exc)
+                self._interrupt.set()
+                with self._turn:
+                    self._turn.notify_all()
+
+        threads = [threading.Thread(target=work, args=(slot,), name=f"autotune-slot-{slot.index}", daemon=True)
+                   for slot in self.slots]
+        for thread in threads:
+            thread.start()
+        try:
+            for thread in threads:
+                while thread.is_alive():
+                    thread.join(0.2)
+        except BaseException:  # a second Ctrl-C: stop every slot's worker before leaving
+            self._interrupt.set()
+            for thread in threads:
+                thread.join(10)
+            raise
+        if errors:
+            raise errors[0]
+
+    def _work(self, slot: Slot) -> None:
+        """One slot's share of the work: trials of this tuner's own until ``options.trials``
+        are taken, then (once every slot is done sampling) the confirmation re-runs."""
+        found = standing(self.study)
+        while (index := self._take_own()) is not None:
+            trial = self._next_trial(found)
+            if trial is None:
+                self._give_back_own()
+                break
+            own = ATTR_CONFIRMS not in trial.user_attrs
+            if not own:  # a re-run that ask() handed out first: not one of this tuner's trials
+                self._give_back_own()
+            found = self._trial_and_report(trial, slot, found, index if own else 0,
+                                           self.options.trials if own else 1, self._started)
+        if self._interrupt.is_set():
+            return
+        self._done_sampling(found)
+        self._confirm(slot, found)
+
+    def _take_own(self) -> int | None:
+        """The index of this tuner's next own trial, or None once all are taken (or interrupted)."""
+        with self._turn:
+            if self._taken >= self.options.trials or self._interrupt.is_set():
+                return None
+            self._taken += 1
+            return self._taken - 1
+
+    def _give_back_own(self) -> None:
+        with self._turn:
+            self._taken -= 1
+
+    def _done_sampling(self, found: Standing) -> None:
+        """Wait for this tuner's other slots to finish sampling; the last one plans the
+        confirmation if no other tuner still samples (see ``_plan``)."""
+        with self._turn:
+            self._sampling -= 1
+            if self._sampling > 0:
+                self._turn.wait_for(lambda: self._planned or self._interrupt.is_set())
+                return
+            self.registry.enter(Phase.CONFIRMING)
+            sampling = self.registry.live_others(self._liveness, (Phase.SAMPLING,))
+            if sampling:
+                self.reporter.note(f"this tuner's trials are done; {describe(sampling)} still run trials "
+                                   f"of study {self.name}: the last one to finish plans the confirmation")
+            elif self.options.confirm:
+                self._plan(standing(self.study))
+            self._planned = True
+            self._turn.notify_all()
 
     def _next_trial(self, found: Standing) -> optuna.Trial | None:
         """The next trial to run: the study's baseline while none has completed, else a
@@ -316,25 +397,16 @@ class StudyRunner:
         if claim(self.study, f"baseline-{generation}"):
             self.study.enqueue_trial({}, user_attrs={ATTR_BASELINE: True})
 
-    def _confirm(self, found: Standing) -> Standing:
-        """Plan the confirmation round if this is the last tuner still sampling, then run
-        enqueued re-runs until none is left; return the standing."""
-        self.registry.enter(Phase.CONFIRMING)
-        sampling = self.registry.live_others(self._liveness, (Phase.SAMPLING,))
-        if sampling:
-            self.reporter.note(f"this tuner's trials are done; {describe(sampling)} still run trials "
-                               f"of study {self.name}: the last one to finish plans the confirmation")
-        elif self.options.confirm:
-            self._plan(found)
+    def _confirm(self, slot: Slot, found: Standing) -> None:
+        """Run enqueued re-runs (of any tuner's plan) until none is left."""
         started, index = time.monotonic(), 0
         while not self._interrupt.is_set():
             trial = claim_waiting(self.study, lambda t: ATTR_CONFIRMS in t.user_attrs)
             if trial is None:
                 break
             left = sum(1 for r in standing(self.study).rows if r.confirms is not None and r.outcome == "waiting")
-            found = self._trial_and_report(trial, found, index, index + 1 + left, started)
+            found = self._trial_and_report(trial, slot, found, index, index + 1 + left, started)
             index += 1
-        return found
 
     def _plan(self, found: Standing) -> None:
         """Enqueue this round's confirmation re-runs, once however many tuners get here
@@ -352,7 +424,7 @@ class StudyRunner:
                                f"{', '.join(str(n) for n in dict.fromkeys(reruns))} "
                                "(the winner is chosen on the median of its runs)")
 
-    def _trial_and_report(self, trial: optuna.Trial, found: Standing, index: int, total: int,
+    def _trial_and_report(self, trial: optuna.Trial, slot: Slot, found: Standing, index: int, total: int,
                           started: float) -> Standing:
         """Run one claimed trial, report it; return the new standing.
 
@@ -362,7 +434,7 @@ class StudyRunner:
         Raises:
             BaselineFailed: this was the baseline and it did not complete.
         """
-        number, recorded = self._one_trial(trial, index, total, found)
+        number, recorded = self._one_trial(trial, slot, index, total, found)
         found = standing(self.study)
         row = next(r for r in found.rows if r.number == number)
         left = (time.monotonic() - started) / (index + 1) * (total - index - 1)
@@ -453,7 +525,8 @@ class StudyRunner:
 
         return handlers()
 
-    def _one_trial(self, trial: optuna.Trial, index: int, total: int, found: Standing) -> tuple[int, bool]:
+    def _one_trial(self, trial: optuna.Trial, slot: Slot, index: int, total: int,
+                   found: Standing) -> tuple[int, bool]:
         """Run one claimed trial to its end in both stores; return its number, and whether
         this tuner recorded it (False: another tuner closed it as stale meanwhile).
 
@@ -474,17 +547,20 @@ class StudyRunner:
             config = Config() if baseline else self.space.sample(trial, self._settled(found))
         trial.set_user_attr(ATTR_BASELINE, baseline)
         trial.set_user_attr(ATTR_SAMPLED, config.set_values())
-        tags = {"autotune.baseline": str(baseline).lower(), "autotune.fingerprint": self.fingerprint.summary()}
+        trial.set_user_attr(ATTR_SLOT, slot.record())
+        tags = {"autotune.baseline": str(baseline).lower(), "autotune.fingerprint": self.fingerprint.summary(),
+                "autotune.slot": str(slot.index), "autotune.share": slot.share()}
         if rerun is not None:
             tags["autotune.confirms"] = str(rerun)
         run_id = self.tracker.start_trial(self.experiment_id, self.parent_id, trial.number,
                                           config.set_values(), tags)
         trial.set_user_attr(ATTR_RUN, run_id)
-        self.reporter.trial_started(trial.number, index, total, config, rerun)
-        spec = TrialSpec(self.options.target, config, self.fingerprint.device, self.options.budget,
+        self.reporter.trial_started(trial.number, index, total, config, rerun,
+                                    slot.share() if len(self.slots) > 1 else None)
+        spec = TrialSpec(self.options.target, config, slot.device, self.options.budget,
                          seed=(self.options.seed or 0) + trial.number,
                          # a re-run measures its own: the winner's efficiency is then paired in every run
-                         known_ceilings={} if rerun is not None else found.ceilings.known())
+                         known_ceilings={} if rerun is not None else found.ceilings.known(), cpus=slot.cpus)
         log_path = self.log_dir / f"trial-{trial.number}.log"
         prune_below = found.decision.winner.median if found.decision.winner and not baseline \
             and rerun is None else None
@@ -527,7 +603,7 @@ class StudyRunner:
         rates: list[float] = []
 
         def on_event(event: dict[str, Any]) -> Verdict | None:
-            self.reporter.event(event)
+            self.reporter.event({**event, "trial": trial.number})
             if event["event"] == "spawned":
                 from autotune._monitor import process_tree
 

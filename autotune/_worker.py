@@ -20,6 +20,7 @@ from typing import Any
 
 from autotune._config import ConfigError
 from autotune._events import FD_ENV, EventWriter
+from autotune._slots import CPUS_ENV
 
 #: Lines of a traceback kept as a trial's reason.
 TRACEBACK_LINES = 12
@@ -83,8 +84,16 @@ def main(argv: list[str] | None = None) -> int:
     spec = json.loads((argv or sys.argv[1:])[0])
     emit = EventWriter(int(os.environ[FD_ENV]))
     emit("started", pid=os.getpid())
+    # A --jobs slot's CPUs: pinned before torch starts, so that its thread pool and the
+    # DataLoader workers (which inherit the mask) stay on them.
+    cpus = {int(c) for c in os.environ.get(CPUS_ENV, "").split(",") if c}
+    if cpus:
+        os.sched_setaffinity(0, cpus)
     try:
         import torch
+
+        if cpus:
+            torch.set_num_threads(len(cpus))
 
         from autotune._config import Config
         from autotune._run import BudgetSpent, Trial
