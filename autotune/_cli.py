@@ -21,6 +21,7 @@ from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION
 from autotune._knobs import KNOBS, show_value
 from autotune._outcome import headline
 from autotune._space import SPACES_DIR
+from autotune._stores import STORE_PATIENCE_S, StoreDown
 
 _STORE_HELP = "Store folder: Optuna journal, MLflow database, artifacts, trial logs."
 
@@ -44,6 +45,10 @@ class _Group(click.Group):
         except ConfigError as exc:
             click.echo(f"autotune: error: {exc}", err=True)
             sys.exit(2)
+        except StoreDown as exc:
+            click.echo(f"autotune: stopped: {exc}. Finished results are kept in the store folder; once it "
+                       "answers, run the same command to resume", err=True)
+            sys.exit(3)
         except KeyboardInterrupt:
             click.echo("autotune: interrupted", err=True)
             sys.exit(130)
@@ -111,11 +116,15 @@ def _spaces() -> str:
               help="Windows per ceiling (compute: the loop on batches already on the device; "
                    "loader: the loader alone), measured once per distinct config (0: none).")
 @click.option("--seed", type=int, default=None, help="Seed for the sampler and the workers.")
+@click.option("--store-patience", type=click.FloatRange(min=0), default=STORE_PATIENCE_S, show_default=True,
+              metavar="SECONDS", help="How long the study database or tracking store may keep failing "
+                                      "(a restart, a full disk) before the tuner stops with exit status 3; "
+                                      "finished results wait in the store folder meanwhile.")
 def run(target: str, trials: int, space: str, study: str | None, storage: str | None, store: Path,
         tracking_uri: str | None, device: str, jobs: int, warmup: float, window: float, windows: int,
         timeout: float | None, startup_timeout: float, stall_timeout: float, ram_budget: float | None,
         divergence_tolerance: float, prune: float, confirm: int, ceiling_windows: int,
-        seed: int | None) -> None:
+        seed: int | None, store_patience: float) -> None:
     """Tune TARGET (path/to/file.py:function or package.module:function).
 
     After the trials, the top configs and the baseline are re-run (--confirm) and
@@ -125,6 +134,7 @@ def run(target: str, trials: int, space: str, study: str | None, storage: str | 
     from autotune._probe import probe
     from autotune._runner import Budget
     from autotune._slots import devices_of, plan_slots
+    from autotune._stores import check_folder
     from autotune._space import load_space
     from autotune._study import BaselineFailed, StudyOptions, StudyRunner, open_storage
     from autotune._tracking import Tracker, tracking_uri as default_uri
@@ -152,9 +162,11 @@ def run(target: str, trials: int, space: str, study: str | None, storage: str | 
                     startup_s=startup_timeout, stall_s=stall_timeout, timeout_s=timeout)
     options = StudyOptions(target, trials, study, storage, tracking_uri, store, device, budget,
                            int(ram_budget * 2**30) if ram_budget else None, seed,
-                           divergence_tolerance, prune, confirm)
-    backend = open_storage(store, storage)  # before the tracking store: a bad URL creates nothing
-    tracker = Tracker(default_uri(store, tracking_uri), artifact_root=store / "artifacts")
+                           divergence_tolerance, prune, confirm, store_patience)
+    check_folder(store, f"the store folder {store}")  # read-only or full: said before anything starts
+    # the storage before the tracking store: a bad URL creates nothing
+    backend = open_storage(store, storage, store_patience, reporter.note)
+    tracker = Tracker(default_uri(store, tracking_uri), store / "artifacts", store_patience, reporter.note)
     runner = StudyRunner(options, fingerprint, restricted, tracker, reporter, backend, slots)
     reporter.note(f"study {runner.name} on {fingerprint.summary()}; space {loaded.name}; "
                   f"RAM budget {runner.ram_budget / 2**30:.1f} GiB" + (" per trial" if jobs > 1 else ""))
@@ -163,9 +175,11 @@ def run(target: str, trials: int, space: str, study: str | None, storage: str | 
     try:
         found = runner.run()
     except BaselineFailed as exc:
+        reporter.stop()
         click.echo(f"autotune: {exc}", err=True)
         sys.exit(1)
-    reporter.stop()
+    finally:
+        reporter.stop()
     _print_summary(runner.name, found, store)
     if runner.interrupted_by:
         name = signal.Signals(runner.interrupted_by).name

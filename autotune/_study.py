@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -26,6 +27,7 @@ from autotune._records import (ATTR_BASE_BATCH, ATTR_BASELINE, ATTR_CEILINGS, AT
                                bottleneck_of)
 from autotune._runner import Budget, TrialResult, TrialSpec, Verdict, kill_orphans, run_trial
 from autotune._slots import Slot
+from autotune._stores import STORE_PATIENCE_S, Patience, Pending, patient_storage
 from autotune._standing import Standing, export_text, held_loader_knobs, standing, throughput_figure
 from autotune._tuners import (HEARTBEAT_S, Liveness, Phase, Registry, claim, claim_waiting, describe, found_or_join,
                               this_process)
@@ -67,6 +69,7 @@ class StudyOptions:
     tolerance: float = DIVERGENCE_TOLERANCE
     prune: float = PRUNE_FRACTION
     confirm: int = 2
+    store_patience: float = STORE_PATIENCE_S
 
 
 class Reporter:
@@ -107,10 +110,13 @@ def default_study_name(target: str) -> str:
 DRIVER_HINTS = {"postgresql": "pip install 'autotune[postgres]'"}
 
 
-def open_storage(store: Path, url: str | None):
+def open_storage(store: Path, url: str | None, patience: float | None = None,
+                 on_wait: Callable[[str], None] | None = None):
     """An Optuna storage: ``url`` (an RDB URL, or a journal file), else a journal in ``store``.
 
-    Nothing is created when the URL is bad or its driver is missing.
+    Nothing is created when the URL is bad or its driver is missing. With
+    ``patience``, every call that fails for want of the database (a restart, a
+    full disk) is retried for up to that many seconds (``autotune._stores``).
 
     Raises:
         ConfigError: naming the storage (password hidden) when it cannot be opened or reached.
@@ -131,14 +137,19 @@ def open_storage(store: Path, url: str | None):
                 hint = DRIVER_HINTS.get(parsed.get_backend_name(), f"install a driver for {parsed.drivername}")
                 raise ConfigError(f"--storage {shown!r}: the database driver is not installed ({exc}); "
                                   f"{hint}") from None
-            # A server that does not answer should fail in seconds, not hang the tuner.
-            kwargs = ({"connect_args": {"connect_timeout": 10}}
+            # A server that does not answer should fail in seconds, not hang the tuner; a
+            # pooled connection that a server restart broke is replaced, not used.
+            kwargs = ({"connect_args": {"connect_timeout": 10}, "pool_pre_ping": True}
                       if parsed.get_backend_name() in ("postgresql", "mysql") else None)
-            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
-        path = Path(url) if url else store / "optuna.journal"
-        shown = str(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+            storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+        else:
+            path = Path(url) if url else store / "optuna.journal"
+            shown = str(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            storage = optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+        if patience is None:
+            return storage
+        return patient_storage(storage, Patience(f"the study storage {shown}", patience, on_wait=on_wait))
     except ConfigError:
         raise
     except Exception as exc:  # every failure here means: no study can start
@@ -174,7 +185,8 @@ class StudyRunner:
         self.options, self.fingerprint, self.space, self.tracker = options, fingerprint, space, tracker
         self.reporter = reporter or Reporter()
         self.name = options.study or default_study_name(options.target)
-        storage = storage or open_storage(options.store, options.storage)
+        storage = storage or open_storage(options.store, options.storage, options.store_patience,
+                                          self.reporter.note)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.study, founder = found_or_join(storage, self.name, optuna.samplers.TPESampler(seed=options.seed))
         self._owner = this_process()
@@ -193,6 +205,7 @@ class StudyRunner:
         self.ram_budget = (options.ram_budget or int(
             fingerprint.ram_available_gib * 2**30 * RAM_BUDGET_FRACTION)) // len(self.slots)
         self.log_dir = options.store / "trials" / self.name
+        self.pending = Pending(options.store / "pending", self.name)
         self._interrupt = threading.Event()
         self._signum: int | None = None
         self._settled_by: int | None = None  # the trial whose loader knobs are held, once noted
@@ -258,6 +271,7 @@ class StudyRunner:
         one raises KeyboardInterrupt at once.
         """
         self._started = time.monotonic()
+        self._replay_pending()  # before recover(): a trial whose result waits here is not stale
         self.recover()
         try:
             with self._signals(), _Heartbeat(self.registry.beat):
@@ -266,7 +280,8 @@ class StudyRunner:
                 else:
                     self._work_in_threads()
         except BaseException as exc:  # the parent run must not stay RUNNING if this was its last tuner
-            self._leave(f"stopped: {exc!r}", "KILLED")
+            with contextlib.suppress(Exception):  # a store that is down must not hide why we stop
+                self._leave(f"stopped: {exc!r}", "KILLED")
             raise
         return self._finish()
 
@@ -575,16 +590,9 @@ class StudyRunner:
             self.tracker.kill(run_id, f"the tuner stopped: {exc!r}", log_path)
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
             raise
-        try:
-            self._record(trial, run_id, result, found.ceilings)
-        except optuna.exceptions.UpdateFinishedTrialError:
-            # Closed as stale by another tuner (this one stalled past STALE_AFTER_S): both
-            # stores already say so, with that tuner's reason; do not contradict them.
-            closed = self.study._storage.get_trial(trial._trial_id).user_attrs.get(ATTR_REASON, "")
-            self.reporter.note(f"trial {trial.number}: closed by another tuner while it ran "
-                               f"({headline(closed)}); its measurement is not used")
-            return trial.number, False
-        return trial.number, True
+        # False: closed as stale by another tuner (this one stalled past STALE_AFTER_S); both
+        # stores already say so, with that tuner's reason, and are not contradicted.
+        return trial.number, self._record(trial, run_id, result, found.ceilings)
 
     def _settled(self, found: Standing) -> dict[str, Any]:
         """``held_loader_knobs`` for the best trial, with one line the first time it holds."""
@@ -621,16 +629,15 @@ class StudyRunner:
 
         return on_event
 
-    def _record(self, trial: optuna.Trial, run_id: str, result: TrialResult, ceilings: Ceilings) -> None:
-        import optuna
+    def _record(self, trial: optuna.Trial, run_id: str, result: TrialResult, ceilings: Ceilings) -> bool:
+        """Record a finished trial in both stores; False if another tuner had closed it.
 
+        The result is written to the store folder first (``Pending``) and removed
+        once both stores hold it: a store that stays down, or a kill, leaves it for
+        the next tuner on the study to replay (``_replay_pending``).
+        """
         derived = {f"resolved.{k}": v for k, v in result.resolved.items()}
         derived.update(base_batch_size=result.base_batch_size, effective_lr=result.lr)
-        for key, value in ((ATTR_OUTCOME, result.outcome.value), (ATTR_REASON, clip(result.reason, REASON_LIMIT)),
-                           (ATTR_METRICS, result.metrics), (ATTR_CONFIG, result.resolved),
-                           (ATTR_BASE_BATCH, result.base_batch_size), (ATTR_LR, result.lr),
-                           (ATTR_LOSSES, result.losses), (ATTR_CEILINGS, result.ceilings)):
-            trial.set_user_attr(key, value)
         metrics, tags = dict(result.metrics), {}
         if "samples_per_s" in metrics:
             bound = bottleneck_of(metrics, result.resolved, ceilings, result.ceilings)
@@ -639,18 +646,69 @@ class StudyRunner:
                 ("efficiency", bound.efficiency), ("compute_ceiling", bound.compute),
                 ("loader_ceiling", bound.loader), ("cpu_roof", bound.cpu), ("of_roof", bound.of_roof))
                 if value is not None})
-        self.tracker.end_trial(run_id, result.outcome, result.reason, metrics, result.series,
-                               {k: v for k, v in derived.items() if v is not None}, result.log_path, tags)
-        sps = result.metrics.get("samples_per_s")
-        if result.outcome in (Outcome.COMPLETE, Outcome.DIVERGED) and sps:
-            # Constraints, not penalties: a diverged trial keeps its real speed
-            # for the sampler but is infeasible, so never the best (Optuna 5).
-            trial.set_constraint("diverged", float(result.outcome == Outcome.DIVERGED))
-            self.study.tell(trial, sps)
-        elif result.outcome == Outcome.PRUNED:
-            self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        record = {
+            "trial_id": trial._trial_id, "number": trial.number, "run_id": run_id,
+            "attrs": {ATTR_OUTCOME: result.outcome.value, ATTR_REASON: clip(result.reason, REASON_LIMIT),
+                      ATTR_METRICS: result.metrics, ATTR_CONFIG: result.resolved,
+                      ATTR_BASE_BATCH: result.base_batch_size, ATTR_LR: result.lr,
+                      ATTR_LOSSES: result.losses, ATTR_CEILINGS: result.ceilings},
+            "mlflow": {"outcome": result.outcome.value, "reason": result.reason, "metrics": metrics,
+                       "series": result.series, "params": {k: v for k, v in derived.items() if v is not None},
+                       "log_path": str(result.log_path), "tags": tags},
+        }
+        path = self.pending.write(trial.number, record)
+        applied = self._apply(record)
+        self.pending.done(path)
+        return applied
+
+    def _apply(self, record: Mapping[str, Any]) -> bool:
+        """Put a pending result in Optuna, then MLflow; False if another tuner closed the
+        trial meaning something else (both stores then keep what it wrote).
+
+        Replaying a result that was already applied changes nothing: a finished trial
+        with this result is left as it is, and MLflow gets the same values again.
+        """
+        import optuna
+
+        storage, trial_id, attrs = self.study._storage, record["trial_id"], record["attrs"]
+        frozen = storage.get_trial(trial_id)
+        if frozen.state.is_finished():
+            if frozen.user_attrs.get(ATTR_OUTCOME) != attrs[ATTR_OUTCOME] or \
+                    frozen.user_attrs.get(ATTR_METRICS) != attrs[ATTR_METRICS]:
+                reason = frozen.user_attrs.get(ATTR_REASON, "")
+                self.reporter.note(f"trial {record['number']}: closed by another tuner while it ran "
+                                   f"({headline(reason)}); its measurement is not used")
+                return False
         else:
-            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            trial = optuna.Trial(self.study, trial_id)
+            for key, value in attrs.items():
+                trial.set_user_attr(key, value)
+            outcome, sps = Outcome(attrs[ATTR_OUTCOME]), attrs[ATTR_METRICS].get("samples_per_s")
+            try:
+                if outcome in (Outcome.COMPLETE, Outcome.DIVERGED) and sps:
+                    # Constraints, not penalties: a diverged trial keeps its real speed
+                    # for the sampler but is infeasible, so never the best (Optuna 5).
+                    trial.set_constraint("diverged", float(outcome == Outcome.DIVERGED))
+                    self.study.tell(frozen.number, sps)
+                elif outcome == Outcome.PRUNED:
+                    self.study.tell(frozen.number, state=optuna.trial.TrialState.PRUNED)
+                else:
+                    self.study.tell(frozen.number, state=optuna.trial.TrialState.FAIL)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                return self._apply(record)  # closed meanwhile: judged as above
+        logged = record["mlflow"]
+        self.tracker.end_trial(record["run_id"], Outcome(logged["outcome"]), logged["reason"], logged["metrics"],
+                               logged["series"], logged["params"], Path(logged["log_path"]), logged["tags"])
+        return True
+
+    def _replay_pending(self) -> None:
+        """Apply the results a stopped or killed tuner left in this store folder (oldest first)."""
+        for path, record in self.pending.all():
+            applied = self._apply(record)
+            self.pending.done(path)
+            if applied:
+                self.reporter.note(f"trial {record['number']}: its result, kept in {path.parent} while a "
+                                   "store was down, is now recorded")
 
     def _leave(self, ended: str, status: str) -> list[dict[str, Any]]:
         """Mark this tuner done; return the other tuners still running the study.

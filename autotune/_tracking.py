@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from autotune._config import ConfigError
 from autotune._outcome import Outcome, clip
+from autotune._stores import STORE_PATIENCE_S, Patience
+
+T = TypeVar("T")
 
 #: MLflow run status per outcome: a pruned or interrupted trial was stopped by
 #: us, the failures failed; complete and diverged ran their whole budget.
@@ -42,15 +45,22 @@ def tracking_uri(store: Path, explicit: str | None = None) -> str:
 class Tracker:
     """Writes a study's runs to one MLflow tracking store.
 
+    Once it has answered, a store that stops answering is waited for: each call is
+    retried while the store has failed for less than ``patience`` seconds, then
+    ``StoreDown`` is raised (``autotune._stores``).
+
     Args:
         uri: The tracking URI.
         artifact_root: Where a new experiment keeps artifacts when the store is a
             local database (a server chooses its own).
+        patience: Seconds a store may keep failing (``--store-patience``).
+        on_wait: Told when the store stops and starts answering.
     """
 
-    def __init__(self, uri: str, artifact_root: Path | None = None) -> None:
+    def __init__(self, uri: str, artifact_root: Path | None = None, patience: float = STORE_PATIENCE_S,
+                 on_wait: Callable[[str], None] | None = None) -> None:
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-        # Fail fast on an unreachable server instead of MLflow's minutes of retries.
+        # MLflow's own retries off: ours (Patience) know which failures to wait out, and for how long.
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
         import logging
@@ -75,6 +85,11 @@ class Tracker:
                     continue
                 raise ConfigError(f"tracking store {uri!r} cannot be reached: "
                                   f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        self._patience = Patience(f"the tracking store {uri}", patience, on_wait=on_wait)
+
+    def _call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """One write or read of the store, waited out while it is down (see ``Patience``)."""
+        return self._patience.call(method, *args, **kwargs)
 
     def experiment(self, name: str) -> str:
         """The id of the experiment named ``name``, created on first use.
@@ -84,42 +99,41 @@ class Tracker:
         """
         from mlflow.exceptions import MlflowException
 
-        found = self.client.get_experiment_by_name(name)
+        found = self._call(self.client.get_experiment_by_name, name)
         if found is not None:
             return found.experiment_id
         location = None
         if self._artifact_root is not None and not self.uri.startswith(("http", "databricks")):
             location = (self._artifact_root / name).resolve().as_uri()
         try:
-            return self.client.create_experiment(name, artifact_location=location)
+            return self._call(self.client.create_experiment, name, artifact_location=location)
         except MlflowException as exc:
             if exc.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise
-            return self.client.get_experiment_by_name(name).experiment_id
+            return self._call(self.client.get_experiment_by_name, name).experiment_id
 
     def parent_run(self, experiment_id: str, run_id: str | None, tags: Mapping[str, str]) -> str:
         """Reopen the study's parent run, or start it."""
         if run_id is not None:
-            self.client.update_run(run_id, status="RUNNING")
+            self._call(self.client.update_run, run_id, status="RUNNING")
             return run_id
-        return self.client.create_run(experiment_id, tags=dict(tags),
-                                      run_name=tags.get("autotune.study")).info.run_id
+        return self._call(self.client.create_run, experiment_id, tags=dict(tags),
+                          run_name=tags.get("autotune.study")).info.run_id
 
     def start_trial(self, experiment_id: str, parent_id: str, number: int,
                     params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
         """Start a trial's child run with its knob values as params."""
         from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-        run = self.client.create_run(
-            experiment_id, run_name=f"trial-{number}",
-            tags={MLFLOW_PARENT_RUN_ID: parent_id, "autotune.trial": str(number), **tags})
+        run = self._call(self.client.create_run, experiment_id, run_name=f"trial-{number}",
+                         tags={MLFLOW_PARENT_RUN_ID: parent_id, "autotune.trial": str(number), **tags})
         self.log_params(run.info.run_id, params)
         return run.info.run_id
 
     def log_params(self, run_id: str, params: Mapping[str, Any]) -> None:
         from mlflow.entities import Param
 
-        self.client.log_batch(run_id, params=[Param(k, _text(v)) for k, v in params.items()])
+        self._call(self.client.log_batch, run_id, params=[Param(k, _text(v)) for k, v in params.items()])
 
     def end_trial(self, run_id: str, outcome: Outcome, reason: str, metrics: Mapping[str, float],
                   series: Mapping[str, list[float]], params: Mapping[str, Any],
@@ -131,24 +145,23 @@ class Tracker:
         rows = [Metric(k, float(v), now, 0) for k, v in metrics.items()]
         rows += [Metric(k, float(v), now, step) for k, values in series.items()
                  for step, v in enumerate(values)]
-        self.client.log_batch(
-            run_id, metrics=rows, params=[Param(k, _text(v)) for k, v in params.items()],
-            tags=[RunTag("autotune.outcome", outcome.value), RunTag("autotune.reason", clip(reason, _TAG_LIMIT)),
-                  *(RunTag(k, clip(v, _TAG_LIMIT)) for k, v in (tags or {}).items())])
+        self._call(self.client.log_batch, run_id, metrics=rows, params=[Param(k, _text(v)) for k, v in params.items()],
+                   tags=[RunTag("autotune.outcome", outcome.value), RunTag("autotune.reason", clip(reason, _TAG_LIMIT)),
+                         *(RunTag(k, clip(v, _TAG_LIMIT)) for k, v in (tags or {}).items())])
         if log_path is not None and log_path.exists():
-            self.client.log_artifact(run_id, str(log_path))
-        self.client.set_terminated(run_id, status=RUN_STATUS[outcome])
+            self._call(self.client.log_artifact, run_id, str(log_path))
+        self._call(self.client.set_terminated, run_id, status=RUN_STATUS[outcome])
 
     def kill(self, run_id: str, reason: str | None = None, log_path: Path | None = None) -> None:
         """Close a run that did not finish (interrupted, or left RUNNING by a killed tuner)."""
         from mlflow.entities import RunTag
 
         if reason is not None:
-            self.client.log_batch(run_id, tags=[RunTag("autotune.outcome", Outcome.INTERRUPTED.value),
-                                                RunTag("autotune.reason", clip(reason, _TAG_LIMIT))])
+            self._call(self.client.log_batch, run_id, tags=[RunTag("autotune.outcome", Outcome.INTERRUPTED.value),
+                                                            RunTag("autotune.reason", clip(reason, _TAG_LIMIT))])
         if log_path is not None and log_path.exists():
-            self.client.log_artifact(run_id, str(log_path))
-        self.client.set_terminated(run_id, status="KILLED")
+            self._call(self.client.log_artifact, run_id, str(log_path))
+        self._call(self.client.set_terminated, run_id, status="KILLED")
 
     def finish_parent(self, run_id: str, artifacts: Mapping[str, str],
                       metrics: Mapping[str, float], figures: Mapping[str, Any] | None = None,
@@ -157,13 +170,13 @@ class Tracker:
         from mlflow.entities import Metric, RunTag
 
         now = int(time.time() * 1000)
-        self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
-                              tags=[RunTag(k, v) for k, v in (tags or {}).items()])
+        self._call(self.client.log_batch, run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
+                   tags=[RunTag(k, v) for k, v in (tags or {}).items()])
         for name, text in artifacts.items():
-            self.client.log_text(run_id, text, name)
+            self._call(self.client.log_text, run_id, text, name)
         for name, figure in (figures or {}).items():
-            self.client.log_figure(run_id, figure, name)
-        self.client.set_terminated(run_id, status=status)
+            self._call(self.client.log_figure, run_id, figure, name)
+        self._call(self.client.set_terminated, run_id, status=status)
 
 
 def _text(value: Any) -> str:
