@@ -6,6 +6,9 @@ import os
 
 import pytest
 
+# Imported so that every test sees the real-server fixtures (PostgreSQL, MLflow server).
+from servers import mlflow_server, own_mlflow_server, postgres, postgres_server  # noqa: F401
+
 # Set at import time, before any test imports mlflow (its telemetry reads this).
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
