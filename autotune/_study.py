@@ -106,6 +106,21 @@ def default_study_name(target: str) -> str:
     return stem if func == "train" else f"{stem}.{func}"
 
 
+def _rdb_storage(url: str, engine_kwargs: dict[str, Any] | None, attempts: int = 5):
+    """Optuna's RDB storage; tuners starting together on a new database race through its
+    schema creation (a duplicate key in ``alembic_version``): the losers retry once the
+    winner's tables are there."""
+    import optuna
+    import sqlalchemy.exc
+
+    for attempt in range(attempts - 1):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
+            time.sleep(0.5 + attempt)
+    return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+
+
 #: How to get the driver SQLAlchemy picks for a plain URL of each backend.
 DRIVER_HINTS = {"postgresql": "pip install 'autotune[postgres]'"}
 
@@ -141,7 +156,7 @@ def open_storage(store: Path, url: str | None, patience: float | None = None,
             # pooled connection that a server restart broke is replaced, not used.
             kwargs = ({"connect_args": {"connect_timeout": 10}, "pool_pre_ping": True}
                       if parsed.get_backend_name() in ("postgresql", "mysql") else None)
-            storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+            storage = _rdb_storage(url, kwargs)
         else:
             path = Path(url) if url else store / "optuna.journal"
             shown = str(path)

@@ -174,6 +174,16 @@ class PrivateCluster:
                   "-t", "90", "-o", options, "start")
         return PgServer(PG_HOST, self.port)
 
+    def restart(self, down_s: float = 0.0) -> None:
+        """Stop the server (as an operator's restart does: clients are cut off), stay down
+        ``down_s`` seconds, start it again on the same port and data."""
+        data = self.folder / "data"
+        self._run("pg_ctl", "-D", str(data), "-m", "fast", "-w", "stop")
+        time.sleep(down_s)
+        options = f"-p {self.port} -k {self.folder} -c listen_addresses={PG_HOST} -c fsync=off"
+        self._run("pg_ctl", "-D", str(data), "-l", str(self.folder / "server.log"), "-w",
+                  "-t", "90", "-o", options, "start")
+
     def stop(self) -> None:
         """Stop the server at once and delete the folder; a no-op if never started."""
         if self.folder is None:

@@ -1,0 +1,250 @@
+"""Many tuners on one study, as a team runs them: real tuner processes on a real PostgreSQL
+database and a real ``mlflow server``, started together, on skewed clocks, through a
+tracking server that goes down and a database that restarts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from helpers import cli_env
+from servers import PrivateCluster, _without_test_tag
+
+from autotune._tuners import CLAIM_MARK, TUNER_KEY
+
+TARGET = f"{Path(__file__).parent / 'fixtures' / 'team_train.py'}:train"
+FAST = ["--warmup", "0.2", "--window", "0.3", "--windows", "2", "--ceiling-windows", "0", "--seed", "0",
+        "--prune", "0"]
+#: Trials long enough to take an outage in the middle of one (about 5 s of measuring), in a
+#: space whose every config trains the same way: these tests are about records, not verdicts.
+LOADER_ONLY = Path(__file__).parent / "fixtures" / "loader_only.yaml"
+SLOW = ["--warmup", "0.5", "--window", "1", "--windows", "4", "--ceiling-windows", "0", "--prune", "0",
+        "--seed", "0", "--confirm", "0", "--space", str(LOADER_ONLY)]
+
+
+class Tuner:
+    """``autotune run`` in a subprocess, its output in a file (a pipe could fill and block it)."""
+
+    def __init__(self, cwd: Path, *args: str, env: dict | None = None, prefix: list[str] | None = None) -> None:
+        self.log = cwd / f"tuner-{uuid.uuid4().hex[:6]}.log"
+        with open(self.log, "w") as out:
+            self.proc = subprocess.Popen([*(prefix or []), sys.executable, "-m", "autotune", "run", TARGET, *args],
+                                         cwd=cwd, env=cli_env(env), stdout=out, stderr=subprocess.STDOUT)
+
+    def wait(self, timeout: float = 400) -> str:
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"tuner still running after {timeout} s:\n{self.output}") from None
+        return self.output
+
+    @property
+    def output(self) -> str:
+        return self.log.read_text()
+
+
+def study_of(url: str, name: str):
+    import optuna
+
+    return optuna.load_study(study_name=name, storage=url)
+
+
+def wait_until(condition, timeout: float = 240, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def check_invariants(url: str, tracking_uri: str, name: str, tuners: int, own_trials: int, confirm: int) -> None:
+    """What must hold however many tuners ran the study, wherever they ran."""
+    import optuna
+    from mlflow import MlflowClient
+
+    study = study_of(url, name)
+    trials = study.get_trials()
+    # unique trial numbers, all ended
+    assert [t.number for t in trials] == list(range(len(trials)))
+    assert all(t.state.is_finished() for t in trials), [(t.number, t.state) for t in trials]
+    firsts = [t for t in trials if "confirms" not in t.user_attrs]
+    assert len(firsts) == own_trials
+    # one baseline
+    assert sum(bool(t.user_attrs.get("baseline")) for t in firsts) == 1
+    # one confirmation plan, each re-run claimed once: every planned config got exactly `confirm`
+    reruns = Counter(t.user_attrs["confirms"] for t in trials if "confirms" in t.user_attrs)
+    assert reruns and set(reruns.values()) == {confirm}, reruns
+    assert firsts[0].number in reruns  # the baseline is among them
+    markers = [s.study_name for s in optuna.get_all_study_summaries(url) if s.study_name.startswith(name + CLAIM_MARK)]
+    assert len([m for m in markers if "confirm-after-" in m]) == 1, markers
+    # every tuner registered once and left
+    entries = [v for k, v in study._storage.get_study_system_attrs(study._study_id).items()
+               if k.startswith(TUNER_KEY)]
+    assert len(entries) == tuners and {e["phase"] for e in entries} == {"done"}
+    # one experiment, one parent run, every Optuna trial exactly one MLflow child
+    client = MlflowClient(tracking_uri)
+    experiments = client.search_experiments(filter_string=f"name = '{name}'")
+    assert len(experiments) == 1
+    runs = client.search_runs([experiments[0].experiment_id], max_results=1000)
+    parents = [r for r in runs if "autotune.trial" not in r.data.tags]
+    assert len(parents) == 1
+    parent = parents[0]
+    assert parent.info.run_id == study.user_attrs["mlflow_parent_run_id"]
+    assert parent.info.status == "FINISHED"  # closed, and only once the last tuner left
+    assert parent.data.tags["autotune.ended"] == f"finished (last of {tuners} tuner(s))"
+    children = Counter(r.data.tags["autotune.trial"] for r in runs if "autotune.trial" in r.data.tags)
+    assert children == Counter(str(t.number) for t in trials)
+    by_id = {r.info.run_id: r for r in runs}
+    for t in trials:
+        run = by_id[t.user_attrs["mlflow_run_id"]]
+        assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert run.data.tags["autotune.outcome"] == t.user_attrs["outcome"]
+        assert run.info.status != "RUNNING"
+
+
+@pytest.mark.parametrize("tuners", [2, 3])
+def test_tuners_started_together_on_a_new_study(tuners: int, postgres: str, mlflow_server, tmp_path: Path) -> None:
+    name = f"together-{tuners}-{uuid.uuid4().hex[:6]}"
+    args = ["--study", name, "--storage", postgres, "--tracking-uri", mlflow_server.url, "--trials", "2",
+            "--confirm", "1", *FAST]
+    folders = [tmp_path / f"host{i}" for i in range(tuners)]  # a store folder each, as on separate hosts
+    for folder in folders:
+        folder.mkdir()
+    runs = [Tuner(folder, *args) for folder in folders]
+    outputs = [run.wait() for run in runs]
+    for run, out in zip(runs, outputs):
+        assert run.proc.returncode == 0, out
+        assert "Traceback" not in out
+    check_invariants(postgres, mlflow_server.url, name, tuners, own_trials=2 * tuners, confirm=1)
+    # the baseline ran once; the tuners that had none to run waited for it
+    assert sum("waiting for the baseline (trial 0)" in out for out in outputs) >= 1
+
+
+def test_the_parent_run_stays_open_until_the_last_tuner_leaves(postgres: str, mlflow_server, tmp_path: Path) -> None:
+    """Deterministic, not a race on speed: the second tuner's trials wait at a gate the test opens."""
+    from mlflow import MlflowClient
+
+    name = f"last-{uuid.uuid4().hex[:6]}"
+    gate = tmp_path / "gate"
+    args = ["--study", name, "--storage", postgres, "--tracking-uri", mlflow_server.url, "--confirm", "1", *FAST]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = Tuner(tmp_path / "a", "--trials", "2", *args)
+    wait_until(lambda: any(t.state.name == "RUNNING" for t in study_of(postgres, name).get_trials())
+               if _study_exists(postgres, name) else False, what="the first tuner's baseline to start")
+    second = Tuner(tmp_path / "b", "--trials", "1", "--startup-timeout", "300", *args, env={"TEAM_GATE": str(gate)})
+    out = first.wait()
+    assert first.proc.returncode == 0, out
+    assert "still run trials of study" in out and "the last one to finish plans the confirmation" in out
+    assert "the study's MLflow parent run stays open" in out
+    parent_id = study_of(postgres, name).user_attrs["mlflow_parent_run_id"]
+    assert MlflowClient(mlflow_server.url).get_run(parent_id).info.status == "RUNNING"
+    assert second.proc.poll() is None  # held at the gate
+    gate.write_text("open")
+    out = second.wait()
+    assert second.proc.returncode == 0, out
+    assert "confirming:" in out  # the last tuner planned the confirmation
+    check_invariants(postgres, mlflow_server.url, name, tuners=2, own_trials=3, confirm=1)
+
+
+def _study_exists(url: str, name: str) -> bool:
+    import optuna
+
+    return name in {s.study_name for s in optuna.get_all_study_summaries(url)}
+
+
+def test_a_tracking_server_down_for_20_s_mid_trial_loses_nothing(postgres: str, own_mlflow_server,
+                                                                 tmp_path: Path) -> None:
+    name = f"outage-{uuid.uuid4().hex[:6]}"
+    tuner = Tuner(tmp_path, "--study", name, "--storage", postgres, "--tracking-uri", own_mlflow_server.url,
+                  "--trials", "3", *SLOW)
+    # down while trial 1 measures: its end, and trial 2's start, meet a dead server
+    wait_until(lambda: _study_exists(postgres, name) and any(
+        t.number == 1 and t.intermediate_values for t in study_of(postgres, name).get_trials()),
+        what="trial 1 to measure a window")
+    own_mlflow_server.stop()
+    time.sleep(20)
+    own_mlflow_server.start()
+    out = tuner.wait()
+    assert tuner.proc.returncode == 0, out
+    assert "Traceback" not in out
+    assert "does not answer" in out and "answers again after" in out
+    from mlflow import MlflowClient
+
+    study = study_of(postgres, name)
+    client = MlflowClient(own_mlflow_server.url)
+    for t in study.get_trials():
+        assert t.user_attrs["outcome"] == "complete"
+        run = client.get_run(t.user_attrs["mlflow_run_id"])
+        assert run.info.status == "FINISHED"
+        assert run.data.metrics["samples_per_s"] == pytest.approx(t.value)
+    assert not list((tmp_path / "mlflow" / "pending").rglob("*.json"))  # all delivered
+
+
+def test_postgres_restarted_mid_study_loses_nothing(tmp_path: Path) -> None:
+    cluster = PrivateCluster(_without_test_tag(os.environ))
+    problem = cluster.problem()
+    if problem is not None:
+        pytest.skip(f"no private PostgreSQL cluster to restart here: {problem}")
+    server = cluster.start()
+    try:
+        url = server.create_database()
+        name = "restart"
+        tuner = Tuner(tmp_path, "--study", name, "--storage", url, "--trials", "3", *SLOW)
+        wait_until(lambda: _study_exists(url, name) and any(
+            t.number == 1 and t.intermediate_values for t in study_of(url, name).get_trials()),
+            what="trial 1 to measure a window")
+        cluster.restart(down_s=8)
+        out = tuner.wait()
+        assert tuner.proc.returncode == 0, out
+        assert "Traceback" not in out
+        assert "the study storage" in out and "does not answer" in out and "answers again after" in out
+        trials = study_of(url, name).get_trials()
+        assert [t.user_attrs["outcome"] for t in trials] == ["complete"] * 3
+    finally:
+        cluster.stop()
+
+
+def _skewed(folder: Path, offset_s: float) -> Path:
+    """A sitecustomize that moves this process's wall clock (and its workers') by ``offset_s``:
+    an injected time source, as on a host whose clock is off."""
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(
+        "import time\n_real = time.time\n"
+        f"time.time = lambda: _real() + {offset_s}\n")
+    return folder
+
+
+def test_hosts_with_clocks_minutes_apart_leave_each_others_trials_alone(postgres: str, mlflow_server,
+                                                                        tmp_path: Path) -> None:
+    if subprocess.run(["unshare", "-u", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare -u (a host name of its own) is not permitted here")
+    name = f"skew-{uuid.uuid4().hex[:6]}"
+    args = ["--study", name, "--storage", postgres, "--tracking-uri", mlflow_server.url, "--trials", "2",
+            "--confirm", "1", *FAST]
+    tuners = []
+    for host, offset in (("host-ahead", 600.0), ("host-behind", -600.0)):
+        folder = tmp_path / host
+        folder.mkdir()
+        site = _skewed(tmp_path / f"site-{host}", offset)
+        env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+        tuners.append(Tuner(folder, *args, env=env,
+                            prefix=["unshare", "-u", "sh", "-c", f'hostname {host} && exec "$@"', "sh"]))
+    outputs = [t.wait() for t in tuners]
+    for tuner, out in zip(tuners, outputs):
+        assert tuner.proc.returncode == 0, out
+        assert "Traceback" not in out and "left RUNNING" not in out
+    study = study_of(postgres, name)
+    assert {t.user_attrs["owner"]["host"] for t in study.get_trials()} == {"host-ahead", "host-behind"}
+    assert "interrupted" not in {t.user_attrs["outcome"] for t in study.get_trials()}
+    check_invariants(postgres, mlflow_server.url, name, tuners=2, own_trials=4, confirm=1)
