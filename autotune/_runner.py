@@ -221,6 +221,35 @@ def kill_orphans(pgid: int, started: float, tag: str | None = None) -> int:
     return _kill_processes(members, tag)
 
 
+def sweep_orphans() -> int:
+    """Kill the trial processes on this host whose tuner is gone; return how many.
+
+    A trial's tag starts with its tuner's pid (``run_trial``). Its processes outlive a
+    tuner that was killed; when another host then closes the trial as stale, no
+    RUNNING trial is left to find them by, so every tuner sweeps its host at start.
+    A tuner counts as gone when no process has its pid, or the one that has it
+    started after the trial's process did (the pid was reused).
+    """
+    import psutil
+
+    orphans = []
+    for proc in psutil.process_iter(["create_time"]):
+        try:
+            tag = proc.environ().get(TRIAL_TAG_ENV, "")
+            if not tag or proc.pid == os.getpid() or proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            tuner = int(tag.partition("-")[0])
+        except (psutil.Error, ValueError):
+            continue
+        try:
+            if psutil.Process(tuner).create_time() <= proc.info["create_time"]:
+                continue  # its tuner lives
+        except psutil.NoSuchProcess:
+            pass
+        orphans.append(proc)
+    return _kill_processes(orphans) if orphans else 0
+
+
 #: Events that show the training loop is alive (the stall clock restarts on each).
 _PROGRESS = frozenset({"resolved", "progress", "warmup", "window", "ceiling"})
 

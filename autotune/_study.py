@@ -23,14 +23,14 @@ from autotune._monitor import Background
 from autotune._outcome import Outcome, clip, headline
 from autotune._records import (ATTR_BASE_BATCH, ATTR_BASELINE, ATTR_CEILINGS, ATTR_CONFIG, ATTR_CONFIRMS,
                                ATTR_HEARTBEAT, ATTR_LOSSES, ATTR_LR, ATTR_METRICS, ATTR_OUTCOME, ATTR_OWNER,
-                               ATTR_PARENT, ATTR_REASON, ATTR_RUN, ATTR_SAMPLED, ATTR_SLOT, ATTR_WORKER, REASON_LIMIT, TrialRow,
-                               bottleneck_of)
-from autotune._runner import Budget, TrialResult, TrialSpec, Verdict, kill_orphans, run_trial
+                               ATTR_PARENT, ATTR_REASON, ATTR_RUN, ATTR_SAMPLED, ATTR_SLOT, ATTR_WORKER, REASON_LIMIT,
+                               TrialRow, bottleneck_of)
+from autotune._runner import Budget, TrialResult, TrialSpec, Verdict, kill_orphans, run_trial, sweep_orphans
 from autotune._slots import Slot
 from autotune._stores import STORE_PATIENCE_S, Patience, Pending, patient_storage
 from autotune._standing import Standing, export_text, held_loader_knobs, standing, throughput_figure
-from autotune._tuners import (HEARTBEAT_S, Liveness, Phase, Registry, claim, claim_waiting, describe, found_or_join,
-                              this_process)
+from autotune._tuners import (HEARTBEAT_S, HostRegistry, Liveness, Phase, Registry, claim, claim_waiting, describe,
+                              found_or_join, this_process)
 
 if TYPE_CHECKING:
     import optuna
@@ -216,9 +216,17 @@ class StudyRunner:
         self.registry = Registry(self.study, self._owner)
         self.registry.enter(Phase.SAMPLING)
         self.slots = slots or [Slot(0, (), fingerprint.cpus, fingerprint.device)]
-        # --jobs: each slot's trials may use their share of the budget
+        self.host = HostRegistry()
+        neighbours = self.host.join(self._owner, self.name, "; ".join(s.share() for s in self.slots))
+        # The default budget is shared with the other tuners on this host, and split over --jobs slots.
         self.ram_budget = (options.ram_budget or int(
-            fingerprint.ram_available_gib * 2**30 * RAM_BUDGET_FRACTION)) // len(self.slots)
+            fingerprint.ram_available_gib * 2**30 * RAM_BUDGET_FRACTION) // (1 + len(neighbours))) // len(self.slots)
+        if neighbours:
+            self.reporter.note(
+                f"{len(neighbours)} other tuner(s) run on this host ("
+                + "; ".join(f"pid {n['pid']}: study {n['study']} on {n['cpus']}" for n in neighbours)
+                + "): trials measured at the same time share the CPUs and each reads slower, and the RAM budget "
+                f"is split {1 + len(neighbours)} ways. One tuner with --jobs N gives each trial CPUs of its own")
         self.log_dir = options.store / "trials" / self.name
         self.pending = Pending(options.store / "pending", self.name)
         self._interrupt = threading.Event()
@@ -286,6 +294,9 @@ class StudyRunner:
         one raises KeyboardInterrupt at once.
         """
         self._started = time.monotonic()
+        swept = sweep_orphans()
+        if swept:
+            self.reporter.note(f"killed {swept} trial process(es) that tuners now gone left on this host")
         self._replay_pending()  # before recover(): a trial whose result waits here is not stale
         self.recover()
         try:
@@ -298,6 +309,8 @@ class StudyRunner:
             with contextlib.suppress(Exception):  # a store that is down must not hide why we stop
                 self._leave(f"stopped: {exc!r}", "KILLED")
             raise
+        finally:
+            self.host.leave()
         return self._finish()
 
     def _work_in_threads(self) -> None:

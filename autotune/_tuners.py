@@ -24,6 +24,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -198,3 +199,51 @@ class Registry:
 def describe(tuners: list[Mapping[str, Any]]) -> str:
     """``pid 12 on a, pid 40 on b``."""
     return ", ".join(f"pid {t['pid']} on {t['host']}" for t in tuners)
+
+
+class HostRegistry:
+    """The tuners running on this host, whatever their study: one small file each in
+    ``/dev/shm`` (memory: gone with the host, no disk of the user's).
+
+    Two tuners on one host measure each other: each trial gets about half the CPUs
+    and both read as slower, and each would take most of the RAM as its budget.
+    ``join`` lists the live others so that the tuner can say so and share the RAM.
+
+    Args:
+        folder: Where the files go (default: ``/dev/shm/autotune-tuners``, else the
+            temporary folder).
+    """
+
+    def __init__(self, folder: Path | None = None) -> None:
+        import tempfile
+
+        shm = Path("/dev/shm")
+        self.folder = folder or (shm if shm.is_dir() and os.access(shm, os.W_OK)
+                                 else Path(tempfile.gettempdir())) / "autotune-tuners"
+        self._path: Path | None = None
+
+    def join(self, me: Mapping[str, Any], study: str, cpus: str) -> list[dict[str, Any]]:
+        """Register this tuner; return the other live tuners on this host."""
+        import json
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        others = []
+        for path in self.folder.glob("*.json"):
+            try:
+                entry = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if entry.get("pid") == me["pid"]:
+                continue
+            if process_alive(entry["pid"], entry["started"]):
+                others.append(entry)
+            else:  # its tuner died without leaving: tidy up
+                path.unlink(missing_ok=True)
+        self._path = self.folder / f"{me['pid']}.json"
+        self._path.write_text(json.dumps({**me, "study": study, "cpus": cpus}))
+        return others
+
+    def leave(self) -> None:
+        if self._path is not None:
+            self._path.unlink(missing_ok=True)
+            self._path = None

@@ -20,7 +20,7 @@ from autotune import Config, Outcome
 from autotune._events import FD_ENV
 from autotune._ceilings import CACHED_BATCHES, bottleneck, ceiling_key
 from autotune._knobs import Part
-from autotune._runner import TRIAL_TAG_ENV, Budget, TrialSpec, build_command, kill_orphans, run_trial
+from autotune._runner import TRIAL_TAG_ENV, Budget, TrialSpec, build_command, kill_orphans, run_trial, sweep_orphans
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tiny_train.py"
 ESCAPING = FIXTURE.with_name("escaping_train.py")
@@ -441,6 +441,24 @@ def test_kill_orphans_kills_what_carries_the_tag_and_nothing_else() -> None:
         assert kill_orphans(leader.pid, started, tag) == 0
     finally:
         for proc in (leader, escaped, bystander):
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+def test_a_sweep_kills_the_trial_processes_of_tuners_that_are_gone() -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a tuner that died: its pid names no process now
+    sleep = ["sleep", "300"]
+    orphan = subprocess.Popen(sleep, env={**os.environ, TRIAL_TAG_ENV: f"{gone.pid}-abc"}, start_new_session=True)
+    # a live tuner's trial (this test process plays the tuner), and a process of no trial
+    alive = subprocess.Popen(sleep, env={**os.environ, TRIAL_TAG_ENV: f"{os.getpid()}-def"}, start_new_session=True)
+    bystander = subprocess.Popen(sleep, start_new_session=True)
+    try:
+        assert sweep_orphans() == 1
+        assert orphan.wait(timeout=30) == -9
+        assert alive.poll() is None and bystander.poll() is None
+    finally:
+        for proc in (orphan, alive, bystander):
             proc.kill()
             proc.wait(timeout=30)
 

@@ -115,3 +115,28 @@ def test_the_registry_holds_each_tuner_once_with_its_phase(tmp_path: Path) -> No
     you.enter(Phase.DONE, "finished")
     assert me.live_others(alive, (Phase.SAMPLING, Phase.CONFIRMING)) == []
     assert [(t["pid"], t["beat"]) for t in you.others()] == [(1, 1)]
+
+
+def test_tuners_on_one_host_see_each_other_and_tidy_up_after_the_dead(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    import psutil
+
+    from autotune._tuners import HostRegistry, this_process
+
+    registry = HostRegistry(tmp_path)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    (tmp_path / f"{gone.pid}.json").write_text(
+        '{"pid": %d, "started": 1.0, "host": "here", "study": "old", "cpus": "all 2 CPUs"}' % gone.pid)
+    parent = psutil.Process(os.getppid())  # a live process playing another tuner
+    (tmp_path / f"{parent.pid}.json").write_text(
+        '{"pid": %d, "started": %r, "host": "here", "study": "mnist", "cpus": "all 2 CPUs"}'
+        % (parent.pid, parent.create_time()))
+    others = registry.join(this_process(), "jpeg", "all 2 CPUs")
+    assert [(o["pid"], o["study"]) for o in others] == [(parent.pid, "mnist")]
+    assert not (tmp_path / f"{gone.pid}.json").exists()  # the dead one's file is tidied away
+    assert (tmp_path / f"{os.getpid()}.json").exists()
+    registry.leave()
+    assert not (tmp_path / f"{os.getpid()}.json").exists()
