@@ -297,9 +297,9 @@ class StudyRunner:
         swept = sweep_orphans()
         if swept:
             self.reporter.note(f"killed {swept} trial process(es) that tuners now gone left on this host")
-        self._replay_pending()  # before recover(): a trial whose result waits here is not stale
-        self.recover()
         try:
+            self._replay_pending()  # before recover(): a trial whose result waits here is not stale
+            self.recover()
             with self._signals(), _Heartbeat(self.registry.beat):
                 if len(self.slots) == 1:
                     self._work(self.slots[0])
