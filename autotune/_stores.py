@@ -61,6 +61,14 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def root_cause(exc: BaseException) -> BaseException:
+    """The innermost cause: Optuna's RDB wraps a lost connection in "... exceeding max
+    length", which would send a user the wrong way."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    return exc
+
+
 def transient(exc: BaseException) -> bool:
     """Whether waiting may mend ``exc`` (anywhere in its chain of causes)."""
     seen: BaseException | None = exc
@@ -109,11 +117,11 @@ class Patience:
                 if self._failing_since is None:
                     self._failing_since = now
                     if self._on_wait:
-                        self._on_wait(f"{self.store} does not answer ({first_line(exc)}); retrying for up to "
-                                      f"{self.patience:.0f} s (--store-patience)")
+                        self._on_wait(f"{self.store} does not answer ({first_line(root_cause(exc))}); "
+                                      f"retrying for up to {self.patience:.0f} s (--store-patience)")
                 waited = now - self._failing_since
                 if waited >= self.patience:
-                    raise StoreDown(self.store, first_line(exc), waited) from exc
+                    raise StoreDown(self.store, first_line(root_cause(exc)), waited) from exc
                 self._sleep(min(delay, self.patience - waited))
                 delay = min(delay * 2, 10.0)
                 continue

@@ -27,7 +27,7 @@ from autotune._records import (ATTR_BASE_BATCH, ATTR_BASELINE, ATTR_CEILINGS, AT
                                TrialRow, bottleneck_of)
 from autotune._runner import Budget, TrialResult, TrialSpec, Verdict, kill_orphans, run_trial, sweep_orphans
 from autotune._slots import Slot
-from autotune._stores import STORE_PATIENCE_S, Patience, Pending, patient_storage
+from autotune._stores import STORE_PATIENCE_S, Patience, Pending, first_line, patient_storage
 from autotune._standing import Standing, export_text, held_loader_knobs, standing, throughput_figure
 from autotune._tuners import (HEARTBEAT_S, HostRegistry, Liveness, Phase, Registry, claim, claim_waiting, describe,
                               found_or_join, this_process)
@@ -684,9 +684,15 @@ class StudyRunner:
                        "series": result.series, "params": {k: v for k, v in derived.items() if v is not None},
                        "log_path": str(result.log_path), "tags": tags},
         }
-        path = self.pending.write(trial.number, record)
+        try:
+            path = self.pending.write(trial.number, record)
+        except OSError as exc:  # the local disk is full: the stores may still take it
+            self.reporter.note(f"trial {trial.number}: cannot keep its result in {self.pending.folder} "
+                               f"({first_line(exc)}); recording it straight away")
+            path = None
         applied = self._apply(record)
-        self.pending.done(path)
+        if path is not None:
+            self.pending.done(path)
         return applied
 
     def _apply(self, record: Mapping[str, Any]) -> bool:

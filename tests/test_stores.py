@@ -67,6 +67,16 @@ def test_mlflow_and_optuna_errors_are_judged_by_their_cause() -> None:
     # Optuna's RDB wraps every SQLAlchemy error the same way ("exceeding max length"): the cause decides
     down = sqlalchemy.exc.OperationalError("SELECT 1", {}, Exception("server closed the connection"))
     assert transient(chained(optuna.exceptions.StorageInternalError("... exceeding max length ..."), down))
+    wrapped = chained(optuna.exceptions.StorageInternalError("... exceeding max length ..."), down)
+    clock = Clock()
+    calls = iter([wrapped] * 100)
+
+    def failing():
+        raise next(calls)
+
+    # the message names what really happened, not Optuna's guess
+    with pytest.raises(StoreDown, match=r"has failed for 1 s: \(builtins.Exception\) server closed the connection$"):
+        Patience("the study storage s", 1, clock=clock, sleep=clock.sleep).call(failing)
     too_long = sqlalchemy.exc.DataError("INSERT", {}, Exception("value too long"))
     assert not transient(chained(optuna.exceptions.StorageInternalError("..."), too_long))
     assert not transient(optuna.exceptions.UpdateFinishedTrialError("finished"))
