@@ -32,8 +32,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 TAG = "AUTOTUNE_TEST_TAG"
 
 
-def tagged(value: str) -> list:
-    """Live (non-zombie) processes whose environment carries ``TAG=value``."""
+def tagged(value: str, variable: str = TAG) -> list:
+    """Live (non-zombie) processes whose environment carries ``variable=value`` (by default
+    this test's tag; a trial's tag is ``autotune._runner.TRIAL_TAG_ENV``)."""
     import psutil
 
     found = []
@@ -41,7 +42,7 @@ def tagged(value: str) -> list:
         if proc.pid == os.getpid():
             continue
         try:
-            if proc.environ().get(TAG) == value and proc.status() != psutil.STATUS_ZOMBIE:
+            if proc.environ().get(variable) == value and proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
         except psutil.Error:
             continue

@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from conftest import tagged
 import autotune
 from autotune import Config, Outcome
 from autotune._events import FD_ENV
@@ -399,18 +400,6 @@ def test_dataloader_workers_leave_no_orphans(tmp_path: Path) -> None:
     assert not survivors(watch)
 
 
-def carrying(tag: str) -> list[psutil.Process]:
-    """Live (non-zombie) processes whose environment carries the trial tag ``tag``."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get(TRIAL_TAG_ENV) == tag and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
-
-
 def test_a_process_that_left_the_group_dies_with_the_trial(tmp_path: Path) -> None:
     result, watch = trial(tmp_path, "train_escapes", fixture=ESCAPING)
     assert result.outcome is Outcome.COMPLETE, result.reason
@@ -420,7 +409,7 @@ def test_a_process_that_left_the_group_dies_with_the_trial(tmp_path: Path) -> No
                    if line.startswith("escaped "))
     assert escaped in watch.children  # alive during the trial, in a session of its own
     # run_trial waits for what it kills: no bound to wait on here
-    assert not carrying(watch.tag)
+    assert not tagged(watch.tag, TRIAL_TAG_ENV)
     assert not psutil.pid_exists(escaped) or psutil.Process(escaped).status() == psutil.STATUS_ZOMBIE
     assert not survivors(watch)
 

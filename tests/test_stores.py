@@ -164,19 +164,27 @@ def test_pending_results_are_written_whole_and_read_oldest_first(tmp_path: Path)
 
 
 @pytest.fixture
-def tiny_tmpfs(tmp_path: Path):
-    """A 2 MiB tmpfs: a disk that is full, for real (needs root to mount)."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True,
-                          text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+def tmpfs(tmp_path: Path):
+    """Mounts a tmpfs (a real full or read-only disk) under tmp_path; needs root, else skips."""
+    mounted = []
+
+    def mount(name: str, options: str) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True,
+                              text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        mounted.append(folder)
+        return folder
+
     yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+    for folder in mounted:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
-def test_a_full_store_folder_is_found_before_any_trial(tiny_tmpfs: Path, tmp_path: Path) -> None:
+def test_a_full_store_folder_is_found_before_any_trial(tmpfs, tmp_path: Path) -> None:
+    tiny_tmpfs = tmpfs("small", "size=2m")
     assert MIN_FREE_BYTES > 2 * 2**20
     with pytest.raises(StoreDown, match=r"has 2 MiB free; a study needs 64 MiB or more"):
         check_folder(tiny_tmpfs / "mlflow", "the store folder x")
@@ -190,24 +198,15 @@ def test_a_full_store_folder_is_found_before_any_trial(tiny_tmpfs: Path, tmp_pat
     assert not (tiny_tmpfs / "mlflow" / "mlflow.db").exists()  # nothing half-made
 
 
-def test_a_read_only_store_folder_is_found_before_any_trial(tmp_path: Path) -> None:
+def test_a_read_only_store_folder_is_found_before_any_trial(tmpfs, tmp_path: Path) -> None:
     if os.geteuid() == 0:  # root writes through permissions: a read-only mount is the real thing
-        ro = tmp_path / "ro"
-        ro.mkdir()
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], capture_output=True,
-                              text=True)
-        if done.returncode != 0:
-            pytest.skip(f"cannot mount a read-only tmpfs here: {done.stderr.strip()}")
+        ro = tmpfs("ro", "ro,size=1m")
     else:
         ro = tmp_path / "ro"
         ro.mkdir(mode=0o555)
-    try:
-        with pytest.raises(StoreDown, match=r"cannot write in .*: \[Errno (30|13)\]"):
-            check_folder(ro, "the store folder ro")
-        target = f"{Path(__file__).parent / 'fixtures' / 'tiny_train.py'}:train"
-        out = autotune("run", target, "--store", str(ro), "--trials", "1", cwd=tmp_path, timeout=120)
-        assert out.returncode == 3 and "Traceback" not in out.stderr, out.stderr
-        assert "cannot write in" in out.stderr
-    finally:
-        if os.geteuid() == 0:
-            subprocess.run(["umount", "-l", str(ro)], check=False)
+    with pytest.raises(StoreDown, match=r"cannot write in .*: \[Errno (30|13)\]"):
+        check_folder(ro, "the store folder ro")
+    target = f"{Path(__file__).parent / 'fixtures' / 'tiny_train.py'}:train"
+    out = autotune("run", target, "--store", str(ro), "--trials", "1", cwd=tmp_path, timeout=120)
+    assert out.returncode == 3 and "Traceback" not in out.stderr, out.stderr
+    assert "cannot write in" in out.stderr
