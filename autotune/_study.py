@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune._ceilings import Ceilings
 from autotune._config import Config, ConfigError
-from autotune._confirm import plan
+from autotune._confirm import PENDING, plan
 from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION, prune_reason
 from autotune._knobs import show_value
 from autotune._monitor import Background
@@ -414,10 +414,13 @@ class StudyRunner:
             trial = claim_waiting(self.study, lambda t: bool(t.user_attrs.get(ATTR_BASELINE)))
             if trial is not None:
                 return trial
+            found = standing(self.study)  # what the claim found: another tuner or slot may have just taken it
+            if found.base is not None:
+                continue
             baselines = [r for r in found.rows if r.baseline and r.confirms is None]
-            running = [r for r in baselines if r.outcome == "running"]
-            if running:
-                watched = running[-1].number
+            pending = [r for r in baselines if r.outcome in PENDING]
+            if pending:
+                watched = pending[-1].number
                 owner = self.study._storage.get_trial(self._trial_id(watched)).user_attrs.get(ATTR_OWNER) or {}
                 self._note_once(f"waiting for the baseline (trial {watched}), run by "
                                 f"{describe([owner]) if owner else 'another tuner'}")

@@ -108,7 +108,10 @@ def test_jobs_2_pins_each_trial_and_its_dataloader_workers_to_disjoint_cpus(tmp_
         assert len(set(masks)) == len(masks), masks
     # The share is recorded with every trial, in both stores, and in the export's header.
     study = load_study(tmp_path / "mlflow", "jobs")
-    shares = {t.number: t.user_attrs["slot"] for t in study.get_trials()}
+    trials = study.get_trials()
+    assert [t.number for t in trials] == list(range(5))  # --trials 5: the baseline and 4 sampled, once each
+    assert sum(bool(t.user_attrs["baseline"]) for t in trials) == 1  # the other slot waited for it
+    shares = {t.number: t.user_attrs["slot"] for t in trials}
     assert {s["slot"] for s in shares.values()} == {0, 1}
     assert all(len(s["cpus"]) == 1 and s["of_cpus"] == 2 for s in shares.values())
     _, runs = mlflow_runs(tmp_path / "mlflow", "jobs")
