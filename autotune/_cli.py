@@ -46,8 +46,8 @@ class _Group(click.Group):
             click.echo(f"autotune: error: {exc}", err=True)
             sys.exit(2)
         except StoreDown as exc:
-            click.echo(f"autotune: stopped: {exc}. Finished results are kept in the store folder; once it "
-                       "answers, run the same command to resume", err=True)
+            click.echo(f"autotune: stopped: {exc}. Finished results are kept in the store folder; once the "
+                       "store works again, run the same command to resume", err=True)
             sys.exit(3)
         except KeyboardInterrupt:
             click.echo("autotune: interrupted", err=True)

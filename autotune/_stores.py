@@ -53,12 +53,17 @@ class StoreDown(RuntimeError):
 
     def __init__(self, store: str, why: str, waited: float) -> None:
         self.store, self.why, self.waited = store, why, waited
-        super().__init__(f"{store} has failed for {waited:.0f} s: {why}")
+        super().__init__(f"{store} has failed for {waited:.0f} s: {why}" if waited else f"{store} is unusable: {why}")
+
+
+#: Characters of an error kept in a line: urllib3 nests the URL three times in one.
+LINE_LIMIT = 200
 
 
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    line = text.splitlines()[0] if text else type(exc).__name__
+    return line if len(line) <= LINE_LIMIT else line[:LINE_LIMIT - 3] + "..."
 
 
 def root_cause(exc: BaseException) -> BaseException:

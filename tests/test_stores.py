@@ -194,7 +194,7 @@ def test_a_full_store_folder_is_found_before_any_trial(tmpfs, tmp_path: Path) ->
     assert out.returncode == 3, out.stderr
     assert "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines()[-1].startswith(
-        f"autotune: stopped: the store folder {tiny_tmpfs / 'mlflow'} has failed for 0 s: ")
+        f"autotune: stopped: the store folder {tiny_tmpfs / 'mlflow'} is unusable: ")
     assert not (tiny_tmpfs / "mlflow" / "mlflow.db").exists()  # nothing half-made
 
 
