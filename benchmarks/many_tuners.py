@@ -48,6 +48,7 @@ from servers import (
     PgServer,
     PrivateCluster,
     fresh_database,
+    running_mlflow_server,
 )
 
 TARGET = f"{ROOT / 'runners' / 'mnist.py'}:train"
@@ -292,20 +293,15 @@ def run_setting(label: str, tuners_args: list[list[str]], work: Path, pg: PgServ
     """Start the tuners together on a fresh study database and MLflow server; audit both stores."""
     name = f"mt-{label.split()[0]}-{uuid.uuid4().hex[:6]}"
     folder = work / name
-    with fresh_database(pg) as url, fresh_database(pg) as backend:
-        server = MlflowServer(backend, folder / "server")
-        try:
-            server.start()
-            common = ["--study", name, "--storage", url, "--tracking-uri", server.url, "--confirm", str(plan.confirm),
-                      "--space", str(work / "space.yaml"), *plan.budget()]
-            started = time.monotonic()
-            tuners = [Tuner(folder / f"host{i}", *common, "--store", "store", *args)
-                      for i, args in enumerate(tuners_args)]
-            exits = [t.wait(timeout) for t in tuners]
-            wall = time.monotonic() - started
-            found = audit(url, server.url, name, plan.confirm, [t.cwd / "store" for t in tuners])
-        finally:
-            server.stop()
+    with fresh_database(pg) as url, running_mlflow_server(pg, folder / "server") as server:
+        common = ["--study", name, "--storage", url, "--tracking-uri", server.url, "--confirm", str(plan.confirm),
+                  "--space", str(work / "space.yaml"), *plan.budget()]
+        started = time.monotonic()
+        tuners = [Tuner(folder / f"host{i}", *common, "--store", "store", *args)
+                  for i, args in enumerate(tuners_args)]
+        exits = [t.wait(timeout) for t in tuners]
+        wall = time.monotonic() - started
+        found = audit(url, server.url, name, plan.confirm, [t.cwd / "store" for t in tuners])
     notes = []
     for tuner in tuners:
         out = tuner.output
@@ -356,36 +352,31 @@ def drill_tracking(work: Path, pg: PgServer, plan: Plan, down_s: float, patience
     the tuner stopped meanwhile (exit 3), the same command is run again."""
     name = f"drill-mlflow-{uuid.uuid4().hex[:6]}"
     folder = work / name
-    with fresh_database(pg) as url, fresh_database(pg) as backend:
-        server = MlflowServer(backend, folder / "server")
-        try:
-            server.start()
-            args = ["--study", name, "--storage", url, "--tracking-uri", server.url, "--trials",
-                    str(plan.drill_trials), "--confirm", "0", "--seed", "0", "--space", str(work / "space.yaml"),
-                    *plan.budget(), *(["--store-patience", str(patience)] if patience is not None else [])]
-            first = Tuner(folder / "host", *args)
-            wait_until(measuring(url, name, 1), 300, "trial 1 to measure a window", [first])
-            server.stop()
-            stopped = time.monotonic()
-            while time.monotonic() - stopped < down_s and first.proc.poll() is None:
-                time.sleep(0.5)
-            stopped_at = time.monotonic() - stopped if first.proc.poll() is not None else None
-            time.sleep(max(0.0, down_s - (time.monotonic() - stopped)))
-            server.start()
-            down = time.monotonic() - stopped
-            tuners = [first]
-            exits = [first.wait(down_s + 600)]
-            happened = f"server down {down:.0f} s from trial 1's first window"
-            if stopped_at is not None:
-                happened += f"; the tuner stopped {stopped_at:.0f} s into it"
-            if exits[0] == 3:
-                again = Tuner(folder / "host", *args)  # the same command, once the server is back
-                tuners.append(again)
-                exits.append(again.wait(600))
-                happened += "; the same command run again once the server was back"
-            found = audit(url, server.url, name, 0, [folder / "host" / "mlflow"])
-        finally:
-            server.stop()
+    with fresh_database(pg) as url, running_mlflow_server(pg, folder / "server") as server:
+        args = ["--study", name, "--storage", url, "--tracking-uri", server.url, "--trials",
+                str(plan.drill_trials), "--confirm", "0", "--seed", "0", "--space", str(work / "space.yaml"),
+                *plan.budget(), *(["--store-patience", str(patience)] if patience is not None else [])]
+        first = Tuner(folder / "host", *args)
+        wait_until(measuring(url, name, 1), 300, "trial 1 to measure a window", [first])
+        server.stop()
+        stopped = time.monotonic()
+        while time.monotonic() - stopped < down_s and first.proc.poll() is None:
+            time.sleep(0.5)
+        stopped_at = time.monotonic() - stopped if first.proc.poll() is not None else None
+        time.sleep(max(0.0, down_s - (time.monotonic() - stopped)))
+        server.start()
+        down = time.monotonic() - stopped
+        tuners = [first]
+        exits = [first.wait(down_s + 600)]
+        happened = f"server down {down:.0f} s from trial 1's first window"
+        if stopped_at is not None:
+            happened += f"; the tuner stopped {stopped_at:.0f} s into it"
+        if exits[0] == 3:
+            again = Tuner(folder / "host", *args)  # the same command, once the server is back
+            tuners.append(again)
+            exits.append(again.wait(600))
+            happened += "; the same command run again once the server was back"
+        found = audit(url, server.url, name, 0, [folder / "host" / "mlflow"])
     print(f"{what}: {happened}, exits {exits}, {found}", file=sys.stderr)
     return Drill(what, happened, exits, sum("Traceback" in t.output for t in tuners),
                  [line for t in tuners for line in t.store_lines()], found)
