@@ -295,12 +295,12 @@ class StudyRunner:
         one raises KeyboardInterrupt at once.
         """
         self._started = time.monotonic()
-        swept = sweep_orphans()
-        if swept:
-            self.reporter.note(f"killed {swept} trial process(es) that tuners now gone left on this host")
         try:
             self._replay_pending()  # before recover(): a trial whose result waits here is not stale
-            self.recover()
+            self.recover()  # kills the processes of the trials it closes, and says so in their reason
+            swept = sweep_orphans()  # those of trials another host closed
+            if swept:
+                self.reporter.note(f"killed {swept} trial process(es) that tuners now gone left on this host")
             with self._signals(), _Heartbeat(self.registry.beat):
                 if len(self.slots) == 1:
                     self._work(self.slots[0])
