@@ -51,6 +51,26 @@ class Tuner:
         return self.log.read_text()
 
 
+@pytest.fixture
+def launch():
+    """Starts tuners; any still running when the test ends (it failed) is stopped as Ctrl-C would."""
+    started: list[Tuner] = []
+
+    def start(cwd: Path, *args: str, env: dict | None = None) -> Tuner:
+        started.append(Tuner(cwd, *args, env=env))
+        return started[-1]
+
+    yield start
+    for tuner in started:
+        if tuner.proc.poll() is None:
+            tuner.proc.terminate()
+            try:
+                tuner.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                tuner.proc.kill()
+                tuner.proc.wait()
+
+
 def study_of(url: str, name: str):
     import optuna
 
@@ -130,31 +150,42 @@ def test_tuners_started_together_on_a_new_study(tuners: int, postgres: str, mlfl
     assert sum("waiting for the baseline (trial 0)" in out for out in outputs) >= 1
 
 
-def test_the_parent_run_stays_open_until_the_last_tuner_leaves(postgres: str, mlflow_server, tmp_path: Path) -> None:
-    """Deterministic, not a race on speed: the second tuner's trials wait at a gate the test opens."""
+def test_the_parent_run_stays_open_until_the_last_tuner_leaves(postgres: str, mlflow_server, tmp_path: Path,
+                                                              launch) -> None:
+    """Deterministic, not a race on speed (a loaded machine starts a tuner in anything from 3 to
+    30 s): each tuner's trials wait at a gate of its own, which the test opens in turn."""
     from mlflow import MlflowClient
 
     name = f"last-{uuid.uuid4().hex[:6]}"
-    gate = tmp_path / "gate"
-    args = ["--study", name, "--storage", postgres, "--tracking-uri", mlflow_server.url, "--confirm", "1", *FAST]
+    gate_a, gate_b = tmp_path / "gate-a", tmp_path / "gate-b"
+    args = ["--study", name, "--storage", postgres, "--tracking-uri", mlflow_server.url, "--confirm", "1",
+            "--startup-timeout", "300", *FAST]
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    first = Tuner(tmp_path / "a", "--trials", "2", *args)
-    wait_until(lambda: any(t.state.name == "RUNNING" for t in study_of(postgres, name).get_trials())
-               if _study_exists(postgres, name) else False, what="the first tuner's baseline to start")
-    second = Tuner(tmp_path / "b", "--trials", "1", "--startup-timeout", "300", *args, env={"TEAM_GATE": str(gate)})
+    first = launch(tmp_path / "a", "--trials", "2", *args, env={"TEAM_GATE": str(gate_a)})
+    wait_until(lambda: _study_exists(postgres, name) and any(
+        t.state.name == "RUNNING" for t in study_of(postgres, name).get_trials()),
+        what="the first tuner to claim the baseline")
+    second = launch(tmp_path / "b", "--trials", "1", *args, env={"TEAM_GATE": str(gate_b)})
+    wait_until(lambda: len(_tuners(postgres, name)) == 2, what="the second tuner to join")
+    gate_a.write_text("open")  # the first runs its trials, while the second waits at its own gate
     out = first.wait()
     assert first.proc.returncode == 0, out
     assert "still run trials of study" in out and "the last one to finish plans the confirmation" in out
     assert "the study's MLflow parent run stays open" in out
     parent_id = study_of(postgres, name).user_attrs["mlflow_parent_run_id"]
     assert MlflowClient(mlflow_server.url).get_run(parent_id).info.status == "RUNNING"
-    assert second.proc.poll() is None  # held at the gate
-    gate.write_text("open")
+    assert second.proc.poll() is None  # held at its gate
+    gate_b.write_text("open")
     out = second.wait()
     assert second.proc.returncode == 0, out
     assert "confirming:" in out  # the last tuner planned the confirmation
     check_invariants(postgres, mlflow_server.url, name, tuners=2, own_trials=3, confirm=1)
+
+
+def _tuners(url: str, name: str) -> list[dict]:
+    study = study_of(url, name)
+    return [v for k, v in study._storage.get_study_system_attrs(study._study_id).items() if k.startswith(TUNER_KEY)]
 
 
 def _study_exists(url: str, name: str) -> bool:
