@@ -168,8 +168,7 @@ def open_storage(store: Path, url: str | None, patience: float | None = None,
     except ConfigError:
         raise
     except Exception as exc:  # every failure here means: no study can start
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(f"--storage {shown!r}: cannot be opened: {first}") from None
+        raise ConfigError(f"--storage {shown!r}: cannot be opened: {first_line(exc)}") from None
 
 
 class _Heartbeat(Background):
@@ -446,12 +445,15 @@ class StudyRunner:
 
     def _confirm(self, slot: Slot, found: Standing) -> None:
         """Run enqueued re-runs (of any tuner's plan) until none is left."""
+        import optuna
+
         started, index = time.monotonic(), 0
         while not self._interrupt.is_set():
             trial = claim_waiting(self.study, lambda t: ATTR_CONFIRMS in t.user_attrs)
             if trial is None:
                 break
-            left = sum(1 for r in standing(self.study).rows if r.confirms is not None and r.outcome == "waiting")
+            left = sum(ATTR_CONFIRMS in w.user_attrs for w in self.study.get_trials(
+                deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
             found = self._trial_and_report(trial, slot, found, index, index + 1 + left, started)
             index += 1
 

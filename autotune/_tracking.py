@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from autotune._config import ConfigError
 from autotune._outcome import Outcome, clip
-from autotune._stores import STORE_PATIENCE_S, Patience
+from autotune._stores import STORE_PATIENCE_S, Patience, first_line
 
 T = TypeVar("T")
 
@@ -83,8 +83,7 @@ class Tracker:
                 if attempt + 1 < attempts:
                     time.sleep(1.0 + attempt)
                     continue
-                raise ConfigError(f"tracking store {uri!r} cannot be reached: "
-                                  f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+                raise ConfigError(f"tracking store {uri!r} cannot be reached: {first_line(exc)}") from None
         self._patience = Patience(f"the tracking store {uri}", patience, on_wait=on_wait)
 
     def _call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
