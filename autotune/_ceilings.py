@@ -34,6 +34,13 @@ HIGH_EFFICIENCY = 0.9
 #: Share of a loop's time spent waiting for the next batch from which the loop
 #: is data-bound (a trace of waiting is normal: each epoch's first batch).
 DATA_WAIT_HIGH = 0.1
+#: How far past a bound a trial may run and the bound still count as right: the
+#: two are measured seconds apart, each with its own noise. A trial further past
+#: it than this (and than half their spreads) shows the bound was wrong (measured
+#: while others loaded the machine, or too briefly): it is not used.
+CEILING_NOISE = 0.1
+#: Bound names as people read them.
+BOUND_NAMES = {"compute": "data-on-device ceiling", "loader": "loader ceiling", "cpu": "CPU roof"}
 #: Batches a trial keeps on its device to replay for the compute ceiling: enough
 #: that a loop which looks at its batch sees more than one, few enough to be free.
 CACHED_BATCHES = 4
@@ -80,8 +87,19 @@ class Ceilings:
             self.add(entry)
 
     def add(self, entry: Mapping[str, Any]) -> None:
-        """Add one measurement: ``{"part", "key", "samples_per_s", "cpu_per_sample"?, "cpus"?}``."""
+        """Add one measurement: ``{"part", "key", "samples_per_s", "cpu_per_sample"?, "cpus"?}``.
+
+        One with a ``doubt`` (measured under load, or beaten by its own trial) is left
+        out; a ``distrust`` entry (a later trial ran past the study's figure for that
+        key) drops the measurements so far, so that the next trial measures it again.
+        """
         where = (entry["part"], entry["key"])
+        if entry.get("distrust"):
+            self._seen.pop(where, None)
+            self._cpu.pop(where, None)
+            return
+        if entry.get("doubt"):
+            return
         self._seen.setdefault(where, []).append(entry["samples_per_s"])
         if entry.get("cpu_per_sample") is not None:
             self._cpu.setdefault(where, []).append(entry["cpu_per_sample"])
@@ -124,6 +142,8 @@ class Bottleneck:
         cpu: The CPU roof (samples/s, see ``cpu_roof``), if both parts' CPU costs
             were measured.
         of_roof: samples/s over the lowest of the three (None without a ceiling).
+        unreliable: The bounds the trial ran past beyond the noise (``compute``,
+            ``loader``, ``cpu``): wrong, so left out of everything above.
     """
 
     verdict: str
@@ -133,6 +153,7 @@ class Bottleneck:
     why: str
     cpu: float | None = None
     of_roof: float | None = None
+    unreliable: tuple[str, ...] = ()
 
     @property
     def limit(self) -> str | None:
@@ -157,7 +178,8 @@ def lowest_bound(compute: float | None, loader: float | None, cpu: float | None)
 
 
 def bottleneck(samples_per_s: float, data_wait: float, compute: float | None,
-               loader: float | None, cpu: float | None = None) -> Bottleneck:
+               loader: float | None, cpu: float | None = None, noise: float = CEILING_NOISE,
+               doubted: Mapping[str, str] | None = None) -> Bottleneck:
     """Name what limits a trial: its data-wait share decides, its ceilings explain.
 
     The data wait is measured step by step in the trial's own windows, so noise
@@ -170,28 +192,42 @@ def bottleneck(samples_per_s: float, data_wait: float, compute: float | None,
     roof (``cpu``) is under both ceilings, the line ends with it: loading and
     compute share the CPUs, and no overlap can beat their sum.
 
+    No config beats its bounds, so a trial past one by more than ``noise`` shows
+    that bound was measured wrong: it is named unreliable and not used. Past it by
+    less, the trial is at the bound (100%), within the noise. ``doubted`` names
+    bounds already known to be wrong (unmeasured here) and why.
+
     >>> bottleneck(940.0, 0.01, 1000.0, 5000.0).why
     '94% of the data-on-device ceiling (1,000 samples/s): compute-bound, waits on data 1% of the time'
     >>> bottleneck(400.0, 0.6, 1000.0, 420.0).why
     '40% of the data-on-device ceiling (1,000 samples/s): data-bound, waits on data 60% of the time: the loader alone makes 420 samples/s'
+    >>> bottleneck(615.0, 0.0, 255.0, 5000.0).why
+    'no compute ceiling measured: compute-bound, waits on data 0% of the time; unreliable, not used: the data-on-device ceiling (255 samples/s, the trial ran at 241% of it)'
     """
-    efficiency = samples_per_s / compute if compute else None
+    bounds = {"compute": compute, "loader": loader, "cpu": cpu}
+    notes = {name: f"the {BOUND_NAMES[name]} ({why})" for name, why in (doubted or {}).items()}
+    notes.update({name: f"the {BOUND_NAMES[name]} ({v:,.0f} samples/s, the trial ran at {samples_per_s / v:.0%} of it)"
+                  for name, v in bounds.items() if v and samples_per_s > v * (1 + noise)})
+    unreliable = tuple(notes)
+    wrong = "; unreliable, not used: " + ", ".join(notes.values()) if notes else ""
+    compute, loader, cpu = (None if name in unreliable else v for name, v in bounds.items())
+    efficiency = min(1.0, samples_per_s / compute) if compute else None
     # Without a ceiling there is no loop to bound: the CPU roof alone says nothing.
     lowest = lowest_bound(compute, loader, cpu) if compute or loader else None
-    of_roof = samples_per_s / lowest[1] if lowest else None
+    of_roof = min(1.0, samples_per_s / lowest[1]) if lowest else None
     head = (f"{efficiency:.0%} of the data-on-device ceiling ({compute:,.0f} samples/s)"
             if efficiency is not None else "no compute ceiling measured")
     waits = f"waits on data {data_wait:.0%} of the time"
     shared = ""
     if lowest and lowest[0] == "cpu":
         shared = (f"; loading and compute share the CPUs, which allow {cpu:,.0f} samples/s for both: "
-                  f"{samples_per_s / cpu:.0%} of that")
+                  f"{min(1.0, samples_per_s / cpu):.0%} of that")
     if data_wait < DATA_WAIT_HIGH:
         return Bottleneck("compute-bound", efficiency, compute, loader,
-                          f"{head}: compute-bound, {waits}{shared}", cpu, of_roof)
+                          f"{head}: compute-bound, {waits}{shared}{wrong}", cpu, of_roof, unreliable)
     why = f"{head}: data-bound, {waits}"
     if loader is not None and compute is not None and loader < compute:
         why += f": the loader alone makes {loader:,.0f} samples/s"
     elif loader is not None:
         why += f", though the loader alone makes {loader:,.0f} samples/s: loading and compute do not overlap"
-    return Bottleneck("data-bound", efficiency, compute, loader, why + shared, cpu, of_roof)
+    return Bottleneck("data-bound", efficiency, compute, loader, why + shared + wrong, cpu, of_roof, unreliable)

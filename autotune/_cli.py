@@ -19,6 +19,7 @@ from autotune._config import ConfigError
 from autotune._confirm import CONFIRM_TOP
 from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION
 from autotune._knobs import KNOBS, show_value
+from autotune._noise import FOREIGN_LOAD_MAX, QUIET_WAIT_S, REMEASURES
 from autotune._outcome import headline
 from autotune._space import SPACES_DIR
 from autotune._stores import STORE_PATIENCE_S, StoreDown
@@ -115,6 +116,15 @@ def _spaces() -> str:
 @click.option("--ceiling-windows", type=click.IntRange(min=0), default=2, show_default=True,
               help="Windows per ceiling (compute: the loop on batches already on the device; "
                    "loader: the loader alone), measured once per distinct config (0: none).")
+@click.option("--max-load", type=click.FloatRange(0, 1), default=FOREIGN_LOAD_MAX, show_default=True,
+              help="Share of a trial's CPUs (or GPU) other processes may use while it measures; above it "
+                   "the trial is noisy: shown, never ranked, and measured again once the machine is "
+                   "quiet (1: never noisy by load).")
+@click.option("--remeasure", type=click.IntRange(min=0), default=REMEASURES, show_default=True,
+              help="Times a noisy trial is measured again at most (0: never).")
+@click.option("--quiet-wait", type=click.FloatRange(min=0), default=QUIET_WAIT_S, show_default=True,
+              metavar="SECONDS", help="How long to wait for a quiet machine before measuring a noisy "
+                                      "trial again.")
 @click.option("--seed", type=int, default=None, help="Seed for the sampler and the workers.")
 @click.option("--store-patience", type=click.FloatRange(min=0), default=STORE_PATIENCE_S, show_default=True,
               metavar="SECONDS", help="How long the study database or tracking store may keep failing "
@@ -124,7 +134,7 @@ def run(target: str, trials: int, space: str, study: str | None, storage: str | 
         tracking_uri: str | None, device: str, jobs: int, warmup: float, window: float, windows: int,
         timeout: float | None, startup_timeout: float, stall_timeout: float, ram_budget: float | None,
         divergence_tolerance: float, prune: float, confirm: int, ceiling_windows: int,
-        seed: int | None, store_patience: float) -> None:
+        max_load: float, remeasure: int, quiet_wait: float, seed: int | None, store_patience: float) -> None:
     """Tune TARGET (path/to/file.py:function or package.module:function).
 
     After the trials, the top configs and the baseline are re-run (--confirm) and
@@ -162,7 +172,7 @@ def run(target: str, trials: int, space: str, study: str | None, storage: str | 
                     startup_s=startup_timeout, stall_s=stall_timeout, timeout_s=timeout)
     options = StudyOptions(target, trials, study, storage, tracking_uri, store, device, budget,
                            int(ram_budget * 2**30) if ram_budget else None, seed,
-                           divergence_tolerance, prune, confirm, store_patience)
+                           divergence_tolerance, prune, confirm, store_patience, max_load, remeasure, quiet_wait)
     check_folder(store, f"the store folder {store}")  # read-only or full: said before anything starts
     # the storage before the tracking store: a bad URL creates nothing
     backend = open_storage(store, storage, store_patience, reporter.note)
@@ -272,7 +282,9 @@ class _Progress:
                 return
             self._draw()
 
-    def trial_done(self, row, best, seconds_left: float) -> None:
+    def trial_done(self, row, found, seconds_left: float) -> None:
+        from rich.markup import escape
+
         sps = f"{row.samples_per_s:10,.1f} samples/s" if row.samples_per_s else " " * 20
         speed = f"{row.speedup:5.2f}x" if row.speedup else "      "
         wait = row.metrics.get("data_wait_frac")
@@ -280,14 +292,23 @@ class _Progress:
         bound = row.bottleneck
         bound_text = (f"  {bound.efficiency:4.0%} of ceiling, {bound.verdict}" if bound and bound.efficiency
                       else f"  {bound.verdict}" if bound else "")
+        if bound and bound.unreliable:
+            bound_text += f" ({', '.join(bound.unreliable)} bound unreliable)"
+        others = row.metrics.get("foreign_cpu")
+        if others is not None and others >= 0.05:  # a quiet machine reads 0-5%: said when it is not
+            bound_text += f"  others {others:.0%}"
         with self._lock:
             head = self._heads.pop(row.number, f"trial {row.number}")
             self._states.pop(row.number, None)
             line = f"{head}\n    {row.outcome:9} {sps} {speed} {wait_text}{bound_text}"
             if row.outcome != "complete" and row.reason:
-                line += f"  [red]{headline(row.reason)[:120]}[/red]"
+                line += f"  [red]{escape(headline(row.reason)[:120])}[/red]"
+            elif row.doubt:
+                line += f"  [yellow]not ranked: {escape(row.doubt)}[/yellow]"
             left = f"~{int(seconds_left // 60)}m{int(seconds_left % 60):02d}s left" if seconds_left else "done"
-            best_text = f"best {best.speedup:.2f}x (trial {best.number})" if best and best.speedup else ""
+            win = found.decision.winner  # the figures the summary and the export give
+            speedup = found.speedup(win) if win else None
+            best_text = f"best {speedup:.2f}x (trial {win.first.number})" if speedup else ""
             self.console.print(f"{line}   [dim]{best_text} {left}[/dim]")
             if self._heads:
                 self._draw()
@@ -337,8 +358,8 @@ def show(study: str | None, storage: str | None, store: Path) -> None:
     # Columns for the knobs that differ between trials: the rest is noise.
     keys = [k for k in KNOBS if len({show_value(r.config.get(k, "-")) for r in rows}) > 1]
     table = Table(title=f"study {loaded.study_name}: {len(rows)} trials")
-    heads = ("#", "outcome", "samples/s", "speedup", "bound", "of roof", "data-wait", "step p50", "RAM peak",
-             *keys, "reason")
+    heads = ("#", "outcome", "samples/s", "speedup", "bound", "of roof", "data-wait", "others", "step p50",
+             "RAM peak", *keys, "reason")
     for head in heads:
         table.add_column(head, justify="right" if head in ("#", "samples/s", "speedup") else "left",
                          min_width=min(len(head), 18))
@@ -346,21 +367,25 @@ def show(study: str | None, storage: str | None, store: Path) -> None:
         m, bound = r.metrics, r.bottleneck
         mark = " *" if best is not None and r.number == best.number else ""
         again = f" (= {r.confirms})" if r.confirms is not None else ""
+        doubted = f" ({r.doubt.partition(':')[0]})" if r.doubt else ""
         table.add_row(
-            f"{r.number}{mark}", r.outcome + (" (baseline)" if r.baseline else "") + again,
-            f"{r.samples_per_s:,.1f}" if r.samples_per_s else "-",
+            f"{r.number}{mark}", r.outcome + doubted + (" (baseline)" if r.baseline else "") + again,
+            (f"{r.samples_per_s:,.1f}" + ("?" if r.doubt else "")) if r.samples_per_s else "-",
             f"{r.speedup:.2f}x" if r.speedup else "-",
             (f"{bound.verdict.split('-')[0]} {bound.efficiency:.0%}" if bound.efficiency is not None
              else bound.verdict.split("-")[0]) if bound else "-",
             f"{bound.of_roof:.0%} {bound.limit}" if bound and bound.of_roof is not None else "-",
             f"{m['data_wait_frac']:.0%}" if "data_wait_frac" in m else "-",
+            f"{max(m.get('foreign_cpu', 0), m.get('foreign_gpu', 0)):.0%}" if "foreign_cpu" in m else "-",
             f"{m['step_time_p50'] * 1000:.1f} ms" if "step_time_p50" in m else "-",
             f"{m['ram_peak'] / 2**30:.2f} GiB" if "ram_peak" in m else "-",
             *(show_value(r.config.get(k, "-")) for k in keys),
-            headline(r.reason)[:90])
+            headline(r.doubt or r.reason)[:90])
     Console(width=max(280, Console().width)).print(table)
-    click.echo("(= N): a re-run of trial N (confirmation); *: the winner; bound: compute- or data-bound, "
-               "and samples/s as a share of the compute ceiling (the loop on batches already on the device)")
+    click.echo("(= N): a re-run of trial N (confirmation or measuring again); *: the winner; bound: compute- or "
+               "data-bound, and samples/s as a share of the compute ceiling (the loop on batches already on the "
+               "device); others: share of the trial's CPUs (or GPU) other processes used while it measured; "
+               "?: a figure not believed (noisy, or a short measure), never ranked")
     if best is not None:
         first, *rest = findings(found)
         click.echo(f"best: {first}")

@@ -15,6 +15,7 @@ import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from autotune._noise import is_noisy
 from autotune._outcome import Outcome
 
 if TYPE_CHECKING:
@@ -40,8 +41,19 @@ class Group:
 
     @property
     def rates(self) -> list[float]:
-        """samples/s of each complete run."""
-        return [r.samples_per_s for r in self.runs if r.outcome == Outcome.COMPLETE.value and r.samples_per_s]
+        """samples/s of each complete run whose figure is believed (``TrialRow.reliable``):
+        a noisy run or a short measure never ranks a config."""
+        return [r.samples_per_s for r in self.runs if r.reliable]
+
+    @property
+    def lead(self) -> TrialRow:
+        """The run that speaks for the config: its first believed one, else its first."""
+        return next((r for r in self.runs if r.reliable), self.first)
+
+    @property
+    def doubted(self) -> list[TrialRow]:
+        """Its complete runs whose figure is not believed (see ``autotune._noise``)."""
+        return [r for r in self.runs if r.measured and not r.reliable]
 
     @property
     def feasible(self) -> bool:
@@ -84,8 +96,9 @@ def group_runs(rows: Sequence[TrialRow]) -> list[Group]:
 
 
 def baseline_group(groups: Sequence[Group]) -> Group | None:
-    """The first baseline trial that completed, with its re-runs."""
-    return next((g for g in groups if g.first.baseline and g.rates), None)
+    """The first baseline trial that completed, with its re-runs. Its figures may all be
+    doubted (``rates`` empty): it is still every trial's loss reference."""
+    return next((g for g in groups if g.first.baseline and any(r.measured for r in g.runs)), None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,7 +131,7 @@ def decide(groups: Sequence[Group]) -> Decision:
     if not feasible:
         return Decision(None, base, None, ())
     fastest = max(feasible, key=lambda g: g.median)
-    judged = base is not None and base.confirmed
+    judged = base is not None and base.confirmed  # (a baseline with no believed figure is not)
     contenders = [g for g in feasible if g is base or not (judged and g.confirmed) or beats(g, base)]
     winner = max(contenders, key=lambda g: g.median)
     ties = tuple(g for g in feasible if g is not winner and g.confirmed and winner.confirmed
@@ -126,18 +139,31 @@ def decide(groups: Sequence[Group]) -> Decision:
     return Decision(winner, base, fastest, ties)
 
 
+def _only_noisy(group: Group) -> bool:
+    """Ran to the end every time, but others slowed every run: worth measuring again."""
+    ended = [r for r in group.runs if r.outcome not in (Outcome.INTERRUPTED.value, *PENDING)]
+    return not group.rates and bool(ended) and all(r.measured and is_noisy(r.doubt) for r in ended)
+
+
+def _rank(group: Group) -> float:
+    """Its median, or for a config with noisy runs only, their best: a lower bound, mostly
+    (others slow a run down more often than they speed it up)."""
+    return group.median if group.rates else max(r.samples_per_s for r in group.doubted)
+
+
 def plan(groups: Sequence[Group], runs: int, top: int = CONFIRM_TOP) -> list[int]:
     """The first-trial numbers to re-run so that the top ``top`` feasible configs and
-    the baseline have ``1 + runs`` complete runs each, taken in turns (so that a
+    the baseline have ``1 + runs`` believed runs each, taken in turns (so that a
     slow drift of the machine spreads over all of them). Runs enqueued or running
     already count: a round planned while another's re-runs are under way adds
-    none of them again."""
+    none of them again. A config whose runs were all noisy competes on its best one:
+    measured again here, it gets believed figures if the machine is quiet now."""
     base = baseline_group(groups)
-    ranked = sorted((g for g in groups if g.feasible and g is not base), key=lambda g: g.median,
-                    reverse=True)[:top]
+    ranked = sorted((g for g in groups if (g.feasible or _only_noisy(g)) and g is not base),
+                    key=_rank, reverse=True)[:top]
     if not ranked:  # nothing to compare the baseline with
         return []
-    targets = ranked + ([base] if base is not None and base.feasible else [])
+    targets = ranked + ([base] if base is not None and (base.feasible or _only_noisy(base)) else [])
     need = {g.first.number: max(0, 1 + runs - len(g.rates) - g.pending) for g in targets}
     order = []
     for turn in range(max(need.values(), default=0)):

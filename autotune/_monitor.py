@@ -1,4 +1,5 @@
-"""Watch a trial from outside: host RAM of its process tree (psutil) and its GPU (NVML)."""
+"""Watch a trial from outside: host RAM of its process tree (psutil), its GPU (NVML), and
+what other processes take of the CPUs and the GPU it measures on (foreign load)."""
 
 from __future__ import annotations
 
@@ -32,10 +33,57 @@ class Sample:
     rss: int
     ram: int | None
     available: int
+    cpu: CpuReading | None = None
     gpu_util: float | None = None
     gpu_mem: int | None = None
     pcie_tx: float | None = None
     pcie_rx: float | None = None
+    gpu_foreign: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuReading:
+    """Cumulative CPU seconds at one moment (``foreign_cpu`` takes two).
+
+    Attributes:
+        busy: Busy time of the CPUs the trial may use, every process's (steal
+            included: a VM's neighbours take it).
+        tree: The trial's process tree: live processes, and those they reaped.
+        tuner: The tuner process itself (its own threads, not its children).
+    """
+
+    busy: float
+    tree: float
+    tuner: float
+
+
+def foreign_cpu(start: CpuReading, end: CpuReading, seconds: float, cpus: int) -> float:
+    """Share of ``cpus`` CPUs over ``seconds`` used by processes outside the trial and its tuner.
+
+    >>> foreign_cpu(CpuReading(10, 4, 1), CpuReading(13, 6, 1), 2.0, 2)  # a hog's 1 s of 2 s x 2 CPUs
+    0.25
+    """
+    if seconds <= 0 or cpus <= 0:
+        return 0.0
+    other = (end.busy - start.busy) - (end.tree - start.tree) - (end.tuner - start.tuner)
+    return min(1.0, max(0.0, other / (seconds * cpus)))
+
+
+def foreign_gpu(samples, own_pids: set[int]) -> float | None:
+    """SM utilisation (0-1) of a GPU by processes outside ``own_pids``, from NVML's
+    per-process samples (``nvmlDeviceGetProcessUtilization``); None when none of the
+    samples is the trial's own: NVML then sees pids of another pid namespace (a
+    container), and telling ours from theirs is impossible.
+
+    >>> class S: pass
+    >>> a, b = S(), S(); a.pid, a.smUtil, b.pid, b.smUtil = 7, 60, 9, 30
+    >>> foreign_gpu([a, b], {7})
+    0.3
+    """
+    samples = list(samples)
+    if not any(s.pid in own_pids for s in samples):
+        return None
+    return min(1.0, sum(s.smUtil for s in samples if s.pid not in own_pids) / 100)
 
 
 def size(n: float) -> str:
@@ -71,6 +119,36 @@ def tree_cpu_s() -> float:
         except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
             continue
         total += times.user + times.system
+    return total
+
+
+def tree_cpu(procs: list) -> float:
+    """CPU seconds of a live process tree, with what its members reaped (a DataLoader
+    worker that exited counts in its parent's ``children_*`` times, once)."""
+    import psutil
+
+    total = 0.0
+    for proc in procs:
+        try:
+            t = proc.cpu_times()
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+def cpus_busy(cpus: tuple[int, ...]) -> float:
+    """Busy CPU seconds since boot of the CPUs ``cpus`` (every process's, steal included)."""
+    import psutil
+
+    per_cpu = psutil.cpu_times(percpu=True)
+    total = 0.0
+    for index in cpus:
+        if index < len(per_cpu):
+            t = per_cpu[index]
+            # psutil's own busy time: all but idle and iowait (guest time is inside user).
+            total += sum(t) - t.idle - getattr(t, "iowait", 0.0) \
+                - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
     return total
 
 
@@ -149,6 +227,10 @@ class Background:
 class Monitor(Background):
     """Samples a process tree on a background thread until stopped.
 
+    The watchdog cannot die quietly: a GPU reading that fails turns the GPU
+    readings off (said in ``problems``); any other error ends the trial through
+    ``on_error``, since a trial without its RAM guard must not go on.
+
     Args:
         pid: The worker's pid (its children are found on every sample).
         ram_budget: Bytes the tree may use (PSS).
@@ -157,18 +239,37 @@ class Monitor(Background):
         gpu: An NVML handle, or None.
         floor: Bytes of available memory the machine keeps (default:
             ``AVAILABLE_FLOOR`` of its total).
+        cpus: The CPUs the trial may use, for its foreign load (default: this
+            process's affinity).
+        on_error: Called once, with the reason, when the monitor itself fails.
     """
 
     def __init__(self, pid: int, ram_budget: int | None = None,
-                 on_limit: Callable[[str], None] | None = None, gpu=None, floor: int | None = None) -> None:
+                 on_limit: Callable[[str], None] | None = None, gpu=None, floor: int | None = None,
+                 cpus: tuple[int, ...] = (), on_error: Callable[[str], None] | None = None) -> None:
         import psutil
 
         self.samples: list[Sample] = []
+        self.problems: list[str] = []
         self._pid, self._budget, self._on_limit, self._gpu = pid, ram_budget, on_limit, gpu
+        self._on_error = on_error
         self.floor = floor if floor is not None else int(psutil.virtual_memory().total * AVAILABLE_FLOOR)
+        self.cpus = tuple(cpus) or tuple(sorted(os.sched_getaffinity(0)))
+        self._tuner = psutil.Process()
+        self._gpu_seen = 0  # NVML's timestamp of the last per-process sample read
+        self._gpu_foreign_off = False
         super().__init__("autotune-monitor")
 
     def _loop(self) -> None:
+        try:
+            self._watch()
+        except Exception as exc:  # noqa: BLE001 - the trial must not run on unguarded
+            reason = f"the trial's monitor (RAM guard) failed: {type(exc).__name__}: {exc}"
+            self.problems.append(reason)
+            if self._on_error:
+                self._on_error(reason)
+
+    def _watch(self) -> None:
         import psutil
 
         fired = False
@@ -183,13 +284,35 @@ class Monitor(Background):
             ram = None
             if over_budget or under_floor or now - last_pss >= PSS_EVERY:
                 ram, last_pss = tree_memory(procs), now
-            self.samples.append(Sample(now, rss, ram, available, *self._gpu_reading()))
+            self.samples.append(Sample(now, rss, ram, available, self._cpu_reading(procs),
+                                       *self._gpu_reading(procs)))
             if not fired and self._on_limit and ram is not None:
                 reason = self._limit_reason(ram, available)
                 if reason:
                     fired = True
                     self._on_limit(reason)
             self._stop.wait(INTERVAL)
+
+    def _cpu_reading(self, procs: list | None = None) -> CpuReading:
+        times = self._tuner.cpu_times()
+        return CpuReading(cpus_busy(self.cpus), tree_cpu(process_tree(self._pid) if procs is None else procs),
+                          times.user + times.system)
+
+    def foreign_cpu(self, since: float) -> float | None:
+        """Foreign CPU load (see ``foreign_cpu``) from wall time ``since`` to now; None
+        before the first sample."""
+        start = next((s for s in reversed(self.samples) if s.wall <= since and s.cpu), None)
+        if start is None:
+            start = next((s for s in self.samples if s.cpu), None)
+        if start is None:
+            return None
+        now = time.time()
+        return foreign_cpu(start.cpu, self._cpu_reading(), now - start.wall, len(self.cpus))
+
+    def foreign_gpu(self, since: float, until: float) -> float | None:
+        """Mean foreign SM load of the trial's GPU over ``[since, until]`` (None: unknown)."""
+        seen = [s.gpu_foreign for s in self.samples if since <= s.wall <= until and s.gpu_foreign is not None]
+        return statistics.fmean(seen) if seen else None
 
     def _limit_reason(self, ram: int, available: int) -> str | None:
         if self._budget and ram > self._budget:
@@ -200,16 +323,39 @@ class Monitor(Background):
                     f"of {size(self.floor)}; the trial's processes used {size(ram)}")
         return None
 
-    def _gpu_reading(self) -> tuple:
+    def _gpu_reading(self, procs: list) -> tuple:
         if self._gpu is None:
             return ()
         import pynvml
 
-        util = pynvml.nvmlDeviceGetUtilizationRates(self._gpu).gpu
-        mem = pynvml.nvmlDeviceGetMemoryInfo(self._gpu).used
-        tx = pynvml.nvmlDeviceGetPcieThroughput(self._gpu, pynvml.NVML_PCIE_UTIL_TX_BYTES)
-        rx = pynvml.nvmlDeviceGetPcieThroughput(self._gpu, pynvml.NVML_PCIE_UTIL_RX_BYTES)
-        return float(util), int(mem), tx / 1024, rx / 1024  # NVML gives KB/s; report MB/s
+        try:
+            util = pynvml.nvmlDeviceGetUtilizationRates(self._gpu).gpu
+            mem = pynvml.nvmlDeviceGetMemoryInfo(self._gpu).used
+            tx = pynvml.nvmlDeviceGetPcieThroughput(self._gpu, pynvml.NVML_PCIE_UTIL_TX_BYTES)
+            rx = pynvml.nvmlDeviceGetPcieThroughput(self._gpu, pynvml.NVML_PCIE_UTIL_RX_BYTES)
+        except pynvml.NVMLError as exc:  # the driver went away, or the device fell off the bus
+            self.problems.append(f"GPU readings stopped: NVML: {exc}")
+            self._gpu = None
+            return ()
+        return float(util), int(mem), tx / 1024, rx / 1024, self._gpu_foreign(procs)  # NVML: KB/s; MB/s here
+
+    def _gpu_foreign(self, procs: list) -> float | None:
+        """Other processes' SM use of the trial's GPU since the last reading (None: unknown)."""
+        if self._gpu_foreign_off:
+            return None
+        import pynvml
+
+        try:
+            samples = pynvml.nvmlDeviceGetProcessUtilization(self._gpu, self._gpu_seen)
+        except pynvml.NVMLError_NotFound:  # no process sampled since the last reading
+            return None
+        except pynvml.NVMLError as exc:  # not supported here (MIG, some vGPUs)
+            self._gpu_foreign_off = True
+            self.problems.append(f"other processes' use of the GPU cannot be read: NVML: {exc}")
+            return None
+        if samples:
+            self._gpu_seen = max(s.timeStamp for s in samples)
+        return foreign_gpu(samples, {p.pid for p in procs})
 
     def summary(self, since: float = 0.0, until: float = float("inf")) -> dict[str, float]:
         """Peak RAM (PSS), minimum available RAM and GPU means/peaks over ``[since, until]``."""

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from autotune._ceilings import Bottleneck, Ceilings, bottleneck, cpu_roof
+from autotune._ceilings import CEILING_NOISE, Bottleneck, Ceilings, bottleneck, cpu_roof
 from autotune._outcome import Outcome
 
 if TYPE_CHECKING:
@@ -29,6 +29,9 @@ ATTR_SAMPLED, ATTR_CONFIRMS, ATTR_CEILINGS = "sampled", "confirms", "ceilings"
 ATTR_PARENT = "mlflow_parent_run_id"
 #: Where a trial ran: its slot, CPU set and device (``autotune._slots.Slot.record``).
 ATTR_SLOT = "slot"
+#: Why a complete trial's figure is not believed (``autotune._noise.doubt``), and, on a
+#: trial that measures a noisy one again, which attempt it is (1, 2, ...).
+ATTR_DOUBT, ATTR_REMEASURE = "doubt", "remeasure"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,10 +51,22 @@ class TrialRow:
     confirms: int | None = None
     bottleneck: Bottleneck | None = None
     slot: dict[str, Any] = dataclasses.field(default_factory=dict)
+    doubt: str | None = None
+    remeasure: int = 0
 
     @property
     def samples_per_s(self) -> float | None:
         return self.metrics.get("samples_per_s")
+
+    @property
+    def measured(self) -> bool:
+        """Complete, with a figure (believed or not: see ``doubt``)."""
+        return self.outcome == Outcome.COMPLETE.value and bool(self.samples_per_s)
+
+    @property
+    def reliable(self) -> bool:
+        """Complete, with a figure that ranks (not noisy, not a short measure)."""
+        return self.measured and self.doubt is None
 
 
 
@@ -68,7 +83,8 @@ def row_of(trial: optuna.trial.FrozenTrial, ceilings: Ceilings) -> TrialRow:
     return TrialRow(trial.number, bool(attrs.get(ATTR_BASELINE)), outcome, attrs.get(ATTR_REASON, ""),
                     metrics, config, attrs.get(ATTR_BASE_BATCH), None,
                     [tuple(p) for p in attrs.get(ATTR_LOSSES, [])], attrs.get(ATTR_SAMPLED, {}),
-                    attrs.get(ATTR_CONFIRMS), bound, attrs.get(ATTR_SLOT, {}))
+                    attrs.get(ATTR_CONFIRMS), bound, attrs.get(ATTR_SLOT, {}), attrs.get(ATTR_DOUBT),
+                    attrs.get(ATTR_REMEASURE, 0))
 
 
 def bottleneck_of(metrics: Mapping[str, float], config: Mapping[str, Any], ceilings: Ceilings,
@@ -83,17 +99,24 @@ def bottleneck_of(metrics: Mapping[str, float], config: Mapping[str, Any], ceili
     from autotune._knobs import Part
 
     mine = {entry["part"]: entry for entry in own}
+    # Its own ceilings found wrong (under load, or run past), and the study's it ran past.
+    doubted = {part: entry.get("doubt") or entry["distrust"] for part, entry in mine.items()
+               if entry.get("doubt") or entry.get("distrust")}
 
     def measured(part: Part, key: str) -> float | None:
+        if part.value in doubted:
+            return None
         value = mine.get(part.value, {}).get(key)
         if value is not None:
             return value
         return ceilings.get(part, config) if key == "samples_per_s" else ceilings.cpu(part, config)
 
     cpus = next((e["cpus"] for e in own if e.get("cpus")), None) or ceilings.cpus
+    # Past a ceiling by more than the two measurements' noise together shows it wrong.
+    spreads = [metrics.get("samples_per_s_spread", 0.0), *(e.get("spread", 0.0) for e in own)]
     return bottleneck(metrics["samples_per_s"], metrics.get("data_wait_frac", 0.0),
                       measured(Part.COMPUTE, "samples_per_s"), measured(Part.LOADER, "samples_per_s"),
                       cpu_roof(measured(Part.COMPUTE, "cpu_per_sample"), measured(Part.LOADER, "cpu_per_sample"),
-                               cpus))
+                               cpus), noise=max(CEILING_NOISE, sum(spreads) / 2), doubted=doubted)
 
 

@@ -384,7 +384,8 @@ class Trial(Run):
         now = time.perf_counter()
         self._emit("ceiling", part=part.value, key=ceiling_key(part, self.resolved()),
                    index=self._ceiling_index, steps=self._win_steps, samples=self._win_samples,
-                   seconds=now - self._window_start, cpu_s=tree_cpu_s() - self._win_cpu, cpus=usable_cpus())
+                   seconds=now - self._window_start, cpu_s=tree_cpu_s() - self._win_cpu, cpus=usable_cpus(),
+                   wall=time.time())
         self._ceiling_index += 1
         self._reset_window(now)
         if self._ceiling_index >= self._ceiling_windows:

@@ -316,7 +316,8 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     step = 0
     judge({"event": "spawned", "pid": proc.pid, "tag": tag})
     try:
-        with Monitor(proc.pid, ram_budget, lambda why: kill(Outcome.OOM_HOST, why), gpu, floor) as monitor:
+        with Monitor(proc.pid, ram_budget, lambda why: kill(Outcome.OOM_HOST, why), gpu, floor,
+                     cpus=spec.cpus, on_error=lambda why: kill(Outcome.CRASHED, why)) as monitor:
             while True:
                 exited = proc.poll() is not None
                 if exited and "exit" not in arrived:
@@ -329,10 +330,9 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
                     arrived.setdefault(event["event"], now - spawned)
                     if event["event"] in _PROGRESS:
                         alive, step = now, event.get("step", step)
-                    if event["event"] == "window":
-                        windows.append(event)
-                    elif event["event"] == "ceiling":
-                        ceilings.append(event)
+                    if event["event"] in ("window", "ceiling"):
+                        _add_foreign_load(event, monitor)
+                        (windows if event["event"] == "window" else ceilings).append(event)
                     judge(event)
                 if exited and not data:
                     break
@@ -353,6 +353,9 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
         proc.wait()
         os.close(read_fd)
         _kill_processes((), tag)  # those that left the group; the group's dying members are waited for
+    if monitor.problems:  # handled, and said: in the log and the reason
+        with open(log_path, "a") as log:
+            log.writelines(f"autotune: {line}\n" for line in monitor.problems)
     stderr_tail = log_tail(log_path.read_text(errors="replace"))
     metrics = summarize(windows, monitor, started, events)
     metrics.update(overheads(arrived))
@@ -362,10 +365,24 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     outcome, reason = classify(proc.returncode, killed[0] if killed else None, events.get("error"),
                                windows, stderr_tail, history=losses, reference=reference,
                                tolerance=tolerance, memory_low=memory_low, expected_windows=budget.windows)
+    if monitor.problems and not killed:
+        reason = "\n".join(filter(None, [reason, *monitor.problems]))
     final = events.get("end") or events.get("resolved") or {}
     return TrialResult(outcome, reason, metrics, window_series(windows, monitor), windows,
                        final.get("config", {}), final.get("base_batch_size"), final.get("lr"), log_path,
                        losses, measured)
+
+
+def _add_foreign_load(event: dict[str, Any], monitor: Monitor) -> None:
+    """Put in a window or ceiling event, as it arrives, the share of the trial's CPUs (and
+    GPU) that other processes used during it: ``foreign_cpu``, ``foreign_gpu``."""
+    if "wall" not in event:
+        return
+    since = event["wall"] - event["seconds"]
+    for name, value in (("foreign_cpu", monitor.foreign_cpu(since)),
+                        ("foreign_gpu", monitor.foreign_gpu(since, event["wall"]))):
+        if value is not None:
+            event[name] = value
 
 
 def log_tail(text: str, lines: int = 10) -> str:
@@ -407,6 +424,10 @@ def summarize(windows: Sequence[Mapping[str, Any]], monitor: Monitor, started: f
         data_wait_frac=sum(w["data_wait"] for w in windows) / sum(w["seconds"] for w in windows),
         measured_samples=float(sum(w["samples"] for w in windows)),
     )
+    for name in ("foreign_cpu", "foreign_gpu"):
+        seen = [(w[name], w["seconds"]) for w in windows if name in w]
+        if seen:  # over the measured time: the windows, weighted by their length
+            metrics[name] = sum(v * t for v, t in seen) / sum(t for _, t in seen)
     if windows[-1].get("loss") is not None:
         metrics["loss"] = windows[-1]["loss"]
     if "gpu_mem_peak" in windows[-1]:
@@ -426,6 +447,9 @@ def summarize_ceilings(events: Sequence[Mapping[str, Any]]) -> list[dict[str, An
         median = statistics.median(rates)
         entry = {"part": part, "key": windows[0]["key"], "samples_per_s": median,
                  "spread": (max(rates) - min(rates)) / median if median else 0.0, "windows": len(rates)}
+        foreign = [w["foreign_cpu"] for w in windows if "foreign_cpu" in w]
+        if foreign:  # its worst window: one busy window is enough to doubt a ceiling
+            entry["foreign_cpu"] = max(foreign)
         samples = sum(w["samples"] for w in windows)
         if samples and all("cpu_s" in w for w in windows):
             # CPU seconds per sample of this part alone: with the other part's, what sharing the
@@ -466,6 +490,8 @@ def window_series(windows: Sequence[Mapping[str, Any]], monitor: Monitor) -> dic
         add("window_samples_per_s", w["samples"] / w["seconds"])
         add("window_loss", w.get("loss"))
         add("window_data_wait_frac", w["data_wait"] / w["seconds"])
+        add("window_foreign_cpu", w.get("foreign_cpu"))
+        add("window_foreign_gpu", w.get("foreign_gpu"))
         seen = monitor.summary(since=w["wall"] - w["seconds"], until=w["wall"])
         add("window_ram", seen.get("ram_peak"))
         add("window_gpu_util", seen.get("gpu_util_mean"))

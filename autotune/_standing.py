@@ -33,16 +33,16 @@ class Standing:
 
     @property
     def best(self) -> TrialRow | None:
-        """The winning config's first trial (the one exported)."""
-        return self.decision.winner.first if self.decision.winner else None
+        """The winning config's lead run (its first believed one): the one exported."""
+        return self.decision.winner.lead if self.decision.winner else None
 
     @property
     def base(self) -> Group | None:
         return self.decision.baseline
 
     def speedup(self, group: Group) -> float | None:
-        """A config's median over the baseline's median."""
-        return group.median / self.base.median if self.base else None
+        """A config's median over the baseline's median (None while either has no believed figure)."""
+        return group.median / self.base.median if self.base and self.base.rates and group.rates else None
 
 
 
@@ -60,11 +60,19 @@ def standing(study: optuna.Study) -> Standing:
     trials = study.get_trials(deepcopy=False)
     ceilings = Ceilings(entry for t in trials for entry in t.user_attrs.get(ATTR_CEILINGS, []))
     rows = [row_of(t, ceilings) for t in trials]
-    base = baseline_group(group_runs(rows))
-    if base is not None:
-        rows = [dataclasses.replace(r, speedup=r.samples_per_s / base.median) if r.samples_per_s else r
-                for r in rows]
     groups = group_runs(rows)
+    base = baseline_group(groups)
+    if base is not None and base.rates:
+        # One answer per config: a believed run shows its config's median speedup (the
+        # baseline's are 1.00x); a doubted or diverged one its own figure's.
+        medians = {g.first.number: g.median for g in groups if g.rates}
+
+        def speedup(row: TrialRow) -> float:
+            mine = medians.get(row.number if row.confirms is None else row.confirms) if row.reliable else None
+            return (mine or row.samples_per_s) / base.median
+
+        rows = [dataclasses.replace(r, speedup=speedup(r)) if r.samples_per_s else r for r in rows]
+        groups = group_runs(rows)
     return Standing(rows, groups, decide(groups), ceilings)
 
 
@@ -99,6 +107,19 @@ def _runs(group: Group) -> str:
     return f"median of {len(group.rates)} runs ({numbers}), ±{group.spread / 2:.0%}"
 
 
+def _doubts(rows: list[TrialRow], numbers: bool = False, most: int = 4) -> str:
+    """What is wrong with doubted runs' figures, e.g. "noisy (3: 48% ...), short measure (5)"."""
+    kinds: dict[str, list[TrialRow]] = {}
+    for row in rows:
+        kinds.setdefault((row.doubt or "").partition(":")[0], []).append(row)
+    parts = []
+    for kind, those in kinds.items():
+        which = ", ".join(str(r.number) for r in those[:most]) + (", ..." if len(those) > most else "")
+        parts.append(f"{kind} (trial {which}: {those[0].doubt.partition(': ')[2] or those[0].doubt})"
+                     if numbers or len(kinds) == 1 else f"{kind} ({len(those)})")
+    return "; ".join(parts)
+
+
 def findings(found: Standing) -> list[str]:
     """What a study found, as plain lines: the export's header and the run's summary.
 
@@ -108,10 +129,17 @@ def findings(found: Standing) -> list[str]:
     """
     decision, base = found.decision, found.base
     win = decision.winner
+    doubted = [r for g in found.groups for r in g.doubted if not g.rates]
     if win is None:
-        return ["no complete trial"]
+        if not doubted:
+            return ["no complete trial"]
+        return [f"unreliable: no figure to rank; {len(doubted)} trial(s) completed, but each was "
+                f"{_doubts(doubted)}. Run again on a quiet machine (and with enough data for every window)"]
     spread = win.spread if win.confirmed else win.first.metrics.get("samples_per_s_spread", 0.0)
-    if base is not None and win is not base:
+    if base is not None and not base.rates:
+        lines = [f"trial {win.first.number}, {win.median:,.0f} samples/s, ±{spread / 2:.0%}; no speedup: "
+                 f"unreliable baseline, every run of it was {_doubts(base.doubted)}"]
+    elif base is not None and win is not base:
         lines = [f"trial {win.first.number}, {found.speedup(win):.2f}x the baseline "
                  f"({win.median:,.0f} vs {base.median:,.0f} samples/s, ±{spread / 2:.0%})"]
     else:
@@ -130,9 +158,11 @@ def findings(found: Standing) -> list[str]:
     if decision.ties and not decision.no_win:
         lines.append("inside the noise of it: " + ", ".join(
             f"trial {g.first.number} ({g.median:,.0f} samples/s)" for g in decision.ties))
-    if win.first.bottleneck is not None:
-        lines.append(f"bottleneck: {win.first.bottleneck.why}")
-        each = [r.bottleneck.efficiency for r in win.runs if r.bottleneck and r.bottleneck.efficiency]
+    if doubted:
+        lines.append(f"not ranked, figure not believed: {_doubts(doubted, numbers=True)}")
+    if win.lead.bottleneck is not None:
+        lines.append(f"bottleneck: {win.lead.bottleneck.why}")
+        each = [r.bottleneck.efficiency for r in win.runs if r.reliable and r.bottleneck and r.bottleneck.efficiency]
         if len(each) > 1:
             lines[-1] += f" (each run: {', '.join(f'{e:.0%}' for e in each)})"
     return lines

@@ -20,17 +20,77 @@ from autotune._confirm import PENDING, plan
 from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION, prune_reason
 from autotune._knobs import show_value
 from autotune._monitor import Background
+from autotune._noise import (
+    FOREIGN_LOAD_MAX,
+    QUIET_LOOK_S,
+    QUIET_WAIT_S,
+    REMEASURES,
+    ceiling_doubt,
+    doubt,
+    is_noisy,
+)
 from autotune._outcome import Outcome, clip, headline
-from autotune._records import (ATTR_BASE_BATCH, ATTR_BASELINE, ATTR_CEILINGS, ATTR_CONFIG, ATTR_CONFIRMS,
-                               ATTR_HEARTBEAT, ATTR_LOSSES, ATTR_LR, ATTR_METRICS, ATTR_OUTCOME, ATTR_OWNER,
-                               ATTR_PARENT, ATTR_REASON, ATTR_RUN, ATTR_SAMPLED, ATTR_SLOT, ATTR_WORKER, REASON_LIMIT,
-                               TrialRow, bottleneck_of)
-from autotune._runner import Budget, TrialResult, TrialSpec, Verdict, kill_orphans, run_trial, sweep_orphans
+from autotune._records import (
+    ATTR_BASE_BATCH,
+    ATTR_BASELINE,
+    ATTR_CEILINGS,
+    ATTR_CONFIG,
+    ATTR_CONFIRMS,
+    ATTR_DOUBT,
+    ATTR_HEARTBEAT,
+    ATTR_LOSSES,
+    ATTR_LR,
+    ATTR_METRICS,
+    ATTR_OUTCOME,
+    ATTR_OWNER,
+    ATTR_PARENT,
+    ATTR_REASON,
+    ATTR_REMEASURE,
+    ATTR_RUN,
+    ATTR_SAMPLED,
+    ATTR_SLOT,
+    ATTR_WORKER,
+    REASON_LIMIT,
+    TrialRow,
+    bottleneck_of,
+)
+from autotune._runner import (
+    Budget,
+    TrialResult,
+    TrialSpec,
+    Verdict,
+    kill_orphans,
+    run_trial,
+    sweep_orphans,
+)
 from autotune._slots import Slot
-from autotune._stores import STORE_PATIENCE_S, Patience, Pending, first_line, patient_storage
-from autotune._standing import Standing, export_text, held_loader_knobs, standing, throughput_figure
-from autotune._tuners import (HEARTBEAT_S, HostRegistry, Liveness, Phase, Registry, claim, claim_waiting, describe,
-                              found_or_join, this_process)
+from autotune._standing import (
+    Standing,
+    export_text,
+    held_loader_knobs,
+    standing,
+    throughput_figure,
+)
+from autotune._stores import (
+    STORE_PATIENCE_S,
+    Patience,
+    Pending,
+    first_line,
+    patient_storage,
+)
+from autotune._tuners import (
+    HEARTBEAT_S,
+    STALE_AFTER_S,
+    HostRegistry,
+    Liveness,
+    Phase,
+    Registry,
+    claim,
+    claim_waiting,
+    describe,
+    found_or_join,
+    this_process,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -70,6 +130,9 @@ class StudyOptions:
     prune: float = PRUNE_FRACTION
     confirm: int = 2
     store_patience: float = STORE_PATIENCE_S
+    max_load: float = FOREIGN_LOAD_MAX
+    remeasure: int = REMEASURES
+    quiet_wait: float = QUIET_WAIT_S
 
 
 class Reporter:
@@ -86,8 +149,8 @@ class Reporter:
     def event(self, event: Mapping[str, Any]) -> None:
         """An event from a running worker (``event["trial"]`` says whose)."""
 
-    def trial_done(self, row: TrialRow, best: TrialRow | None, seconds_left: float) -> None:
-        """A trial ended; ``best`` is the study's best so far."""
+    def trial_done(self, row: TrialRow, found: Standing, seconds_left: float) -> None:
+        """A trial ended; ``found`` is the study's standing with it (its winner so far)."""
 
 
 class BaselineFailed(RuntimeError):
@@ -97,6 +160,10 @@ class BaselineFailed(RuntimeError):
 def _baseline_failed(row: TrialRow) -> BaselineFailed:
     return BaselineFailed(f"the baseline (trial {row.number}: your code as written) ended as "
                           f"{row.outcome}; every trial would fail the same way:\n{row.reason}")
+
+
+def _all_cpus() -> tuple[int, ...]:
+    return tuple(sorted(os.sched_getaffinity(0)))
 
 
 def default_study_name(target: str) -> str:
@@ -173,18 +240,32 @@ def open_storage(store: Path, url: str | None, patience: float | None = None,
 
 class _Heartbeat(Background):
     """Calls ``beat`` every ``HEARTBEAT_S`` on a thread (the tuner's registry entry, a
-    running trial's counter): a storage hiccup skips one beat, the next one retries."""
+    running trial's counter): a storage hiccup skips one beat, the next one retries.
 
-    def __init__(self, beat: Callable[[], None]) -> None:
-        self._beat = beat
+    It cannot die quietly: a failed beat is said once per run of failures (other
+    tuners close a trial whose heartbeat stops for ``STALE_AFTER_S`` as stale), and
+    the next success is said too.
+    """
+
+    def __init__(self, beat: Callable[[], None], what: str = "", note: Callable[[str], None] | None = None) -> None:
+        self._beat, self._what, self._note = beat, what, note
         super().__init__("autotune-heartbeat")
 
     def _loop(self) -> None:
+        failing = False
         while not self._stop.wait(HEARTBEAT_S):
             try:
                 self._beat()
-            except Exception:  # a storage hiccup must not kill the trial; the next beat retries
+            except Exception as exc:  # a storage hiccup must not kill the trial; the next beat retries
+                if not failing and self._note:
+                    self._note(f"{self._what}: a heartbeat failed ({first_line(exc)}); retrying every "
+                               f"{HEARTBEAT_S:.0f} s (other tuners close it as stale after {STALE_AFTER_S:.0f} s "
+                               "without one)")
+                failing = True
                 continue
+            if failing and self._note:
+                self._note(f"{self._what}: heartbeats go through again")
+            failing = False
 
 
 class StudyRunner:
@@ -232,6 +313,7 @@ class StudyRunner:
         self._interrupt = threading.Event()
         self._signum: int | None = None
         self._settled_by: int | None = None  # the trial whose loader knobs are held, once noted
+        self._busy = False  # the last wait for a quiet machine timed out: look once, not wait
         self._noted: set[str] = set()  # notes said once per tuner
         # The slots' shared count of own trials taken, and the wait before confirming.
         self._turn = threading.Condition()
@@ -300,7 +382,7 @@ class StudyRunner:
             swept = sweep_orphans()  # those of trials another host closed
             if swept:
                 self.reporter.note(f"killed {swept} trial process(es) that tuners now gone left on this host")
-            with self._signals(), _Heartbeat(self.registry.beat):
+            with self._signals(), _Heartbeat(self.registry.beat, "this tuner", self.reporter.note):
                 if len(self.slots) == 1:
                     self._work(self.slots[0])
                 else:
@@ -411,14 +493,17 @@ class StudyRunner:
         while not self._interrupt.is_set():
             if found.base is not None:
                 return self.study.ask()
-            trial = claim_waiting(self.study, lambda t: bool(t.user_attrs.get(ATTR_BASELINE)))
+            firsts = {r.number for r in found.rows if r.baseline and r.confirms is None}
+            trial = claim_waiting(self.study, lambda t, firsts=firsts: bool(t.user_attrs.get(ATTR_BASELINE))
+                                  or t.user_attrs.get(ATTR_CONFIRMS) in firsts)
             if trial is not None:
                 return trial
             found = standing(self.study)  # what the claim found: another tuner or slot may have just taken it
             if found.base is not None:
                 continue
             baselines = [r for r in found.rows if r.baseline and r.confirms is None]
-            pending = [r for r in baselines if r.outcome in PENDING]
+            pending = [r for r in found.rows if r.outcome in PENDING
+                       and (r.number in firsts or r.confirms in firsts)]
             if pending:
                 watched = pending[-1].number
                 owner = self.study._storage.get_trial(self._trial_id(watched)).user_attrs.get(ATTR_OWNER) or {}
@@ -487,12 +572,43 @@ class StudyRunner:
         found = standing(self.study)
         row = next(r for r in found.rows if r.number == number)
         left = (time.monotonic() - started) / (index + 1) * (total - index - 1)
-        self.reporter.trial_done(row, found.best, left)
+        self.reporter.trial_done(row, found, left)
         if recorded and row.outcome == Outcome.INTERRUPTED.value:
             self._enqueue_again(row, found)
+        if recorded and is_noisy(row.doubt):
+            self._measure_again(row, slot)
         if row.baseline and row.outcome not in (Outcome.COMPLETE.value, Outcome.INTERRUPTED.value):
             raise _baseline_failed(row)
         return found
+
+    def _measure_again(self, row: TrialRow, slot: Slot) -> None:
+        """A noisy trial: wait (bounded) for the machine to be quiet on this slot's CPUs, then
+        enqueue its config again, up to ``options.remeasure`` times. If the wait runs out,
+        its figure stays noisy (shown, never ranked); the next noisy trial looks once
+        instead of waiting again, until the machine is found quiet."""
+        from autotune._noise import wait_for_quiet
+
+        if row.remeasure >= self.options.remeasure or self._interrupt.is_set():
+            if self.options.remeasure:
+                self.reporter.note(f"trial {row.number}: {row.doubt}; measured {row.remeasure + 1} times, "
+                                   "never quietly: its figure is not ranked")
+            return
+        patience = QUIET_LOOK_S if self._busy else self.options.quiet_wait
+        quiet, load, waited = wait_for_quiet(slot.cpus or _all_cpus(),
+                                             self.options.max_load, patience, self._interrupt)
+        if self._interrupt.is_set():
+            return
+        self._busy = not quiet
+        if not quiet:
+            self.reporter.note(f"trial {row.number}: {row.doubt}; the machine is still busy (others use "
+                               f"{load:.0%} of its CPUs after {waited:.0f} s): its figure is not ranked")
+            return
+        first = row.number if row.confirms is None else row.confirms
+        self.study.enqueue_trial({}, user_attrs={ATTR_CONFIRMS: first, ATTR_BASELINE: False,
+                                                 ATTR_SAMPLED: row.sampled, ATTR_REMEASURE: row.remeasure + 1})
+        self.reporter.note(f"trial {row.number}: {row.doubt}; measuring it again"
+                           + (f" after {waited:.0f} s, once the machine was quiet" if waited >= 2 else "")
+                           + f" (attempt {row.remeasure + 2} of {self.options.remeasure + 1})")
 
     def _enqueue_again(self, row: TrialRow, found: Standing) -> None:
         """Owe the study an interrupted baseline or re-run again (a sampled trial is not owed)."""
@@ -616,7 +732,8 @@ class StudyRunner:
         base = found.base.first if found.base else None
         beats = itertools.count(1)
         try:
-            with _Heartbeat(lambda: trial.set_user_attr(ATTR_HEARTBEAT, next(beats))):
+            with _Heartbeat(lambda: trial.set_user_attr(ATTR_HEARTBEAT, next(beats)), f"trial {trial.number}",
+                            self.reporter.note):
                 result = run_trial(spec, log_path, self.ram_budget, self._watch(trial, prune_below),
                                    interrupt=self._interrupt, reference=base.losses if base else (),
                                    tolerance=self.options.tolerance)
@@ -629,7 +746,7 @@ class StudyRunner:
         return trial.number, self._record(trial, run_id, result, found.ceilings)
 
     def _settled(self, found: Standing) -> dict[str, Any]:
-        """``held_loader_knobs`` for the best trial, with one line the first time it holds."""
+        """``held_loader_knobs`` for the best trial; holding, and releasing, said once each."""
         held = held_loader_knobs(found.best, self.space.domains)
         best = found.best
         if held and best.number != self._settled_by:
@@ -637,6 +754,11 @@ class StudyRunner:
             knobs = ", ".join(f"{k}={'as in your code' if v is None else show_value(v)}" for k, v in held.items())
             self.reporter.note(f"loader knobs held at trial {best.number}'s ({knobs}): it is compute-bound "
                                f"at {best.bottleneck.efficiency:.0%} of its data-on-device ceiling")
+        elif not held and self._settled_by is not None:
+            was, self._settled_by = self._settled_by, None
+            now = f"the best is trial {best.number}, " if best is not None and best.number != was else ""
+            self.reporter.note(f"loader knobs sampled again: {now}not compute-bound at high efficiency "
+                               f"(trial {was}'s hold is lifted)")
         return held
 
     def _watch(self, trial, best: float | None) -> Callable[[dict[str, Any]], Verdict | None]:
@@ -654,8 +776,11 @@ class StudyRunner:
                 started = procs[0].create_time() if procs else time.time()
                 trial.set_user_attr(ATTR_WORKER, {"pid": event["pid"], "started": started, "tag": event["tag"]})
             elif event["event"] == "window":
-                rates.append(event["samples"] / event["seconds"])
-                trial.report(rates[-1], event["index"])
+                rate = event["samples"] / event["seconds"]
+                trial.report(rate, event["index"])
+                # A window others slowed says nothing about the config: it never prunes.
+                if max(event.get("foreign_cpu", 0.0), event.get("foreign_gpu", 0.0)) <= self.options.max_load:
+                    rates.append(rate)
                 reason = prune_reason(rates, best, self.options.prune)
                 if reason:
                     return Outcome.PRUNED, reason
@@ -673,9 +798,14 @@ class StudyRunner:
         derived = {f"resolved.{k}": v for k, v in result.resolved.items()}
         derived.update(base_batch_size=result.base_batch_size, effective_lr=result.lr)
         metrics, tags = dict(result.metrics), {}
+        own = self._checked_ceilings(trial.number, result, ceilings)
+        why = doubt(metrics, result.reason, self.options.max_load) \
+            if result.outcome == Outcome.COMPLETE and "samples_per_s" in metrics else None
+        if why:
+            tags["autotune.doubt"] = why
         if "samples_per_s" in metrics:
-            bound = bottleneck_of(metrics, result.resolved, ceilings, result.ceilings)
-            tags = {"autotune.bottleneck": bound.verdict, "autotune.bottleneck_why": bound.why}
+            bound = bottleneck_of(metrics, result.resolved, ceilings, own)
+            tags.update({"autotune.bottleneck": bound.verdict, "autotune.bottleneck_why": bound.why})
             metrics.update({name: value for name, value in (
                 ("efficiency", bound.efficiency), ("compute_ceiling", bound.compute),
                 ("loader_ceiling", bound.loader), ("cpu_roof", bound.cpu), ("of_roof", bound.of_roof))
@@ -685,7 +815,7 @@ class StudyRunner:
             "attrs": {ATTR_OUTCOME: result.outcome.value, ATTR_REASON: clip(result.reason, REASON_LIMIT),
                       ATTR_METRICS: result.metrics, ATTR_CONFIG: result.resolved,
                       ATTR_BASE_BATCH: result.base_batch_size, ATTR_LR: result.lr,
-                      ATTR_LOSSES: result.losses, ATTR_CEILINGS: result.ceilings},
+                      ATTR_LOSSES: result.losses, ATTR_CEILINGS: own, ATTR_DOUBT: why},
             "mlflow": {"outcome": result.outcome.value, "reason": result.reason, "metrics": metrics,
                        "series": result.series, "params": {k: v for k, v in derived.items() if v is not None},
                        "log_path": str(result.log_path), "tags": tags},
@@ -700,6 +830,34 @@ class StudyRunner:
         if path is not None:
             self.pending.done(path)
         return applied
+
+    def _checked_ceilings(self, number: int, result: TrialResult, ceilings: Ceilings) -> list[dict[str, Any]]:
+        """The trial's own ceiling entries, each marked with a ``doubt`` when others loaded the
+        CPUs while it was measured or the trial ran past it beyond the noise; and a
+        ``distrust`` entry for each ceiling of the study it ran past. Either way the
+        ceiling is not used, and the next trial with its key measures it again."""
+        from autotune._ceilings import ceiling_key
+        from autotune._knobs import Part
+
+        own = [dict(entry) for entry in result.ceilings]
+        for entry in own:
+            entry["doubt"] = ceiling_doubt(entry, self.options.max_load)
+        sps = result.metrics.get("samples_per_s")
+        if result.outcome != Outcome.COMPLETE or not sps or doubt(result.metrics, result.reason,
+                                                                   self.options.max_load):
+            return own  # a figure not believed proves no ceiling wrong
+        mine = {e["part"]: e for e in own if not e["doubt"]}
+        for part in bottleneck_of(result.metrics, result.resolved, ceilings, own).unreliable:
+            if part not in (Part.COMPUTE.value, Part.LOADER.value):
+                continue  # the CPU roof is derived from the two: it is said unreliable, not re-measured
+            if part in mine:
+                mine[part]["doubt"] = f"trial {number} ran at {sps / mine[part]['samples_per_s']:.0%} of it"
+            else:
+                value = ceilings.get(Part(part), result.resolved)
+                own.append({"part": part, "key": ceiling_key(Part(part), result.resolved),
+                            "distrust": f"trial {number} ran at {sps / value:.0%} of the {value:,.0f} "
+                                        "other trials measured"})
+        return own
 
     def _apply(self, record: Mapping[str, Any]) -> bool:
         """Put a pending result in Optuna, then MLflow; False if another tuner closed the
