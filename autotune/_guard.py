@@ -52,6 +52,26 @@ def loss_history(warmup: Mapping[str, Any] | None, windows: Sequence[Mapping[str
     return points
 
 
+def reference_span(windows: Sequence[Mapping[str, Any]]) -> dict[str, float] | None:
+    """The later half of a run's measured windows as one span of samples, with its mean loss
+    (each window's mean weighted by its steps): ``{"start", "end", "loss"}``.
+
+    The baseline's is the span every trial of the study is judged on (``divergence``):
+    the same samples for every config, whatever its speed.
+
+    >>> reference_span([{"samples_seen": 100, "samples": 100, "steps": 4, "loss": 2.0},
+    ...                 {"samples_seen": 200, "samples": 100, "steps": 4, "loss": 1.0},
+    ...                 {"samples_seen": 300, "samples": 100, "steps": 4, "loss": 0.5}])
+    {'start': 100, 'end': 300, 'loss': 0.75}
+    """
+    known = [w for w in windows if w.get("loss") is not None and "samples_seen" in w and w.get("steps")]
+    tail = known[len(known) // 2:]
+    if not tail:
+        return None
+    return {"start": tail[0]["samples_seen"] - tail[0]["samples"], "end": tail[-1]["samples_seen"],
+            "loss": sum(w["loss"] * w["steps"] for w in tail) / sum(w["steps"] for w in tail)}
+
+
 def first_nonfinite(history: Sequence[Point]) -> Point | None:
     """The first point whose loss is nan or inf, or None."""
     return next((p for p in history if not math.isfinite(p[1])), None)
@@ -102,20 +122,37 @@ def compare(reference: Sequence[Point], history: Sequence[Point]) -> Comparison 
 
 
 def divergence(reference: Sequence[Point], history: Sequence[Point],
-               tolerance: float = DIVERGENCE_TOLERANCE) -> str | None:
+               tolerance: float = DIVERGENCE_TOLERANCE, span: Mapping[str, float] | None = None,
+               judged: Mapping[str, Any] | None = None) -> str | None:
     """Why a trial counts as diverged, or None when it trains like the baseline.
 
-    Diverged when any loss is nan or inf, or when ``compare`` finds it worse than
-    the baseline by more than ``tolerance``.
+    Diverged when any loss is nan or inf, or when it is worse than the baseline by
+    more than ``tolerance``: on the baseline's ``span`` when the trial measured its
+    loss there (``judged``: the same samples for every config, so the verdict does
+    not move with speed), else on their histories (``compare``).
 
     Args:
         reference: The baseline's loss history, sorted by samples.
         history: The trial's loss history, sorted by samples.
         tolerance: The allowed relative excess (0.5 = 50% worse).
+        span: The baseline's ``reference_span``.
+        judged: The trial's mean loss over that span (its ``judged`` event).
     """
     bad = first_nonfinite(history)
     if bad is not None:
         return f"loss is {bad[1]} after {bad[0]:,.0f} samples"
+    if judged is not None and not math.isfinite(judged["loss"]):
+        return f"loss is {judged['loss']} over samples {judged['start']:,.0f}-{judged['end']:,.0f}"
+    if span is not None and judged is not None and reference:
+        scale = max(abs(span["loss"]), SCALE_FLOOR * abs(reference[0][1]))
+        excess = (judged["loss"] - span["loss"]) / scale if scale else 0.0
+        if excess <= tolerance:
+            return None
+        where = f"samples {span['start']:,.0f}-{span['end']:,.0f}"
+        if not judged.get("reached", True):
+            where += f" (it reached {judged['end']:,.0f})"
+        return (f"loss {judged['loss']:.3g} vs the baseline's {span['loss']:.3g} over the same {where}: "
+                f"{excess:.0%} worse, over the {tolerance:.0%} tolerance")
     found = compare(reference, history)
     if found is None or found.excess <= tolerance:
         return None

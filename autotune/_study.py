@@ -49,6 +49,7 @@ from autotune._records import (
     ATTR_RUN,
     ATTR_SAMPLED,
     ATTR_SLOT,
+    ATTR_SPAN,
     ATTR_WORKER,
     REASON_LIMIT,
     TrialRow,
@@ -722,21 +723,23 @@ class StudyRunner:
         trial.set_user_attr(ATTR_RUN, run_id)
         self.reporter.trial_started(trial.number, index, total, config, rerun,
                                     slot.share() if len(self.slots) > 1 else None)
+        base = found.base.first if found.base else None
+        span = base.span if base else None  # every trial's loss is judged on the baseline's samples
         spec = TrialSpec(self.options.target, config, slot.device, self.options.budget,
                          seed=(self.options.seed or 0) + trial.number,
                          # a re-run measures its own: the winner's efficiency is then paired in every run
-                         known_ceilings={} if rerun is not None else found.ceilings.known(), cpus=slot.cpus)
+                         known_ceilings={} if rerun is not None else found.ceilings.known(), cpus=slot.cpus,
+                         judge_span=(span["start"], span["end"]) if span else None)
         log_path = self.log_dir / f"trial-{trial.number}.log"
         prune_below = found.decision.winner.median if found.decision.winner and not baseline \
             and rerun is None else None
-        base = found.base.first if found.base else None
         beats = itertools.count(1)
         try:
             with _Heartbeat(lambda: trial.set_user_attr(ATTR_HEARTBEAT, next(beats)), f"trial {trial.number}",
                             self.reporter.note):
                 result = run_trial(spec, log_path, self.ram_budget, self._watch(trial, prune_below),
                                    interrupt=self._interrupt, reference=base.losses if base else (),
-                                   tolerance=self.options.tolerance)
+                                   tolerance=self.options.tolerance, span=span)
         except BaseException as exc:  # a second Ctrl-C, or our own bug: close both records, go on raising
             self.tracker.kill(run_id, f"the tuner stopped: {exc!r}", log_path)
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
@@ -815,7 +818,7 @@ class StudyRunner:
             "attrs": {ATTR_OUTCOME: result.outcome.value, ATTR_REASON: clip(result.reason, REASON_LIMIT),
                       ATTR_METRICS: result.metrics, ATTR_CONFIG: result.resolved,
                       ATTR_BASE_BATCH: result.base_batch_size, ATTR_LR: result.lr,
-                      ATTR_LOSSES: result.losses, ATTR_CEILINGS: own, ATTR_DOUBT: why},
+                      ATTR_LOSSES: result.losses, ATTR_CEILINGS: own, ATTR_DOUBT: why, ATTR_SPAN: result.span},
             "mlflow": {"outcome": result.outcome.value, "reason": result.reason, "metrics": metrics,
                        "series": result.series, "params": {k: v for k, v in derived.items() if v is not None},
                        "log_path": str(result.log_path), "tags": tags},
