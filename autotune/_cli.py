@@ -206,10 +206,10 @@ def _print_summary(name: str, found, store: Path) -> None:
 
     console = Console()
     best = found.best
-    if best is None:
-        console.print(f"[red]no complete trial in study {name}[/red]")
-        return
     first, *rest = findings(found)
+    if best is None:  # nothing complete, or nothing believed: findings says which
+        console.print(f"[red]study {name}: {escape(first)}[/red]")
+        return
     console.print(f"\n[bold]best: {escape(first)}[/bold]")
     for line in rest:
         console.print(escape(line))
@@ -398,13 +398,13 @@ def show(study: str | None, storage: str | None, store: Path) -> None:
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here (default: stdout).")
 def export(study: str | None, storage: str | None, store: Path, output: Path | None) -> None:
     """The best config as YAML; load it with autotune.load(path)."""
-    from autotune._standing import export_text, standing
+    from autotune._standing import export_text, findings, standing
 
     loaded = _open_study(store, storage, study)
     found = standing(loaded)
     best = found.best
     if best is None:
-        click.echo(f"autotune: study {loaded.study_name} has no complete trial to export", err=True)
+        click.echo(f"autotune: study {loaded.study_name} has nothing to export: {findings(found)[0]}", err=True)
         sys.exit(1)
     text = export_text(loaded, found)
     if output is None:

@@ -133,3 +133,15 @@ def test_ceilings_keep_the_median_cpu_cost_and_the_cpu_count() -> None:
     # entries from before CPU costs were recorded still give their ceiling
     old = Ceilings([{"part": "loader", "key": key, "samples_per_s": 100.0}])
     assert (old.get(Part.LOADER, RESOLVED), old.cpu(Part.LOADER, RESOLVED), old.cpus) == (100.0, None, None)
+
+
+def test_ceilings_leave_out_doubted_measurements_and_drop_distrusted_keys() -> None:
+    key = ceiling_key(Part.COMPUTE, RESOLVED)
+    table = Ceilings([{"part": "compute", "key": key, "samples_per_s": 255.0},
+                      {"part": "compute", "key": key, "samples_per_s": 200.0, "doubt": "others used 48%"}])
+    assert table.get(Part.COMPUTE, RESOLVED) == 255.0  # the doubted 200 is not in the median
+    # a later trial ran at 615/s, past it: the key is measured again by the next trial
+    table.add({"part": "compute", "key": key, "distrust": "trial 4 ran at 241% of it"})
+    assert table.get(Part.COMPUTE, RESOLVED) is None and table.known() == {}
+    table.add({"part": "compute", "key": key, "samples_per_s": 640.0})
+    assert table.get(Part.COMPUTE, RESOLVED) == 640.0

@@ -9,9 +9,13 @@ from autotune._records import TrialRow
 
 
 def row(number: int, sps: float | None, outcome: str = "complete", *, baseline: bool = False,
-        confirms: int | None = None) -> TrialRow:
+        confirms: int | None = None, doubt: str | None = None) -> TrialRow:
     metrics = {"samples_per_s": sps} if sps is not None else {}
-    return TrialRow(number, baseline, outcome, "", metrics, {}, None, None, confirms=confirms)
+    return TrialRow(number, baseline, outcome, "", metrics, {}, None, None, confirms=confirms, doubt=doubt)
+
+
+NOISY = "noisy: other processes used 48% of its CPUs while it measured (over 20%)"
+SHORT = "short measure: the training function returned after 2 of 4 windows"
 
 
 def groups_of(*rows: TrialRow) -> dict[int, Group]:
@@ -106,3 +110,34 @@ def test_plan_counts_re_runs_already_enqueued_or_running_as_done() -> None:
     assert plan(group_runs(rows), runs=2) == [1, 3, 0, 1, 3]
     # a config whose only run is still waiting is not feasible yet: not planned
     assert plan(group_runs([row(0, 100, baseline=True), row(1, None, "waiting")]), runs=2) == []
+
+
+def test_doubted_runs_never_rank_a_config() -> None:
+    # trial 2's noisy 900/s and trial 3's short 5,000/s are shown but count for nothing
+    rows = [row(0, 100, baseline=True), row(1, 150), row(2, 900, doubt=NOISY), row(3, 5000, doubt=SHORT),
+            row(4, 140, confirms=2)]
+    groups = groups_of(*rows)
+    assert groups[2].rates == [140] and [r.number for r in groups[2].doubted] == [2]
+    assert groups[2].lead.number == 4  # its first believed run speaks for it
+    assert groups[3].rates == [] and not groups[3].feasible
+    decision = decide(list(groups.values()))
+    assert decision.winner.first.number == 1 and decision.fastest.first.number == 1
+
+
+def test_a_baseline_with_noisy_runs_only_is_still_the_baseline() -> None:
+    groups = group_runs([row(0, 10, baseline=True, doubt=NOISY), row(1, 150)])
+    decision = decide(groups)
+    assert decision.baseline is groups[0] and decision.baseline.rates == []
+    assert decision.winner is groups[1]
+
+
+def test_plan_measures_again_configs_whose_runs_were_all_noisy() -> None:
+    # 2 ran only under load (its best noisy run: 170/s): it competes on that, and gets 1 + 2
+    # believed runs like the others (which have one each already); the short measure 3 would be
+    # short again: never planned
+    rows = [row(0, 100, baseline=True), row(1, 150), row(2, 170, doubt=NOISY), row(3, 900, doubt=SHORT),
+            row(4, 120)]
+    assert plan(group_runs(rows), runs=2) == [2, 1, 4, 0, 2, 1, 4, 0, 2]
+    # the baseline's only run noisy: it is re-run too
+    rows = [row(0, 10, baseline=True, doubt=NOISY), row(1, 150)]
+    assert plan(group_runs(rows), runs=1) == [1, 0, 0]

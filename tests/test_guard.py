@@ -141,3 +141,40 @@ def test_prune_reason(rates, best, pruned) -> None:
 
 def test_prune_fraction_zero_never_prunes() -> None:
     assert prune_reason([1.0, 1.0, 1.0], 1000.0, fraction=0.0) is None
+
+
+def test_divergence_on_the_baseline_span_compares_the_same_samples() -> None:
+    span = {"start": 400.0, "end": 800.0, "loss": 0.55}
+    # 0.8 over the same samples: (0.8 - 0.55) / 0.55 = 45%, inside; 0.9: 64%, over
+    assert divergence(BASE, [(300.0, 1.0)], span=span, judged={**span, "loss": 0.8}) is None
+    reason = divergence(BASE, [(300.0, 1.0)], span=span, judged={**span, "loss": 0.9})
+    assert reason == ("loss 0.9 vs the baseline's 0.55 over the same samples 400-800: 64% worse, "
+                      "over the 50% tolerance")
+    # one that did not get there in its windows says how far it got
+    short = divergence(BASE, [], span=span, judged={"start": 400.0, "end": 650.0, "loss": 2.0, "reached": False})
+    assert "(it reached 650)" in short
+    assert "loss is nan" in divergence(BASE, [], span=span, judged={**span, "loss": float("nan")})
+
+
+def test_a_config_gets_the_same_verdict_fast_or_slow(tmp_path) -> None:
+    """The same config measured in short and in long windows (so its windows cover different
+    samples, as a fast and a slow run of it do) is judged on the baseline's span both times:
+    the same loss there, the same verdict."""
+    from pathlib import Path
+
+    from autotune._config import Config
+    from autotune._runner import Budget, TrialSpec, run_trial
+
+    tiny = f"{Path(__file__).parent / 'fixtures' / 'tiny_train.py'}:train"
+    budget = Budget(warmup_steps=2, warmup_s=0.2, window_s=0.25, windows=4, ceiling_windows=0)
+    base = run_trial(TrialSpec(tiny, Config(), "cpu", budget), tmp_path / "base.log")
+    span = base.span
+    assert span and span["end"] > span["start"] > 0
+    judged = []
+    for window_s in (0.1, 0.5):
+        spec = TrialSpec(tiny, Config(batch_size="4x", lr_scaling="none"), "cpu",
+                         Budget(warmup_steps=2, warmup_s=0.2, window_s=window_s, windows=4, ceiling_windows=0),
+                         judge_span=(span["start"], span["end"]))
+        result = run_trial(spec, tmp_path / "t.log", reference=base.losses, span=span)
+        judged.append((result.outcome, result.reason.partition(":")[0]))
+    assert judged[0] == judged[1]

@@ -14,10 +14,10 @@ from autotune._standing import Standing, findings, held_loader_knobs
 
 def row(number: int, sps: float, *, baseline: bool = False, confirms: int | None = None,
         efficiency: float = 0.5, wait: float = 0.0, sampled: dict | None = None,
-        window_spread: float = 0.1) -> TrialRow:
+        window_spread: float = 0.1, doubt: str | None = None) -> TrialRow:
     bound = bottleneck(sps, wait, sps / efficiency, None)
     return TrialRow(number, baseline, "complete", "", {"samples_per_s": sps, "samples_per_s_spread": window_spread},
-                    {}, None, None, sampled=sampled or {}, confirms=confirms, bottleneck=bound)
+                    {}, None, None, sampled=sampled or {}, confirms=confirms, bottleneck=bound, doubt=doubt)
 
 
 def standing_of(*rows: TrialRow) -> Standing:
@@ -82,3 +82,37 @@ def test_a_trials_own_ceilings_come_before_the_studys() -> None:
     bound = bottleneck_of(metrics, config, table, [{"part": "compute", "samples_per_s": 1200.0}])
     assert (bound.compute, bound.loader, bound.efficiency) == (1200.0, 9000.0, 0.75)
     assert bottleneck_of(metrics, config, table, []).efficiency == 0.9
+
+
+NOISY = "noisy: other processes used 48% of its CPUs while it measured (over 20%)"
+
+
+def test_a_noisy_run_is_not_the_one_that_speaks_for_its_config() -> None:
+    # trial 0 (the baseline) ran under load at 40/s; its re-run 2 is believed: the winner's
+    # figures, its bottleneck and the baseline's 1.00x come from the believed runs only
+    found = standing_of(row(0, 40.0, baseline=True, doubt=NOISY, efficiency=0.2), row(1, 300.0),
+                        row(2, 100.0, confirms=0, efficiency=0.95))
+    assert found.best.number == 1 and found.speedup(found.decision.winner) == pytest.approx(3.0)
+    first, *rest = findings(found)
+    assert first.startswith("trial 1, 3.00x the baseline (300 vs 100 samples/s")
+    assert any(line.startswith("not ranked") for line in rest) is False  # 0's config has a believed run
+
+
+def test_a_config_with_noisy_runs_only_is_named_not_ranked() -> None:
+    found = standing_of(row(0, 100.0, baseline=True), row(1, 900.0, doubt=NOISY), row(2, 150.0))
+    assert found.best.number == 2
+    lines = findings(found)
+    assert "not ranked, figure not believed: noisy (trial 1: other processes used 48%" in "\n".join(lines)
+
+
+def test_every_figure_doubted_says_unreliable_instead_of_a_speedup() -> None:
+    found = standing_of(row(0, 100.0, baseline=True, doubt=NOISY), row(1, 900.0, doubt=NOISY))
+    assert found.best is None
+    (line,) = findings(found)
+    assert line.startswith("unreliable: no figure to rank; 2 trial(s) completed, but each was noisy")
+
+
+def test_a_baseline_never_measured_quietly_gives_no_speedup() -> None:
+    found = standing_of(row(0, 100.0, baseline=True, doubt=NOISY), row(1, 300.0))
+    assert found.best.number == 1 and found.speedup(found.decision.winner) is None
+    assert "no speedup: unreliable baseline, every run of it was noisy" in findings(found)[0]

@@ -1,0 +1,64 @@
+"""The monitor from outside a real trial: foreign load beside a CPU hog, and a watchdog that
+cannot die quietly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from autotune._config import Config
+from autotune._monitor import Monitor
+from autotune._outcome import Outcome
+from autotune._runner import Budget, TrialSpec, run_trial
+
+TINY = str(Path(__file__).parent / "fixtures" / "tiny_train.py")
+BUDGET = Budget(warmup_steps=2, warmup_s=0.2, window_s=0.3, windows=3, ceiling_windows=1)
+
+
+def test_foreign_load_of_a_hog_on_each_core_is_in_every_window_ceiling_and_the_metrics(tmp_path) -> None:
+    # A hog per core, pinned: whatever else runs, others then take a large share of the trial's CPUs
+    # (each hog gets about its fair share of a core beside the trial's threads).
+    hogs = [subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", "while True: pass"])
+            for cpu in sorted(os.sched_getaffinity(0))[:2]]
+    try:
+        result = run_trial(TrialSpec(f"{TINY}:train", Config(), "cpu", BUDGET), tmp_path / "t.log")
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert result.outcome == Outcome.COMPLETE, result.reason
+    assert all(w["foreign_cpu"] > 0.25 for w in result.windows)
+    assert all(c.get("foreign_cpu", 0) > 0.25 for c in result.ceilings)
+    assert result.metrics["foreign_cpu"] > 0.25
+    assert len(result.series["window_foreign_cpu"]) == len(result.windows)
+
+
+def test_a_monitor_that_fails_says_why_and_ends_the_trial_through_on_error() -> None:
+    errors: list[str] = []
+
+    def broken(reason: str) -> None:  # a bug in what the monitor calls: the guard is gone
+        raise RuntimeError("boom")
+
+    with Monitor(os.getpid(), ram_budget=1, on_limit=broken, on_error=errors.append) as monitor:
+        deadline = time.monotonic() + 10
+        while not errors and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert errors == ["the trial's monitor (RAM guard) failed: RuntimeError: boom"]
+    assert monitor.problems == errors
+
+
+def test_gpu_readings_that_fail_stop_and_are_said_while_the_ram_guard_goes_on() -> None:
+    import pynvml
+
+    fired: list[str] = []
+    # No GPU here: every NVML call raises an NVMLError, as a driver that went away does.
+    with Monitor(os.getpid(), ram_budget=1, on_limit=fired.append, gpu=object()) as monitor:
+        deadline = time.monotonic() + 10
+        while not fired and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert fired and "over the RAM budget" in fired[0]
+    assert monitor.problems and monitor.problems[0].startswith("GPU readings stopped: NVML:")
+    assert issubclass(pynvml.NVMLError_Uninitialized, pynvml.NVMLError)
