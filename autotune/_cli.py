@@ -277,7 +277,9 @@ class _Progress:
                 self._states[number] = "(measuring)"
             elif event["event"] == "window":
                 rate = event["samples"] / event["seconds"]
-                self._states[number] = f"(window {event['index'] + 1}: {rate:,.0f} samples/s)"
+                others = max(event.get("foreign_cpu", 0.0), event.get("foreign_gpu", 0.0))
+                busy = f", others use {others:.0%}" if others >= 0.05 else ""  # a quiet machine reads 0-5%
+                self._states[number] = f"(window {event['index'] + 1}: {rate:,.0f} samples/s{busy})"
             else:
                 return
             self._draw()

@@ -72,6 +72,26 @@ def reference_span(windows: Sequence[Mapping[str, Any]]) -> dict[str, float] | N
             "loss": sum(w["loss"] * w["steps"] for w in tail) / sum(w["steps"] for w in tail)}
 
 
+#: A baseline whose loss over its judged span is within this share of its warmup's
+#: barely trained while measured: against it, only blow-ups show as divergence.
+FLAT_REFERENCE = 0.05
+
+
+def flat_reference(reference: Sequence[Point], span: Mapping[str, float] | None) -> str | None:
+    """Why the baseline's loss curve cannot tell a config that trains worse, or None.
+
+    >>> flat_reference([(100.0, 2.30)], {"start": 512, "end": 1024, "loss": 2.28})
+    "the baseline's loss barely fell while it was measured (2.3 in its warmup, 2.28 over samples 512-1,024)"
+    """
+    if not reference or span is None or not math.isfinite(span["loss"]):
+        return None
+    first = reference[0][1]
+    if first - span["loss"] > FLAT_REFERENCE * abs(first):
+        return None
+    return (f"the baseline's loss barely fell while it was measured ({first:.3g} in its warmup, "
+            f"{span['loss']:.3g} over samples {span['start']:,.0f}-{span['end']:,.0f})")
+
+
 def first_nonfinite(history: Sequence[Point]) -> Point | None:
     """The first point whose loss is nan or inf, or None."""
     return next((p for p in history if not math.isfinite(p[1])), None)

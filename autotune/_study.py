@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from autotune._ceilings import Ceilings
 from autotune._config import Config, ConfigError
 from autotune._confirm import PENDING, plan
-from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION, prune_reason
+from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION, flat_reference, prune_reason
 from autotune._knobs import show_value
 from autotune._monitor import Background
 from autotune._noise import (
@@ -578,6 +578,11 @@ class StudyRunner:
             self._enqueue_again(row, found)
         if recorded and is_noisy(row.doubt):
             self._measure_again(row, slot)
+        if recorded and row.baseline and row.confirms is None and row.measured:
+            flat = flat_reference(row.losses, row.span)
+            if flat:
+                self.reporter.note(f"{flat}: against it only a loss that blows up shows as divergence; "
+                                   "longer windows (--window, --windows) give it more to compare")
         if row.baseline and row.outcome not in (Outcome.COMPLETE.value, Outcome.INTERRUPTED.value):
             raise _baseline_failed(row)
         return found

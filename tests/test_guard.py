@@ -178,3 +178,16 @@ def test_a_config_gets_the_same_verdict_fast_or_slow(tmp_path) -> None:
         result = run_trial(spec, tmp_path / "t.log", reference=base.losses, span=span)
         judged.append((result.outcome, result.reason.partition(":")[0]))
     assert judged[0] == judged[1]
+
+
+@pytest.mark.parametrize("first, span_loss, flat", [
+    (2.30, 2.28, True),    # 1% lower: the baseline barely trained while measured
+    (2.30, 1.20, False),   # a real fall: a config that trains worse shows
+    (2.30, 2.50, True),    # it rose: nothing to judge a worse config by
+])
+def test_flat_reference(first, span_loss, flat) -> None:
+    from autotune._guard import flat_reference
+
+    why = flat_reference([(100.0, first)], {"start": 512.0, "end": 1024.0, "loss": span_loss})
+    assert (why is not None) is flat
+    assert flat_reference([], None) is None
