@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers import cli_env
+from helpers import cli, cli_env
 from servers import PrivateCluster, _without_test_tag
 
 from autotune._tuners import CLAIM_MARK, TUNER_KEY
@@ -34,7 +33,7 @@ class Tuner:
     def __init__(self, cwd: Path, *args: str, env: dict | None = None, prefix: list[str] | None = None) -> None:
         self.log = cwd / f"tuner-{uuid.uuid4().hex[:6]}.log"
         with open(self.log, "w") as out:
-            self.proc = subprocess.Popen([*(prefix or []), sys.executable, "-m", "autotune", "run", TARGET, *args],
+            self.proc = subprocess.Popen([*(prefix or []), *cli("run", TARGET, *args)],
                                          cwd=cwd, env=cli_env(env), stdout=out, stderr=subprocess.STDOUT)
 
     def wait(self, timeout: float = 400) -> str:

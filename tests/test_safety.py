@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import TAG, tagged
-from helpers import autotune, cli_env, load_study, mlflow_runs
+from helpers import autotune, cli, cli_env, load_study, mlflow_runs
 
 from autotune import Config, Outcome
 from autotune._outcome import headline
@@ -169,7 +168,7 @@ def test_the_run_prints_each_outcome_as_it_happens(fault_study) -> None:
 
 
 def start_tuner(cwd: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "autotune", "run", TARGET, *args], cwd=cwd,
+    return subprocess.Popen(cli("run", TARGET, *args), cwd=cwd,
                             env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 from conftest import TAG
-from helpers import cli_env, load_study, mlflow_runs
+from helpers import cli, cli_env, load_study, mlflow_runs
 
 from autotune import Config, ConfigError
 from autotune._runner import TRIAL_TAG_ENV, TrialSpec, build_command
@@ -69,9 +68,9 @@ def test_jobs_2_pins_each_trial_and_its_dataloader_workers_to_disjoint_cpus(tmp_
     space = tmp_path / "workers.yaml"
     space.write_text("knobs:\n  num_workers: 2\n  batch_size: [1x, 2x]\n")
     target = f"{Path(__file__).parent / 'fixtures' / 'tiny_train.py'}:train"
-    args = [sys.executable, "-m", "autotune", "run", target, "--jobs", "2", "--trials", "5", "--space", str(space),
-            "--warmup", "0.5", "--window", "0.5", "--windows", "3", "--ceiling-windows", "0", "--confirm", "0",
-            "--prune", "0", "--study", "jobs"]
+    args = cli("run", target, "--jobs", "2", "--trials", "5", "--space", str(space),
+               "--warmup", "0.5", "--window", "0.5", "--windows", "3", "--ceiling-windows", "0", "--confirm", "0",
+               "--prune", "0", "--study", "jobs")
     tuner = subprocess.Popen(args, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True)
     mine = os.environ[TAG]
