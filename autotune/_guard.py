@@ -36,6 +36,8 @@ PRUNE_FRACTION = 0.5
 PRUNE_MIN_WINDOWS = 2
 
 Point = tuple[float, float]
+#: A piece of a loss curve: samples from, samples to, the mean loss of its steps, their count.
+Chunk = tuple[float, float, float, int]
 
 
 def loss_history(warmup: Mapping[str, Any] | None, windows: Sequence[Mapping[str, Any]]) -> list[Point]:
@@ -52,44 +54,47 @@ def loss_history(warmup: Mapping[str, Any] | None, windows: Sequence[Mapping[str
     return points
 
 
-def reference_span(windows: Sequence[Mapping[str, Any]]) -> dict[str, float] | None:
-    """The later half of a run's measured windows as one span of samples, with its mean loss
-    (each window's mean weighted by its steps): ``{"start", "end", "loss"}``.
-
-    The baseline's is the span every trial of the study is judged on (``divergence``):
-    the same samples for every config, whatever its speed.
-
-    >>> reference_span([{"samples_seen": 100, "samples": 100, "steps": 4, "loss": 2.0},
-    ...                 {"samples_seen": 200, "samples": 100, "steps": 4, "loss": 1.0},
-    ...                 {"samples_seen": 300, "samples": 100, "steps": 4, "loss": 0.5}])
-    {'start': 100, 'end': 300, 'loss': 0.75}
-    """
-    known = [w for w in windows if w.get("loss") is not None and "samples_seen" in w and w.get("steps")]
-    tail = known[len(known) // 2:]
-    if not tail:
-        return None
-    return {"start": tail[0]["samples_seen"] - tail[0]["samples"], "end": tail[-1]["samples_seen"],
-            "loss": sum(w["loss"] * w["steps"] for w in tail) / sum(w["steps"] for w in tail)}
-
-
 #: A baseline whose loss over its judged span is within this share of its warmup's
 #: barely trained while measured: against it, only blow-ups show as divergence.
 FLAT_REFERENCE = 0.05
 
 
-def flat_reference(reference: Sequence[Point], span: Mapping[str, float] | None) -> str | None:
+def flat_reference(reference: Sequence[Point], curve: Sequence[Chunk]) -> str | None:
     """Why the baseline's loss curve cannot tell a config that trains worse, or None.
 
-    >>> flat_reference([(100.0, 2.30)], {"start": 512, "end": 1024, "loss": 2.28})
+    >>> flat_reference([(100.0, 2.30)], [(0, 512, 2.29, 8), (512, 1024, 2.28, 8)])
     "the baseline's loss barely fell while it was measured (2.3 in its warmup, 2.28 over samples 512-1,024)"
     """
-    if not reference or span is None or not math.isfinite(span["loss"]):
+    span = judged_span(curve)
+    loss = mean_over(curve, *span) if span else None
+    if not reference or loss is None or not math.isfinite(loss):
         return None
     first = reference[0][1]
-    if first - span["loss"] > FLAT_REFERENCE * abs(first):
+    if first - loss > FLAT_REFERENCE * abs(first):
         return None
     return (f"the baseline's loss barely fell while it was measured ({first:.3g} in its warmup, "
-            f"{span['loss']:.3g} over samples {span['start']:,.0f}-{span['end']:,.0f})")
+            f"{loss:.3g} over samples {span[0]:,.0f}-{span[1]:,.0f})")
+
+
+def loss_curve(windows: Sequence[Mapping[str, Any]]) -> list[Chunk]:
+    """A run's loss curve: its windows' pieces (``curve`` in each window event), in order."""
+    return [tuple(chunk) for w in windows for chunk in w.get("curve", ())]
+
+
+def judged_span(curve: Sequence[Chunk]) -> tuple[float, float] | None:
+    """The samples a study judges divergence on: the later half of the baseline's measured run."""
+    if not curve:
+        return None
+    start, end = curve[0][0], curve[-1][1]
+    return (start + end) / 2, end
+
+
+def mean_over(curve: Sequence[Chunk], start: float, end: float) -> float | None:
+    """Mean loss of the steps whose pieces lie in ``[start, end]`` (by the piece's middle),
+    weighted by steps; None when none does."""
+    inside = [c for c in curve if start <= (c[0] + c[1]) / 2 <= end]
+    steps = sum(c[3] for c in inside)
+    return sum(c[2] * c[3] for c in inside) / steps if steps else None
 
 
 def first_nonfinite(history: Sequence[Point]) -> Point | None:
@@ -142,37 +147,38 @@ def compare(reference: Sequence[Point], history: Sequence[Point]) -> Comparison 
 
 
 def divergence(reference: Sequence[Point], history: Sequence[Point],
-               tolerance: float = DIVERGENCE_TOLERANCE, span: Mapping[str, float] | None = None,
-               judged: Mapping[str, Any] | None = None) -> str | None:
+               tolerance: float = DIVERGENCE_TOLERANCE, reference_curve: Sequence[Chunk] = (),
+               curve: Sequence[Chunk] = ()) -> str | None:
     """Why a trial counts as diverged, or None when it trains like the baseline.
 
     Diverged when any loss is nan or inf, or when it is worse than the baseline by
-    more than ``tolerance``: on the baseline's ``span`` when the trial measured its
-    loss there (``judged``: the same samples for every config, so the verdict does
-    not move with speed), else on their histories (``compare``).
+    more than ``tolerance`` over the same samples: the baseline's ``judged_span``,
+    up to where the trial got. Both means come from the loss curves (``Chunk``), so
+    a fast and a slow run of a config are judged on the same samples as the
+    baseline is there, and get the same verdict. Without curves (a function that
+    steps its optimizer itself), the histories are compared instead (``compare``).
 
     Args:
-        reference: The baseline's loss history, sorted by samples.
+        reference: The baseline's loss history (warmup and windows), sorted by samples.
         history: The trial's loss history, sorted by samples.
         tolerance: The allowed relative excess (0.5 = 50% worse).
-        span: The baseline's ``reference_span``.
-        judged: The trial's mean loss over that span (its ``judged`` event).
+        reference_curve: The baseline's loss curve.
+        curve: The trial's loss curve.
     """
-    bad = first_nonfinite(history)
+    bad = first_nonfinite(history) or next(((c[1], c[2]) for c in curve if not math.isfinite(c[2])), None)
     if bad is not None:
         return f"loss is {bad[1]} after {bad[0]:,.0f} samples"
-    if judged is not None and not math.isfinite(judged["loss"]):
-        return f"loss is {judged['loss']} over samples {judged['start']:,.0f}-{judged['end']:,.0f}"
-    if span is not None and judged is not None and reference:
-        scale = max(abs(span["loss"]), SCALE_FLOOR * abs(reference[0][1]))
-        excess = (judged["loss"] - span["loss"]) / scale if scale else 0.0
-        if excess <= tolerance:
-            return None
-        where = f"samples {span['start']:,.0f}-{span['end']:,.0f}"
-        if not judged.get("reached", True):
-            where += f" (it reached {judged['end']:,.0f})"
-        return (f"loss {judged['loss']:.3g} vs the baseline's {span['loss']:.3g} over the same {where}: "
-                f"{excess:.0%} worse, over the {tolerance:.0%} tolerance")
+    span = judged_span(reference_curve)
+    if span is not None and curve and curve[-1][1] > span[0]:
+        start, end = span[0], min(span[1], curve[-1][1])
+        loss, ref = mean_over(curve, start, end), mean_over(reference_curve, start, end)
+        if loss is not None and ref is not None:
+            scale = max(abs(ref), SCALE_FLOOR * abs(reference[0][1] if reference else reference_curve[0][2]))
+            excess = (loss - ref) / scale if scale else 0.0
+            if excess <= tolerance:
+                return None
+            return (f"loss {loss:.3g} vs the baseline's {ref:.3g} over the same samples ({start:,.0f}-{end:,.0f}): "
+                    f"{excess:.0%} worse, over the {tolerance:.0%} tolerance")
     found = compare(reference, history)
     if found is None or found.excess <= tolerance:
         return None

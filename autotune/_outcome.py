@@ -7,7 +7,7 @@ import signal
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from autotune._guard import DIVERGENCE_TOLERANCE, Point, divergence
+from autotune._guard import DIVERGENCE_TOLERANCE, Chunk, Point, divergence
 
 
 class Outcome(str, enum.Enum):
@@ -47,8 +47,8 @@ def classify(returncode: int | None, killed: tuple[Outcome, str] | None, error: 
              windows: Sequence[Mapping[str, Any]], stderr_tail: str = "", *,
              history: Sequence[Point] = (), reference: Sequence[Point] = (),
              tolerance: float = DIVERGENCE_TOLERANCE, memory_low: bool = False,
-             expected_windows: int = 0, span: Mapping[str, float] | None = None,
-             judged: Mapping[str, Any] | None = None) -> tuple[Outcome, str]:
+             expected_windows: int = 0, reference_curve: Sequence[Chunk] = (),
+             curve: Sequence[Chunk] = ()) -> tuple[Outcome, str]:
     """Decide a finished worker's outcome and the reason shown to the user.
 
     The reason's first line says what happened (see ``headline``); the lines
@@ -64,8 +64,8 @@ def classify(returncode: int | None, killed: tuple[Outcome, str] | None, error: 
         history: Its loss history (see ``autotune._guard``).
         reference: The baseline's loss history; empty for the baseline itself.
         tolerance: How much worse than the reference its loss may be.
-        span: The baseline's judged span and its loss (``autotune._guard.reference_span``).
-        judged: The trial's loss over that span (its ``judged`` event).
+        reference_curve: The baseline's loss curve (``autotune._guard.loss_curve``).
+        curve: Its loss curve: the two are compared over the same samples.
         memory_low: The machine's available memory was nearly gone while it ran
             (then a SIGKILL from outside is most likely the kernel's OOM killer).
         expected_windows: The windows its budget asked for; a complete trial with
@@ -93,7 +93,7 @@ def classify(returncode: int | None, killed: tuple[Outcome, str] | None, error: 
         return Outcome.CRASHED, f"killed by {name}{tail}"
     if returncode:
         return Outcome.CRASHED, f"exit status {returncode}{tail}"
-    reason = divergence(reference, history, tolerance, span, judged)
+    reason = divergence(reference, history, tolerance, reference_curve, curve)
     if reason:  # before the window check: a nan in the warmup ends the trial with no window
         return Outcome.DIVERGED, reason
     if not windows:

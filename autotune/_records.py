@@ -32,9 +32,8 @@ ATTR_SLOT = "slot"
 #: Why a complete trial's figure is not believed (``autotune._noise.doubt``), and, on a
 #: trial that measures a noisy one again, which attempt it is (1, 2, ...).
 ATTR_DOUBT, ATTR_REMEASURE = "doubt", "remeasure"
-#: The samples a trial's later windows covered and their mean loss (``autotune._guard.reference_span``):
-#: the baseline's is where every trial's divergence is judged.
-ATTR_SPAN = "span"
+#: A trial's loss curve (``autotune._guard.loss_curve``): the baseline's judges every trial's.
+ATTR_CURVE = "curve"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +55,7 @@ class TrialRow:
     slot: dict[str, Any] = dataclasses.field(default_factory=dict)
     doubt: str | None = None
     remeasure: int = 0
-    span: dict[str, float] | None = None
+    curve: list[tuple[float, float, float, int]] = dataclasses.field(default_factory=list)
 
     @property
     def samples_per_s(self) -> float | None:
@@ -88,7 +87,7 @@ def row_of(trial: optuna.trial.FrozenTrial, ceilings: Ceilings) -> TrialRow:
                     metrics, config, attrs.get(ATTR_BASE_BATCH), None,
                     [tuple(p) for p in attrs.get(ATTR_LOSSES, [])], attrs.get(ATTR_SAMPLED, {}),
                     attrs.get(ATTR_CONFIRMS), bound, attrs.get(ATTR_SLOT, {}), attrs.get(ATTR_DOUBT),
-                    attrs.get(ATTR_REMEASURE, 0), attrs.get(ATTR_SPAN))
+                    attrs.get(ATTR_REMEASURE, 0), [tuple(c) for c in attrs.get(ATTR_CURVE, [])])
 
 
 def bottleneck_of(metrics: Mapping[str, float], config: Mapping[str, Any], ceilings: Ceilings,

@@ -19,10 +19,10 @@ from autotune._prefetch import iter_batches
 #: Batches after which a loader ceiling window may close at a quarter of its length.
 QUICK_LOADER_BATCHES = 32
 
-#: A trial short of its judged span after its windows measures more of them, up to
-#: this many times its windows: a config much slower than the baseline is then
-#: judged on the samples it reached (and pruned long before, mostly).
-SPAN_WINDOWS_FACTOR = 3
+#: Pieces a window's loss is reported in (``curve`` in its event): each the mean loss of
+#: consecutive steps and the samples they span, so that two runs' losses can be
+#: compared over the same samples however their windows fall (``autotune._guard``).
+CURVE_CHUNKS = 16
 
 #: Seconds between a trial's ``progress`` events: the parent's stall detector
 #: (DESIGN 5) needs a sign of life, and a clock read per step costs nothing.
@@ -220,10 +220,9 @@ class Trial(Run):
     synchronised only at window edges; the loss is summed on the device and read
     once per window.
 
-    With ``judge_span`` (samples from, to: the later half of the baseline's run), the
-    loss of the steps that end inside it is summed apart and read once past its end
-    (a ``judged`` event): every config's divergence is judged on the same samples,
-    however fast it runs. A trial not there after its windows measures more.
+    Each window also reports its loss curve: the step losses (kept on the device,
+    read with the window's) in ``CURVE_CHUNKS`` pieces, each with the samples it
+    spans, so that divergence is judged on the same samples for every config.
 
     Then, with ``ceiling_windows``, the two ceilings (``autotune._ceilings``), each
     over that many windows and skipped when ``known_ceilings`` has its key: the
@@ -234,8 +233,7 @@ class Trial(Run):
     def __init__(self, config: Config, device: Any, emit: Callable[..., None], *,  # type: ignore[valid-type]
                  warmup_steps: int, warmup_s: float, window_s: float, windows: int,
                  min_window_steps: int = 2, ceiling_windows: int = 0,
-                 known_ceilings: Mapping[str, Sequence[str]] | None = None,
-                 judge_span: Sequence[float] | None = None) -> None:
+                 known_ceilings: Mapping[str, Sequence[str]] | None = None) -> None:
         super().__init__(config, device)
         self._emit = emit
         self._warmup_steps, self._warmup_s = warmup_steps, warmup_s
@@ -256,20 +254,15 @@ class Trial(Run):
         self._started = self._window_start
         self._beat = self._window_start
         self._announced = False
-        self._span = tuple(judge_span) if judge_span else None
-        self._span_sum = None
-        self._span_steps = 0
-        self._span_read = False
         self._batch_samples = 0  # of the batch the user's step is training on
 
     def _after_step(self, loss: Any) -> None:
         loss = loss.detach().float()
         self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
         self._loss_steps += 1
-        if self._span and self._phase in (_WARMUP, _MEASURE) \
-                and self._span[0] < self._seen + self._batch_samples <= self._span[1]:
-            self._span_sum = loss if self._span_sum is None else self._span_sum + loss
-            self._span_steps += 1
+        if self._phase == _MEASURE:  # the window's curve: where each step ends, and its loss
+            self._step_losses.append(loss)
+            self._step_ends.append(self._seen + self._batch_samples)
 
     def batches(self, loader: Iterable[Any]) -> Iterator[Any]:
         it = super().batches(loader)
@@ -312,6 +305,8 @@ class Trial(Run):
         self._step_times: list[float] = []
         self._loss_sum = None
         self._loss_steps = 0
+        self._step_losses: list[Any] = []
+        self._step_ends: list[int] = []
 
     def _count(self, batch: Any, waited: float, t0: float) -> None:
         now = time.perf_counter()
@@ -340,9 +335,7 @@ class Trial(Run):
         elif self._window_due(now):
             loss = self._close_window()
             self._stop_if_nonfinite(loss)
-            short_of_span = self._span and self._seen < self._span[1] \
-                and self._windows_done < SPAN_WINDOWS_FACTOR * self._windows
-            if self._windows_done >= self._windows and not short_of_span:
+            if self._windows_done >= self._windows:
                 self._next_phase()
 
     def _beat_if_due(self, now: float) -> None:
@@ -377,20 +370,27 @@ class Trial(Run):
         self._emit("window", index=self._windows_done, steps=self._win_steps,
                    samples=self._win_samples, samples_seen=self._seen, seconds=now - self._window_start,
                    data_wait=self._win_wait, loss=loss, step_times=self._step_times,
-                   wall=time.time(), **extra)
+                   curve=self._curve(), wall=time.time(), **extra)
         self._windows_done += 1
-        if self._span and not self._span_read and self._seen >= self._span[1]:
-            self._read_span()
         self._reset_window(now)
         return loss
 
-    def _read_span(self) -> None:
-        """The mean loss over the judged span (one device read, at a window edge)."""
-        self._span_read = True
-        if self._span_steps:
-            self._emit("judged", start=self._span[0], end=min(self._seen, self._span[1]),
-                       loss=self._span_sum.item() / self._span_steps, steps=self._span_steps,
-                       reached=self._seen >= self._span[1])
+    def _curve(self) -> list[list[float]]:
+        """The window's step losses in up to ``CURVE_CHUNKS`` pieces: ``[start, end, mean loss,
+        steps]``, samples from the first batch (one device read; the device is synced)."""
+        if not self._step_losses:
+            return []
+        import torch
+
+        losses = torch.stack(self._step_losses).tolist()
+        ends = self._step_ends
+        start = self._seen - self._win_samples
+        curve, n = [], len(losses)
+        for i in range(min(CURVE_CHUNKS, n)):
+            lo, hi = i * n // min(CURVE_CHUNKS, n), (i + 1) * n // min(CURVE_CHUNKS, n)
+            begin = start if lo == 0 else ends[lo - 1]
+            curve.append([begin, ends[hi - 1], sum(losses[lo:hi]) / (hi - lo), hi - lo])
+        return curve
 
     # -- ceilings -------------------------------------------------------------------
 
@@ -469,9 +469,6 @@ class Trial(Run):
         if self._phase == _MEASURE and self._win_steps >= self._min_window_steps \
                 and self._windows_done < self._windows:
             self._close_window()
-        if self._span and not self._span_read:  # the function returned first: judged on what it reached
-            self._sync()
-            self._read_span()
         self._emit("end", steps=self._step, windows=self._windows_done,
                    config=self.resolved(), base_batch_size=self._base_batch_size, lr=self.lr)
 

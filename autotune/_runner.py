@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune._config import Config
 from autotune._events import FD_ENV, EventReader
-from autotune._guard import DIVERGENCE_TOLERANCE, Point, loss_history, reference_span
+from autotune._guard import DIVERGENCE_TOLERANCE, Chunk, Point, loss_curve, loss_history
 from autotune._knobs import KNOBS
 from autotune._monitor import Monitor, nvml_handle
 from autotune._outcome import Outcome, classify
@@ -96,8 +96,6 @@ class TrialSpec:
     known_ceilings: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
     #: CPUs the worker pins itself to (its slot's share, ``autotune._slots``); empty: not pinned.
     cpus: tuple[int, ...] = ()
-    #: Samples (from, to) its loss is judged on: the baseline's ``reference_span``; None: none yet.
-    judge_span: tuple[float, float] | None = None
 
 
 @dataclasses.dataclass
@@ -115,8 +113,8 @@ class TrialResult:
     log_path: Path
     losses: list[Point] = dataclasses.field(default_factory=list)
     ceilings: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    #: Its own ``reference_span`` (the baseline's judges the study's trials).
-    span: dict[str, float] | None = None
+    #: Its loss curve (``autotune._guard.loss_curve``): the baseline's judges the study's trials.
+    curve: list[Chunk] = dataclasses.field(default_factory=list)
 
 
 def build_command(spec: TrialSpec, event_fd: int, environ: Mapping[str, str],
@@ -147,8 +145,7 @@ def build_command(spec: TrialSpec, event_fd: int, environ: Mapping[str, str],
             env[knob.env_var] = value
     payload = {"target": spec.target, "config": spec.config.set_values(), "device": device,
                "budget": spec.budget.worker_args(), "seed": spec.seed,
-               "known_ceilings": {part: list(keys) for part, keys in spec.known_ceilings.items()},
-               "judge_span": list(spec.judge_span) if spec.judge_span else None}
+               "known_ceilings": {part: list(keys) for part, keys in spec.known_ceilings.items()}}
     return [python, "-m", "autotune._worker", json.dumps(payload)], env
 
 
@@ -265,7 +262,7 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
               on_event: Callable[[dict[str, Any]], Verdict | None] | None = None, *,
               interrupt: threading.Event | None = None, reference: Sequence[Point] = (),
               tolerance: float = DIVERGENCE_TOLERANCE, floor: int | None = None,
-              span: Mapping[str, float] | None = None) -> TrialResult:
+              reference_curve: Sequence[Chunk] = ()) -> TrialResult:
     """Run one worker to its end and classify it. Never raises for the trial's own faults.
 
     The worker runs in its own process group, which is killed when the trial ends
@@ -286,8 +283,8 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
         interrupt: Set from elsewhere (a signal handler) to stop the trial as
             ``interrupted``.
         reference: The baseline's loss history, to judge divergence.
-        span: The baseline's ``reference_span`` and its loss (``spec.judge_span`` names
-            the same samples): every trial's divergence is judged there.
+        reference_curve: The baseline's loss curve: divergence is judged on the same
+            samples in both (``autotune._guard.divergence``).
         tolerance: See ``autotune._guard.divergence``.
         floor: Available-memory floor in bytes (default: the monitor's).
     """
@@ -373,13 +370,13 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     outcome, reason = classify(proc.returncode, killed[0] if killed else None, events.get("error"),
                                windows, stderr_tail, history=losses, reference=reference,
                                tolerance=tolerance, memory_low=memory_low, expected_windows=budget.windows,
-                               span=span, judged=events.get("judged"))
+                               reference_curve=reference_curve, curve=loss_curve(windows))
     if monitor.problems and not killed:
         reason = "\n".join(filter(None, [reason, *monitor.problems]))
     final = events.get("end") or events.get("resolved") or {}
     return TrialResult(outcome, reason, metrics, window_series(windows, monitor), windows,
                        final.get("config", {}), final.get("base_batch_size"), final.get("lr"), log_path,
-                       losses, measured, reference_span(windows))
+                       losses, measured, loss_curve(windows))
 
 
 def _add_foreign_load(event: dict[str, Any], monitor: Monitor) -> None:

@@ -17,7 +17,12 @@ from typing import TYPE_CHECKING, Any
 from autotune._ceilings import Ceilings
 from autotune._config import Config, ConfigError
 from autotune._confirm import PENDING, plan
-from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION, flat_reference, prune_reason
+from autotune._guard import (
+    DIVERGENCE_TOLERANCE,
+    PRUNE_FRACTION,
+    flat_reference,
+    prune_reason,
+)
 from autotune._knobs import show_value
 from autotune._monitor import Background
 from autotune._noise import (
@@ -36,6 +41,7 @@ from autotune._records import (
     ATTR_CEILINGS,
     ATTR_CONFIG,
     ATTR_CONFIRMS,
+    ATTR_CURVE,
     ATTR_DOUBT,
     ATTR_HEARTBEAT,
     ATTR_LOSSES,
@@ -49,7 +55,6 @@ from autotune._records import (
     ATTR_RUN,
     ATTR_SAMPLED,
     ATTR_SLOT,
-    ATTR_SPAN,
     ATTR_WORKER,
     REASON_LIMIT,
     TrialRow,
@@ -579,7 +584,7 @@ class StudyRunner:
         if recorded and is_noisy(row.doubt):
             self._measure_again(row, slot)
         if recorded and row.baseline and row.confirms is None and row.measured:
-            flat = flat_reference(row.losses, row.span)
+            flat = flat_reference(row.losses, row.curve)
             if flat:
                 self.reporter.note(f"{flat}: against it only a loss that blows up shows as divergence; "
                                    "longer windows (--window, --windows) give it more to compare")
@@ -729,12 +734,10 @@ class StudyRunner:
         self.reporter.trial_started(trial.number, index, total, config, rerun,
                                     slot.share() if len(self.slots) > 1 else None)
         base = found.base.first if found.base else None
-        span = base.span if base else None  # every trial's loss is judged on the baseline's samples
         spec = TrialSpec(self.options.target, config, slot.device, self.options.budget,
                          seed=(self.options.seed or 0) + trial.number,
                          # a re-run measures its own: the winner's efficiency is then paired in every run
-                         known_ceilings={} if rerun is not None else found.ceilings.known(), cpus=slot.cpus,
-                         judge_span=(span["start"], span["end"]) if span else None)
+                         known_ceilings={} if rerun is not None else found.ceilings.known(), cpus=slot.cpus)
         log_path = self.log_dir / f"trial-{trial.number}.log"
         prune_below = found.decision.winner.median if found.decision.winner and not baseline \
             and rerun is None else None
@@ -744,7 +747,7 @@ class StudyRunner:
                             self.reporter.note):
                 result = run_trial(spec, log_path, self.ram_budget, self._watch(trial, prune_below),
                                    interrupt=self._interrupt, reference=base.losses if base else (),
-                                   tolerance=self.options.tolerance, span=span)
+                                   tolerance=self.options.tolerance, reference_curve=base.curve if base else ())
         except BaseException as exc:  # a second Ctrl-C, or our own bug: close both records, go on raising
             self.tracker.kill(run_id, f"the tuner stopped: {exc!r}", log_path)
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
@@ -823,7 +826,7 @@ class StudyRunner:
             "attrs": {ATTR_OUTCOME: result.outcome.value, ATTR_REASON: clip(result.reason, REASON_LIMIT),
                       ATTR_METRICS: result.metrics, ATTR_CONFIG: result.resolved,
                       ATTR_BASE_BATCH: result.base_batch_size, ATTR_LR: result.lr,
-                      ATTR_LOSSES: result.losses, ATTR_CEILINGS: own, ATTR_DOUBT: why, ATTR_SPAN: result.span},
+                      ATTR_LOSSES: result.losses, ATTR_CEILINGS: own, ATTR_DOUBT: why, ATTR_CURVE: result.curve},
             "mlflow": {"outcome": result.outcome.value, "reason": result.reason, "metrics": metrics,
                        "series": result.series, "params": {k: v for k, v in derived.items() if v is not None},
                        "log_path": str(result.log_path), "tags": tags},

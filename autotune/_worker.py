@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.manual_seed(spec["seed"])
         run = Trial(Config(**spec["config"]), spec["device"], emit, **spec["budget"],
-                    known_ceilings=spec.get("known_ceilings"), judge_span=spec.get("judge_span"))
+                    known_ceilings=spec.get("known_ceilings"))
         run.apply_backends()
         train = load_target(spec["target"])
         emit("loaded")  # torch and the user's module are imported: the parent times the spans

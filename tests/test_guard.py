@@ -6,8 +6,14 @@ import math
 
 import pytest
 
-from autotune._guard import (DIVERGENCE_TOLERANCE, divergence, first_nonfinite, loss_at, loss_history,
-                             prune_reason)
+from autotune._guard import (
+    DIVERGENCE_TOLERANCE,
+    divergence,
+    first_nonfinite,
+    loss_at,
+    loss_history,
+    prune_reason,
+)
 
 NAN, INF = math.nan, math.inf
 # The baseline: loss 2.0 in the middle of its warmup (100 samples), then falling.
@@ -143,17 +149,32 @@ def test_prune_fraction_zero_never_prunes() -> None:
     assert prune_reason([1.0, 1.0, 1.0], 1000.0, fraction=0.0) is None
 
 
-def test_divergence_on_the_baseline_span_compares_the_same_samples() -> None:
-    span = {"start": 400.0, "end": 800.0, "loss": 0.55}
-    # 0.8 over the same samples: (0.8 - 0.55) / 0.55 = 45%, inside; 0.9: 64%, over
-    assert divergence(BASE, [(300.0, 1.0)], span=span, judged={**span, "loss": 0.8}) is None
-    reason = divergence(BASE, [(300.0, 1.0)], span=span, judged={**span, "loss": 0.9})
-    assert reason == ("loss 0.9 vs the baseline's 0.55 over the same samples 400-800: 64% worse, "
-                      "over the 50% tolerance")
-    # one that did not get there in its windows says how far it got
-    short = divergence(BASE, [], span=span, judged={"start": 400.0, "end": 650.0, "loss": 2.0, "reached": False})
-    assert "(it reached 650)" in short
-    assert "loss is nan" in divergence(BASE, [], span=span, judged={**span, "loss": float("nan")})
+# The baseline's curve over samples 0-800 (pieces of 100 samples, 4 steps each): the judged
+# span is its later half, 400-800, where its mean loss is (0.7 + 0.6 + 0.55 + 0.5) / 4 = 0.5875.
+CURVE = [(0, 100, 2.0, 4), (100, 200, 1.5, 4), (200, 300, 1.1, 4), (300, 400, 0.9, 4),
+         (400, 500, 0.7, 4), (500, 600, 0.6, 4), (600, 700, 0.55, 4), (700, 800, 0.5, 4)]
+
+
+def test_divergence_compares_the_same_samples_whatever_the_pieces() -> None:
+    from autotune._guard import judged_span, mean_over
+
+    assert judged_span(CURVE) == (400, 800) and mean_over(CURVE, 400, 800) == pytest.approx(0.5875)
+    # a fast trial: two big pieces cover the span; (0.8 * 8 + 0.75 * 8) / 16 = 0.775: 32% worse
+    fast = [(0, 400, 1.5, 8), (400, 600, 0.8, 8), (600, 800, 0.75, 8), (800, 1600, 0.7, 8)]
+    assert divergence(BASE, [], reference_curve=CURVE, curve=fast) is None
+    # 0.9 there: (0.9 - 0.5875) / 0.5875 = 53% worse, over the tolerance
+    worse = [(0, 400, 1.5, 8), (400, 800, 0.9, 16)]
+    assert divergence(BASE, [], reference_curve=CURVE, curve=worse) == (
+        "loss 0.9 vs the baseline's 0.587 over the same samples (400-800): 53% worse, over the 50% tolerance")
+    # a slow trial that got to 600: both judged on 400-600 only, the baseline at (0.7 + 0.6) / 2
+    slow = [(0, 200, 1.7, 4), (200, 400, 1.0, 4), (400, 600, 0.68, 4)]
+    assert divergence(BASE, [], reference_curve=CURVE, curve=slow) is None
+    assert "over the same samples (400-600)" in divergence(BASE, [], reference_curve=CURVE,
+                                                           curve=[(0, 400, 1.7, 4), (400, 600, 1.2, 4)])
+    # a nan anywhere in the curve is divergence
+    assert "loss is nan" in divergence(BASE, [], reference_curve=CURVE, curve=[(0, 100, float("nan"), 1)])
+    # a trial that never reached the span: the histories decide (as without curves)
+    assert divergence(BASE, BASE, reference_curve=CURVE, curve=[(0, 300, 1.2, 4)]) is None
 
 
 def test_a_config_gets_the_same_verdict_fast_or_slow(tmp_path) -> None:
@@ -168,16 +189,15 @@ def test_a_config_gets_the_same_verdict_fast_or_slow(tmp_path) -> None:
     tiny = f"{Path(__file__).parent / 'fixtures' / 'tiny_train.py'}:train"
     budget = Budget(warmup_steps=2, warmup_s=0.2, window_s=0.25, windows=4, ceiling_windows=0)
     base = run_trial(TrialSpec(tiny, Config(), "cpu", budget), tmp_path / "base.log")
-    span = base.span
-    assert span and span["end"] > span["start"] > 0
-    judged = []
-    for window_s in (0.1, 0.5):
+    assert len(base.curve) > 8 and base.curve[0][0] == base.windows[0]["samples_seen"] - base.windows[0]["samples"]
+    verdicts = []
+    for window_s in (0.15, 0.5):
         spec = TrialSpec(tiny, Config(batch_size="4x", lr_scaling="none"), "cpu",
-                         Budget(warmup_steps=2, warmup_s=0.2, window_s=window_s, windows=4, ceiling_windows=0),
-                         judge_span=(span["start"], span["end"]))
-        result = run_trial(spec, tmp_path / "t.log", reference=base.losses, span=span)
-        judged.append((result.outcome, result.reason.partition(":")[0]))
-    assert judged[0] == judged[1]
+                         Budget(warmup_steps=2, warmup_s=0.2, window_s=window_s, windows=4, ceiling_windows=0))
+        result = run_trial(spec, tmp_path / "t.log", reference=base.losses, reference_curve=base.curve)
+        verdicts.append(result.outcome)
+        assert "over the same samples" in result.reason or result.reason == ""
+    assert verdicts[0] == verdicts[1]
 
 
 @pytest.mark.parametrize("first, span_loss, flat", [
@@ -188,6 +208,6 @@ def test_a_config_gets_the_same_verdict_fast_or_slow(tmp_path) -> None:
 def test_flat_reference(first, span_loss, flat) -> None:
     from autotune._guard import flat_reference
 
-    why = flat_reference([(100.0, first)], {"start": 512.0, "end": 1024.0, "loss": span_loss})
+    why = flat_reference([(100.0, first)], [(0.0, 512.0, first, 8), (512.0, 1024.0, span_loss, 8)])
     assert (why is not None) is flat
-    assert flat_reference([], None) is None
+    assert flat_reference([], []) is None

@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 from helpers import autotune, load_study
 
-from autotune._noise import FOREIGN_LOAD_MAX, SPREAD_MAX, doubt, is_noisy, wait_for_quiet
+from autotune._noise import (
+    FOREIGN_LOAD_MAX,
+    SPREAD_MAX,
+    doubt,
+    is_noisy,
+    wait_for_quiet,
+)
 from autotune._standing import standing
 
 ROOT = Path(__file__).resolve().parent.parent
