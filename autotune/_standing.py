@@ -86,12 +86,13 @@ def throughput_figure(name: str, rows: list[TrialRow]):
     fig = Figure(figsize=(7, 3.5), dpi=110)
     ax = fig.subplots()
     done = [r for r in rows if r.samples_per_s]
-    colors = ["tab:gray" if r.baseline else "tab:blue" if r.outcome == Outcome.COMPLETE.value
-              else "tab:red" for r in done]
+    # noisy and short figures in orange: shown, never the best so far
+    colors = ["tab:orange" if r.measured and not r.reliable else "tab:gray" if r.baseline
+              else "tab:blue" if r.outcome == Outcome.COMPLETE.value else "tab:red" for r in done]
     ax.scatter([r.number for r in done], [r.samples_per_s for r in done], c=colors, s=18, zorder=3)
     best, curve = 0.0, []
     for r in done:
-        if r.outcome == Outcome.COMPLETE.value:
+        if r.reliable:
             best = max(best, r.samples_per_s)
         curve.append(best)
     ax.step([r.number for r in done], curve, where="post", color="tab:green", label="best so far")
