@@ -312,7 +312,7 @@ class StudyRunner:
                 f"{len(neighbours)} other tuner(s) run on this host ("
                 + "; ".join(f"pid {n['pid']}: study {n['study']} on {n['cpus']}" for n in neighbours)
                 + "): trials measured at the same time share the CPUs and read far slower (9% of alone, measured on "
-                "2 cores), and the RAM budget "
+                "2 cores), so they count as noisy and are measured again when the machine is quiet; the RAM budget "
                 f"is split {1 + len(neighbours)} ways. One tuner with --jobs N gives each trial CPUs of its own")
         self.log_dir = options.store / "trials" / self.name
         self.pending = Pending(options.store / "pending", self.name)
