@@ -101,8 +101,13 @@ def check_invariants(url: str, tracking_uri: str, name: str, tuners: int, own_tr
     # one baseline
     assert sum(bool(t.user_attrs.get("baseline")) for t in firsts) == 1
     # one confirmation plan, each re-run claimed once: every planned config got exactly `confirm`
-    reruns = Counter(t.user_attrs["confirms"] for t in trials if "confirms" in t.user_attrs)
+    # (a run measured again because it was noisy is not one of them, and follows a noisy run)
+    reruns = Counter(t.user_attrs["confirms"] for t in trials
+                     if "confirms" in t.user_attrs and not t.user_attrs.get("remeasure"))
     assert reruns and set(reruns.values()) == {confirm}, reruns
+    for again in (t for t in trials if t.user_attrs.get("remeasure")):
+        assert any((t.user_attrs.get("doubt") or "").startswith("noisy") and t.number < again.number
+                   and again.user_attrs["confirms"] in (t.number, t.user_attrs.get("confirms")) for t in trials)
     assert firsts[0].number in reruns  # the baseline is among them
     markers = [s.study_name for s in optuna.get_all_study_summaries(url) if s.study_name.startswith(name + CLAIM_MARK)]
     assert len([m for m in markers if "confirm-after-" in m]) == 1, markers

@@ -77,7 +77,7 @@ def test_a_study_measures_again_the_trial_hogs_slowed_and_ranks_only_believed_fi
     try:
         done = autotune("run", TRAIN, "--trials", "2", "--store", str(tmp_path / "st"), "--warmup", "0.2",
                         "--window", "0.3", "--windows", "3", "--confirm", "0", "--space", "loader", "--seed", "0",
-                        "--quiet-wait", "25", cwd=ROOT)
+                        "--max-load", str(FOREIGN_LOAD_MAX), "--quiet-wait", "25", cwd=ROOT)
     finally:
         for hog in hogs:
             hog.kill()
