@@ -365,10 +365,11 @@ def show(study: str | None, storage: str | None, store: Path) -> None:
     for head in heads:
         table.add_column(head, justify="right" if head in ("#", "samples/s", "speedup") else "left",
                          min_width=min(len(head), 18))
+    first_of = {r.number: g.first.number for g in found.groups for r in g.runs}
     for r in rows:
         m, bound = r.metrics, r.bottleneck
         mark = " *" if best is not None and r.number == best.number else ""
-        again = f" (= {r.confirms})" if r.confirms is not None else ""
+        again = f" (= {first_of[r.number]})" if first_of.get(r.number, r.number) != r.number else ""
         doubted = f" ({r.doubt.partition(':')[0]})" if r.doubt else ""
         table.add_row(
             f"{r.number}{mark}", r.outcome + doubted + (" (baseline)" if r.baseline else "") + again,
@@ -384,7 +385,7 @@ def show(study: str | None, storage: str | None, store: Path) -> None:
             *(show_value(r.config.get(k, "-")) for k in keys),
             headline(r.doubt or r.reason)[:90])
     Console(width=max(280, Console().width)).print(table)
-    click.echo("(= N): a re-run of trial N (confirmation or measuring again); *: the winner; bound: compute- or "
+    click.echo("(= N): the config of trial N again (a confirmation, measuring again, or drawn again); *: the winner; bound: compute- or "
                "data-bound, and samples/s as a share of the compute ceiling (the loop on batches already on the "
                "device); others: share of the trial's CPUs (or GPU) other processes used while it measured; "
                "?: a figure not believed (noisy, or a short measure), never ranked")

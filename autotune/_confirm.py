@@ -11,6 +11,7 @@ U = 0), and it needs no assumption about how the noise is distributed.
 from __future__ import annotations
 
 import dataclasses
+import json
 import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -87,10 +88,25 @@ def beats(a: Group, b: Group) -> bool:
 
 
 def group_runs(rows: Sequence[TrialRow]) -> list[Group]:
-    """The study's trials grouped by config (by first trial number, in order)."""
+    """The study's trials grouped by config (by first trial number, in order).
+
+    A config is one group however it came to run again: a re-run names its first
+    trial (``confirms``), and a sampled trial that drew a config already run joins
+    that config's group, so that each config has one answer.
+    """
     firsts: dict[int, list[TrialRow]] = {}
+    seen: dict[str, int] = {}  # sampled config -> its first trial
+    alias: dict[int, int] = {}  # a trial that drew a config again -> that config's first
     for row in rows:
-        firsts.setdefault(row.number if row.confirms is None else row.confirms, []).append(row)
+        if row.confirms is not None:
+            key = alias.get(row.confirms, row.confirms)
+        elif row.sampled and row.outcome not in PENDING:  # an enqueued trial has drawn nothing yet
+            key = seen.setdefault(json.dumps(row.sampled, sort_keys=True), row.number)
+            if key != row.number:
+                alias[row.number] = key
+        else:
+            key = row.number
+        firsts.setdefault(key, []).append(row)
     by_number = {r.number: r for r in rows}
     return [Group(by_number[n], tuple(runs)) for n, runs in firsts.items() if n in by_number]
 

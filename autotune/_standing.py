@@ -65,10 +65,10 @@ def standing(study: optuna.Study) -> Standing:
     if base is not None and base.rates:
         # One answer per config: a believed run shows its config's median speedup (the
         # baseline's are 1.00x); a doubted or diverged one its own figure's.
-        medians = {g.first.number: g.median for g in groups if g.rates}
+        medians = {r.number: g.median for g in groups if g.rates for r in g.runs}
 
         def speedup(row: TrialRow) -> float:
-            mine = medians.get(row.number if row.confirms is None else row.confirms) if row.reliable else None
+            mine = medians.get(row.number) if row.reliable else None
             return (mine or row.samples_per_s) / base.median
 
         rows = [dataclasses.replace(r, speedup=speedup(r)) if r.samples_per_s else r for r in rows]

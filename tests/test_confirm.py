@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from autotune._confirm import Group, beats, decide, group_runs, plan
@@ -141,3 +143,16 @@ def test_plan_measures_again_configs_whose_runs_were_all_noisy() -> None:
     # the baseline's only run noisy: it is re-run too
     rows = [row(0, 10, baseline=True, doubt=NOISY), row(1, 150)]
     assert plan(group_runs(rows), runs=1) == [1, 0, 0]
+
+
+def test_a_config_drawn_again_joins_its_group_one_answer_per_config() -> None:
+    def drawn(number: int, sps: float, workers: int, **kw) -> TrialRow:
+        return dataclasses.replace(row(number, sps, **kw), sampled={"num_workers": workers})
+
+    # 1 and 3 drew the same config: one group, its median of 425 and 170 (not "4.25x and 1.69x");
+    # a re-run of 3 (a noisy one measured again) joins it too
+    rows = [row(0, 100, baseline=True), drawn(1, 425, 2), drawn(2, 150, 4), drawn(3, 170, 2),
+            row(4, 300, confirms=3), dataclasses.replace(row(5, None, "waiting"), sampled={})]
+    groups = groups_of(*rows)
+    assert sorted(groups) == [0, 1, 2, 5]
+    assert [r.number for r in groups[1].runs] == [1, 3, 4] and groups[1].median == 300
