@@ -311,9 +311,9 @@ class StudyRunner:
             self.reporter.note(
                 f"{len(neighbours)} other tuner(s) run on this host ("
                 + "; ".join(f"pid {n['pid']}: study {n['study']} on {n['cpus']}" for n in neighbours)
-                + "): trials measured at the same time share the CPUs and read far slower (9% of alone, measured on "
-                "2 cores), so they count as noisy and are measured again when the machine is quiet; the RAM budget "
-                f"is split {1 + len(neighbours)} ways. One tuner with --jobs N gives each trial CPUs of its own")
+                + "): their trials and these take turns on each CPU (beside another, a trial read 9% of alone on "
+                "2 cores), and the RAM budget "
+                f"is split {1 + len(neighbours)} ways. One tuner with --jobs N runs trials at once, each on CPUs of its own")
         self.log_dir = options.store / "trials" / self.name
         self.pending = Pending(options.store / "pending", self.name)
         self._interrupt = threading.Event()
@@ -360,9 +360,10 @@ class StudyRunner:
             raise ConfigError(f"--study {self.name!r} tunes {known}, not {self.options.target}; "
                               "give another --study name")
 
-    def _note_once(self, line: str) -> None:
-        if line not in self._noted:
-            self._noted.add(line)
+    def _note_once(self, line: str, kind: str | None = None) -> None:
+        """Say ``line`` once per tuner (once per ``kind``, when given)."""
+        if (kind or line) not in self._noted:
+            self._noted.add(kind or line)
             self.reporter.note(line)
 
     def run(self) -> Standing:
@@ -744,7 +745,10 @@ class StudyRunner:
         beats = itertools.count(1)
         try:
             with _Heartbeat(lambda: trial.set_user_attr(ATTR_HEARTBEAT, next(beats)), f"trial {trial.number}",
-                            self.reporter.note):
+                            self.reporter.note), \
+                    self.host.turn(slot.cpus or _all_cpus(), f"trial {trial.number} of study {self.name} "
+                                   f"(tuner pid {os.getpid()})", lambda line: self._note_once(line, "turn"),
+                                   self._interrupt):
                 result = run_trial(spec, log_path, self.ram_budget, self._watch(trial, prune_below),
                                    interrupt=self._interrupt, reference=base.losses if base else (),
                                    tolerance=self.options.tolerance, reference_curve=base.curve if base else ())

@@ -10,8 +10,8 @@ import optuna
 import pytest
 from optuna.storages.journal import JournalFileBackend
 
-from autotune._tuners import (STALE_AFTER_S, Liveness, Phase, Registry, claim, claim_waiting, found_or_join,
-                              is_marker)
+from autotune._tuners import (STALE_AFTER_S, HostRegistry, Liveness, Phase, Registry, claim, claim_waiting,
+                              found_or_join, is_marker)
 
 HERE = "here"
 
@@ -140,3 +140,51 @@ def test_tuners_on_one_host_see_each_other_and_tidy_up_after_the_dead(tmp_path: 
     assert (tmp_path / f"{os.getpid()}.json").exists()
     registry.leave()
     assert not (tmp_path / f"{os.getpid()}.json").exists()
+
+
+def test_trials_on_one_host_take_turns_per_cpu_and_a_dead_holder_frees_its_cpus(tmp_path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    registry = HostRegistry(tmp_path)
+    # another tuner's trial on CPUs 0 and 1, in a process of its own that is then killed
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; sys.path.insert(0, %r)\n"
+        "from pathlib import Path\nfrom autotune._tuners import HostRegistry\n"
+        "with HostRegistry(Path(%r)).turn((0, 1), 'trial 3 of study other (tuner pid 1)'):\n"
+        "    print('held', flush=True); time.sleep(60)\n") % (str(Path(__file__).resolve().parent.parent), str(tmp_path))],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        said: list[str] = []
+        entered = threading.Event()
+
+        def mine() -> None:
+            with registry.turn((1,), "trial 0 of study mine", on_wait=said.append):
+                entered.set()
+
+        waiter = threading.Thread(target=mine)
+        waiter.start()
+        time.sleep(0.5)
+        assert not entered.is_set()  # CPU 1 is the other trial's
+        assert said == ["waiting for CPU 1: trial 3 of study other (tuner pid 1) runs on it (trials on this "
+                        "host take turns on a CPU, so none measures another)"]
+        # a --jobs slot on another CPU does not wait
+        with registry.turn((2,), "slot 1"):
+            pass
+        holder.kill()  # a tuner killed mid-trial: the kernel drops its locks
+        waiter.join(10)
+        assert entered.is_set()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_turn_waited_for_is_given_up_when_the_tuner_is_interrupted(tmp_path) -> None:
+    registry = HostRegistry(tmp_path)
+    stop = threading.Event()
+    with registry.turn((0,), "first"):
+        stop.set()
+        with registry.turn((0,), "second", stop=stop):  # runs at once, without the turn
+            pass
