@@ -73,6 +73,7 @@ from autotune._slots import Slot
 from autotune._standing import (
     Standing,
     export_text,
+    findings,
     held_loader_knobs,
     standing,
     throughput_figure,
@@ -509,8 +510,9 @@ class StudyRunner:
             if found.base is not None:
                 continue
             baselines = [r for r in found.rows if r.baseline and r.confirms is None]
-            pending = [r for r in found.rows if r.outcome in PENDING
-                       and (r.number in firsts or r.confirms in firsts)]
+            firsts = {r.number for r in baselines}
+            # a baseline enqueued or running, or one measured again (it was noisy)
+            pending = [r for r in found.rows if r.outcome in PENDING and (r.baseline or r.confirms in firsts)]
             if pending:
                 watched = pending[-1].number
                 owner = self.study._storage.get_trial(self._trial_id(watched)).user_attrs.get(ATTR_OWNER) or {}
@@ -943,7 +945,8 @@ class StudyRunner:
         rows, best = found.rows, found.best
         artifacts = {"trials.json": json.dumps([dataclasses.asdict(r) for r in rows], indent=1),
                      "ceilings.json": json.dumps(found.ceilings.table(), indent=1)}
-        metrics: dict[str, float] = {"trials": float(len(rows))}
+        metrics: dict[str, float] = {"trials": float(len(rows)),
+                                     "noisy_trials": float(sum(1 for r in rows if is_noisy(r.doubt)))}
         if best is not None:
             win = found.decision.winner
             text = export_text(self.study, found)
@@ -968,5 +971,6 @@ class StudyRunner:
         self.tracker.finish_parent(self.parent_id, artifacts, metrics,
                                    {"throughput.png": throughput_figure(self.name, rows)},
                                    status="KILLED" if self._signum else "FINISHED",
-                                   tags={"autotune.ended": f"{ended} (last of {tuners} tuner(s))"})
+                                   tags={"autotune.ended": f"{ended} (last of {tuners} tuner(s))",
+                                         "autotune.result": findings(found)[0]})
         return found
