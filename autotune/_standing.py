@@ -104,8 +104,10 @@ def throughput_figure(name: str, rows: list[TrialRow]):
 
 
 def _runs(group: Group) -> str:
-    numbers = ", ".join(str(r.number) for r in group.runs if r.samples_per_s)
-    return f"median of {len(group.rates)} runs ({numbers}), ±{group.spread / 2:.0%}"
+    numbers = ", ".join(str(r.number) for r in group.runs if r.reliable)
+    doubted = ", ".join(str(r.number) for r in group.doubted)
+    return (f"median of {len(group.rates)} runs ({numbers}), ±{group.spread / 2:.0%}"
+            + (f"; not counted: {doubted} (noisy or short)" if doubted else ""))
 
 
 def _doubts(rows: list[TrialRow], numbers: bool = False, most: int = 4) -> str:
