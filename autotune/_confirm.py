@@ -141,14 +141,22 @@ class Decision:
 
 
 def decide(groups: Sequence[Group]) -> Decision:
-    """Pick the winner (see ``Decision``). Unconfirmed configs compete on their one run."""
+    """Pick the winner (see ``Decision``).
+
+    Until the baseline is confirmed (``--confirm 0``, or before the confirmation),
+    every config competes on its runs as they are. Once it is, only confirmed
+    configs that beat it can win: a config with one run cannot be shown faster
+    beyond the noise (the confirmation re-ran the top configs when it was planned;
+    one that ranked lower then, or that another's divergence left unconfirmed,
+    does not win on a single run).
+    """
     base = baseline_group(groups)
     feasible = [g for g in groups if g.feasible]
     if not feasible:
         return Decision(None, base, None, ())
     fastest = max(feasible, key=lambda g: g.median)
     judged = base is not None and base.confirmed  # (a baseline with no believed figure is not)
-    contenders = [g for g in feasible if g is base or not (judged and g.confirmed) or beats(g, base)]
+    contenders = [g for g in feasible if g is base or not judged or beats(g, base)]
     winner = max(contenders, key=lambda g: g.median)
     ties = tuple(g for g in feasible if g is not winner and g.confirmed and winner.confirmed
                  and not beats(winner, g))

@@ -138,7 +138,7 @@ def findings(found: Standing) -> list[str]:
             return ["no complete trial"]
         return [f"unreliable: no figure to rank; {len(doubted)} trial(s) completed, but each was "
                 f"{_doubts(doubted)}. Run again on a quiet machine (and with enough data for every window)"]
-    spread = win.spread if win.confirmed else win.first.metrics.get("samples_per_s_spread", 0.0)
+    spread = win.spread if win.confirmed else win.lead.metrics.get("samples_per_s_spread", 0.0)
     if base is not None and not base.rates:
         lines = [f"trial {win.first.number}, {win.median:,.0f} samples/s, ±{spread / 2:.0%}; no speedup: "
                  f"unreliable baseline, every run of it was {_doubts(base.doubted)}"]

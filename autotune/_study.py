@@ -738,7 +738,9 @@ class StudyRunner:
                                     slot.share() if len(self.slots) > 1 else None)
         base = found.base.first if found.base else None
         spec = TrialSpec(self.options.target, config, slot.device, self.options.budget,
-                         seed=(self.options.seed or 0) + trial.number,
+                         # a config's runs train alike (its first trial's seed): the same loss, the same
+                         # verdict; only the machine's noise differs between them
+                         seed=(self.options.seed or 0) + (trial.number if rerun is None else rerun),
                          # a re-run measures its own: the winner's efficiency is then paired in every run
                          known_ceilings={} if rerun is not None else found.ceilings.known(), cpus=slot.cpus)
         log_path = self.log_dir / f"trial-{trial.number}.log"

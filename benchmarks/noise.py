@@ -14,8 +14,9 @@ whether a study still exports the quiet study's winner. Writes the "Noise" secti
    mid-study. Winner, speedup and spread of each; noisy trials and re-measures; whether
    the hogged study's winner and speedup fall inside the quiet studies' spread.
 
-    python benchmarks/noise.py            # about 45 minutes on a 2-core CPU
-    python benchmarks/noise.py --quick    # a smoke run, about 10 minutes
+    python benchmarks/noise.py                 # about 45 minutes on a 2-core CPU
+    python benchmarks/noise.py --quick         # a smoke run, about 10 minutes
+    python benchmarks/noise.py --studies-only  # part 3 again, parts 1-2 kept from RESULTS.md
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-from _results import ROOT, machine, spread, write_section
+from _results import ROOT, machine, results_path, spread, write_section
 
 from autotune import Config
 from autotune._ceilings import Ceilings
@@ -56,8 +57,8 @@ class Hog:
         self.proc.wait()
 
 
-def one_trial(config: Config, logs: Path, name: str, budget: Budget = Budget(), **kwargs):  # type: ignore[valid-type]
-    return run_trial(TrialSpec(TARGET, config, "cpu", budget), logs / f"{name}.log", **kwargs)
+def one_trial(config: Config, logs: Path, name: str, budget: Budget | None = None, **kwargs):  # type: ignore[valid-type]
+    return run_trial(TrialSpec(TARGET, config, "cpu", budget or Budget()), logs / f"{name}.log", **kwargs)
 
 
 def repeats(n: int, logs: Path) -> tuple[str, dict]:
@@ -153,6 +154,8 @@ def study(folder: Path, trials: int, confirm: int, hog_at: tuple[float, float] |
             hog.__exit__()
     reader.join(5)
     wall = time.monotonic() - started
+    if proc.returncode:
+        print(f"the tuner exited {proc.returncode}; its output ends:\n" + "".join(out[-40:]), flush=True)
     storage = optuna.storages.JournalStorage(JournalFileBackend(str(folder / "optuna.journal")))
     found = standing(optuna.load_study(study_name="mnist", storage=storage))
     for r in found.rows:  # the raw rows, for the log
@@ -184,7 +187,9 @@ def studies(trials: int, confirm: int, quiet_runs: int, hog_at: tuple[float, flo
     print("hog study", results[-1][1], flush=True)
     rows = []
     for label, r in results:
-        knobs = " ".join(f"{k}={v}" for k, v in (r["config"] or {}).items()) or "baseline"
+        # the knobs that change something (off, none, false and 0 are the code's own)
+        knobs = " ".join(f"{k}={v}" for k, v in (r["config"] or {}).items()
+                         if v not in (False, "none", "off", 0, None)) or "your code as written"
         rows.append(f"| {label} | {r['wall']:.0f} s | {r['trials']} | trial {r['winner']}: {knobs} | "
                     f"{r['speedup']:.2f}x ±{r['spread'] / 2:.0%} | {r['noisy']} / {r['remeasured']} | "
                     f"{r['foreign_max']:.0%} | {r['over_100']} |" if r["speedup"] else
@@ -210,14 +215,27 @@ def studies(trials: int, confirm: int, quiet_runs: int, hog_at: tuple[float, flo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats and a shorter study")
+    parser.add_argument("--studies-only", action="store_true",
+                        help="run part 3 only; parts 1-2 are kept from the Noise section of the results")
     args = parser.parse_args()
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     n = 3 if args.quick else 10
+    trials, confirm, quiet_runs = (6, 1, 1) if args.quick else (12, 2, 2)
+    if args.studies_only:
+        kept = results_path().read_text().split("## Noise\n", 1)[1].split("\n## ", 1)[0]
+        head = kept.split("**Whole studies**", 1)[0].rstrip()
+        part3 = studies(trials, confirm, quiet_runs, (40.0, 100.0) if args.quick else (60.0, 200.0))
+        write_section("Noise", f"""{head}
+
+**Whole studies** (`autotune run runners/mnist.py:train --trials {trials} --confirm {confirm} --seed 0`; run
+on their own with `--studies-only`, {time.strftime('%Y-%m-%d')}):
+
+{part3}""")
+        return
     with tempfile.TemporaryDirectory() as tmp:
         logs = Path(tmp)
         part1, _ = repeats(n, logs)
         part2 = borderline(n, logs)
-    trials, confirm, quiet_runs = (6, 1, 1) if args.quick else (12, 2, 2)
     part3 = studies(trials, confirm, quiet_runs, (40.0, 100.0) if args.quick else (60.0, 200.0))
     write_section("Noise", f"""Machine: {machine()}. `python benchmarks/noise.py{' --quick' if args.quick else ''}`.
 The hog is `taskset -c 0 python3 -c 'while True: pass'`; foreign load is the share of the trial's

@@ -90,6 +90,17 @@ def test_unconfirmed_configs_compete_on_their_single_run() -> None:
     assert decide(group_runs([row(0, None, "crashed", baseline=True)])).winner is None
 
 
+def test_once_the_baseline_is_confirmed_a_single_run_cannot_win() -> None:
+    # (from a 12-trial MNIST study) the confirmed 9 and 7 overlap the baseline's runs; 11 ranked
+    # 4th when the confirmation was planned and has one run: it does not win on it
+    rows = [row(0, 5011, baseline=True), row(7, 4979), row(9, 5189), row(11, 4816),
+            row(13, 4926, confirms=9), row(14, 5737, confirms=7), row(15, 4171, confirms=0),
+            row(17, 6274, confirms=9), row(18, 4720, confirms=7), row(19, 4356, confirms=0)]
+    decision = decide(group_runs(rows))
+    assert decision.winner is decision.baseline and decision.no_win
+    assert decision.fastest.first.number == 9
+
+
 def test_plan_re_runs_the_top_three_and_the_baseline_in_turns() -> None:
     rows = [row(0, 100, baseline=True), row(1, 150), row(2, 90), row(3, 140), row(4, 160),
             row(5, 200, "diverged"), row(6, 130)]

@@ -32,6 +32,10 @@ while time.time() - began < 120 and (until is None or time.time() < until):
 TRAIN = "tests/fixtures/cli_train.py:train"
 
 
+SHORT_REASON = ("short measure: the training function returned after 2 of 4 windows, so no ceiling was "
+                "measured; give it more steps")
+
+
 @pytest.mark.parametrize("metrics, reason, kind", [
     ({"foreign_cpu": 0.01, "samples_per_s_spread": 0.2}, "", None),  # a quiet machine
     ({"foreign_cpu": FOREIGN_LOAD_MAX}, "", None),                  # at the limit: believed
@@ -40,9 +44,7 @@ TRAIN = "tests/fixtures/cli_train.py:train"
     # window rates 545, 122, 166, 2,293 (issue 13): median 355.5, spread (2293 - 122) / 355.5 = 6.1
     ({"samples_per_s_spread": 6.1}, "", "noisy: its windows disagree, from lowest to highest 610%"),
     ({"samples_per_s_spread": SPREAD_MAX}, "", None),
-    ({"foreign_cpu": 0.0}, "short measure: the training function returned after 2 of 4 windows, so no "
-                           "ceiling was measured; give it more steps", "short measure: the training function "
-                                                                       "returned after 2 of 4 windows"),
+    ({"foreign_cpu": 0.0}, SHORT_REASON, "short measure: the training function returned after 2 of 4 windows"),
 ])
 def test_doubt(metrics, reason, kind) -> None:
     why = doubt(metrics, reason)
