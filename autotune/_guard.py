@@ -82,11 +82,21 @@ def loss_curve(windows: Sequence[Mapping[str, Any]]) -> list[Chunk]:
 
 
 def judged_span(curve: Sequence[Chunk]) -> tuple[float, float] | None:
-    """The samples a study judges divergence on: the later half of the baseline's measured run."""
+    """The samples a study judges divergence on: from half to all of the largest power of two
+    of samples the baseline's measured windows reached (not before its first window).
+
+    A power of two, so that the span does not move with the baseline's speed: two studies
+    whose baselines reached 26,000 and 31,000 samples both judge on 8,192-16,384, and a config
+    gets the same verdict in both.
+
+    >>> judged_span([(3000, 20000, 1.0, 10), (20000, 31000, 0.8, 10)])
+    (8192.0, 16384.0)
+    """
     if not curve:
         return None
-    start, end = curve[0][0], curve[-1][1]
-    return (start + end) / 2, end
+    first, reached = curve[0][0], curve[-1][1]
+    end = float(2 ** math.floor(math.log2(reached))) if reached >= 1 else reached
+    return max(first, end / 2), end  # (not before the windows: the warmup's loss is no reference)
 
 
 def mean_over(curve: Sequence[Chunk], start: float, end: float) -> float | None:

@@ -149,8 +149,9 @@ def test_prune_fraction_zero_never_prunes() -> None:
     assert prune_reason([1.0, 1.0, 1.0], 1000.0, fraction=0.0) is None
 
 
-# The baseline's curve over samples 0-800 (pieces of 100 samples, 4 steps each): the judged
-# span is its later half, 400-800, where its mean loss is (0.7 + 0.6 + 0.55 + 0.5) / 4 = 0.5875.
+# The baseline's curve over samples 0-800 (pieces of 100 samples, 4 steps each): the judged span
+# is half to all of the largest power of two it reached, 256-512, where its mean loss (pieces by
+# their middle: 350 and 450) is (0.9 + 0.7) / 2 = 0.8.
 CURVE = [(0, 100, 2.0, 4), (100, 200, 1.5, 4), (200, 300, 1.1, 4), (300, 400, 0.9, 4),
          (400, 500, 0.7, 4), (500, 600, 0.6, 4), (600, 700, 0.55, 4), (700, 800, 0.5, 4)]
 
@@ -158,23 +159,24 @@ CURVE = [(0, 100, 2.0, 4), (100, 200, 1.5, 4), (200, 300, 1.1, 4), (300, 400, 0.
 def test_divergence_compares_the_same_samples_whatever_the_pieces() -> None:
     from autotune._guard import judged_span, mean_over
 
-    assert judged_span(CURVE) == (400, 800) and mean_over(CURVE, 400, 800) == pytest.approx(0.5875)
-    # a fast trial: two big pieces cover the span; (0.8 * 8 + 0.75 * 8) / 16 = 0.775: 32% worse
+    assert judged_span(CURVE) == (256, 512) and mean_over(CURVE, 256, 512) == pytest.approx(0.8)
+    # the baseline reached 700 or 1,000 samples (slower, faster): the same span
+    assert judged_span(CURVE[:7]) == judged_span([*CURVE, (800, 1000, 0.45, 4)]) == (256, 512)
+    # a fast trial, in big pieces: the one in the span (middle 500) reads 0.8, like the baseline
     fast = [(0, 400, 1.5, 8), (400, 600, 0.8, 8), (600, 800, 0.75, 8), (800, 1600, 0.7, 8)]
     assert divergence(BASE, [], reference_curve=CURVE, curve=fast) is None
-    # 0.9 there: (0.9 - 0.5875) / 0.5875 = 53% worse, over the tolerance
-    worse = [(0, 400, 1.5, 8), (400, 800, 0.9, 16)]
+    # 1.28 there: (1.28 - 0.8) / 0.8 = 60% worse, over the tolerance
+    worse = [(0, 300, 1.5, 8), (300, 500, 1.28, 8), (500, 800, 0.9, 8)]
     assert divergence(BASE, [], reference_curve=CURVE, curve=worse) == (
-        "loss 0.9 vs the baseline's 0.587 over the same samples (400-800): 53% worse, over the 50% tolerance")
-    # a slow trial that got to 600: both judged on 400-600 only, the baseline at (0.7 + 0.6) / 2
-    slow = [(0, 200, 1.7, 4), (200, 400, 1.0, 4), (400, 600, 0.68, 4)]
-    assert divergence(BASE, [], reference_curve=CURVE, curve=slow) is None
-    assert "over the same samples (400-600)" in divergence(BASE, [], reference_curve=CURVE,
-                                                           curve=[(0, 400, 1.7, 4), (400, 600, 1.2, 4)])
+        "loss 1.28 vs the baseline's 0.8 over the same samples (256-512): 60% worse, over the 50% tolerance")
+    # a slow trial that got to 400: both judged on 256-400 only, the baseline's 0.9 there
+    assert divergence(BASE, [], reference_curve=CURVE, curve=[(0, 300, 1.7, 4), (300, 400, 1.0, 4)]) is None
+    assert "over the same samples (256-400): 67% worse" in divergence(
+        BASE, [], reference_curve=CURVE, curve=[(0, 300, 1.7, 4), (300, 400, 1.5, 4)])
     # a nan anywhere in the curve is divergence
     assert "loss is nan" in divergence(BASE, [], reference_curve=CURVE, curve=[(0, 100, float("nan"), 1)])
     # a trial that never reached the span: the histories decide (as without curves)
-    assert divergence(BASE, BASE, reference_curve=CURVE, curve=[(0, 300, 1.2, 4)]) is None
+    assert divergence(BASE, BASE, reference_curve=CURVE, curve=[(0, 200, 1.2, 4)]) is None
 
 
 def test_a_config_gets_the_same_verdict_fast_or_slow(tmp_path) -> None:
