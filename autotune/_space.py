@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
@@ -17,8 +18,16 @@ if TYPE_CHECKING:
 
     from autotune._probe import Fingerprint
 
+
+def _shipped_dir() -> Path:
+    try:  # installed: search_spaces/ is the package data autotune.spaces
+        return Path(str(resources.files("autotune.spaces")))
+    except ModuleNotFoundError:  # a source tree on sys.path, not installed
+        return Path(__file__).resolve().parent.parent / "search_spaces"
+
+
 #: Shipped spaces, reachable by name (``--space loader``).
-SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+SPACES_DIR = _shipped_dir()
 
 _RANGE_KEYS = ("low", "high", "log", "step")
 

@@ -1,0 +1,1 @@
+"""The shipped search spaces, installed as package data ``autotune.spaces`` (``--space NAME``)."""
