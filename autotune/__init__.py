@@ -14,9 +14,17 @@ from autotune._config import Config, ConfigError
 from autotune._export import load
 from autotune._knobs import KNOBS, Capability, Knob, Stage
 from autotune._outcome import Outcome
-from autotune._run import Recipe, Run, Trial
+from autotune._run import Recipe, Run
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name == "Trial":  # the worker's measuring side: production never loads it
+        from autotune._trial import Trial
+
+        return Trial
+    raise AttributeError(f"module 'autotune' has no attribute {name!r}")
 
 __all__ = [
     "KNOBS",

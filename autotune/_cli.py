@@ -19,7 +19,7 @@ from autotune._config import ConfigError
 from autotune._confirm import CONFIRM_TOP
 from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION
 from autotune._knobs import KNOBS, show_value
-from autotune._noise import FOREIGN_LOAD_MAX, QUIET_WAIT_S, REMEASURES
+from autotune._noise import FOREIGN_LOAD_MAX, QUIET_WAIT_S, REMEASURES, SPREAD_MAX
 from autotune._outcome import headline
 from autotune._space import SPACES_DIR
 from autotune._stores import STORE_PATIENCE_S, StoreDown
@@ -120,6 +120,9 @@ def _spaces() -> str:
               help="Share of a trial's CPUs (or GPU) other processes may use while it measures; above it "
                    "the trial is noisy: shown, never ranked, and measured again once the machine is "
                    "quiet (1: never noisy by load).")
+@click.option("--max-spread", type=click.FloatRange(min=0), default=SPREAD_MAX, show_default=True,
+              help="(highest - lowest) / median of a trial's window rates above which it is noisy, "
+                   "as above (a large value: never noisy by spread).")
 @click.option("--remeasure", type=click.IntRange(min=0), default=REMEASURES, show_default=True,
               help="Times a noisy trial is measured again at most (0: never).")
 @click.option("--quiet-wait", type=click.FloatRange(min=0), default=QUIET_WAIT_S, show_default=True,
@@ -134,7 +137,7 @@ def run(target: str, trials: int, space: str, study: str | None, storage: str | 
         tracking_uri: str | None, device: str, jobs: int, warmup: float, window: float, windows: int,
         timeout: float | None, startup_timeout: float, stall_timeout: float, ram_budget: float | None,
         divergence_tolerance: float, prune: float, confirm: int, ceiling_windows: int,
-        max_load: float, remeasure: int, quiet_wait: float, seed: int | None, store_patience: float) -> None:
+        max_load: float, max_spread: float, remeasure: int, quiet_wait: float, seed: int | None, store_patience: float) -> None:
     """Tune TARGET (path/to/file.py:function or package.module:function).
 
     After the trials, the top configs and the baseline are re-run (--confirm) and
@@ -172,7 +175,8 @@ def run(target: str, trials: int, space: str, study: str | None, storage: str | 
                     startup_s=startup_timeout, stall_s=stall_timeout, timeout_s=timeout)
     options = StudyOptions(target, trials, study, storage, tracking_uri, store, device, budget,
                            int(ram_budget * 2**30) if ram_budget else None, seed,
-                           divergence_tolerance, prune, confirm, store_patience, max_load, remeasure, quiet_wait)
+                           divergence_tolerance, prune, confirm, store_patience, max_load, remeasure, quiet_wait,
+                           max_spread)
     check_folder(store, f"the store folder {store}")  # read-only or full: said before anything starts
     # the storage before the tracking store: a bad URL creates nothing
     backend = open_storage(store, storage, store_patience, reporter.note)

@@ -34,7 +34,8 @@ QUIET_LOOK_S = 1.0
 NOISY, SHORT = "noisy", "short measure"
 
 
-def doubt(metrics: Mapping[str, float], reason: str, max_load: float = FOREIGN_LOAD_MAX) -> str | None:
+def doubt(metrics: Mapping[str, float], reason: str, max_load: float = FOREIGN_LOAD_MAX,
+          max_spread: float = SPREAD_MAX) -> str | None:
     """Why a complete trial's samples/s is not to be believed, or None.
 
     The text starts with its kind: ``noisy`` (measured again when the machine is
@@ -54,9 +55,9 @@ def doubt(metrics: Mapping[str, float], reason: str, max_load: float = FOREIGN_L
     if gpu > max_load:
         return f"{NOISY}: other processes used {gpu:.0%} of its GPU while it measured (over {max_load:.0%})"
     spread = metrics.get("samples_per_s_spread", 0.0)
-    if spread > SPREAD_MAX:
+    if spread > max_spread:
         return (f"{NOISY}: its windows disagree, from lowest to highest {spread:.0%} of their median "
-                f"(over {SPREAD_MAX:.0%})")
+                f"(over {max_spread:.0%})")
     return None
 
 

@@ -30,6 +30,7 @@ from autotune._noise import (
     QUIET_LOOK_S,
     QUIET_WAIT_S,
     REMEASURES,
+    SPREAD_MAX,
     ceiling_doubt,
     doubt,
     is_noisy,
@@ -140,6 +141,7 @@ class StudyOptions:
     max_load: float = FOREIGN_LOAD_MAX
     remeasure: int = REMEASURES
     quiet_wait: float = QUIET_WAIT_S
+    max_spread: float = SPREAD_MAX
 
 
 class Reporter:
@@ -818,7 +820,7 @@ class StudyRunner:
         derived.update(base_batch_size=result.base_batch_size, effective_lr=result.lr)
         metrics, tags = dict(result.metrics), {}
         own = self._checked_ceilings(trial.number, result, ceilings)
-        why = doubt(metrics, result.reason, self.options.max_load) \
+        why = doubt(metrics, result.reason, self.options.max_load, self.options.max_spread) \
             if result.outcome == Outcome.COMPLETE and "samples_per_s" in metrics else None
         if why:
             tags["autotune.doubt"] = why
@@ -863,7 +865,7 @@ class StudyRunner:
             entry["doubt"] = ceiling_doubt(entry, self.options.max_load)
         sps = result.metrics.get("samples_per_s")
         if result.outcome != Outcome.COMPLETE or not sps or doubt(result.metrics, result.reason,
-                                                                   self.options.max_load):
+                                                                   self.options.max_load, self.options.max_spread):
             return own  # a figure not believed proves no ceiling wrong
         mine = {e["part"]: e for e in own if not e["doubt"]}
         for part in bottleneck_of(result.metrics, result.resolved, ceilings, own).unreliable:
@@ -902,7 +904,11 @@ class StudyRunner:
                 trial.set_user_attr(key, value)
             outcome, sps = Outcome(attrs[ATTR_OUTCOME]), attrs[ATTR_METRICS].get("samples_per_s")
             try:
-                if outcome in (Outcome.COMPLETE, Outcome.DIVERGED) and sps:
+                if is_noisy(attrs.get(ATTR_DOUBT)):
+                    # A figure others slowed tells the sampler nothing (Optuna's samplers skip
+                    # failed trials); its re-measure, with the same params, tells the real one.
+                    self.study.tell(frozen.number, state=optuna.trial.TrialState.FAIL)
+                elif outcome in (Outcome.COMPLETE, Outcome.DIVERGED) and sps:
                     # Constraints, not penalties: a diverged trial keeps its real speed
                     # for the sampler but is infeasible, so never the best (Optuna 5).
                     trial.set_constraint("diverged", float(outcome == Outcome.DIVERGED))

@@ -2,7 +2,7 @@
 
 Environment knobs were set by the parent before this process started (so before
 torch); this module sets backend flags and seeds, imports the user's function and
-runs it under a :class:`~autotune._run.Trial`, reporting on the event pipe.
+runs it under a :class:`~autotune._trial.Trial`, reporting on the event pipe.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             torch.set_num_threads(len(cpus))
 
         from autotune._config import Config
-        from autotune._run import BudgetSpent, Trial
+        from autotune._trial import BudgetSpent, Trial
 
         torch.manual_seed(spec["seed"])
         run = Trial(Config(**spec["config"]), spec["device"], emit, **spec["budget"],

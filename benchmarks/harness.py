@@ -391,7 +391,7 @@ def instrumentation(repeats: int) -> tuple[list[float], list[float]]:
     import torch
     import torch.nn.functional as F
 
-    from autotune._run import Trial
+    from autotune._trial import Trial
 
     spec = importlib.util.spec_from_file_location("mnist_runner", ROOT / "runners" / "mnist.py")
     mnist = importlib.util.module_from_spec(spec)

@@ -57,6 +57,11 @@ def test_a_lower_max_load_doubts_more() -> None:
     assert doubt({"foreign_cpu": 0.9}, "", max_load=1.0) is None
 
 
+def test_max_spread_moves_the_spread_limit() -> None:
+    assert doubt({"samples_per_s_spread": 0.5}, "", max_spread=0.4).startswith("noisy: its windows disagree")
+    assert doubt({"samples_per_s_spread": 6.1}, "", max_spread=1000) is None
+
+
 def test_wait_for_quiet_returns_once_the_load_drops_and_gives_up_after_its_patience() -> None:
     loads = iter([0.6, 0.5, 0.1])
     quiet, seen, _ = wait_for_quiet((0,), 0.2, 60.0, threading.Event(), load=lambda cpus: next(loads))
@@ -89,6 +94,8 @@ def test_a_study_measures_again_the_trial_hogs_slowed_and_ranks_only_believed_fi
     first = found.rows[0]
     assert first.baseline and first.metrics["foreign_cpu"] > 0.3  # each hog takes its share of a core
     assert first.doubt.startswith("noisy: other processes used")
+    trials = load_study(tmp_path / "st", "cli_train").trials
+    assert trials[first.number].state.name == "FAIL"  # the sampler is not told a noisy figure
     assert "trial 0: noisy: other processes used" in done.stderr
     assert all(r.metrics.get("foreign_cpu") is not None for r in found.rows if r.measured)
     if busy_before:
@@ -100,3 +107,5 @@ def test_a_study_measures_again_the_trial_hogs_slowed_and_ranks_only_believed_fi
     assert len(again) == 1 and again[0].reliable, found.rows
     assert found.base.rates and found.best.reliable
     assert found.base.lead.number == again[0].number  # the believed run speaks for the baseline
+    assert trials[again[0].number].state.name == "COMPLETE"
+    assert trials[again[0].number].value == again[0].metrics["samples_per_s"]

@@ -332,3 +332,22 @@ def test_amp_on_cuda_trains_with_finite_loss_and_the_scaler_for_fp16_only(amp: s
     assert (run._scaler is not None) is (amp == "fp16")
     if amp == "fp16":
         assert run._scaler.get_scale() > 0
+
+
+def test_production_loads_no_trial_machinery() -> None:
+    """``Recipe`` needs ``Run`` only: the worker's measuring side (autotune._trial) and the
+    ceilings stay unloaded in production, and ``autotune.Trial`` still resolves."""
+    import subprocess
+    import sys
+
+    code = ("import sys, autotune; autotune.Recipe; loaded = set(sys.modules); "
+            "print('autotune._trial' in loaded, 'autotune._ceilings' in loaded, autotune.Trial.__module__)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["False", "False", "autotune._trial"], done.stderr
+
+
+def test_trial_phases_name_their_ceiling() -> None:
+    from autotune._knobs import Part
+    from autotune._trial import Phase
+
+    assert [p.ceiling for p in Phase] == [None, None, Part.COMPUTE, Part.LOADER, None]

@@ -1,0 +1,337 @@
+"""The worker side of a trial: the measuring state machine behind a training function's ``Run``.
+
+Production (``Recipe``) never imports this module.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from autotune._ceilings import CACHED_BATCHES, ceiling_key
+from autotune._config import Config
+from autotune._knobs import Part
+from autotune._run import Run
+
+#: Batches after which a loader ceiling window may close at a quarter of its length.
+QUICK_LOADER_BATCHES = 32
+
+#: Pieces a window's loss is reported in (``curve`` in its event): each the mean loss of
+#: consecutive steps and the samples they span, so that two runs' losses can be
+#: compared over the same samples however their windows fall (``autotune._guard``).
+CURVE_CHUNKS = 16
+
+#: Seconds between a trial's ``progress`` events: the parent's stall detector
+#: (DESIGN 5) needs a sign of life, and a clock read per step costs nothing.
+PROGRESS_S = 1.0
+
+
+
+class Phase(enum.Enum):
+    """Where a trial is: warming up, measuring its windows, measuring a ceiling, done."""
+
+    WARMUP = "warmup"
+    MEASURE = "measure"
+    COMPUTE = Part.COMPUTE.value  # the compute ceiling's windows
+    LOADER = Part.LOADER.value  # the loader ceiling's windows
+    DONE = "done"
+
+    @property
+    def ceiling(self) -> Part | None:
+        """The part whose ceiling this phase measures, or None."""
+        return Part(self.value) if self in (Phase.COMPUTE, Phase.LOADER) else None
+
+
+class BudgetSpent(BaseException):
+    """Ends a trial's training function once its measured windows are done.
+
+    A BaseException, like KeyboardInterrupt, so that a user's ``except Exception``
+    around the loop cannot swallow it; the worker catches it.
+    """
+
+
+class Trial(Run):
+    """A run under tuning: measures the loop in windows and stops it when done.
+
+    Warmup steps come first (``warmup_steps`` and at least ``warmup_s``); then
+    ``windows`` windows of at least ``window_s`` seconds. The device is
+    synchronised only at window edges; the loss is summed on the device and read
+    once per window.
+
+    Each window also reports its loss curve: the step losses (kept on the device,
+    read with the window's) in ``CURVE_CHUNKS`` pieces, each with the samples it
+    spans, so that divergence is judged on the same samples for every config.
+
+    Then, with ``ceiling_windows``, the two ceilings (``autotune._ceilings``), each
+    over that many windows and skipped when ``known_ceilings`` has its key: the
+    same loop fed its last few batches again from the device (compute), then the
+    loader iterated alone with the transfer (loader).
+    """
+
+    def __init__(self, config: Config, device: Any, emit: Callable[..., None], *,  # type: ignore[valid-type]
+                 warmup_steps: int, warmup_s: float, window_s: float, windows: int,
+                 min_window_steps: int = 2, ceiling_windows: int = 0,
+                 known_ceilings: Mapping[str, Sequence[str]] | None = None) -> None:
+        super().__init__(config, device)
+        self._emit = emit
+        self._warmup_steps, self._warmup_s = warmup_steps, warmup_s
+        self._window_s, self._windows, self._min_window_steps = window_s, windows, min_window_steps
+        self._ceiling_windows = ceiling_windows
+        self._known = {part: set(keys) for part, keys in (known_ceilings or {}).items()}
+        self._pending: list[Part] = []  # the ceilings still to measure, fixed when measuring starts
+        self._ceiling_index = 0
+        self._replayed = 0
+        self._cached: collections.deque = collections.deque(maxlen=CACHED_BATCHES)
+        self._loss_sum = None
+        self._loss_steps = 0
+        self._step = 0
+        self._seen = 0  # samples consumed since the first batch: the x axis of loss comparisons
+        self._phase = Phase.WARMUP
+        self._windows_done = 0
+        self._reset_window(time.perf_counter())
+        self._started = self._window_start
+        self._beat = self._window_start
+        self._announced = False
+        self._batch_samples = 0  # of the batch the user's step is training on
+
+    def _after_step(self, loss: Any) -> None:
+        loss = loss.detach().float()
+        self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
+        self._loss_steps += 1
+        if self._phase == Phase.MEASURE:  # the window's curve: where each step ends, and its loss
+            self._step_losses.append(loss)
+            self._step_ends.append(self._seen + self._batch_samples)
+
+    def batches(self, loader: Iterable[Any]) -> Iterator[Any]:
+        it = super().batches(loader)
+        try:
+            while True:
+                if self._phase == Phase.LOADER:
+                    self._loader_ceiling(loader, it)  # ends the trial
+                t0 = time.perf_counter()
+                if self._phase == Phase.COMPUTE:  # data already on the device: no loader, no copy
+                    batch = self._cached[self._replayed % len(self._cached)]
+                    self._replayed += 1
+                else:
+                    try:
+                        batch = next(it)
+                    except StopIteration:
+                        return
+                waited = time.perf_counter() - t0
+                if not self._announced:  # the first batch: warmup starts now
+                    self._announced = True
+                    self._started = self._beat = time.perf_counter()
+                    self._emit("resolved", config=self.resolved(), base_batch_size=self._base_batch_size,
+                               lr=self.lr)
+                if self._phase == Phase.MEASURE and Part.COMPUTE in self._pending:
+                    self._cached.append(batch)
+                self._batch_samples = _batch_len(batch)
+                yield batch
+                self._count(batch, waited, t0)
+        finally:
+            it.close()
+
+    def _reset_window(self, now: float) -> None:
+        self._window_start = now
+        if self._phase.ceiling is not None:  # a ceiling's window: what it costs the CPUs, too
+            from autotune._monitor import tree_cpu_s
+
+            self._win_cpu = tree_cpu_s()
+        self._win_steps = 0
+        self._win_samples = 0
+        self._win_wait = 0.0
+        self._step_times: list[float] = []
+        self._loss_sum = None
+        self._loss_steps = 0
+        self._step_losses: list[Any] = []
+        self._step_ends: list[int] = []
+
+    def _count(self, batch: Any, waited: float, t0: float) -> None:
+        now = time.perf_counter()
+        samples = _batch_len(batch)
+        self._step += 1
+        self._win_steps += 1
+        self._win_samples += samples
+        self._win_wait += waited
+        self._beat_if_due(now)
+        if self._phase == Phase.COMPUTE:
+            if self._window_due(now):
+                self._close_ceiling_window(Part.COMPUTE)
+            return
+        self._seen += samples
+        self._step_times.append(now - t0)
+        if self._phase == Phase.WARMUP:
+            if self._step >= self._warmup_steps and now - self._started >= self._warmup_s:
+                self._sync()
+                self._phase = Phase.MEASURE
+                self._pending = [part for part in (Part.COMPUTE, Part.LOADER) if self._wants(part)]
+                loss = self._read_loss()
+                self._emit("warmup", steps=self._step, seconds=time.perf_counter() - self._started,
+                           samples=self._win_samples, samples_seen=self._seen, loss=loss)
+                self._reset_window(time.perf_counter())
+                self._stop_if_nonfinite(loss)
+        elif self._window_due(now):
+            loss = self._close_window()
+            self._stop_if_nonfinite(loss)
+            if self._windows_done >= self._windows:
+                self._next_phase()
+
+    def _beat_if_due(self, now: float) -> None:
+        if now - self._beat >= PROGRESS_S:  # the parent's stall detector counts on these
+            self._beat = now
+            self._emit("progress", step=self._step)
+
+    def _window_due(self, now: float) -> bool:
+        return self._win_steps >= self._min_window_steps and now - self._window_start >= self._window_s
+
+    def _read_loss(self) -> float | None:
+        """The mean loss since the last read: one device read, at a window edge (already synced)."""
+        if self._loss_sum is None:
+            return None
+        return self._loss_sum.item() / self._loss_steps
+
+    @staticmethod
+    def _stop_if_nonfinite(loss: float | None) -> None:
+        # A nan or inf loss never recovers: end the trial now, not after its budget.
+        if loss is not None and not math.isfinite(loss):
+            raise BudgetSpent
+
+    def _close_window(self) -> float | None:
+        self._sync()
+        now = time.perf_counter()
+        loss = self._read_loss()
+        extra = {}
+        if self.device.type == "cuda":
+            import torch
+
+            extra["gpu_mem_peak"] = torch.cuda.max_memory_allocated(self.device)
+        self._emit("window", index=self._windows_done, steps=self._win_steps,
+                   samples=self._win_samples, samples_seen=self._seen, seconds=now - self._window_start,
+                   data_wait=self._win_wait, loss=loss, step_times=self._step_times,
+                   curve=self._curve(), wall=time.time(), **extra)
+        self._windows_done += 1
+        self._reset_window(now)
+        return loss
+
+    def _curve(self) -> list[list[float]]:
+        """The window's step losses in up to ``CURVE_CHUNKS`` pieces: ``[start, end, mean loss,
+        steps]``, samples from the first batch (one device read; the device is synced)."""
+        if not self._step_losses:
+            return []
+        import torch
+
+        losses = torch.stack(self._step_losses).tolist()
+        ends = self._step_ends
+        start = self._seen - self._win_samples
+        curve, n = [], len(losses)
+        for i in range(min(CURVE_CHUNKS, n)):
+            lo, hi = i * n // min(CURVE_CHUNKS, n), (i + 1) * n // min(CURVE_CHUNKS, n)
+            begin = start if lo == 0 else ends[lo - 1]
+            curve.append([begin, ends[hi - 1], sum(losses[lo:hi]) / (hi - lo), hi - lo])
+        return curve
+
+    # -- ceilings -------------------------------------------------------------------
+
+    def _wants(self, part: Part) -> bool:
+        """Whether this trial still has to measure the ceiling of ``part``."""
+        if not self._ceiling_windows:
+            return False
+        return ceiling_key(part, self.resolved()) not in self._known.get(part.value, ())
+
+    def _next_phase(self) -> None:
+        """After the windows: the compute ceiling, then the loader's, then the end."""
+        if not self._pending:
+            self._phase = Phase.DONE
+            raise BudgetSpent
+        self._phase = Phase(self._pending.pop(0).value)
+        self._ceiling_index = 0
+        self._reset_window(time.perf_counter())
+
+    def _close_ceiling_window(self, part: Part) -> None:
+        from autotune._monitor import tree_cpu_s
+        from autotune._probe import usable_cpus
+
+        self._sync()
+        now = time.perf_counter()
+        self._emit("ceiling", part=part.value, key=ceiling_key(part, self.resolved()),
+                   index=self._ceiling_index, steps=self._win_steps, samples=self._win_samples,
+                   seconds=now - self._window_start, cpu_s=tree_cpu_s() - self._win_cpu, cpus=usable_cpus(),
+                   wall=time.time())
+        self._ceiling_index += 1
+        self._reset_window(now)
+        if self._ceiling_index >= self._ceiling_windows:
+            self._next_phase()
+
+    def _loader_ceiling(self, loader: Iterable[Any], it: Iterator[Any]) -> None:
+        """Iterate the loader alone, with the transfer, no model; raises BudgetSpent at the end.
+
+        The batches the workers (and the thread prefetcher) queued ahead while the
+        model ran are drained first: they cost nothing now and would flatter it.
+        """
+        from autotune._prefetch import THREAD_DEPTH
+
+        resolved = self.resolved()
+        queued = resolved.get("num_workers", 0) * resolved.get("prefetch_factor", 0) \
+            + (THREAD_DEPTH if resolved.get("prefetch") == "thread" else 0)
+        drain = queued + 1
+        epochs = [it]
+        try:
+            while True:
+                try:
+                    batch = next(epochs[-1])
+                except StopIteration:  # a new epoch: its worker start-up is part of the cost
+                    epochs.append(super().batches(loader))
+                    continue
+                now = time.perf_counter()
+                self._step += 1
+                self._beat_if_due(now)
+                if drain:
+                    drain -= 1
+                    if not drain:
+                        self._sync()
+                        self._reset_window(time.perf_counter())
+                    continue
+                self._win_steps += 1
+                self._win_samples += _batch_len(batch)
+                elapsed = now - self._window_start
+                # A fast loader is timed over a quarter window: its rate is precise by then.
+                if self._window_due(now) or (elapsed >= self._window_s / 4
+                                             and self._win_steps >= QUICK_LOADER_BATCHES):
+                    self._close_ceiling_window(Part.LOADER)  # the last one raises BudgetSpent
+        finally:
+            for extra in epochs[1:]:
+                extra.close()
+
+    def finish(self) -> None:
+        """Close a last partial window if the function returned mid-window."""
+        if self._phase == Phase.MEASURE and self._win_steps >= self._min_window_steps \
+                and self._windows_done < self._windows:
+            self._close_window()
+        self._emit("end", steps=self._step, windows=self._windows_done,
+                   config=self.resolved(), base_batch_size=self._base_batch_size, lr=self.lr)
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            import torch
+
+            torch.cuda.synchronize(self.device)
+
+
+def _batch_len(batch: Any) -> int:
+    """Samples in a batch: the leading dimension of its first tensor."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 1
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)):
+        for item in batch:
+            n = _batch_len(item)
+            if n:
+                return n
+    return 0
