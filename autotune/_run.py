@@ -75,10 +75,20 @@ class Run:
             kw.pop("persistent_workers", None)
         if kw.get("pin_memory") and self.device.type == "cpu":
             kw["pin_memory"] = False  # nothing to pin for; torch would only warn
+        workers = kw.get("num_workers", 0)
+        if workers:
+            alone = {k: v for k, v in kw.items() if k not in ("num_workers", "prefetch_factor", "persistent_workers")}
+            batches = _batches_per_epoch(DataLoader(dataset, **alone))
+            if batches is not None and 0 < batches < workers:
+                # A worker makes whole batches: past one per batch of the epoch, the rest never work.
+                kw["num_workers"] = batches
+                warnings.warn(f"num_workers={workers} exceeds the {batches} batches of an epoch; "
+                              f"using {batches}", stacklevel=2)
+        loader = DataLoader(dataset, **kw)
         for knob in KNOBS.values():
             if knob.dataloader_kwarg:
                 self._observed[knob.name] = kw.get(knob.dataloader_kwarg, knob.default)
-        return DataLoader(dataset, **kw)
+        return loader
 
     def optimizer(self, cls: Callable[..., Any], params: Iterable[Any], lr: float | None = None,
                   **kwargs: Any):
@@ -187,3 +197,11 @@ class Recipe(Run):
                           f"code, which now passes {self._base_batch_size}; its lr scaling "
                           "starts from the code's value", stacklevel=2)
         return loader
+
+
+def _batches_per_epoch(loader: Any) -> int | None:
+    """Batches the loader makes per epoch, or None when its dataset has no length."""
+    try:
+        return len(loader)
+    except TypeError:  # an IterableDataset without __len__
+        return None

@@ -60,6 +60,9 @@ class IntRange:
     high: int
     log: bool = False
     step: int = 1
+    #: ``high: auto``: the study widens ``high`` when measurement shows more helps
+    #: (``autotune._workers``).
+    auto: bool = False
 
     def values(self) -> tuple[Any, ...]:
         return (self.low, self.high)
@@ -111,6 +114,11 @@ class Space:
             elif len(kept) == 1:
                 domains[name] = Fixed(kept[0])
         return Space(self.name, domains), notes
+
+    def with_high(self, name: str, high: int) -> Space:
+        """This space with the int range of ``name`` reaching ``high``."""
+        return dataclasses.replace(self, domains={**self.domains,
+                                                  name: dataclasses.replace(self.domains[name], high=high)})
 
     def sample(self, trial: optuna.Trial, held: Mapping[str, Any] | None = None) -> Config:  # type: ignore[valid-type]
         """Draw a config define-by-run, skipping knobs whose condition fails.
@@ -212,7 +220,7 @@ def _domain(raw: Any, name: str, where: str) -> Domain:
         if log and (step != 1 or low < 1):
             raise ConfigError(f"{where}: log=true needs step=1 and low >= 1; "
                               f"got (low={low}, step={step})")
-        return IntRange(low, high, log, step)
+        return IntRange(low, high, log, step, auto=raw["high"] == "auto")
     return Fixed(check(raw))
 
 

@@ -725,7 +725,7 @@ class StudyRunner:
         if rerun is not None:
             config = Config(**attrs.get(ATTR_SAMPLED, {}))
         else:
-            config = Config() if baseline else self.space.sample(trial, self._settled(found))
+            config = Config() if baseline else self._space_now(found).sample(trial, self._settled(found))
         trial.set_user_attr(ATTR_BASELINE, baseline)
         trial.set_user_attr(ATTR_SAMPLED, config.set_values())
         trial.set_user_attr(ATTR_SLOT, slot.record())
@@ -765,6 +765,22 @@ class StudyRunner:
         # False: closed as stale by another tuner (this one stalled past STALE_AFTER_S); both
         # stores already say so, with that tuner's reason, and are not contradicted.
         return trial.number, self._record(trial, run_id, result, found.ceilings)
+
+    def _space_now(self, found: Standing) -> Space:
+        """The space, with an ``auto`` worker range widened as far as the measured loaders ask
+        (``autotune._workers``); each new range said once."""
+        from autotune._space import IntRange
+        from autotune._workers import widened_range
+
+        domain = self.space.domains.get("num_workers")
+        if not isinstance(domain, IntRange) or not domain.auto:
+            return self.space
+        wider = widened_range(domain.high, domain.low, [r for r in found.rows if r.measured], found.ceilings,
+                              found.ceilings.cpus or self.fingerprint.cpus, self.ram_budget)
+        if wider is None:
+            return self.space
+        self._note_once(wider.why, f"workers-{wider.high}")
+        return self.space.with_high("num_workers", wider.high)
 
     def _settled(self, found: Standing) -> dict[str, Any]:
         """``held_loader_knobs`` for the best trial; holding, and releasing, said once each."""

@@ -1,0 +1,121 @@
+"""How many DataLoader workers can help: the worker range from measured loaders."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from helpers import autotune, load_study
+from torch.utils.data import TensorDataset
+
+from autotune import Config, Run
+from autotune._ceilings import Ceilings, ceiling_key
+from autotune._knobs import Part
+from autotune._space import IntRange, load_space
+from autotune._workers import Evidence, evidence, limits, widened_range, worker_ram
+
+NO_LIMITS: dict[str, int] = {}
+
+
+def row(number: int, workers: int, ram: float | None = None) -> SimpleNamespace:
+    config = {"num_workers": workers, "batch_size": 64, "pin_memory": False}
+    return SimpleNamespace(number=number, config=config, metrics={"ram_peak": ram} if ram else {})
+
+
+def ceilings(*measured: tuple[SimpleNamespace, float, float, float]) -> Ceilings:
+    """Per row: its loader's samples/s, the CPU seconds a sample cost it, its model's samples/s."""
+    c = Ceilings()
+    for r, loader, cpu, compute in measured:
+        c.add({"part": "loader", "key": ceiling_key(Part.LOADER, r.config), "samples_per_s": loader,
+               "cpu_per_sample": cpu, "cpus": 2})
+        c.add({"part": "compute", "key": ceiling_key(Part.COMPUTE, r.config), "samples_per_s": compute})
+    return c
+
+
+def test_littles_law() -> None:
+    # the main process alone reads 800 samples/s, busy 8% of the time; the model takes 20,000
+    seen = Evidence(0, 0, 800.0, 0.08, 20_000.0)
+    assert seen.needed == 25 and seen.waiting == pytest.approx(0.92)
+    # 8 workers make 7,000 together: 875 each; 20,000 needs 23 of them
+    assert Evidence(3, 8, 7_000.0, 0.5, 20_000.0).needed == 23
+
+
+def test_a_waiting_loader_widens_the_range_and_says_why() -> None:
+    base = row(0, 0)
+    wider = widened_range(2, 0, [base], ceilings((base, 800.0, 1e-4, 20_000.0)), 2, None, NO_LIMITS)
+    assert wider.high == 25
+    assert wider.why == ("workers wait 92% of their time (trial 0's loader alone: 800 samples/s from the main "
+                         "process (no workers), using 0.1 of 2 CPUs; its model takes 20,000): num_workers range 0-25")
+
+
+@pytest.mark.parametrize(("loader", "cpu", "compute", "why"), [
+    (800.0, 1.2e-3, 20_000.0, "CPU-bound: 800 x 1.2 ms keeps 0.96 CPUs busy"),
+    (30_000.0, 1e-5, 20_000.0, "the loader alone is faster than the model"),
+    (800.0, 1e-4, 1_500.0, "2 workers would do: the range already has them"),
+])
+def test_no_widening(loader: float, cpu: float, compute: float, why: str) -> None:
+    base = row(0, 0)
+    assert widened_range(2, 0, [base], ceilings((base, loader, cpu, compute)), 2, None, NO_LIMITS) is None, why
+
+
+def test_the_limits_bound_the_range_and_the_line_says_which() -> None:
+    base = row(0, 0)
+    wider = widened_range(2, 0, [base], ceilings((base, 800.0, 1e-4, 20_000.0)), 2, None,
+                          {"the RAM budget": 12, "the open-file limit (ulimit -n)": 1250})
+    assert wider.high == 12 and wider.why.endswith("(25 would feed the model; the RAM budget allows 12)")
+
+
+def test_the_ram_one_worker_adds_bounds_the_range() -> None:
+    gib = 2**30
+    rows = [row(0, 0, ram=1.0 * gib), row(1, 4, ram=3.0 * gib)]  # 0.5 GiB a worker
+    assert worker_ram(rows) == 0.5 * gib
+    caps = limits(8 * gib, worker_ram(rows), 1.0 * gib)
+    assert caps["the RAM budget"] == 14  # (8 - 1) / 0.5
+    assert all(isinstance(v, int) and v >= 0 for v in caps.values())
+    assert widened_range(2, 0, rows, ceilings((rows[0], 800.0, 1e-4, 20_000.0)), 2, 8 * gib).high <= 14
+
+
+def test_evidence_counts_each_loader_once_and_skips_unmeasured_ones() -> None:
+    a, b, c = row(0, 0), row(1, 0), row(2, 4)
+    assert [e.trial for e in evidence([a, b, c], ceilings((a, 800.0, 1e-4, 20_000.0)), 2)] == [0]
+
+
+def test_high_auto_marks_the_range_for_widening(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("knobs: {num_workers: {low: 0, high: auto}, pin_memory: [false, true]}\n")
+    space = load_space(str(path))
+    assert space.domains["num_workers"].auto
+    wider = space.with_high("num_workers", 40)
+    assert wider.domains["num_workers"] == IntRange(0, 40, auto=True)
+    assert space.domains["num_workers"].high != 40  # a new space; the loaded one is unchanged
+    assert load_space("default").domains["num_workers"].auto
+
+
+def test_no_more_workers_than_batches_in_an_epoch() -> None:
+    data = TensorDataset(torch.randn(40, 2), torch.zeros(40))
+    run = Run(Config(num_workers=8), "cpu")
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        loader = run.dataloader(data, batch_size=8)  # 5 batches
+    assert loader.num_workers == 5 and run.resolved()["num_workers"] == 5
+    assert "num_workers=8 exceeds the 5 batches of an epoch; using 5" in [str(w.message) for w in said]
+    assert Run(Config(num_workers=2), "cpu").dataloader(data, batch_size=8).num_workers == 2
+
+
+def test_a_study_on_a_waiting_loader_widens_its_worker_range(tmp_path: Path) -> None:
+    space = tmp_path / "auto.yaml"
+    space.write_text("knobs: {num_workers: {low: 0, high: auto}}\n")
+    fixture = Path(__file__).parent / "fixtures" / "io_train.py"
+    done = autotune("run", f"{fixture}:train", "--trials", "3", "--study", "io", "--space", str(space),
+                    "--warmup", "0.3", "--window", "0.4", "--windows", "2", "--ceiling-windows", "1",
+                    "--confirm", "0", "--prune", "0", "--seed", "0", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stderr.split())  # the live output wraps at the terminal's width
+    assert "workers wait" in said and "from the main process (no workers)" in said
+    high = int(said.split("num_workers range 0-")[1].split()[0].rstrip(")"))
+    assert high > 2 * 2  # past the cores: one process reads ~1,000 samples/s, the model takes far more
+    trials = load_study(tmp_path / "mlflow", "io").get_trials()
+    assert trials[1].distributions["num_workers"].high == high
