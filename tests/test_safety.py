@@ -80,8 +80,10 @@ def fault_study(tmp_path_factory) -> tuple[Path, str]:
     first = autotune("run", TARGET, "--trials", "1", *args, cwd=cwd, env=tag)
     assert first.returncode == 0, first.stderr
     enqueue(cwd / "mlflow", "faults", *FAULTS)
+    # --prune 0.2: the slow fault runs at a tenth of the baseline's speed and a fortieth of
+    # the healthy config's, so it is pruned however the machine's load moves the others.
     second = autotune("run", TARGET, "--trials", str(len(FAULTS)), "--ram-budget", "1",
-                      "--stall-timeout", "3", *args, cwd=cwd, env=tag, timeout=400)
+                      "--stall-timeout", "3", "--prune", "0.2", *args, cwd=cwd, env=tag, timeout=400)
     assert second.returncode == 0, second.stderr
     assert not tagged(tag[TAG]), "a process of the study outlived it"
     return cwd, second.stdout + second.stderr
@@ -119,7 +121,7 @@ def test_each_reason_says_what_happened(fault_study) -> None:
     assert reasons[5].startswith("killed by SIGSEGV")
     assert "Segmentation fault" in reasons[5]  # faulthandler's report, from the trial log
     assert reasons[6].startswith("OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB")
-    assert "under 50% of the best so far" in reasons[7]
+    assert "under 20% of the best so far" in reasons[7]
     assert "at matched samples" in reasons[0]
 
 
@@ -154,7 +156,7 @@ def test_show_lists_every_outcome_with_its_reason(fault_study) -> None:
     for outcome in set(FAULTS.values()):
         assert outcome in out.stdout
     for words in ("stalled: no step finished", "over the RAM budget", "killed by SIGSEGV",
-                  "CUDA out of memory", "under 50% of the best", "at matched samples"):
+                  "CUDA out of memory", "under 20% of the best", "at matched samples"):
         assert words in out.stdout
 
 
