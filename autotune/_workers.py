@@ -71,15 +71,25 @@ def evidence(rows: Iterable[Any], ceilings: Ceilings, cpus: int) -> list[Evidenc
     return list(found.values())
 
 
+def _ram_peaks(rows: Iterable[Any]) -> list[tuple[int, float]]:
+    peaks = [(row.config.get("num_workers"), row.metrics.get("ram_peak")) for row in rows]
+    return [(w, p) for w, p in peaks if isinstance(w, int) and p]
+
+
+def ram_without_workers(rows: Iterable[Any]) -> float | None:
+    """The least RAM peak (PSS) of a trial without workers, or None."""
+    alone = [p for w, p in _ram_peaks(rows) if w == 0]
+    return min(alone) if alone else None
+
+
 def worker_ram(rows: Iterable[Any]) -> float | None:
     """PSS one DataLoader worker adds, from trials' RAM peaks: the most any config showed
-    over the least peak of a config without workers. None until both were seen."""
-    peaks = [(row.config.get("num_workers"), row.metrics.get("ram_peak")) for row in rows]
-    peaks = [(w, p) for w, p in peaks if isinstance(w, int) and p]
-    alone = [p for w, p in peaks if w == 0]
-    if not alone:
+    over ``ram_without_workers``. None until both were seen."""
+    rows = list(rows)
+    alone = ram_without_workers(rows)
+    if alone is None:
         return None
-    per = [(p - min(alone)) / w for w, p in peaks if w > 0 and p > min(alone)]
+    per = [(p - alone) / w for w, p in _ram_peaks(rows) if w > 0 and p > alone]
     return max(per) if per else None
 
 
@@ -116,8 +126,7 @@ def widened_range(high: int, low: int, rows: Iterable[Any], ceilings: Ceilings, 
     best = max(seen, key=lambda e: e.needed)
     if best.needed <= high:
         return None
-    alone = [r.metrics.get("ram_peak") for r in rows if r.config.get("num_workers") == 0 and r.metrics.get("ram_peak")]
-    caps = dict(limits(ram_budget, worker_ram(rows), min(alone) if alone else None) if caps is None else caps)
+    caps = dict(limits(ram_budget, worker_ram(rows), ram_without_workers(rows)) if caps is None else caps)
     bound = min(caps.items(), key=lambda kv: kv[1]) if caps else None
     new = min(best.needed, bound[1]) if bound else best.needed
     if new <= high:
