@@ -77,7 +77,9 @@ class Run:
             kw["pin_memory"] = False  # nothing to pin for; torch would only warn
         workers = kw.get("num_workers", 0)
         if workers:
-            alone = {k: v for k, v in kw.items() if k not in ("num_workers", "prefetch_factor", "persistent_workers")}
+            # The same batches from a loader without workers (which refuses these kwargs).
+            alone = {k: v for k, v in kw.items() if k not in ("num_workers", "prefetch_factor", "persistent_workers",
+                                                              "multiprocessing_context")}
             batches = _batches_per_epoch(DataLoader(dataset, **alone))
             if batches is not None and 0 < batches < workers:
                 # A worker makes whole batches: past one per batch of the epoch, the rest never work.

@@ -103,6 +103,8 @@ def test_no_more_workers_than_batches_in_an_epoch() -> None:
     assert loader.num_workers == 5 and run.resolved()["num_workers"] == 5
     assert "num_workers=8 exceeds the 5 batches of an epoch; using 5" in [str(w.message) for w in said]
     assert Run(Config(num_workers=2), "cpu").dataloader(data, batch_size=8).num_workers == 2
+    spawned = Run(Config(num_workers=8), "cpu").dataloader(data, batch_size=8, multiprocessing_context="spawn")
+    assert spawned.num_workers == 5  # the user's worker kwargs kept
 
 
 def test_a_study_on_a_waiting_loader_widens_its_worker_range(tmp_path: Path) -> None:
