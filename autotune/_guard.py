@@ -54,26 +54,43 @@ def loss_history(warmup: Mapping[str, Any] | None, windows: Sequence[Mapping[str
     return points
 
 
-#: A baseline whose loss over its judged span is within this share of its warmup's
-#: barely trained while measured: against it, only blow-ups show as divergence.
-FLAT_REFERENCE = 0.05
+#: The baseline measures up to this many times its planned windows more while its loss
+#: has not fallen to ``learned_share`` of its warmup's.
+LEARN_WINDOWS = 2
 
 
-def flat_reference(reference: Sequence[Point], curve: Sequence[Chunk]) -> str | None:
-    """Why the baseline's loss curve cannot tell a config that trains worse, or None.
+def learned_share(tolerance: float = DIVERGENCE_TOLERANCE) -> float:
+    """The share of its warmup's loss the baseline's loss must fall to over its judged span
+    before divergence can be judged against it: there, a config whose loss stays where the
+    baseline's started (it learns nothing: shuffled labels, a dead lr) is ``2 * tolerance``
+    worse, twice past the tolerance. On a slow machine the baseline reaches fewer samples in
+    its windows, and its loss may not have fallen that far yet (issue 13: shuffled labels
+    passed as complete when the baseline had measured 1,024 samples).
 
-    >>> flat_reference([(100.0, 2.30)], [(0, 512, 2.29, 8), (512, 1024, 2.28, 8)])
-    "the baseline's loss barely fell while it was measured (2.3 in its warmup, 2.28 over samples 512-1,024)"
+    >>> learned_share(0.5)
+    0.5
+    """
+    return 1 / (1 + 2 * tolerance)
+
+
+def flat_reference(reference: Sequence[Point], curve: Sequence[Chunk],
+                   tolerance: float = DIVERGENCE_TOLERANCE) -> str | None:
+    """Why the baseline's loss curve cannot tell a config that learns nothing, or None: its
+    loss over its judged span is above ``learned_share`` of its warmup's.
+
+    >>> flat_reference([(100.0, 2.30)], [(0, 512, 2.29, 8), (512, 1024, 1.6, 8)])
+    "the baseline's loss fell only from 2.3 (its warmup) to 1.6 (samples 512-1,024), not to half"
     """
     span = judged_span(curve)
     loss = mean_over(curve, *span) if span else None
     if not reference or loss is None or not math.isfinite(loss):
         return None
     first = reference[0][1]
-    if first - loss > FLAT_REFERENCE * abs(first):
+    share = learned_share(tolerance)
+    if first <= 0 or loss <= share * first:
         return None
-    return (f"the baseline's loss barely fell while it was measured ({first:.3g} in its warmup, "
-            f"{loss:.3g} over samples {span[0]:,.0f}-{span[1]:,.0f})")
+    return (f"the baseline's loss fell only from {first:.3g} (its warmup) to {loss:.3g} "
+            f"(samples {span[0]:,.0f}-{span[1]:,.0f}), not to {'half' if share == 0.5 else f'{share:.0%}'}")
 
 
 def loss_curve(windows: Sequence[Mapping[str, Any]]) -> list[Chunk]:

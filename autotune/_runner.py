@@ -47,6 +47,11 @@ class Budget:
         min_window_steps: Steps a window needs before it may close.
         ceiling_windows: Windows (of ``window_s``) per ceiling, measured after the
             trial's own windows (``autotune._ceilings``); 0 measures none.
+        learn_windows: Windows the trial may measure past ``windows`` while its loss
+            over its judged span (``autotune._guard.judged_span``) is above ``learn_to``
+            times its warmup's: the baseline's, so that its curve reaches samples where a
+            config that does not learn shows as diverged, however slow the machine is.
+        learn_to: See ``learn_windows``.
         startup_s: Seconds from spawn to the first batch (imports, the dataset,
             DataLoader workers starting).
         stall_s: Seconds without a finished step, once training runs, before the
@@ -61,6 +66,8 @@ class Budget:
     windows: int = 4
     min_window_steps: int = 2
     ceiling_windows: int = 2
+    learn_windows: int = 0
+    learn_to: float = 0.0
     startup_s: float = 60.0
     stall_s: float = 30.0
     timeout_s: float | None = None
@@ -72,8 +79,9 @@ class Budget:
         return self.startup_s + 5 * self.measuring_s()
 
     def measuring_s(self) -> float:
-        """The least time a trial measures: warmup, windows, and both ceilings' windows."""
-        return self.warmup_s + (self.windows + 2 * self.ceiling_windows) * self.window_s
+        """The most time a trial measures, as planned: warmup, windows (and those it may add
+        while its loss falls), and both ceilings' windows."""
+        return self.warmup_s + (self.windows + self.learn_windows + 2 * self.ceiling_windows) * self.window_s
 
     def worker_args(self) -> dict[str, Any]:
         """What the worker's Trial takes (the limits are the parent's to enforce)."""

@@ -19,8 +19,10 @@ from autotune._config import Config, ConfigError
 from autotune._confirm import PENDING, plan
 from autotune._guard import (
     DIVERGENCE_TOLERANCE,
+    LEARN_WINDOWS,
     PRUNE_FRACTION,
     flat_reference,
+    learned_share,
     prune_reason,
 )
 from autotune._knobs import show_value
@@ -589,13 +591,24 @@ class StudyRunner:
         if recorded and is_noisy(row.doubt):
             self._measure_again(row, slot)
         if recorded and row.baseline and row.confirms is None and row.measured:
-            flat = flat_reference(row.losses, row.curve)
-            if flat:
-                self.reporter.note(f"{flat}: against it only a loss that blows up shows as divergence; "
-                                   "longer windows (--window, --windows) give it more to compare")
+            self._note_baseline_curve(row)
         if row.baseline and row.outcome not in (Outcome.COMPLETE.value, Outcome.INTERRUPTED.value):
             raise _baseline_failed(row)
         return found
+
+    def _note_baseline_curve(self, row: TrialRow) -> None:
+        """Say how far the baseline measured for the divergence check, when not as planned."""
+        tolerance, planned = self.options.tolerance, self.options.budget.windows
+        flat = flat_reference(row.losses, row.curve, tolerance)
+        added = len(row.losses) - 1 - planned  # its warmup, then a point per window
+        if flat:
+            self.reporter.note(f"{flat}, in {planned + max(added, 0)} windows: a config that learns nothing "
+                               f"may pass as complete; only a loss over {tolerance:.0%} worse than the "
+                               "baseline's shows as divergence. Longer windows (--window) give it more")
+        elif added > 0:
+            self.reporter.note(f"the baseline measured {added} more window{'s' if added > 1 else ''} than "
+                               f"planned, until its loss fell to {learned_share(tolerance):.0%} of its "
+                               "warmup's: every config's divergence is judged against its curve")
 
     def _measure_again(self, row: TrialRow, slot: Slot) -> None:
         """A noisy trial: wait (bounded) for the machine to be quiet on this slot's CPUs, then
@@ -739,7 +752,11 @@ class StudyRunner:
         self.reporter.trial_started(trial.number, index, total, config, rerun,
                                     slot.share() if len(self.slots) > 1 else None)
         base = found.base.first if found.base else None
-        spec = TrialSpec(self.options.target, config, slot.device, self.options.budget,
+        budget = self.options.budget
+        if baseline:  # every trial's divergence is judged against its curve: it measures until it learns
+            budget = dataclasses.replace(budget, learn_windows=LEARN_WINDOWS * budget.windows,
+                                         learn_to=learned_share(self.options.tolerance))
+        spec = TrialSpec(self.options.target, config, slot.device, budget,
                          # a config's runs train alike (its first trial's seed): the same loss, the same
                          # verdict; only the machine's noise differs between them
                          seed=(self.options.seed or 0) + (trial.number if rerun is None else rerun),

@@ -14,6 +14,7 @@ from typing import Any
 
 from autotune._ceilings import CACHED_BATCHES, ceiling_key
 from autotune._config import Config
+from autotune._guard import judged_span, mean_over
 from autotune._knobs import Part
 from autotune._run import Run
 
@@ -66,6 +67,9 @@ class Trial(Run):
     read with the window's) in ``CURVE_CHUNKS`` pieces, each with the samples it
     spans, so that divergence is judged on the same samples for every config.
 
+    With ``learn_windows`` (the baseline), it measures up to that many windows more
+    while its loss over its judged span is above ``learn_to`` times its warmup's.
+
     Then, with ``ceiling_windows``, the two ceilings (``autotune._ceilings``), each
     over that many windows and skipped when ``known_ceilings`` has its key: the
     same loop fed its last few batches again from the device (compute), then the
@@ -74,13 +78,16 @@ class Trial(Run):
 
     def __init__(self, config: Config, device: Any, emit: Callable[..., None], *,  # type: ignore[valid-type]
                  warmup_steps: int, warmup_s: float, window_s: float, windows: int,
-                 min_window_steps: int = 2, ceiling_windows: int = 0,
-                 known_ceilings: Mapping[str, Sequence[str]] | None = None) -> None:
+                 min_window_steps: int = 2, ceiling_windows: int = 0, learn_windows: int = 0,
+                 learn_to: float = 0.0, known_ceilings: Mapping[str, Sequence[str]] | None = None) -> None:
         super().__init__(config, device)
         self._emit = emit
         self._warmup_steps, self._warmup_s = warmup_steps, warmup_s
         self._window_s, self._windows, self._min_window_steps = window_s, windows, min_window_steps
         self._ceiling_windows = ceiling_windows
+        self._learn_windows, self._learn_to = learn_windows, learn_to
+        self._warmup_loss: float | None = None
+        self._chunks: list[list[float]] = []  # the loss curve of every window so far
         self._known = {part: set(keys) for part, keys in (known_ceilings or {}).items()}
         self._pending: list[Part] = []  # the ceilings still to measure, fixed when measuring starts
         self._ceiling_index = 0
@@ -170,6 +177,7 @@ class Trial(Run):
                 self._phase = Phase.MEASURE
                 self._pending = [part for part in (Part.COMPUTE, Part.LOADER) if self._wants(part)]
                 loss = self._read_loss()
+                self._warmup_loss = loss
                 self._emit("warmup", steps=self._step, seconds=time.perf_counter() - self._started,
                            samples=self._win_samples, samples_seen=self._seen, loss=loss)
                 self._reset_window(time.perf_counter())
@@ -177,8 +185,18 @@ class Trial(Run):
         elif self._window_due(now):
             loss = self._close_window()
             self._stop_if_nonfinite(loss)
-            if self._windows_done >= self._windows:
+            if self._windows_done >= self._windows and not self._still_learning():
                 self._next_phase()
+
+    def _still_learning(self) -> bool:
+        """Whether to measure one more window: ``learn_windows`` are left and the loss over
+        the judged span is still above ``learn_to`` times the warmup's (a positive loss)."""
+        if self._windows_done >= self._windows + self._learn_windows or not self._warmup_loss \
+                or self._warmup_loss < 0 or not math.isfinite(self._warmup_loss):
+            return False
+        span = judged_span(self._chunks)
+        loss = mean_over(self._chunks, *span) if span else None
+        return loss is None or loss > self._learn_to * self._warmup_loss
 
     def _beat_if_due(self, now: float) -> None:
         if now - self._beat >= PROGRESS_S:  # the parent's stall detector counts on these
@@ -209,10 +227,12 @@ class Trial(Run):
             import torch
 
             extra["gpu_mem_peak"] = torch.cuda.max_memory_allocated(self.device)
+        curve = self._curve()
+        self._chunks.extend(curve)
         self._emit("window", index=self._windows_done, steps=self._win_steps,
                    samples=self._win_samples, samples_seen=self._seen, seconds=now - self._window_start,
                    data_wait=self._win_wait, loss=loss, step_times=self._step_times,
-                   curve=self._curve(), wall=time.time(), **extra)
+                   curve=curve, wall=time.time(), **extra)
         self._windows_done += 1
         self._reset_window(now)
         return loss

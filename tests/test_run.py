@@ -351,3 +351,31 @@ def test_trial_phases_name_their_ceiling() -> None:
     from autotune._trial import Phase
 
     assert [p.ceiling for p in Phase] == [None, None, Part.COMPUTE, Part.LOADER, None]
+
+
+def _windows_measured(loss_after_warmup: float, **learning) -> list[dict]:
+    """The window events of a Trial whose loss is 1.0 in its warmup (4 steps), then constant."""
+    from autotune._trial import BudgetSpent, Trial
+
+    events: list[dict] = []
+    trial = Trial(Config(), torch.device("cpu"), lambda kind, **e: events.append({"event": kind, **e}),
+                  warmup_steps=4, warmup_s=0.0, window_s=0.0, windows=2, min_window_steps=8, **learning)
+    weight = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([weight], lr=0.0)
+    loader = torch.utils.data.DataLoader(TensorDataset(torch.zeros(64, 1)), batch_size=4)
+    steps = 0
+    with pytest.raises(BudgetSpent):
+        for _epoch in range(1_000):
+            for _ in trial.batches(loader):
+                trial.step(weight.sum() + (1.0 if steps < 4 else loss_after_warmup), opt)
+                steps += 1
+    return [e for e in events if e["event"] == "window"]
+
+
+def test_the_baseline_measures_on_while_its_loss_has_not_fallen() -> None:
+    """A baseline whose loss stays at its warmup's measures its extra windows: against its
+    first windows alone a config that learns nothing would pass (issue 13)."""
+    assert len(_windows_measured(1.0, learn_windows=3, learn_to=0.5)) == 5
+    assert len(_windows_measured(0.6, learn_windows=3, learn_to=0.5)) == 5
+    assert len(_windows_measured(0.4, learn_windows=3, learn_to=0.5)) == 2  # learned: as planned
+    assert len(_windows_measured(1.0)) == 2  # a sampled trial never adds windows

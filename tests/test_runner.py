@@ -49,7 +49,8 @@ def test_build_command_argv_and_payload() -> None:
         "config": {"batch_size": "2x", "num_workers": 2},  # only the values set
         "device": "cpu",
         "budget": {"warmup_steps": 5, "warmup_s": 0.2, "window_s": 0.3, "windows": 2,
-                   "min_window_steps": 2, "ceiling_windows": 0},  # the deadline is the parent's
+                   "min_window_steps": 2, "ceiling_windows": 0, "learn_windows": 0,
+                   "learn_to": 0.0},  # the deadline is the parent's
         "seed": 3,
         "known_ceilings": {},
     }
