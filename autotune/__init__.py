@@ -1,7 +1,8 @@
 """autotune: find the fastest safe way to feed and step your PyTorch training loop.
 
 A training function takes a :class:`Run` and routes its DataLoader, optimizer,
-batches and step through it. ``autotune run file.py:train`` tunes it with short
+batches and step through it. ``autotune run file.py:train`` (or, from Python,
+:func:`tune`, which returns a :class:`Result`) tunes it with short
 real trials (each a :class:`Trial` in its own process); the best config is
 exported as YAML and loaded in production with :func:`load`::
 
@@ -20,22 +21,39 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
-    if name == "Trial":  # the worker's measuring side: production never loads it
+    # Loaded on use: production never loads the worker's measuring side, nor the study
+    if name == "Trial":
         from autotune._trial import Trial
 
         return Trial
+    if name in ("tune", "Result"):
+        from autotune import _api
+
+        return getattr(_api, name)
+    if name == "BaselineFailed":
+        from autotune._study import BaselineFailed
+
+        return BaselineFailed
+    if name == "StoreDown":
+        from autotune._stores import StoreDown
+
+        return StoreDown
     raise AttributeError(f"module 'autotune' has no attribute {name!r}")
 
 __all__ = [
     "KNOBS",
+    "BaselineFailed",
     "Capability",
     "Config",
     "ConfigError",
     "Knob",
     "Outcome",
     "Recipe",
+    "Result",
     "Run",
     "Stage",
+    "StoreDown",
     "Trial",
     "load",
+    "tune",
 ]

@@ -9,26 +9,24 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import click
 
+from autotune._api import DEFAULTS as D
 from autotune._config import ConfigError
 from autotune._confirm import CONFIRM_TOP
-from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION
 from autotune._knobs import KNOBS, show_value
-from autotune._noise import FOREIGN_LOAD_MAX, QUIET_WAIT_S, REMEASURES, SPREAD_MAX
 from autotune._outcome import headline
 from autotune._space import SPACES_DIR
-from autotune._stores import STORE_PATIENCE_S, StoreDown
+from autotune._stores import StoreDown
 
 _STORE_HELP = "Store folder: Optuna journal, MLflow database, artifacts, trial logs."
 
 
 def _store_options(fn):
-    fn = click.option("--store", type=click.Path(path_type=Path), default=Path("mlflow"),
+    fn = click.option("--store", type=click.Path(path_type=Path), default=D["store"],
                       show_default=True, envvar="AUTOTUNE_STORE", help=_STORE_HELP)(fn)
     fn = click.option("--storage", metavar="URL",
                       help="Optuna storage: an RDB URL (e.g. postgresql://...) or a journal file; "
@@ -76,253 +74,83 @@ def _spaces() -> str:
 
 @main.command(epilog=f"Knobs: {', '.join(KNOBS)}.")
 @click.argument("target")
-@click.option("--trials", "-n", type=click.IntRange(min=1), default=12, show_default=True,
+@click.option("--trials", "-n", type=click.IntRange(min=1), default=D["trials"], show_default=True,
               help="Trials to run now (the baseline first, if the study has none).")
-@click.option("--space", default="default", show_default=True,
+@click.option("--space", default=D["space"], show_default=True,
               help=f"Search space: a shipped name ({_spaces()}) or a YAML file.")
 @_store_options
 @click.option("--tracking-uri", metavar="URI", help="MLflow tracking URI "
               "(default: $MLFLOW_TRACKING_URI, else sqlite in the store folder).")
-@click.option("--device", default="auto", show_default=True,
+@click.option("--device", default=D["device"], show_default=True,
               help="auto, cpu, cuda:N, or with --jobs a list (cuda:0,cuda:1) or cuda (every visible GPU).")
-@click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=D["jobs"], show_default=True,
               help="Trials at once on this host, each on its own share: a disjoint set of the CPUs, "
                    "1/N of the RAM budget and, with several GPUs, a GPU of its own.")
-@click.option("--warmup", type=click.FloatRange(min=0), default=1.0, show_default=True,
+@click.option("--warmup", type=click.FloatRange(min=0), default=D["warmup"], show_default=True,
               help="Seconds of warmup before measuring.")
-@click.option("--window", type=click.FloatRange(min=0.05), default=1.5, show_default=True,
+@click.option("--window", type=click.FloatRange(min=0.05), default=D["window"], show_default=True,
               help="Seconds per measured window.")
-@click.option("--windows", type=click.IntRange(min=1), default=4, show_default=True,
+@click.option("--windows", type=click.IntRange(min=1), default=D["windows"], show_default=True,
               help="Measured windows per trial (samples/s is their median).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=None,
               help="Seconds a trial may run in all (default: the startup timeout + 5x its "
                    "measuring time).")
-@click.option("--startup-timeout", type=click.FloatRange(min=1), default=60.0, show_default=True,
+@click.option("--startup-timeout", type=click.FloatRange(min=1), default=D["startup_timeout"], show_default=True,
               help="Seconds from a trial's start to its first batch (imports, dataset, workers).")
-@click.option("--stall-timeout", type=click.FloatRange(min=0.5), default=30.0, show_default=True,
+@click.option("--stall-timeout", type=click.FloatRange(min=0.5), default=D["stall_timeout"], show_default=True,
               help="Seconds without a finished step before a trial counts as hung.")
 @click.option("--ram-budget", type=click.FloatRange(min=0.01), default=None, metavar="GIB",
               help="GiB one trial's processes may use (default: 75% of the RAM available at start).")
 @click.option("--divergence-tolerance", type=click.FloatRange(min=0, min_open=True),
-              default=DIVERGENCE_TOLERANCE, show_default=True,
+              default=D["divergence_tolerance"], show_default=True,
               help="How much worse than the baseline's loss, at matched samples, a trial's may be "
                    "(0.5 = 50%) before it is diverged.")
-@click.option("--prune", type=click.FloatRange(0, 1), default=PRUNE_FRACTION, show_default=True,
+@click.option("--prune", type=click.FloatRange(0, 1), default=D["prune"], show_default=True,
               help="Stop a trial whose windows all run under this share of the best's samples/s "
                    "(0: never).")
-@click.option("--confirm", type=click.IntRange(min=0), default=2, show_default=True,
+@click.option("--confirm", type=click.IntRange(min=0), default=D["confirm"], show_default=True,
               help=f"Re-runs of each of the top {CONFIRM_TOP} configs and of the baseline after the "
                    "trials; the winner is chosen on the median of its runs (0: none).")
-@click.option("--ceiling-windows", type=click.IntRange(min=0), default=2, show_default=True,
+@click.option("--ceiling-windows", type=click.IntRange(min=0), default=D["ceiling_windows"], show_default=True,
               help="Windows per ceiling (compute: the loop on batches already on the device; "
                    "loader: the loader alone), measured once per distinct config (0: none).")
-@click.option("--max-load", type=click.FloatRange(0, 1), default=FOREIGN_LOAD_MAX, show_default=True,
+@click.option("--max-load", type=click.FloatRange(0, 1), default=D["max_load"], show_default=True,
               help="Share of a trial's CPUs (or GPU) other processes may use while it measures; above it "
                    "the trial is noisy: shown, never ranked, and measured again once the machine is "
                    "quiet (1: never noisy by load).")
-@click.option("--max-spread", type=click.FloatRange(min=0), default=SPREAD_MAX, show_default=True,
+@click.option("--max-spread", type=click.FloatRange(min=0), default=D["max_spread"], show_default=True,
               help="(highest - lowest) / median of a trial's window rates above which it is noisy, "
                    "as above (a large value: never noisy by spread).")
-@click.option("--remeasure", type=click.IntRange(min=0), default=REMEASURES, show_default=True,
+@click.option("--remeasure", type=click.IntRange(min=0), default=D["remeasure"], show_default=True,
               help="Times a noisy trial is measured again at most (0: never).")
-@click.option("--quiet-wait", type=click.FloatRange(min=0), default=QUIET_WAIT_S, show_default=True,
+@click.option("--quiet-wait", type=click.FloatRange(min=0), default=D["quiet_wait"], show_default=True,
               metavar="SECONDS", help="How long to wait for a quiet machine before measuring a noisy "
                                       "trial again.")
 @click.option("--seed", type=int, default=None, help="Seed for the sampler and the workers.")
-@click.option("--store-patience", type=click.FloatRange(min=0), default=STORE_PATIENCE_S, show_default=True,
+@click.option("--store-patience", type=click.FloatRange(min=0), default=D["store_patience"], show_default=True,
               metavar="SECONDS", help="How long the study database or tracking store may keep failing "
                                       "(a restart, a full disk) before the tuner stops with exit status 3; "
                                       "finished results wait in the store folder meanwhile.")
-def run(target: str, trials: int, space: str, study: str | None, storage: str | None, store: Path,
-        tracking_uri: str | None, device: str, jobs: int, warmup: float, window: float, windows: int,
-        timeout: float | None, startup_timeout: float, stall_timeout: float, ram_budget: float | None,
-        divergence_tolerance: float, prune: float, confirm: int, ceiling_windows: int,
-        max_load: float, max_spread: float, remeasure: int, quiet_wait: float, seed: int | None, store_patience: float) -> None:
+def run(target: str, **options: Any) -> None:
     """Tune TARGET (path/to/file.py:function or package.module:function).
 
     After the trials, the top configs and the baseline are re-run (--confirm) and
-    the winner is chosen on the median of its runs. Ctrl-C stops the running trial, records it, exports the best so far and
-    exits 130; running the same command again resumes the study.
+    the winner is chosen on the median of its runs. Ctrl-C stops the running trial, records it,
+    exports the best so far and exits 130; running the same command again resumes the study.
+    From Python: autotune.tune(TARGET, trials=..., ...) with the same options.
     """
-    from autotune._probe import probe
-    from autotune._runner import Budget
-    from autotune._slots import devices_of, plan_slots
-    from autotune._stores import check_folder
-    from autotune._space import load_space
-    from autotune._study import BaselineFailed, StudyOptions, StudyRunner, open_storage
-    from autotune._tracking import Tracker, tracking_uri as default_uri
-    from autotune._worker import check_target
+    from autotune._api import tune
+    from autotune._study import BaselineFailed
 
-    check_target(target)
-    loaded = load_space(space)  # before anything is created: bad input exits 2 here
-    devices = [device]
-    if device == "cuda" or "," in device:
-        import torch
-
-        devices = devices_of(device, torch.cuda.device_count())
     try:
-        fingerprint = probe(devices[0])
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    if devices == [device]:
-        devices = [fingerprint.device]
-    slots = plan_slots(jobs, sorted(os.sched_getaffinity(0))[:fingerprint.cpus], devices)
-    restricted, notes = loaded.restrict(fingerprint)
-    reporter = _Progress()
-    for line in notes:
-        reporter.note(line)
-    budget = Budget(warmup_s=warmup, window_s=window, windows=windows, ceiling_windows=ceiling_windows,
-                    startup_s=startup_timeout, stall_s=stall_timeout, timeout_s=timeout)
-    options = StudyOptions(target, trials, study, storage, tracking_uri, store, device, budget,
-                           int(ram_budget * 2**30) if ram_budget else None, seed,
-                           divergence_tolerance, prune, confirm, store_patience, max_load, remeasure, quiet_wait,
-                           max_spread)
-    check_folder(store, f"the store folder {store}")  # read-only or full: said before anything starts
-    # the storage before the tracking store: a bad URL creates nothing
-    backend = open_storage(store, storage, store_patience, reporter.note)
-    tracker = Tracker(default_uri(store, tracking_uri), store / "artifacts", store_patience, reporter.note)
-    runner = StudyRunner(options, fingerprint, restricted, tracker, reporter, backend, slots)
-    reporter.note(f"study {runner.name} on {fingerprint.summary()}; space {loaded.name}; "
-                  f"RAM budget {runner.ram_budget / 2**30:.1f} GiB" + (" per trial" if jobs > 1 else ""))
-    if jobs > 1:
-        reporter.note(f"{jobs} trials at once: " + "; ".join(f"slot {s.index}: {s.share()}" for s in slots))
-    try:
-        found = runner.run()
+        result = tune(target, **options)
     except BaselineFailed as exc:
-        reporter.stop()
         click.echo(f"autotune: {exc}", err=True)
         sys.exit(1)
-    finally:
-        reporter.stop()
-    _print_summary(runner.name, found, store)
-    if runner.interrupted_by:
-        name = signal.Signals(runner.interrupted_by).name
-        click.echo(f"autotune: stopped by {name}; run the same command to resume study "
-                   f"{runner.name}", err=True)
-        sys.exit(128 + runner.interrupted_by)  # the shell's convention: 130 for Ctrl-C
-
-
-def _print_summary(name: str, found, store: Path) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-
-    from autotune._standing import findings
-
-    console = Console()
-    best = found.best
-    first, *rest = findings(found)
-    if best is None:  # nothing complete, or nothing believed: findings says which
-        console.print(f"[red]study {name}: {escape(first)}[/red]")
-        return
-    console.print(f"\n[bold]best: {escape(first)}[/bold]")
-    for line in rest:
-        console.print(escape(line))
-    base = found.base.first if found.base else None
-    if base:
-        console.print(f"data wait: {base.metrics.get('data_wait_frac', 0):.0%} of the baseline's "
-                      f"step time -> {best.metrics.get('data_wait_frac', 0):.0%}")
-    console.print(f"config: {escape(_changed(best.config, base.config if base else {}))}")
-    console.print(f"exported: {store / 'exports' / (name + '.yaml')}  (autotune export -o best.yaml)")
-    console.print("trials: autotune show   |   MLflow UI: autotune ui")
-
-
-def _changed(config: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
-    diff = {k: v for k, v in config.items() if baseline.get(k) != v}
-    return " ".join(f"{k}={show_value(v)}" for k, v in diff.items()) or "(the baseline's)"
-
-
-class _Progress:
-    """Live progress on the terminal: trial n of N, each running trial's windows, best, time left.
-
-    With ``--jobs`` several trials run at once: the live status has a line for each,
-    and a finished trial's lines are printed whole, never interleaved.
-    """
-
-    def __init__(self) -> None:
-        import threading
-
-        from rich.console import Console
-
-        self.console = Console(stderr=True)
-        self._status = None
-        self._heads: dict[int, str] = {}  # running trial -> its head line
-        self._states: dict[int, str] = {}
-        self._lock = threading.Lock()  # slots report from their own threads
-
-    def note(self, line: str) -> None:
-        self.console.print(f"[dim]{line}[/dim]")
-
-    def _draw(self) -> None:
-        text = "\n".join(f"{head} {self._states.get(n, '')}" for n, head in self._heads.items())
-        if self._status is None:
-            self._status = self.console.status(text)
-            self._status.start()
-        self._status.update(text)
-
-    def trial_started(self, number: int, index: int, total: int, config, rerun: int | None = None,
-                      share: str | None = None) -> None:
-        from rich.markup import escape
-
-        knobs = " ".join(f"{k}={show_value(v)}" for k, v in config.set_values().items()) or "baseline"
-        what = f"trial {number} = trial {rerun} again" if rerun is not None else f"trial {number}"
-        where = f" [{share}]" if share else ""
-        with self._lock:
-            self._heads[number] = escape(f"[{'confirm ' if rerun is not None else ''}{index + 1}/{total}] "
-                                         f"{what}{where}: {knobs}")
-            self._states[number] = "(starting)"
-            self._draw()
-
-    def event(self, event: Mapping[str, Any]) -> None:
-        with self._lock:
-            number = event.get("trial")
-            if number not in self._heads:
-                return
-            if event["event"] == "warmup":
-                self._states[number] = "(measuring)"
-            elif event["event"] == "window":
-                rate = event["samples"] / event["seconds"]
-                others = max(event.get("foreign_cpu", 0.0), event.get("foreign_gpu", 0.0))
-                busy = f", others use {others:.0%}" if others >= 0.05 else ""  # a quiet machine reads 0-5%
-                self._states[number] = f"(window {event['index'] + 1}: {rate:,.0f} samples/s{busy})"
-            else:
-                return
-            self._draw()
-
-    def trial_done(self, row, found, seconds_left: float) -> None:
-        from rich.markup import escape
-
-        sps = f"{row.samples_per_s:10,.1f} samples/s" if row.samples_per_s else " " * 20
-        speed = f"{row.speedup:5.2f}x" if row.speedup else "      "
-        wait = row.metrics.get("data_wait_frac")
-        wait_text = f"data-wait {wait:4.0%}" if wait is not None else ""
-        bound = row.bottleneck
-        bound_text = (f"  {bound.efficiency:4.0%} of ceiling, {bound.verdict}" if bound and bound.efficiency
-                      else f"  {bound.verdict}" if bound else "")
-        if bound and bound.unreliable:
-            bound_text += f" ({', '.join(bound.unreliable)} bound unreliable)"
-        others = row.metrics.get("foreign_cpu")
-        if others is not None and others >= 0.05:  # a quiet machine reads 0-5%: said when it is not
-            bound_text += f"  others {others:.0%}"
-        with self._lock:
-            head = self._heads.pop(row.number, f"trial {row.number}")
-            self._states.pop(row.number, None)
-            line = f"{head}\n    {row.outcome:9} {sps} {speed} {wait_text}{bound_text}"
-            if row.outcome != "complete" and row.reason:
-                line += f"  [red]{escape(headline(row.reason)[:120])}[/red]"
-            elif row.doubt:
-                line += f"  [yellow]not ranked: {escape(row.doubt)}[/yellow]"
-            left = f"~{int(seconds_left // 60)}m{int(seconds_left % 60):02d}s left" if seconds_left else "done"
-            win = found.decision.winner  # the figures the summary and the export give
-            speedup = found.speedup(win) if win else None
-            best_text = f"best {speedup:.2f}x (trial {win.first.number})" if speedup else ""
-            self.console.print(f"{line}   [dim]{best_text} {left}[/dim]")
-            if self._heads:
-                self._draw()
-
-    def stop(self) -> None:
-        if self._status is not None:
-            self._status.stop()
-            self._status = None
+    if result.interrupted_by:
+        click.echo(f"autotune: stopped by {result.interrupted_by}; run the same command to resume study "
+                   f"{result.study}", err=True)
+        sys.exit(128 + signal.Signals[result.interrupted_by])  # the shell's convention: 130 for Ctrl-C
 
 
 def _open_study(store: Path, storage: str | None, name: str | None):
@@ -422,7 +250,7 @@ def export(study: str | None, storage: str | None, store: Path, output: Path | N
 
 
 @main.command()
-@click.option("--store", type=click.Path(path_type=Path), default=Path("mlflow"), show_default=True,
+@click.option("--store", type=click.Path(path_type=Path), default=D["store"], show_default=True,
               envvar="AUTOTUNE_STORE", help=_STORE_HELP)
 @click.option("--tracking-uri", metavar="URI", help="Serve this store instead.")
 @click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True)

@@ -1,0 +1,133 @@
+"""What a study shows on the terminal while it runs and when it ends (rich, imported on use)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from autotune._knobs import show_value
+from autotune._outcome import headline
+
+
+def print_summary(name: str, found, store: Path) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    from autotune._standing import findings
+
+    console = Console()
+    best = found.best
+    first, *rest = findings(found)
+    if best is None:  # nothing complete, or nothing believed: findings says which
+        console.print(f"[red]study {name}: {escape(first)}[/red]")
+        return
+    console.print(f"\n[bold]best: {escape(first)}[/bold]")
+    for line in rest:
+        console.print(escape(line))
+    base = found.base.first if found.base else None
+    if base:
+        console.print(f"data wait: {base.metrics.get('data_wait_frac', 0):.0%} of the baseline's "
+                      f"step time -> {best.metrics.get('data_wait_frac', 0):.0%}")
+    console.print(f"config: {escape(changed(best.config, base.config if base else {}))}")
+    console.print(f"exported: {store / 'exports' / (name + '.yaml')}  (autotune export -o best.yaml)")
+    console.print("trials: autotune show   |   MLflow UI: autotune ui")
+
+
+def changed(config: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
+    diff = {k: v for k, v in config.items() if baseline.get(k) != v}
+    return " ".join(f"{k}={show_value(v)}" for k, v in diff.items()) or "(the baseline's)"
+
+
+class Progress:
+    """Live progress on the terminal: trial n of N, each running trial's windows, best, time left.
+
+    With ``--jobs`` several trials run at once: the live status has a line for each,
+    and a finished trial's lines are printed whole, never interleaved.
+    """
+
+    def __init__(self) -> None:
+        import threading
+
+        from rich.console import Console
+
+        self.console = Console(stderr=True)
+        self._status = None
+        self._heads: dict[int, str] = {}  # running trial -> its head line
+        self._states: dict[int, str] = {}
+        self._lock = threading.Lock()  # slots report from their own threads
+
+    def note(self, line: str) -> None:
+        self.console.print(f"[dim]{line}[/dim]")
+
+    def _draw(self) -> None:
+        text = "\n".join(f"{head} {self._states.get(n, '')}" for n, head in self._heads.items())
+        if self._status is None:
+            self._status = self.console.status(text)
+            self._status.start()
+        self._status.update(text)
+
+    def trial_started(self, number: int, index: int, total: int, config, rerun: int | None = None,
+                      share: str | None = None) -> None:
+        from rich.markup import escape
+
+        knobs = " ".join(f"{k}={show_value(v)}" for k, v in config.set_values().items()) or "baseline"
+        what = f"trial {number} = trial {rerun} again" if rerun is not None else f"trial {number}"
+        where = f" [{share}]" if share else ""
+        with self._lock:
+            self._heads[number] = escape(f"[{'confirm ' if rerun is not None else ''}{index + 1}/{total}] "
+                                         f"{what}{where}: {knobs}")
+            self._states[number] = "(starting)"
+            self._draw()
+
+    def event(self, event: Mapping[str, Any]) -> None:
+        with self._lock:
+            number = event.get("trial")
+            if number not in self._heads:
+                return
+            if event["event"] == "warmup":
+                self._states[number] = "(measuring)"
+            elif event["event"] == "window":
+                rate = event["samples"] / event["seconds"]
+                others = max(event.get("foreign_cpu", 0.0), event.get("foreign_gpu", 0.0))
+                busy = f", others use {others:.0%}" if others >= 0.05 else ""  # a quiet machine reads 0-5%
+                self._states[number] = f"(window {event['index'] + 1}: {rate:,.0f} samples/s{busy})"
+            else:
+                return
+            self._draw()
+
+    def trial_done(self, row, found, seconds_left: float) -> None:
+        from rich.markup import escape
+
+        sps = f"{row.samples_per_s:10,.1f} samples/s" if row.samples_per_s else " " * 20
+        speed = f"{row.speedup:5.2f}x" if row.speedup else "      "
+        wait = row.metrics.get("data_wait_frac")
+        wait_text = f"data-wait {wait:4.0%}" if wait is not None else ""
+        bound = row.bottleneck
+        bound_text = (f"  {bound.efficiency:4.0%} of ceiling, {bound.verdict}" if bound and bound.efficiency
+                      else f"  {bound.verdict}" if bound else "")
+        if bound and bound.unreliable:
+            bound_text += f" ({', '.join(bound.unreliable)} bound unreliable)"
+        others = row.metrics.get("foreign_cpu")
+        if others is not None and others >= 0.05:  # a quiet machine reads 0-5%: said when it is not
+            bound_text += f"  others {others:.0%}"
+        with self._lock:
+            head = self._heads.pop(row.number, f"trial {row.number}")
+            self._states.pop(row.number, None)
+            line = f"{head}\n    {row.outcome:9} {sps} {speed} {wait_text}{bound_text}"
+            if row.outcome != "complete" and row.reason:
+                line += f"  [red]{escape(headline(row.reason)[:120])}[/red]"
+            elif row.doubt:
+                line += f"  [yellow]not ranked: {escape(row.doubt)}[/yellow]"
+            left = f"~{int(seconds_left // 60)}m{int(seconds_left % 60):02d}s left" if seconds_left else "done"
+            win = found.decision.winner  # the figures the summary and the export give
+            speedup = found.speedup(win) if win else None
+            best_text = f"best {speedup:.2f}x (trial {win.first.number})" if speedup else ""
+            self.console.print(f"{line}   [dim]{best_text} {left}[/dim]")
+            if self._heads:
+                self._draw()
+
+    def stop(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
