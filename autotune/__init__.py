@@ -30,10 +30,10 @@ def __getattr__(name: str):
         from autotune import _api
 
         return getattr(_api, name)
-    if name == "BaselineFailed":
-        from autotune._study import BaselineFailed
+    if name in ("BaselineFailed", "Reporter"):
+        from autotune import _study
 
-        return BaselineFailed
+        return getattr(_study, name)
     if name == "StoreDown":
         from autotune._stores import StoreDown
 
@@ -49,6 +49,7 @@ __all__ = [
     "Knob",
     "Outcome",
     "Recipe",
+    "Reporter",
     "Result",
     "Run",
     "Stage",

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from autotune._records import TrialRow
     from autotune._run import Recipe
     from autotune._standing import Standing
+    from autotune._study import Reporter
 
 #: Trials ``tune`` runs when not told (the baseline first, if the study has none).
 TRIALS = 12
@@ -134,6 +135,33 @@ class Result:
         return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip()
                          for line in [head, *body])
 
+    def as_dict(self) -> dict[str, Any]:
+        """The study as plain data: its findings, the winner's figures, every trial (``show --json``)."""
+        best = self._found.best
+        return {"study": self.study, "findings": list(self.findings),
+                "winner": best.number if best else None, "speedup": self.speedup, "spread": self.spread,
+                "samples_per_s": self.samples_per_s, "baseline_samples_per_s": self.baseline_samples_per_s,
+                "config": self.config, "export": self._export, "trials": self.rows}
+
+    def csv(self) -> str:
+        """Every trial as CSV: its figures, then a column per knob (as it ran), then the reason."""
+        import csv
+        import io
+
+        from autotune._knobs import KNOBS
+
+        rows = self.rows
+        figures = ["number", "baseline", "winner", "confirms", "outcome", "samples_per_s", "speedup", "doubt",
+                   "data_wait", "foreign_cpu", "bottleneck", "efficiency"]
+        knobs = [k for k in KNOBS if any(k in r["config"] for r in rows)]
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow([*figures, *knobs, "reason"])
+        for r in rows:
+            writer.writerow([*("" if r[f] is None else r[f] for f in figures),
+                             *("" if r["config"].get(k) is None else r["config"][k] for k in knobs), r["reason"]])
+        return out.getvalue()
+
     def export(self, path: str | Path) -> Path:
         """Write the winner as the YAML ``autotune.load`` reads; return the path.
 
@@ -167,7 +195,7 @@ def row_dict(row: TrialRow, found: Standing) -> dict[str, Any]:
 def _first_line(text: str | None) -> str:
     from autotune._outcome import headline
 
-    return headline(text or "")[:100]
+    return headline(text or "")
 
 
 def target_of(target: str | Callable[..., Any]) -> str:
@@ -210,7 +238,7 @@ def tune(target: str | Callable[..., Any], *, trials: int = TRIALS, space: str |
          confirm: int = CONFIRM, ceiling_windows: int = _BUDGET.ceiling_windows,
          max_load: float = FOREIGN_LOAD_MAX, max_spread: float = SPREAD_MAX, remeasure: int = REMEASURES,
          quiet_wait: float = QUIET_WAIT_S, seed: int | None = None, store_patience: float = STORE_PATIENCE_S,
-         progress: bool = True) -> Result:
+         progress: bool | Reporter = True) -> Result:
     """Tune a training function: the study ``autotune run`` runs, from Python.
 
     Each trial runs ``target`` in its own process, so it must be importable: a
@@ -226,7 +254,8 @@ def tune(target: str | Callable[..., Any], *, trials: int = TRIALS, space: str |
         >>> result.export("best.yaml")  # then, in production: train(autotune.load("best.yaml"))  # doctest: +SKIP
 
     Args:
-        progress: Print the live progress and the summary on the terminal, as ``run`` does.
+        progress: Print the live progress and the summary on the terminal, as ``run`` does;
+            or a ``Reporter`` of your own, which receives the progress (nothing is printed).
 
     Returns:
         The study's ``Result``; ``interrupted_by`` names the signal when Ctrl-C or
@@ -286,7 +315,7 @@ def _run(target: str, limits: Mapping[str, Any], *, trials: int, space: str, stu
     from autotune._slots import devices_of, plan_slots
     from autotune._space import load_space
     from autotune._stores import check_folder
-    from autotune._study import Reporter, StudyOptions, StudyRunner, open_storage
+    from autotune._study import Reporter, StudyOptions, StudyRunner, open_storage  # noqa: F811
     from autotune._tracking import Tracker
     from autotune._tracking import tracking_uri as default_uri
     from autotune._worker import check_target
@@ -306,12 +335,12 @@ def _run(target: str, limits: Mapping[str, Any], *, trials: int, space: str, stu
         devices = [fingerprint.device]
     slots = plan_slots(jobs, sorted(os.sched_getaffinity(0))[:fingerprint.cpus], devices)
     restricted, notes = loaded.restrict(fingerprint)
-    if progress:
+    if progress is True:
         from autotune._terminal import Progress
 
         reporter: Reporter = Progress()
     else:
-        reporter = Reporter()
+        reporter = progress or Reporter()
     for line in notes:
         reporter.note(line)
     budget = Budget(warmup_s=limits["warmup"], window_s=limits["window"], windows=limits["windows"],
@@ -334,11 +363,11 @@ def _run(target: str, limits: Mapping[str, Any], *, trials: int, space: str, stu
             reporter.note(f"{jobs} trials at once: " + "; ".join(f"slot {s.index}: {s.share()}" for s in slots))
         found = runner.run()
     finally:
-        if progress:
+        if hasattr(reporter, "stop"):
             reporter.stop()
     stopped = signal.Signals(runner.interrupted_by).name if runner.interrupted_by else None
     result = Result.of(runner.study, stopped, found)
-    if progress:
+    if progress is True:
         from autotune._terminal import print_summary
 
         print_summary(runner.name, found, store)

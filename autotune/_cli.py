@@ -131,7 +131,9 @@ def _spaces() -> str:
               metavar="SECONDS", help="How long the study database or tracking store may keep failing "
                                       "(a restart, a full disk) before the tuner stops with exit status 3; "
                                       "finished results wait in the store folder meanwhile.")
-def run(target: str, **options: Any) -> None:
+@click.option("-q", "--quiet", is_flag=True, help="Print only the summary (and errors), no progress.")
+@click.option("-v", "--verbose", is_flag=True, help="Also print a line per measured window.")
+def run(target: str, quiet: bool, verbose: bool, **options: Any) -> None:
     """Tune TARGET (path/to/file.py:function or package.module:function).
 
     After the trials, the top configs and the baseline are re-run (--confirm) and
@@ -140,13 +142,17 @@ def run(target: str, **options: Any) -> None:
     From Python: autotune.tune(TARGET, trials=..., ...) with the same options.
     """
     from autotune._api import tune
-    from autotune._study import BaselineFailed
+    from autotune._study import BaselineFailed, Reporter
+    from autotune._terminal import Progress, print_summary
 
+    if quiet and verbose:
+        raise ConfigError("-q/--quiet, -v/--verbose: pick one")
     try:
-        result = tune(target, **options)
+        result = tune(target, progress=Reporter() if quiet else Progress(verbose), **options)
     except BaselineFailed as exc:
         click.echo(f"autotune: {exc}", err=True)
         sys.exit(1)
+    print_summary(result.study, result._found, options["store"])
     if result.interrupted_by:
         click.echo(f"autotune: stopped by {result.interrupted_by}; run the same command to resume study "
                    f"{result.study}", err=True)
@@ -179,53 +185,92 @@ def _open_study(store: Path, storage: str | None, name: str | None):
 
 @main.command()
 @_store_options
-def show(study: str | None, storage: str | None, store: Path) -> None:
-    """A table of the study's trials: knobs, samples/s, speedup, bottleneck, data wait, outcome."""
+@click.option("--json", "as_json", is_flag=True, help="Print the study as JSON: its findings and every trial.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print every trial as CSV, a column per knob.")
+@click.option("--wide", is_flag=True, help="Every column: ceilings' roof, others' load, step time, RAM peak.")
+def show(study: str | None, storage: str | None, store: Path, as_json: bool, as_csv: bool, wide: bool) -> None:
+    """The study's trials: knobs, samples/s, speedup, bottleneck, data wait, outcome, reason."""
+    from autotune._api import Result
+
+    if as_json and as_csv:
+        raise ConfigError("--json, --csv: pick one")
+    loaded = _open_study(store, storage, study)
+    result = Result.of(loaded)
+    if as_json:
+        import json
+
+        click.echo(json.dumps(result.as_dict(), indent=1, default=str))
+    elif as_csv:
+        click.echo(result.csv(), nl=False)
+    else:
+        _show_table(result, wide)
+
+
+def _show_table(result, wide: bool) -> None:
+    """The table, in the terminal's width: the knobs that varied in one wrapped column (those
+    that never did on a line below), then each reason whole. ``wide``: a column per knob, the
+    measurement columns and the reasons in the table, however wide that is."""
+    from rich import box
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    from autotune._standing import findings, standing
-
-    loaded = _open_study(store, storage, study)
-    found = standing(loaded)
+    found = result._found
     rows, best = found.rows, found.best
-    # Columns for the knobs that differ between trials: the rest is noise.
     keys = [k for k in KNOBS if len({show_value(r.config.get(k, "-")) for r in rows}) > 1]
-    table = Table(title=f"study {loaded.study_name}: {len(rows)} trials")
-    heads = ("#", "outcome", "samples/s", "speedup", "bound", "of roof", "data-wait", "others", "step p50",
-             "RAM peak", *keys, "reason")
+    same = {k: rows[0].config[k] for k in KNOBS if k not in keys and rows and k in rows[0].config}
+    console = Console()
+    table = Table(title=f"study {result.study}: {len(rows)} trial{'s' if len(rows) != 1 else ''}",
+                  box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
+    extra = ("of roof", "others", "step p50", "RAM peak") if wide else ()
+    heads = ("#", "outcome", "samples/s", "speedup", "bound", "data-wait", *extra,
+             *(keys if wide else ["knobs that varied"] if keys else []), *(["reason"] if wide else []))
     for head in heads:
-        table.add_column(head, justify="right" if head in ("#", "samples/s", "speedup") else "left",
-                         min_width=min(len(head), 18))
+        wraps = head in ("knobs that varied", "reason")
+        table.add_column(head.replace("_", "_\n") if head in keys else head,
+                         justify="right" if head in ("#", "samples/s", "speedup") else "left",
+                         no_wrap=not wraps, ratio=1 if wraps else None)
     first_of = {r.number: g.first.number for g in found.groups for r in g.runs}
+    reasons = []
     for r in rows:
         m, bound = r.metrics, r.bottleneck
         mark = " *" if best is not None and r.number == best.number else ""
         again = f" (= {first_of[r.number]})" if first_of.get(r.number, r.number) != r.number else ""
         doubted = f" ({r.doubt.partition(':')[0]})" if r.doubt else ""
+        more = (f"{bound.of_roof:.0%} {bound.limit}" if bound and bound.of_roof is not None else "-",
+                f"{max(m.get('foreign_cpu', 0), m.get('foreign_gpu', 0)):.0%}" if "foreign_cpu" in m else "-",
+                f"{m['step_time_p50'] * 1000:.1f} ms" if "step_time_p50" in m else "-",
+                f"{m['ram_peak'] / 2**30:.2f} GiB" if "ram_peak" in m else "-") if wide else ()
+        values = [show_value(r.config.get(k, "-")) for k in keys]
+        why = headline(r.doubt or r.reason)
+        if why and not wide:
+            reasons.append(f"{r.number} {r.outcome}{doubted}: {why}")
         table.add_row(
-            f"{r.number}{mark}", r.outcome + doubted + (" (baseline)" if r.baseline else "") + again,
-            (f"{r.samples_per_s:,.1f}" + ("?" if r.doubt else "")) if r.samples_per_s else "-",
+            f"{'base ' if r.baseline else ''}{r.number}{mark}", r.outcome + doubted + again,
+            (f"{r.samples_per_s:,.0f}" + ("?" if r.doubt else "")) if r.samples_per_s else "-",
             f"{r.speedup:.2f}x" if r.speedup else "-",
             (f"{bound.verdict.split('-')[0]} {bound.efficiency:.0%}" if bound.efficiency is not None
              else bound.verdict.split("-")[0]) if bound else "-",
-            f"{bound.of_roof:.0%} {bound.limit}" if bound and bound.of_roof is not None else "-",
-            f"{m['data_wait_frac']:.0%}" if "data_wait_frac" in m else "-",
-            f"{max(m.get('foreign_cpu', 0), m.get('foreign_gpu', 0)):.0%}" if "foreign_cpu" in m else "-",
-            f"{m['step_time_p50'] * 1000:.1f} ms" if "step_time_p50" in m else "-",
-            f"{m['ram_peak'] / 2**30:.2f} GiB" if "ram_peak" in m else "-",
-            *(show_value(r.config.get(k, "-")) for k in keys),
-            headline(r.doubt or r.reason)[:90])
-    Console(width=max(280, Console().width)).print(table)
-    click.echo("(= N): the config of trial N again (a confirmation, measuring again, or drawn again); *: the winner; bound: compute- or "
-               "data-bound, and samples/s as a share of the compute ceiling (the loop on batches already on the "
-               "device); others: share of the trial's CPUs (or GPU) other processes used while it measured; "
-               "?: a figure not believed (noisy, or a short measure), never ranked")
+            f"{m['data_wait_frac']:.0%}" if "data_wait_frac" in m else "-", *more,
+            *(values if wide else [escape(" ".join(f"{k}={v}" for k, v in zip(keys, values)))] if keys else []),
+            *([escape(why)] if wide else []))
+    if wide:  # as wide as it needs: for a wide terminal, or `less -S`
+        console = Console(width=max(console.width, Console(width=1 << 16).measure(table).maximum))
+    console.print(table)
+    for line in reasons:
+        console.print(escape(line))
+    if same:
+        console.print(escape("same in every trial: " + " ".join(f"{k}={show_value(v)}" for k, v in same.items())))
+    console.print("base: the baseline (your code as written); *: the winner; (= N): trial N's config again (a "
+                  "confirmation or a re-measure); ?: a figure not believed (noisy or short), never ranked; bound: "
+                  "compute- or data-bound and samples/s as a share of that ceiling"
+                  + ("; others: the share of the trial's CPUs (or GPU) other processes used" if wide
+                     else "; --wide: a column per knob and more figures"), style="dim")
     if best is not None:
-        first, *rest = findings(found)
-        click.echo(f"best: {first}")
+        first, *rest = result.findings
+        console.print(escape(f"best: {first}"))
         for line in rest:
-            click.echo(f"  {line}")
+            console.print(escape(f"  {line}"))
 
 
 @main.command()

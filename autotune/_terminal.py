@@ -10,28 +10,38 @@ from autotune._knobs import show_value
 from autotune._outcome import headline
 
 
-def print_summary(name: str, found, store: Path) -> None:
+def console(stderr: bool = False):
+    """A rich console that wraps lines at the terminal's width, and not at all when piped
+    (a log or ``grep`` wants whole lines, not rich's 80 columns)."""
     from rich.console import Console
+
+    found = Console(stderr=stderr)
+    if not found.is_terminal:
+        found.soft_wrap = True
+    return found
+
+
+def print_summary(name: str, found, store: Path) -> None:
     from rich.markup import escape
 
     from autotune._standing import findings
 
-    console = Console()
+    out = console()
     best = found.best
     first, *rest = findings(found)
     if best is None:  # nothing complete, or nothing believed: findings says which
-        console.print(f"[red]study {name}: {escape(first)}[/red]")
+        out.print(f"[red]study {name}: {escape(first)}[/red]")
         return
-    console.print(f"\n[bold]best: {escape(first)}[/bold]")
+    out.print(f"\n[bold]best: {escape(first)}[/bold]")
     for line in rest:
-        console.print(escape(line))
+        out.print(escape(line))
     base = found.base.first if found.base else None
     if base:
-        console.print(f"data wait: {base.metrics.get('data_wait_frac', 0):.0%} of the baseline's "
+        out.print(f"data wait: {base.metrics.get('data_wait_frac', 0):.0%} of the baseline's "
                       f"step time -> {best.metrics.get('data_wait_frac', 0):.0%}")
-    console.print(f"config: {escape(changed(best.config, base.config if base else {}))}")
-    console.print(f"exported: {store / 'exports' / (name + '.yaml')}  (autotune export -o best.yaml)")
-    console.print("trials: autotune show   |   MLflow UI: autotune ui")
+    out.print(f"config: {escape(changed(best.config, base.config if base else {}))}")
+    out.print(f"exported: {store / 'exports' / (name + '.yaml')}  (autotune export -o best.yaml)")
+    out.print("trials: autotune show   |   MLflow UI: autotune ui")
 
 
 def changed(config: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
@@ -46,12 +56,12 @@ class Progress:
     and a finished trial's lines are printed whole, never interleaved.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, verbose: bool = False) -> None:
+        """``verbose``: also print a line per measured window (``run -v``)."""
         import threading
 
-        from rich.console import Console
-
-        self.console = Console(stderr=True)
+        self.console = console(stderr=True)
+        self._verbose = verbose
         self._status = None
         self._heads: dict[int, str] = {}  # running trial -> its head line
         self._states: dict[int, str] = {}
@@ -92,6 +102,11 @@ class Progress:
                 others = max(event.get("foreign_cpu", 0.0), event.get("foreign_gpu", 0.0))
                 busy = f", others use {others:.0%}" if others >= 0.05 else ""  # a quiet machine reads 0-5%
                 self._states[number] = f"(window {event['index'] + 1}: {rate:,.0f} samples/s{busy})"
+                if self._verbose:
+                    wait = event["data_wait"] / event["seconds"] if event.get("seconds") else 0.0
+                    loss = f", loss {event['loss']:.4g}" if event.get("loss") is not None else ""
+                    self.console.print(f"[dim]trial {number} window {event['index'] + 1}: {rate:,.0f} samples/s, "
+                                       f"data wait {wait:.0%}{loss}{busy}[/dim]")
             else:
                 return
             self._draw()
@@ -116,7 +131,7 @@ class Progress:
             self._states.pop(row.number, None)
             line = f"{head}\n    {row.outcome:9} {sps} {speed} {wait_text}{bound_text}"
             if row.outcome != "complete" and row.reason:
-                line += f"  [red]{escape(headline(row.reason)[:120])}[/red]"
+                line += f"  [red]{escape(headline(row.reason))}[/red]"
             elif row.doubt:
                 line += f"  [yellow]not ranked: {escape(row.doubt)}[/yellow]"
             left = f"~{int(seconds_left // 60)}m{int(seconds_left % 60):02d}s left" if seconds_left else "done"

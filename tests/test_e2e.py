@@ -28,6 +28,8 @@ def study_store(tmp_path_factory) -> Path:
     first = autotune("run", TARGET, "--trials", "3", "--study", "e2e", "--space", "loader", *FAST, cwd=cwd)
     assert first.returncode == 0, first.stderr
     assert "best: trial" in first.stdout
+    # piped, as to a log: whole lines, not wrapped at 80 columns
+    assert re.search(r"^study e2e on .+; space \S*loader\S*; RAM budget [\d.]+ GiB$", first.stderr, re.M), first.stderr
     parent = load_study(cwd / "mlflow", "e2e").user_attrs["mlflow_parent_run_id"]
     second = autotune("run", TARGET, "--trials", "2", "--study", "e2e", "--space", "loader", *FAST, cwd=cwd)
     assert second.returncode == 0, second.stderr
@@ -84,11 +86,34 @@ def test_show_lists_every_trial(study_store: Path) -> None:
     out = autotune("show", cwd=study_store)
     assert out.returncode == 0, out.stderr
     assert "study e2e: 5 trials" in out.stdout
-    assert "(baseline)" in out.stdout and "best: trial" in out.stdout
+    assert "base 0" in out.stdout and "best: trial" in out.stdout
     assert "bound" in out.stdout and "bottleneck: " in out.stdout
     lines = [line for line in out.stdout.splitlines() if "complete" in line]
     # "compute 94%", or the bound without a share when a busy machine made its ceiling unreliable
     assert len(lines) == 5 and all(re.search(r" (compute|data)\b", line) for line in lines)
+
+
+def test_show_fits_the_terminal_and_prints_json_and_csv(study_store: Path) -> None:
+    import csv
+    import io
+    import json
+
+    narrow = autotune("show", cwd=study_store, env={"COLUMNS": "100"})
+    assert narrow.returncode == 0, narrow.stderr
+    assert max(len(line.rstrip()) for line in narrow.stdout.splitlines()) <= 100
+    assert "same in every trial: " in narrow.stdout  # the space's knobs that never varied, on one line
+    wide = autotune("show", "--wide", cwd=study_store, env={"COLUMNS": "100"})
+    assert "RAM peak" in wide.stdout and "RAM peak" not in narrow.stdout
+    data = json.loads(autotune("show", "--json", cwd=study_store).stdout)
+    assert data["study"] == "e2e" and [t["number"] for t in data["trials"]] == [0, 1, 2, 3, 4]
+    assert data["trials"][0]["baseline"] and data["findings"][0].startswith("trial ")
+    assert sum(t["winner"] for t in data["trials"]) == 1 and data["export"].startswith("# autotune: study e2e")
+    rows = list(csv.DictReader(io.StringIO(autotune("show", "--csv", cwd=study_store).stdout)))
+    assert [int(r["number"]) for r in rows] == [0, 1, 2, 3, 4]
+    assert {"samples_per_s", "speedup", "num_workers", "reason"} <= set(rows[0])
+    assert float(rows[0]["speedup"]) == pytest.approx(1.0)
+    both = autotune("show", "--json", "--csv", cwd=study_store)
+    assert both.returncode == 2 and "pick one" in both.stderr
 
 
 def test_export_loads_and_trains_in_production(study_store: Path) -> None:
