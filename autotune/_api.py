@@ -318,10 +318,10 @@ def _run(target: str, limits: Mapping[str, Any], *, trials: int, space: str, stu
     from autotune._study import Reporter, StudyOptions, StudyRunner, open_storage  # noqa: F811
     from autotune._tracking import Tracker
     from autotune._tracking import tracking_uri as default_uri
-    from autotune._worker import check_target
+    from autotune._target import check_target
 
-    check_target(target)
-    loaded = load_space(space)  # before anything is created: bad input raises here
+    target_notes = check_target(target)  # before anything is created: bad input raises here
+    loaded = load_space(space)
     devices = [device]
     if device == "cuda" or "," in device:
         import torch
@@ -341,7 +341,7 @@ def _run(target: str, limits: Mapping[str, Any], *, trials: int, space: str, stu
         reporter: Reporter = Progress()
     else:
         reporter = progress or Reporter()
-    for line in notes:
+    for line in [*target_notes, *notes]:
         reporter.note(line)
     budget = Budget(warmup_s=limits["warmup"], window_s=limits["window"], windows=limits["windows"],
                     ceiling_windows=limits["ceiling_windows"], startup_s=limits["startup_timeout"],

@@ -48,7 +48,7 @@ def classify(returncode: int | None, killed: tuple[Outcome, str] | None, error: 
              history: Sequence[Point] = (), reference: Sequence[Point] = (),
              tolerance: float = DIVERGENCE_TOLERANCE, memory_low: bool = False,
              expected_windows: int = 0, reference_curve: Sequence[Chunk] = (),
-             curve: Sequence[Chunk] = ()) -> tuple[Outcome, str]:
+             curve: Sequence[Chunk] = (), batches: int | None = None) -> tuple[Outcome, str]:
     """Decide a finished worker's outcome and the reason shown to the user.
 
     The reason's first line says what happened (see ``headline``); the lines
@@ -70,6 +70,7 @@ def classify(returncode: int | None, killed: tuple[Outcome, str] | None, error: 
             (then a SIGKILL from outside is most likely the kernel's OOM killer).
         expected_windows: The windows its budget asked for; a complete trial with
             fewer (the function ran out of epochs) says so in its reason.
+        batches: The batches it took from ``run.batches`` (its end event's steps; None: unknown).
     """
     if killed:
         return killed
@@ -96,6 +97,9 @@ def classify(returncode: int | None, killed: tuple[Outcome, str] | None, error: 
     reason = divergence(reference, history, tolerance, reference_curve, curve)
     if reason:  # before the window check: a nan in the warmup ends the trial with no window
         return Outcome.DIVERGED, reason
+    if not windows and batches == 0:
+        return Outcome.CRASHED, ("the training function returned without taking a batch from run.batches(loader): "
+                                 "autotune measures the loop through it; iterate `for batch in run.batches(loader):`")
     if not windows:
         return Outcome.CRASHED, ("the training function returned before one measured window "
                                  "finished: give it more steps (epochs) or shorten --warmup/--window")

@@ -378,7 +378,8 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     outcome, reason = classify(proc.returncode, killed[0] if killed else None, events.get("error"),
                                windows, stderr_tail, history=losses, reference=reference,
                                tolerance=tolerance, memory_low=memory_low, expected_windows=budget.windows,
-                               reference_curve=reference_curve, curve=loss_curve(windows))
+                               reference_curve=reference_curve, curve=loss_curve(windows),
+                               batches=events["end"].get("steps") if "end" in events else None)
     if monitor.problems and not killed:
         reason = "\n".join(filter(None, [reason, *monitor.problems]))
     final = events.get("end") or events.get("resolved") or {}

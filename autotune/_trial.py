@@ -106,6 +106,9 @@ class Trial(Run):
         self._batch_samples = 0  # of the batch the user's step is training on
 
     def _after_step(self, loss: Any) -> None:
+        if not self._announced:  # a step with no batch from run.batches: nothing would be measured
+            raise RuntimeError("run.step() ran before any batch came from run.batches(loader): autotune "
+                               "measures the loop through it; iterate `for batch in run.batches(loader):`")
         loss = loss.detach().float()
         self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
         self._loss_steps += 1

@@ -7,7 +7,6 @@ runs it under a :class:`~autotune._trial.Trial`, reporting on the event pipe.
 
 from __future__ import annotations
 
-import ast
 import faulthandler
 import importlib
 import importlib.util
@@ -18,38 +17,11 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from autotune._config import ConfigError
 from autotune._events import FD_ENV, EventWriter
 from autotune._slots import CPUS_ENV
 
 #: Lines of a traceback kept as a trial's reason.
 TRACEBACK_LINES = 12
-
-
-def check_target(target: str) -> None:
-    """Check ``path/to/file.py:func`` or ``package.module:func`` without running it.
-
-    Raises:
-        ConfigError: the target is malformed, or its file or function is missing.
-    """
-    module, sep, func = target.rpartition(":")
-    if not sep or not module or not func.isidentifier():
-        raise ConfigError(f"target {target!r}: expected path/to/file.py:function or "
-                          "package.module:function")
-    if not module.endswith(".py"):
-        if importlib.util.find_spec(module.split(".")[0]) is None:
-            raise ConfigError(f"target {target!r}: no module named {module.split('.')[0]!r}")
-        return
-    path = Path(module)
-    if not path.is_file():
-        raise ConfigError(f"target {target!r}: no such file {module}")
-    tree = ast.parse(path.read_text(), filename=module)
-    names = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    names |= {t.id for node in tree.body if isinstance(node, ast.Assign)
-              for t in node.targets if isinstance(t, ast.Name)}
-    if func not in names:
-        raise ConfigError(f"target {target!r}: {module} defines no top-level {func!r}; "
-                          f"its functions: {', '.join(sorted(names)) or 'none'}")
 
 
 def load_target(target: str):

@@ -385,6 +385,16 @@ def test_a_trial_past_its_deadline_is_killed(tmp_path: Path) -> None:
     assert not survivors(watch)
 
 
+@pytest.mark.parametrize(("name", "said"), [
+    ("train_without_batches", "run.step() ran before any batch came from run.batches(loader)"),
+    ("train_returns_at_once", "returned without taking a batch from run.batches(loader)"),
+])
+def test_a_loop_that_bypasses_run_batches_is_named_at_once(tmp_path: Path, name: str, said: str) -> None:
+    result, _ = trial(tmp_path, name)
+    assert result.outcome is Outcome.CRASHED
+    assert said in result.reason
+
+
 def test_function_returning_before_a_window(tmp_path: Path) -> None:
     result, watch = trial(tmp_path, "train_returns_early")
     assert result.outcome is Outcome.CRASHED

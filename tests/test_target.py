@@ -1,0 +1,83 @@
+"""The training function checked from its source before any trial spawns, and user files read
+as UTF-8 with duplicate keys refused: each mistake a one-line ConfigError naming file and line."""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+from helpers import cli, cli_env
+
+from autotune import ConfigError
+from autotune._config import read_yaml
+from autotune._target import check_target
+
+LOOP = """
+    for x, y in run.batches(loader):
+        run.step(model(x).sum(), opt)
+"""
+
+
+def target(tmp_path: Path, source: str, name: str = "train") -> str:
+    path = tmp_path / "user_train.py"
+    path.write_text(textwrap.dedent(source))
+    return f"{path}:{name}"
+
+
+@pytest.mark.parametrize(("source", "said"), [
+    ("def train():\n    pass\n", "train() (", ),
+    ("class Net:\n    pass\n", "Net is a class"),
+    ("def train(run, epochs):\n    pass\n", "needs 2 arguments; autotune passes one, the Run: give epochs a default"),
+    ("def train(run, *, steps):\n    pass\n", "needs keyword argument(s) steps"),
+    ("def train(run):\n    for x in loader:\n        pass\n", "never iterates run.batches(...)"),
+    ("def train(run:\n", "line 1: "),
+])
+def test_a_mistake_in_the_function_is_one_line_naming_it(tmp_path: Path, source: str, said: str) -> None:
+    name = "Net" if "class" in source else "train"
+    with pytest.raises(ConfigError) as raised:
+        check_target(target(tmp_path, source, name))
+    assert said in str(raised.value) and "\n" not in str(raised.value)
+    if source.startswith("def train():"):
+        assert "takes no argument" in str(raised.value) and "def train(run)" in str(raised.value)
+
+
+@pytest.mark.parametrize("body", [
+    "def train(run):\n    fit(run)\n",  # the loop is in a helper the source cannot follow
+    "def train(run):\n    def inner():\n        pass\n    inner()\n",
+    "def train(run, epochs=3):" + LOOP,
+    "def train(*args):\n    pass\n",
+])
+def test_what_the_source_cannot_rule_out_passes(tmp_path: Path, body: str) -> None:
+    assert check_target(target(tmp_path, body)) == []
+
+
+def test_a_host_sync_per_step_is_named_with_its_line(tmp_path: Path) -> None:
+    source = "def train(run):" + LOOP + "        losses.append(loss.item())\n    print(total.item())\n"
+    notes = check_target(target(tmp_path, source))
+    assert len(notes) == 1  # the one in the loop; the one after it costs nothing per step
+    assert "user_train.py, line 4: loss.item() inside the loop over run.batches(loader)" in notes[0]
+
+
+def test_the_cli_answers_before_spawning_a_trial(tmp_path: Path) -> None:
+    bad = target(tmp_path, "def train():\n    pass\n")
+    done = subprocess.run(cli("run", bad), cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "takes no argument" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "mlflow").exists()
+
+
+def test_user_files_must_be_utf8_and_keys_unique(tmp_path: Path) -> None:
+    latin = tmp_path / "space.yaml"
+    latin.write_bytes("knobs:\n  # r\xe9glage\n  amp: [off]\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"space.yaml: line 2: not UTF-8 text \(byte 0xe9\); save it as UTF-8"):
+        read_yaml(latin)
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("knobs:\n  amp: [off]\n  batch_size: [1x]\n  amp: [bf16]\n")
+    with pytest.raises(ConfigError, match=r"twice.yaml: line 4: 'amp' appears twice in one mapping"):
+        read_yaml(twice)
+    py = tmp_path / "latin_train.py"
+    py.write_bytes("# r\xe9glage\ndef train(run):\n    pass\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match="line 1: not UTF-8"):
+        check_target(f"{py}:train")
