@@ -402,8 +402,9 @@ def _add_foreign_load(event: dict[str, Any], monitor: Monitor) -> None:
 
 def log_tail(text: str, lines: int = 10) -> str:
     """The evidence in a trial's log: the last ``lines`` lines, or for a native crash,
-    faulthandler's report (the worker enables it) cut to the crashing thread's stack."""
-    all_lines = text.splitlines()
+    faulthandler's report (the worker enables it) cut to the crashing thread's stack. The
+    worker's own ``autotune:`` lines (what it measured) are left out: they are in the log."""
+    all_lines = [line for line in text.splitlines() if not line.startswith("autotune: ")]
     fatal = [i for i, line in enumerate(all_lines) if line.startswith("Fatal Python error:")]
     if not fatal:
         return "\n".join(all_lines[-lines:])

@@ -49,12 +49,45 @@ def error_event(exc: BaseException) -> dict[str, Any]:
             "traceback": "\n".join(text[-TRACEBACK_LINES:])}
 
 
+class _Logged:
+    """Sends events on, and writes a line for each stage of the trial to its log (stdout):
+    the log then says what the trial did beside what the training function printed."""
+
+    def __init__(self, emit: EventWriter) -> None:
+        self._emit = emit
+
+    def __call__(self, kind: str, **fields: Any) -> None:
+        self._emit(kind, **fields)
+        line = _log_line(kind, fields)
+        if line:
+            print(f"autotune: {line}", flush=True)
+
+
+def _log_line(kind: str, e: dict[str, Any]) -> str | None:
+    rate = e["samples"] / e["seconds"] if e.get("seconds") else 0.0
+    loss = f", loss {e['loss']:.4g}" if e.get("loss") is not None else ""
+    if kind == "resolved":
+        return f"first batch; running with {e['config']}"
+    if kind == "warmup":
+        return f"warmup done: {e['steps']} steps in {e['seconds']:.2f} s{loss}"
+    if kind == "window":
+        return (f"window {e['index'] + 1}: {e['samples']} samples in {e['seconds']:.3f} s = {rate:,.0f} samples/s, "
+                f"data wait {e['data_wait'] / e['seconds']:.0%}{loss}" if e.get("seconds") else None)
+    if kind == "ceiling":
+        return f"{e['part']} ceiling window {e['index'] + 1}: {rate:,.0f} samples/s"
+    if kind == "end":
+        return f"done: {e['steps']} steps, {e['windows']} windows"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     # A segfault or abort in native code (a DataLoader collate, a CUDA kernel launch)
     # then leaves the Python stack in the trial log, which the crash reason quotes.
     faulthandler.enable()
     spec = json.loads((argv or sys.argv[1:])[0])
-    emit = EventWriter(int(os.environ[FD_ENV]))
+    emit = _Logged(EventWriter(int(os.environ[FD_ENV])))
+    print(f"autotune: trial worker pid {os.getpid()}: {spec['target']} on {spec['device']}, seed {spec['seed']}, "
+          f"config {spec['config'] or '(your code as written)'}", flush=True)
     emit("started", pid=os.getpid())
     # A --jobs slot's CPUs: pinned before torch starts, so that its thread pool and the
     # DataLoader workers (which inherit the mask) stay on them.
@@ -82,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             pass
         run.finish()
     except BaseException as exc:  # reported, then a non-zero exit; the parent classifies
+        traceback.print_exc()  # whole, in the trial's log (the reason keeps its tail)
         emit("error", **error_event(exc))
         return 1
     finally:

@@ -134,6 +134,25 @@ def test_killed_trials_keep_their_figures(fault_study) -> None:
     assert len(client.get_metric_history(pruned.info.run_id, "window_samples_per_s")) == 2
 
 
+def test_each_trial_log_says_what_the_trial_did(fault_study) -> None:
+    """The log artifact: the worker's lines for each stage, the user's output, a crash's
+    whole traceback."""
+    cwd, _ = fault_study
+    client, runs = mlflow_runs(cwd / "mlflow", "faults")
+    by_trial = {int(r.data.tags["autotune.trial"]): r for r in runs if "autotune.trial" in r.data.tags}
+
+    def log(number: int) -> str:
+        path = client.download_artifacts(by_trial[number].info.run_id, f"trial-{number}.log", str(cwd))
+        return Path(path).read_text()
+
+    healthy = log(1)  # num_workers 1: complete
+    assert "autotune: trial worker pid" in healthy and "autotune: window 3: " in healthy
+    assert "autotune: done: " in healthy
+    raised = log(4)  # num_workers 2: the user's loop raised
+    assert "Traceback (most recent call last)" in raised
+    assert raised.rstrip().endswith("ValueError: fault injected: the user's loop raised")
+
+
 def test_a_diverged_config_can_be_fastest_and_is_never_the_best(fault_study) -> None:
     cwd, _ = fault_study
     study = load_study(cwd / "mlflow", "faults")
