@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from autotune._ceilings import CEILING_NOISE, Bottleneck, Ceilings, bottleneck, cpu_roof
-from autotune._outcome import Outcome
+from autotune._outcome import Outcome, headline
 
 if TYPE_CHECKING:
     import optuna
@@ -25,6 +25,8 @@ ATTR_OWNER, ATTR_WORKER, ATTR_HEARTBEAT = "owner", "worker", "heartbeat"
 # The config as sampled (relative values kept, so a re-run samples nothing), the
 # first trial a confirmation re-runs, and the ceilings the trial measured.
 ATTR_SAMPLED, ATTR_CONFIRMS, ATTR_CEILINGS = "sampled", "confirms", "ceilings"
+#: The name of the study's objective in Optuna (``set_metric_names``): what each trial's value is.
+OBJECTIVE = "samples_per_s"
 #: Study user attr: the MLflow parent run (set last by the tuner that creates the study).
 ATTR_PARENT = "mlflow_parent_run_id"
 #: Where a trial ran: its slot, CPU set and device (``autotune._slots.Slot.record``).
@@ -56,6 +58,7 @@ class TrialRow:
     doubt: str | None = None
     remeasure: int = 0
     curve: list[tuple[float, float, float, int]] = dataclasses.field(default_factory=list)
+    run_id: str | None = None  # its MLflow run
 
     @property
     def samples_per_s(self) -> float | None:
@@ -87,7 +90,28 @@ def row_of(trial: optuna.trial.FrozenTrial, ceilings: Ceilings) -> TrialRow:
                     metrics, config, attrs.get(ATTR_BASE_BATCH), None,
                     [tuple(p) for p in attrs.get(ATTR_LOSSES, [])], attrs.get(ATTR_SAMPLED, {}),
                     attrs.get(ATTR_CONFIRMS), bound, attrs.get(ATTR_SLOT, {}), attrs.get(ATTR_DOUBT),
-                    attrs.get(ATTR_REMEASURE, 0), [tuple(c) for c in attrs.get(ATTR_CURVE, [])])
+                    attrs.get(ATTR_REMEASURE, 0), [tuple(c) for c in attrs.get(ATTR_CURVE, [])],
+                    attrs.get(ATTR_RUN))
+
+
+def trial_note(number: int, outcome: Outcome, reason: str, doubt: str | None, samples_per_s: float | None,
+               baseline: float | None, bottleneck: str | None, attrs: Mapping[str, Any]) -> str:
+    """A trial's MLflow description (its note): what it ran, how it ended and why, its speed
+    against the baseline's at the time, its bottleneck; one paragraph a person reads."""
+    what = ("the baseline: your code as written" if attrs.get(ATTR_BASELINE)
+            else f"trial {attrs[ATTR_CONFIRMS]}'s config again" if attrs.get(ATTR_CONFIRMS) is not None
+            else "a config the study drew")
+    parts = [f"Trial {number} ({what}): {outcome.value}."]
+    if samples_per_s:
+        parts.append(f"{samples_per_s:,.0f} samples/s" + (f", {samples_per_s / baseline:.2f}x the baseline's "
+                                                          f"{baseline:,.0f}" if baseline else "") + ".")
+    if doubt:
+        parts.append(f"Not ranked: {doubt}.")
+    if reason:
+        parts.append(headline(reason).rstrip(".") + ".")
+    if bottleneck:
+        parts.append(f"Bottleneck: {bottleneck}.")
+    return " ".join(parts)
 
 
 def bottleneck_of(metrics: Mapping[str, float], config: Mapping[str, Any], ceilings: Ceilings,

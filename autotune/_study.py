@@ -59,9 +59,11 @@ from autotune._records import (
     ATTR_SAMPLED,
     ATTR_SLOT,
     ATTR_WORKER,
+    OBJECTIVE,
     REASON_LIMIT,
     TrialRow,
     bottleneck_of,
+    trial_note,
 )
 from autotune._runner import (
     Budget,
@@ -339,6 +341,7 @@ class StudyRunner:
         self.study.set_user_attr("space", self.space.name)
         self.study.set_user_attr("fingerprint", {**dataclasses.asdict(self.fingerprint),
                                                  "summary": self.fingerprint.summary()})
+        self.study.set_metric_names([OBJECTIVE])  # what optuna-dashboard and its plots call the value
         if enqueue_baseline:
             self.study.enqueue_trial({}, user_attrs={ATTR_BASELINE: True})
         experiment_id = self.tracker.experiment(self.name)
@@ -781,7 +784,8 @@ class StudyRunner:
             raise
         # False: closed as stale by another tuner (this one stalled past STALE_AFTER_S); both
         # stores already say so, with that tuner's reason, and are not contradicted.
-        return trial.number, self._record(trial, run_id, result, found.ceilings)
+        base_rate = found.base.median if found.base and found.base.rates else None
+        return trial.number, self._record(trial, run_id, result, found.ceilings, base_rate)
 
     def _space_now(self, found: Standing) -> Space:
         """The space, with an ``auto`` worker range widened as far as the measured loaders ask
@@ -842,7 +846,8 @@ class StudyRunner:
 
         return on_event
 
-    def _record(self, trial: optuna.Trial, run_id: str, result: TrialResult, ceilings: Ceilings) -> bool:
+    def _record(self, trial: optuna.Trial, run_id: str, result: TrialResult, ceilings: Ceilings,
+                base_rate: float | None = None) -> bool:
         """Record a finished trial in both stores; False if another tuner had closed it.
 
         The result is written to the store folder first (``Pending``) and removed
@@ -851,12 +856,19 @@ class StudyRunner:
         """
         derived = {f"resolved.{k}": v for k, v in result.resolved.items()}
         derived.update(base_batch_size=result.base_batch_size, effective_lr=result.lr)
+        # Every knob a param, as the space writes it: those the config did not set (the
+        # baseline's every knob) at the code's own value, named in own_knobs.
+        sampled = trial.user_attrs.get(ATTR_SAMPLED, {})
+        own = {k: "1x" if k == "batch_size" and v == result.base_batch_size else v
+               for k, v in result.resolved.items() if k not in sampled}
+        derived.update(own, own_knobs=",".join(own) or "-")
         metrics, tags = dict(result.metrics), {}
         own = self._checked_ceilings(trial.number, result, ceilings)
         why = doubt(metrics, result.reason, self.options.max_load, self.options.max_spread) \
             if result.outcome == Outcome.COMPLETE and "samples_per_s" in metrics else None
         if why:
             tags["autotune.doubt"] = why
+        bound = None
         if "samples_per_s" in metrics:
             bound = bottleneck_of(metrics, result.resolved, ceilings, own)
             tags.update({"autotune.bottleneck": bound.verdict, "autotune.bottleneck_why": bound.why})
@@ -864,8 +876,12 @@ class StudyRunner:
                 ("efficiency", bound.efficiency), ("compute_ceiling", bound.compute),
                 ("loader_ceiling", bound.loader), ("cpu_roof", bound.cpu), ("of_roof", bound.of_roof))
                 if value is not None})
+        tags["mlflow.note.content"] = trial_note(trial.number, result.outcome, result.reason, why,
+                                                metrics.get("samples_per_s"), base_rate,
+                                                bound.why if bound else None, trial.user_attrs)
         record = {
             "trial_id": trial._trial_id, "number": trial.number, "run_id": run_id,
+            "optuna_params": self._params_of(trial, result),
             "attrs": {ATTR_OUTCOME: result.outcome.value, ATTR_REASON: clip(result.reason, REASON_LIMIT),
                       ATTR_METRICS: result.metrics, ATTR_CONFIG: result.resolved,
                       ATTR_BASE_BATCH: result.base_batch_size, ATTR_LR: result.lr,
@@ -884,6 +900,38 @@ class StudyRunner:
         if path is not None:
             self.pending.done(path)
         return applied
+
+    def _params_of(self, trial: optuna.Trial, result: TrialResult) -> dict[str, list[Any]]:
+        """Optuna params for a trial the sampler did not draw, so that every trial has them
+        (optuna-dashboard, importances): a re-run gets its first trial's; the baseline the
+        values its code ran with, for each knob whose domain holds that value (its batch size
+        as ``1x``). Each as ``[distribution json, value]``."""
+        import optuna
+
+        from autotune._space import Choice, IntRange
+
+        if trial.params:
+            return {}
+        rerun = trial.user_attrs.get(ATTR_CONFIRMS)
+        if rerun is not None:
+            first = next((t for t in self.study.get_trials(deepcopy=False) if t.number == rerun), None)
+            return {name: [optuna.distributions.distribution_to_json(first.distributions[name]), value]
+                    for name, value in first.params.items()} if first else {}
+        params = {}
+        for name, domain in self.space.domains.items():
+            value = result.resolved.get(name)
+            if name == "batch_size" and value is not None and value == result.base_batch_size:
+                value = "1x"
+            if isinstance(domain, Choice) and value in domain.choices:
+                dist = optuna.distributions.CategoricalDistribution(list(domain.choices))
+            elif isinstance(domain, IntRange) and isinstance(value, int) and domain.low <= value <= domain.high \
+                    and (value - domain.low) % domain.step == 0:
+                dist = optuna.distributions.IntDistribution(domain.low, domain.high, log=domain.log,
+                                                            step=domain.step)
+            else:
+                continue
+            params[name] = [optuna.distributions.distribution_to_json(dist), value]
+        return params
 
     def _checked_ceilings(self, number: int, result: TrialResult, ceilings: Ceilings) -> list[dict[str, Any]]:
         """The trial's own ceiling entries, each marked with a ``doubt`` when others loaded the
@@ -935,6 +983,10 @@ class StudyRunner:
             trial = optuna.Trial(self.study, trial_id)
             for key, value in attrs.items():
                 trial.set_user_attr(key, value)
+            for name, (dist, value) in record.get("optuna_params", {}).items():
+                dist = optuna.distributions.json_to_distribution(dist)
+                with contextlib.suppress(ValueError):  # a distribution the study's others contradict
+                    storage.set_trial_param(trial_id, name, dist.to_internal_repr(value), dist)
             outcome, sps = Outcome(attrs[ATTR_OUTCOME]), attrs[ATTR_METRICS].get("samples_per_s")
             try:
                 if is_noisy(attrs.get(ATTR_DOUBT)):
@@ -1009,9 +1061,16 @@ class StudyRunner:
                                f"study {self.name}, and the last one closes it")
             return found
         tuners = 1 + len(self.registry.others())
+        winners = {r.number for r in found.decision.winner.runs} if found.decision.winner else set()
+        self.tracker.tag_runs({r.run_id: {"autotune.winner": str(r.number in winners).lower()}
+                               for r in rows if r.run_id and r.outcome not in PENDING})
+        lines = findings(found)
+        tags = {"autotune.ended": f"{ended} (last of {tuners} tuner(s))", "autotune.result": lines[0],
+                "mlflow.note.content": f"Study {self.name}: " + "\n\n".join(lines)}
+        if best is not None:
+            tags.update({"autotune.winner_trial": str(best.number),
+                         "autotune.winner_config": " ".join(f"{k}={show_value(v)}" for k, v in best.config.items())})
         self.tracker.finish_parent(self.parent_id, artifacts, metrics,
                                    {"throughput.png": throughput_figure(self.name, rows)},
-                                   status="KILLED" if self._signum else "FINISHED",
-                                   tags={"autotune.ended": f"{ended} (last of {tuners} tuner(s))",
-                                         "autotune.result": findings(found)[0]})
+                                   status="KILLED" if self._signum else "FINISHED", tags=tags)
         return found

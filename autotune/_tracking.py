@@ -96,11 +96,17 @@ class Tracker:
         Tuners starting together race to create it: the store's unique name lets
         one win, and the others read the winner's.
         """
-        from mlflow.exceptions import MlflowException
-
         found = self._call(self.client.get_experiment_by_name, name)
         if found is not None:
             return found.experiment_id
+        experiment_id = self._create_experiment(name)
+        # MLflow 3's UI opens an experiment of unknown kind in its GenAI view; this one is training runs
+        self._call(self.client.set_experiment_tag, experiment_id, "mlflow.experimentKind", "custom_model_development")
+        return experiment_id
+
+    def _create_experiment(self, name: str) -> str:
+        from mlflow.exceptions import MlflowException
+
         location = None
         if self._artifact_root is not None and not self.uri.startswith(("http", "databricks")):
             location = (self._artifact_root / name).resolve().as_uri()
@@ -150,6 +156,13 @@ class Tracker:
         if log_path is not None and log_path.exists():
             self._call(self.client.log_artifact, run_id, str(log_path))
         self._call(self.client.set_terminated, run_id, status=RUN_STATUS[outcome])
+
+    def tag_runs(self, tags: Mapping[str, Mapping[str, str]]) -> None:
+        """Set tags on runs: run id to its tags (one call each)."""
+        from mlflow.entities import RunTag
+
+        for run_id, these in tags.items():
+            self._call(self.client.log_batch, run_id, tags=[RunTag(k, v) for k, v in these.items()])
 
     def kill(self, run_id: str, reason: str | None = None, log_path: Path | None = None) -> None:
         """Close a run that did not finish (interrupted, or left RUNNING by a killed tuner)."""

@@ -3,6 +3,7 @@ MLflow SQLite store in tmp_path, read back with the optuna and mlflow APIs."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -82,6 +83,43 @@ def test_every_trial_once_in_optuna_and_mlflow(study_store: Path) -> None:
     assert {a.path for a in client.list_artifacts(by_trial[0].info.run_id)} == {"trial-0.log"}
 
 
+def test_the_records_describe_themselves(study_store: Path) -> None:
+    """MLflow's runs page and compare view, and optuna-dashboard, without picking columns:
+    every knob a param on every run, the winner tagged, a note per run, the parent's result;
+    in Optuna the objective named and params on every trial, the baseline's included."""
+    from autotune import KNOBS
+    from autotune._space import load_space
+
+    study = load_study(study_store / "mlflow", "e2e")
+    assert study.metric_names == ["samples_per_s"]
+    base = study.trials[0]
+    domains = load_space("loader").domains
+    # the baseline's own values, where its space's domain holds them (num_workers 0, pin off, ...)
+    assert base.params and set(base.params) <= set(domains)
+    assert base.params["num_workers"] == 0
+    client, runs = mlflow_runs(study_store / "mlflow", "e2e")
+    parent_id = study.user_attrs["mlflow_parent_run_id"]
+    children = {int(r.data.tags["autotune.trial"]): r for r in runs if r.info.run_id != parent_id}
+    for number, run in children.items():  # every knob active in the trial (a knob of workers needs workers)
+        ran = {k.removeprefix("resolved.") for k in run.data.params if k.startswith("resolved.")}
+        assert ran and ran <= set(run.data.params), (number, sorted(run.data.params))
+        note = run.data.tags["mlflow.note.content"]
+        assert note.startswith(f"Trial {number} (") and "samples/s" in note and "Bottleneck: " in note
+    assert children[0].data.params["batch_size"] == "1x"
+    assert set(children[0].data.params["own_knobs"].split(",")) <= set(KNOBS)
+    assert "the baseline: your code as written" in children[0].data.tags["mlflow.note.content"]
+    data = json.loads(autotune("show", "--json", cwd=study_store).stdout)
+    winner = data["winner"]
+    assert {n for n, r in children.items() if r.data.tags.get("autotune.winner") == "true"} == {winner}
+    assert all(r.data.tags.get("autotune.winner") in ("true", "false") for r in children.values())
+    parent = client.get_run(parent_id)
+    assert parent.data.tags["autotune.winner_trial"] == str(winner)
+    assert "num_workers=" in parent.data.tags["autotune.winner_config"]
+    assert parent.data.tags["mlflow.note.content"].startswith("Study e2e: trial ")
+    experiment = client.get_experiment_by_name("e2e")
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"  # opens on training runs
+
+
 def test_show_lists_every_trial(study_store: Path) -> None:
     out = autotune("show", cwd=study_store)
     assert out.returncode == 0, out.stderr
@@ -96,7 +134,6 @@ def test_show_lists_every_trial(study_store: Path) -> None:
 def test_show_fits_the_terminal_and_prints_json_and_csv(study_store: Path) -> None:
     import csv
     import io
-    import json
 
     narrow = autotune("show", cwd=study_store, env={"COLUMNS": "100"})
     assert narrow.returncode == 0, narrow.stderr
@@ -147,7 +184,8 @@ def test_confirmation_re_runs_the_top_configs_and_the_baseline(tmp_path: Path) -
         first = trials[t.user_attrs["confirms"]]
         assert t.user_attrs["sampled"] == first.user_attrs["sampled"]  # the same config again ...
         assert t.user_attrs["config"] == first.user_attrs["config"]
-        assert not t.user_attrs["baseline"] and t.params == {}  # ... not sampled, not a baseline
+        assert not t.user_attrs["baseline"]  # ... not a baseline, and not sampled: its first's params
+        assert t.params == first.params and t.distributions == first.distributions
     _, runs = mlflow_runs(tmp_path / "mlflow", "c")
     tagged = {r.data.tags["autotune.trial"]: r.data.tags.get("autotune.confirms") for r in runs
               if "autotune.trial" in r.data.tags}
