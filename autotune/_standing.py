@@ -8,8 +8,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from autotune._ceilings import Ceilings, loader_only
-from autotune._confirm import Decision, Group, baseline_group, decide, group_runs
-from autotune._outcome import Outcome
+from autotune._confirm import PENDING, Decision, Group, baseline_group, decide, group_runs
 from autotune._records import ATTR_CEILINGS, TrialRow, row_of
 
 if TYPE_CHECKING:
@@ -76,29 +75,52 @@ def standing(study: optuna.Study) -> Standing:
     return Standing(rows, groups, decide(groups), ceilings)
 
 
-def throughput_figure(name: str, rows: list[TrialRow]):
-    """samples/s per trial (baseline marked) with the best so far, as a matplotlib figure."""
+def throughput_figure(name: str, found: Standing):
+    """samples/s per trial, as a matplotlib figure: the baseline in gray, believed figures in blue,
+    doubted (noisy, short) in orange, pruned in purple, diverged in red; trials with no figure (crashed, pruned
+    early, timed out) as red crosses on the axis; the best so far as the median of the leading
+    config's runs so far (the figure the summary gives, once confirmed)."""
+    import statistics
+
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display on a tuning host
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
-    fig = Figure(figsize=(7, 3.5), dpi=110)
+    fig = Figure(figsize=(8, 4.4), dpi=110)
     ax = fig.subplots()
-    done = [r for r in rows if r.samples_per_s]
-    # noisy and short figures in orange: shown, never the best so far
-    colors = ["tab:orange" if r.measured and not r.reliable else "tab:gray" if r.baseline
-              else "tab:blue" if r.outcome == Outcome.COMPLETE.value else "tab:red" for r in done]
-    ax.scatter([r.number for r in done], [r.samples_per_s for r in done], c=colors, s=18, zorder=3)
-    best, curve = 0.0, []
-    for r in done:
+    rows = found.rows
+    finished = [r for r in rows if r.outcome not in PENDING]
+    done = [r for r in finished if r.samples_per_s]
+    kinds = {"baseline": ("tab:gray", [r for r in done if r.baseline and r.reliable]),
+             "believed": ("tab:blue", [r for r in done if not r.baseline and r.reliable]),
+             "noisy or short (not ranked)": ("tab:orange", [r for r in done if r.measured and not r.reliable]),
+             "pruned (its windows so far)": ("tab:purple", [r for r in done if r.outcome == "pruned"]),
+             "diverged": ("tab:red", [r for r in done if not r.measured and r.outcome != "pruned"])}
+    for label, (color, those) in kinds.items():
+        if those:
+            ax.scatter([r.number for r in those], [r.samples_per_s for r in those], c=color, s=20, zorder=3,
+                       label=label)
+    failed = [r for r in finished if not r.samples_per_s]
+    if failed:
+        ax.scatter([r.number for r in failed], [0] * len(failed), marker="x", c="tab:red", s=30, zorder=3,
+                   clip_on=False, label="no figure (" + ", ".join(sorted({r.outcome for r in failed})) + ")")
+    group_of = {r.number: g.first.number for g in found.groups for r in g.runs}
+    runs: dict[int, list[float]] = {}
+    xs, best = [], []
+    for r in finished:
         if r.reliable:
-            best = max(best, r.samples_per_s)
-        curve.append(best)
-    ax.step([r.number for r in done], curve, where="post", color="tab:green", label="best so far")
+            runs.setdefault(group_of.get(r.number, r.number), []).append(r.samples_per_s)
+        xs.append(r.number)
+        best.append(max((statistics.median(v) for v in runs.values()), default=float("nan")))
+    ax.step(xs, best, where="post", color="tab:green", label="best so far (median of its runs)")
     ax.set(title=f"study {name}", xlabel="trial", ylabel="samples/s")
+    ax.set_ylim(bottom=0)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    # under the plot, never over the last points
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=3, fontsize="small", frameon=False)
     fig.tight_layout()
     return fig
 

@@ -1071,6 +1071,6 @@ class StudyRunner:
             tags.update({"autotune.winner_trial": str(best.number),
                          "autotune.winner_config": " ".join(f"{k}={show_value(v)}" for k, v in best.config.items())})
         self.tracker.finish_parent(self.parent_id, artifacts, metrics,
-                                   {"throughput.png": throughput_figure(self.name, rows)},
+                                   {"throughput.png": throughput_figure(self.name, found)},
                                    status="KILLED" if self._signum else "FINISHED", tags=tags)
         return found
