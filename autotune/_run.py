@@ -5,12 +5,15 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
+import os
+import sys
+import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from autotune._config import Config
-from autotune._knobs import KNOBS, parse_relative
+from autotune._knobs import KNOBS, parse_relative, show_value
 from autotune._prefetch import iter_batches
 
 
@@ -181,16 +184,26 @@ class Run:
 class Recipe(Run):
     """A tuned config applied in production: ``train(autotune.load("best.yaml"))``.
 
+    Says once, on its first batch, what it trains with (on stderr); with
+    ``report_every``, also samples/s every that many seconds, so that production
+    can be held against the figure the study measured.
+
     Attributes:
         base_batch_size: The user batch size the recipe was tuned from (the base of
             its lr scaling), or None.
+        origin: Where it came from (an export's path and what the study found there).
     """
 
     def __init__(self, config: Config, device: Any = "auto",  # type: ignore[valid-type]
-                 base_batch_size: int | None = None) -> None:
+                 base_batch_size: int | None = None, *, origin: str | None = None,
+                 report_every: float | None = None, quiet: bool = False) -> None:
         super().__init__(config, device)
         self.base_batch_size = base_batch_size
+        self.origin = origin
+        self._report_every, self._quiet = report_every, quiet
+        self._said = False
         self.apply_backends()
+        self._apply_alloc_conf()
 
     def dataloader(self, dataset: Any, **kwargs: Any):
         loader = super().dataloader(dataset, **kwargs)
@@ -200,6 +213,44 @@ class Recipe(Run):
                           "starts from the code's value", stacklevel=2)
         return loader
 
+    def batches(self, loader: Iterable[Any]) -> Iterator[Any]:
+        if not self._said and not self._quiet:
+            self._said = True
+            knobs = " ".join(f"{k}={show_value(v)}" for k, v in self.resolved().items())
+            print(f"autotune: training with {self.origin or 'the defaults'} on {self.device}: {knobs}",
+                  file=sys.stderr, flush=True)
+        if not self._report_every:
+            yield from super().batches(loader)
+            return
+        start = last = time.perf_counter()
+        samples = 0
+        for batch in super().batches(loader):
+            samples += _batch_len(batch)
+            now = time.perf_counter()
+            if now - last >= self._report_every:
+                print(f"autotune: {samples / (now - start):,.0f} samples/s over the last {now - start:.0f} s",
+                      file=sys.stderr, flush=True)
+                start, samples = now, 0
+                last = now
+            yield batch
+
+    def _apply_alloc_conf(self) -> None:
+        """Set ``cuda_alloc_conf`` for the CUDA allocator, or say it is too late for it."""
+        value = self.config.cuda_alloc_conf
+        knob = KNOBS["cuda_alloc_conf"]
+        if value is None or value == knob.default:
+            return
+        if os.environ.get(knob.env_var) == value:
+            return
+        import torch
+
+        if torch.cuda.is_initialized():
+            warnings.warn(f"cuda_alloc_conf={value} not applied: CUDA had started before the recipe was "
+                          f"made; set {knob.env_var}={value} in the environment (or load the recipe before "
+                          "any CUDA call)", stacklevel=3)
+            return
+        os.environ[knob.env_var] = value  # read by the caching allocator when CUDA starts
+
 
 def _batches_per_epoch(loader: Any) -> int | None:
     """Batches the loader makes per epoch, or None when its dataset has no length."""
@@ -207,3 +258,19 @@ def _batches_per_epoch(loader: Any) -> int | None:
         return len(loader)
     except TypeError:  # an IterableDataset without __len__
         return None
+
+
+def _batch_len(batch: Any) -> int:
+    """Samples in a batch: the leading dimension of its first tensor."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 1
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)):
+        for item in batch:
+            n = _batch_len(item)
+            if n:
+                return n
+    return 0

@@ -195,7 +195,7 @@ def findings(found: Standing) -> list[str]:
 
 def export_text(study: optuna.Study, found: Standing) -> str:
     """The winning config as the YAML snippet ``autotune.load`` reads."""
-    from autotune._export import render
+    from autotune._export import MEASURED_ON, render
 
     best = found.best
     fingerprint = study.user_attrs.get("fingerprint", {})
@@ -205,4 +205,8 @@ def export_text(study: optuna.Study, found: Standing) -> str:
     header = [f"autotune: study {study.study_name}, {first}", *rest,
               f"measured on: {fingerprint.get('summary', 'unknown machine')}{share}",
               "load with: autotune.load(path)"]
-    return render(best.config, best.base_batch_size, header)
+    machine = {key: fingerprint[key] for key in MEASURED_ON if fingerprint.get(key) is not None}
+    if best.slot.get("cpus"):
+        machine["cpus"] = len(best.slot["cpus"])
+    return render(best.config, best.base_batch_size, header, machine,
+                  f"study {study.study_name}: {first.split(' (')[0]}")

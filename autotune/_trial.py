@@ -16,7 +16,7 @@ from autotune._ceilings import CACHED_BATCHES, ceiling_key
 from autotune._config import Config
 from autotune._guard import judged_span, mean_over
 from autotune._knobs import Part
-from autotune._run import Run
+from autotune._run import Run, _batch_len
 
 #: Batches after which a loader ceiling window may close at a quarter of its length.
 QUICK_LOADER_BATCHES = 32
@@ -342,19 +342,3 @@ class Trial(Run):
             import torch
 
             torch.cuda.synchronize(self.device)
-
-
-def _batch_len(batch: Any) -> int:
-    """Samples in a batch: the leading dimension of its first tensor."""
-    import torch
-
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() else 1
-    if isinstance(batch, dict):
-        batch = list(batch.values())
-    if isinstance(batch, (list, tuple)):
-        for item in batch:
-            n = _batch_len(item)
-            if n:
-                return n
-    return 0

@@ -47,7 +47,7 @@ def test_render_layout() -> None:
 def test_render_then_load_round_trips(tmp_path: Path) -> None:
     path = tmp_path / "best.yaml"
     path.write_text(render(RESOLVED, 64, ["header"]))
-    recipe = load(path, device="cpu")
+    recipe = load(path, device="cpu", check=False)  # (CUDA knobs: checked below)
     assert isinstance(recipe, Recipe)
     assert recipe.config == Config(**RESOLVED)
     assert recipe.base_batch_size == 64
@@ -169,3 +169,58 @@ def test_recipe_warns_when_the_code_batch_size_changed(tmp_path: Path) -> None:
     with pytest.warns(UserWarning, match=r"tuned with batch_size=64 .* now passes 32"):
         loader = recipe.dataloader(TensorDataset(torch.zeros(256, 2)), batch_size=32)
     assert loader.batch_size == 128
+
+
+def test_load_drops_what_this_machine_cannot_honour_and_names_it(tmp_path: Path, capsys) -> None:
+    """An H100's export on this CPU machine: the CUDA-only values dropped with one warning
+    naming each, another warning for the other machine; the rest kept."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("checks a CPU machine's view of a GPU export")
+    path = tmp_path / "best.yaml"
+    path.write_text(render({"batch_size": 64, "num_workers": 8, "pin_memory": True, "prefetch": "cuda_stream",
+                            "amp": "fp16", "cuda_alloc_conf": "expandable_segments:True"}, 32, ["header"],
+                           {"device": "cuda:0", "gpu": "NVIDIA H100 80GB HBM3", "cpus": 16, "torch": "2.13.0"},
+                           "study s: trial 7, 3.10x the baseline"))
+    with pytest.warns(UserWarning) as caught:
+        recipe = load(path)
+    said = [str(w.message) for w in caught]
+    assert any("cannot honour pin_memory=true (needs CUDA" in m and "prefetch=cuda_stream" in m
+               and "amp=fp16" in m and "cuda_alloc_conf=expandable_segments:True" in m for m in said), said
+    assert any("was measured on another machine (device cuda:0 there, cpu here; gpu NVIDIA H100 80GB HBM3 "
+               "there, none here" in m for m in said), said
+    assert recipe.config == Config(batch_size=64, num_workers=8)
+    assert recipe.origin == f"{path} (study s: trial 7, 3.10x the baseline)"
+    # it says once, on its first batch, what it trains with
+    from torch.utils.data import TensorDataset
+
+    loader = recipe.dataloader(TensorDataset(torch.zeros(256, 2)), batch_size=32, num_workers=0)
+    for _ in range(2):
+        list(recipe.batches(loader))
+    err = capsys.readouterr().err
+    assert err.count("autotune: training with ") == 1 and "study s: trial 7" in err and "batch_size=64" in err
+
+
+def test_a_recipe_reports_samples_per_s_when_asked(capsys) -> None:
+    import torch
+    from torch.utils.data import TensorDataset
+
+    recipe = load(device="cpu", report_every=0.01, quiet=True)
+    loader = recipe.dataloader(TensorDataset(torch.zeros(4096, 2)), batch_size=1)
+    for _ in recipe.batches(loader):
+        pass
+    err = capsys.readouterr().err
+    assert "autotune: training with" not in err
+    assert "samples/s over the last" in err
+
+
+def test_the_same_machine_loads_its_export_silently(tmp_path: Path, recwarn) -> None:
+    from autotune._probe import probe
+
+    here = probe("cpu")
+    path = tmp_path / "best.yaml"
+    path.write_text(render({"num_workers": 2}, None, [], {"device": "cpu", "gpu": None, "cpus": here.cpus,
+                                                          "torch": here.torch}))
+    assert load(path, device="cpu", quiet=True).config == Config(num_workers=2)
+    assert not [w for w in recwarn if issubclass(w.category, UserWarning)]
