@@ -306,8 +306,11 @@ def ui(store: Path, tracking_uri: str | None, port: int) -> None:
     uri = default_uri(store, tracking_uri)
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists():
         raise ConfigError(f"--store {store}: no MLflow database at {uri}; run `autotune run` first")
+    # One person looking at one store: one worker, and none of the job runners MLflow
+    # starts for its GenAI features (they more than doubled its processes and memory).
     argv = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri,
-            "--host", "127.0.0.1", "--port", str(port)]
+            "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    os.environ["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"
     click.echo(f"MLflow UI: http://127.0.0.1:{port}  (Ctrl-C stops it)", err=True)
     os.execv(sys.executable, argv)
 
