@@ -1,4 +1,4 @@
-"""The ``autotune`` command line: run, show, export, ui, doctor.
+"""The ``autotune`` command line: run, show, export, report, ui, doctor.
 
 Heavy modules (torch, optuna, mlflow, rich) are imported inside the commands so
 that ``autotune --help`` stays fast.
@@ -63,6 +63,7 @@ def main() -> None:
       autotune run runners/mnist.py:train --trials 12
       autotune show
       autotune export -o best.yaml     # then: train(autotune.load("best.yaml"))
+      autotune report                  # one HTML page: winner, trials, knobs, loss, ceilings
       autotune ui
       autotune doctor
     """
@@ -292,6 +293,23 @@ def export(study: str | None, storage: str | None, store: Path, output: Path | N
     else:
         output.write_text(text)
         click.echo(f"wrote {output} (trial {best.number} of study {loaded.study_name})", err=True)
+
+
+@main.command()
+@_store_options
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="Write here (default: STORE/reports/STUDY.html).")
+def report(study: str | None, storage: str | None, store: Path, output: Path | None) -> None:
+    """The study as one self-contained HTML page: the winner, every trial, what each knob did,
+    the loss against the baseline's, the ceilings. Also on the MLflow parent run (report.html)."""
+    from autotune._report import report_html
+    from autotune._standing import standing
+
+    loaded = _open_study(store, storage, study)
+    output = output or store / "reports" / f"{loaded.study_name}.html"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(report_html(loaded.study_name, standing(loaded), loaded.user_attrs.get("fingerprint")))
+    click.echo(f"wrote {output} (study {loaded.study_name}); open it in a browser", err=True)
 
 
 @main.command()

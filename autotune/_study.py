@@ -1036,8 +1036,11 @@ class StudyRunner:
         the last tuner running the study (else the last one does)."""
         found = standing(self.study)
         rows, best = found.rows, found.best
+        from autotune._report import report_html
+
         artifacts = {"trials.json": json.dumps([dataclasses.asdict(r) for r in rows], indent=1),
-                     "ceilings.json": json.dumps(found.ceilings.table(), indent=1)}
+                     "ceilings.json": json.dumps(found.ceilings.table(), indent=1),
+                     "report.html": report_html(self.name, found, self.study.user_attrs.get("fingerprint"))}
         metrics: dict[str, float] = {"trials": float(len(rows)),
                                      "noisy_trials": float(sum(1 for r in rows if is_noisy(r.doubt)))}
         if best is not None:

@@ -120,6 +120,40 @@ def test_the_records_describe_themselves(study_store: Path) -> None:
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"  # opens on training runs
 
 
+def test_the_report_renders_in_a_real_browser(study_store: Path, tmp_path: Path) -> None:
+    """``autotune report`` and the parent run's report.html: one self-contained page that
+    headless Chromium renders with its figures (their colours are on the screenshot)."""
+    import shutil
+
+    out = autotune("report", "-o", str(tmp_path / "r.html"), cwd=study_store)
+    assert out.returncode == 0, out.stderr
+    page = (tmp_path / "r.html").read_text()
+    winner = json.loads(autotune("show", "--json", cwd=study_store).stdout)["winner"]
+    sections = ["findings", "throughput", "trials", "knobs", "ceilings", "data-wait"]
+    for section in sections + (["loss"] if winner != 0 else []):  # the winner's loss against the baseline's
+        assert f"id='{section}'" in page, section
+    assert page.count("src='data:image/png;base64,") == (2 if winner != 0 else 1)  # inlined: no outside file
+    assert "http" not in page.split("<body>")[1]
+    client, _ = mlflow_runs(study_store / "mlflow", "e2e")
+    parent = load_study(study_store / "mlflow", "e2e").user_attrs["mlflow_parent_run_id"]
+    assert "report.html" in {a.path for a in client.list_artifacts(parent)}
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("no chromium here (.ci/run installs Debian's)")
+    shot = tmp_path / "r.png"
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,3000",
+                    f"--screenshot={shot}", (tmp_path / "r.html").as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    import numpy as np
+    from matplotlib.image import imread
+
+    pixels = imread(shot)[..., :3]
+    green = np.array([0x2C, 0xA0, 0x2C]) / 255  # matplotlib's tab:green: the best-so-far line, the winner's loss
+    assert (np.abs(pixels - green).max(axis=-1) < 0.08).sum() > 50, "the figures did not render"
+
+
 def test_show_lists_every_trial(study_store: Path) -> None:
     out = autotune("show", cwd=study_store)
     assert out.returncode == 0, out.stderr
