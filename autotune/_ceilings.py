@@ -20,6 +20,7 @@ its part, and the two give a third bound, the **CPU roof** (``cpu_roof``).
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import statistics
 from collections.abc import Iterable, Mapping
@@ -128,6 +129,13 @@ class Ceilings:
         return known
 
 
+class Verdict(enum.Enum):
+    """What limits a trial (``Bottleneck.verdict`` holds the value)."""
+
+    COMPUTE = "compute-bound"
+    DATA = "data-bound"
+
+
 @dataclasses.dataclass(frozen=True)
 class Bottleneck:
     """What limits a trial.
@@ -164,7 +172,7 @@ class Bottleneck:
     @property
     def settled(self) -> bool:
         """Compute-bound at high efficiency: loader knobs cannot buy much more."""
-        return self.verdict == "compute-bound" and (self.efficiency or 0.0) >= HIGH_EFFICIENCY
+        return self.verdict == Verdict.COMPUTE.value and (self.efficiency or 0.0) >= HIGH_EFFICIENCY
 
 
 def lowest_bound(compute: float | None, loader: float | None, cpu: float | None) -> tuple[str, float] | None:
@@ -223,11 +231,11 @@ def bottleneck(samples_per_s: float, data_wait: float, compute: float | None,
         shared = (f"; loading and compute share the CPUs, which allow {cpu:,.0f} samples/s for both: "
                   f"{min(1.0, samples_per_s / cpu):.0%} of that")
     if data_wait < DATA_WAIT_HIGH:
-        return Bottleneck("compute-bound", efficiency, compute, loader,
+        return Bottleneck(Verdict.COMPUTE.value, efficiency, compute, loader,
                           f"{head}: compute-bound, {waits}{shared}{wrong}", cpu, of_roof, unreliable)
     why = f"{head}: data-bound, {waits}"
     if loader is not None and compute is not None and loader < compute:
         why += f": the loader alone makes {loader:,.0f} samples/s"
     elif loader is not None:
         why += f", though the loader alone makes {loader:,.0f} samples/s: loading and compute do not overlap"
-    return Bottleneck("data-bound", efficiency, compute, loader, why + shared + wrong, cpu, of_roof, unreliable)
+    return Bottleneck(Verdict.DATA.value, efficiency, compute, loader, why + shared + wrong, cpu, of_roof, unreliable)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from autotune._noise import is_noisy
-from autotune._outcome import Outcome
+from autotune._outcome import RUNNING, WAITING, Outcome
 
 if TYPE_CHECKING:
     from autotune._records import TrialRow
@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 #: Feasible configs re-run at the end of a study, besides the baseline.
 CONFIRM_TOP = 3
 #: Outcomes of trials not yet ended: Optuna's WAITING (enqueued) and RUNNING states.
-PENDING = ("waiting", "running")
+#: A trial not finished yet: enqueued (waiting to be claimed), or running.
+PENDING = (WAITING, RUNNING)
 
 
 @dataclasses.dataclass(frozen=True)

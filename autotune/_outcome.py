@@ -10,6 +10,10 @@ from typing import Any
 from autotune._guard import DIVERGENCE_TOLERANCE, Chunk, Point, divergence
 
 
+#: What a trial not finished yet shows instead of an outcome: enqueued, or running.
+WAITING, RUNNING = "waiting", "running"
+
+
 class Outcome(str, enum.Enum):
     """Every way a trial can end."""
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from autotune._ceilings import CEILING_NOISE, Bottleneck, Ceilings, bottleneck, cpu_roof
-from autotune._outcome import Outcome, headline
+from autotune._outcome import RUNNING, Outcome, headline
 
 if TYPE_CHECKING:
     import optuna
@@ -80,7 +80,7 @@ def row_of(trial: optuna.trial.FrozenTrial, ceilings: Ceilings) -> TrialRow:
     """Read one Optuna trial back as a row (speedup left for ``standing`` to fill)."""
     attrs = trial.user_attrs
     metrics = attrs.get(ATTR_METRICS, {})
-    outcome = attrs.get(ATTR_OUTCOME) or ("running" if trial.state.name == "RUNNING"
+    outcome = attrs.get(ATTR_OUTCOME) or (RUNNING if trial.state.name == "RUNNING"
                                           else trial.state.name.lower())
     config = attrs.get(ATTR_CONFIG) or dict(trial.params)
     bound = None

@@ -16,6 +16,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from autotune._confirm import PENDING
 from autotune._knobs import KNOBS, show_value
 from autotune._outcome import Outcome, headline
 
@@ -120,7 +121,7 @@ def _trials_table(found: Standing) -> str:
         lines.append(f"<tr{winner}>" + "".join(f"<td class='{c}'>{_e(v)}</td>" for v, c in cells) + "</tr>")
     lines.append("</table><p class='dim'>Bold: the winner. (= N): trial N's config again (a confirmation or a "
                  "re-measure). A figure marked noisy or short is shown, never ranked.</p>")
-    failed = [r for r in rows if r.outcome not in (Outcome.COMPLETE.value, "running", "waiting")]
+    failed = [r for r in rows if r.outcome not in (Outcome.COMPLETE.value, *PENDING)]
     if failed:
         lines.append(f"<p>{len(failed)} trial(s) did not complete: "
                      + "; ".join(f"{r.number} <span class='{r.outcome}'>{_e(r.outcome)}</span>" for r in failed)

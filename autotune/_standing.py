@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune._ceilings import Ceilings, loader_only
 from autotune._confirm import PENDING, Decision, Group, baseline_group, decide, group_runs
+from autotune._outcome import Outcome
 from autotune._records import ATTR_CEILINGS, TrialRow, row_of
 
 if TYPE_CHECKING:
@@ -96,8 +97,8 @@ def throughput_figure(name: str, found: Standing):
     kinds = {"baseline": ("tab:gray", [r for r in done if r.baseline and r.reliable]),
              "believed": ("tab:blue", [r for r in done if not r.baseline and r.reliable]),
              "noisy or short (not ranked)": ("tab:orange", [r for r in done if r.measured and not r.reliable]),
-             "pruned (its windows so far)": ("tab:purple", [r for r in done if r.outcome == "pruned"]),
-             "diverged": ("tab:red", [r for r in done if not r.measured and r.outcome != "pruned"])}
+             "pruned (its windows so far)": ("tab:purple", [r for r in done if r.outcome == Outcome.PRUNED.value]),
+             "diverged": ("tab:red", [r for r in done if not r.measured and r.outcome != Outcome.PRUNED.value])}
     for label, (color, those) in kinds.items():
         if those:
             ax.scatter([r.number for r in those], [r.samples_per_s for r in those], c=color, s=20, zorder=3,

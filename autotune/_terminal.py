@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune._knobs import show_value
-from autotune._outcome import headline
+from autotune._outcome import Outcome, headline
 
 
 def console(stderr: bool = False):
@@ -130,7 +130,7 @@ class Progress:
             head = self._heads.pop(row.number, f"trial {row.number}")
             self._states.pop(row.number, None)
             line = f"{head}\n    {row.outcome:9} {sps} {speed} {wait_text}{bound_text}"
-            if row.outcome != "complete" and row.reason:
+            if row.outcome != Outcome.COMPLETE.value and row.reason:
                 line += f"  [red]{escape(headline(row.reason))}[/red]"
             elif row.doubt:
                 line += f"  [yellow]not ranked: {escape(row.doubt)}[/yellow]"
