@@ -41,7 +41,8 @@ DATA_WAIT_HIGH = 0.1
 #: while others loaded the machine, or too briefly): it is not used.
 CEILING_NOISE = 0.1
 #: Bound names as people read them.
-BOUND_NAMES = {"compute": "data-on-device ceiling", "loader": "loader ceiling", "cpu": "CPU roof"}
+BOUND_NAMES = {"compute": "data-on-device ceiling", "loader": "loader ceiling", "cpu": "CPU roof",
+               "main": "main-thread roof"}
 #: Batches a trial keeps on its device to replay for the compute ceiling: enough
 #: that a loop which looks at its batch sees more than one, few enough to be free.
 CACHED_BATCHES = 4
@@ -149,9 +150,10 @@ class Bottleneck:
             (6,170 samples/s): compute-bound, waits on data 1% of the time".
         cpu: The CPU roof (samples/s, see ``cpu_roof``), if both parts' CPU costs
             were measured.
-        of_roof: samples/s over the lowest of the three (None without a ceiling).
+        of_roof: samples/s over the lowest bound (None without a ceiling).
         unreliable: The bounds the trial ran past beyond the noise (``compute``,
-            ``loader``, ``cpu``): wrong, so left out of everything above.
+            ``loader``, ``cpu``, ``main``): wrong, so left out of everything above.
+        main: The main-thread roof (samples/s), measured on a GPU.
     """
 
     verdict: str
@@ -162,11 +164,12 @@ class Bottleneck:
     cpu: float | None = None
     of_roof: float | None = None
     unreliable: tuple[str, ...] = ()
+    main: float | None = None
 
     @property
     def limit(self) -> str | None:
         """Which bound is lowest: ``compute``, ``loader`` or ``cpu`` (None when none is measured)."""
-        lowest = lowest_bound(self.compute, self.loader, self.cpu)
+        lowest = lowest_bound(self.compute, self.loader, self.cpu, self.main)
         return lowest[0] if lowest else None
 
     @property
@@ -175,19 +178,21 @@ class Bottleneck:
         return self.verdict == Verdict.COMPUTE.value and (self.efficiency or 0.0) >= HIGH_EFFICIENCY
 
 
-def lowest_bound(compute: float | None, loader: float | None, cpu: float | None) -> tuple[str, float] | None:
+def lowest_bound(compute: float | None, loader: float | None, cpu: float | None,
+                 main: float | None = None) -> tuple[str, float] | None:
     """The lowest of the measured bounds (samples/s), by name; a tie goes to a ceiling.
 
     >>> lowest_bound(1000.0, 400.0, 850.0)
     ('loader', 400.0)
     """
-    bounds = [(name, v) for name, v in (("compute", compute), ("loader", loader), ("cpu", cpu)) if v]
+    bounds = [(name, v) for name, v in (("compute", compute), ("loader", loader), ("cpu", cpu), ("main", main))
+              if v]
     return min(bounds, key=lambda bound: bound[1]) if bounds else None
 
 
 def bottleneck(samples_per_s: float, data_wait: float, compute: float | None,
                loader: float | None, cpu: float | None = None, noise: float = CEILING_NOISE,
-               doubted: Mapping[str, str] | None = None) -> Bottleneck:
+               doubted: Mapping[str, str] | None = None, main: float | None = None) -> Bottleneck:
     """Name what limits a trial: its data-wait share decides, its ceilings explain.
 
     The data wait is measured step by step in the trial's own windows, so noise
@@ -198,7 +203,11 @@ def bottleneck(samples_per_s: float, data_wait: float, compute: float | None,
     do not overlap. Otherwise it is compute-bound. The efficiency (samples/s over
     the compute ceiling) says how much loading still costs either way. When the CPU
     roof (``cpu``) is under both ceilings, the line ends with it: loading and
-    compute share the CPUs, and no overlap can beat their sum.
+    compute share the CPUs, and no overlap can beat their sum. When the main-thread
+    roof (``main``: samples over the CPU time of the thread running the loop, in the
+    trial's own windows; on a GPU, where that thread only launches) is the lowest,
+    the line says so: collating, unpickling, pinning and each step's Python on that
+    one thread are the limit, which no worker count lifts.
 
     No config beats its bounds, so a trial past one by more than ``noise`` shows
     that bound was measured wrong: it is named unreliable and not used. Past it by
@@ -209,19 +218,21 @@ def bottleneck(samples_per_s: float, data_wait: float, compute: float | None,
     '94% of the data-on-device ceiling (1,000 samples/s): compute-bound, waits on data 1% of the time'
     >>> bottleneck(400.0, 0.6, 1000.0, 420.0).why
     '40% of the data-on-device ceiling (1,000 samples/s): data-bound, waits on data 60% of the time: the loader alone makes 420 samples/s'
+    >>> bottleneck(700.0, 0.02, 1000.0, 5000.0, main=720.0).why
+    "70% of the data-on-device ceiling (1,000 samples/s): compute-bound, waits on data 2% of the time; the loop's main thread is busy 97% of the time, which allows 720 samples/s: it is the limit (each step's Python, collating, unpickling and pinning on that one thread)"
     >>> bottleneck(615.0, 0.0, 255.0, 5000.0).why
     'no compute ceiling measured: compute-bound, waits on data 0% of the time; unreliable, not used: the data-on-device ceiling (255 samples/s, the trial ran at 241% of it)'
     """
-    bounds = {"compute": compute, "loader": loader, "cpu": cpu}
+    bounds = {"compute": compute, "loader": loader, "cpu": cpu, "main": main}
     notes = {name: f"the {BOUND_NAMES[name]} ({why})" for name, why in (doubted or {}).items()}
     notes.update({name: f"the {BOUND_NAMES[name]} ({v:,.0f} samples/s, the trial ran at {samples_per_s / v:.0%} of it)"
                   for name, v in bounds.items() if v and samples_per_s > v * (1 + noise)})
     unreliable = tuple(notes)
     wrong = "; unreliable, not used: " + ", ".join(notes.values()) if notes else ""
-    compute, loader, cpu = (None if name in unreliable else v for name, v in bounds.items())
+    compute, loader, cpu, main = (None if name in unreliable else v for name, v in bounds.items())
     efficiency = min(1.0, samples_per_s / compute) if compute else None
     # Without a ceiling there is no loop to bound: the CPU roof alone says nothing.
-    lowest = lowest_bound(compute, loader, cpu) if compute or loader else None
+    lowest = lowest_bound(compute, loader, cpu, main) if compute or loader else None
     of_roof = min(1.0, samples_per_s / lowest[1]) if lowest else None
     head = (f"{efficiency:.0%} of the data-on-device ceiling ({compute:,.0f} samples/s)"
             if efficiency is not None else "no compute ceiling measured")
@@ -230,12 +241,17 @@ def bottleneck(samples_per_s: float, data_wait: float, compute: float | None,
     if lowest and lowest[0] == "cpu":
         shared = (f"; loading and compute share the CPUs, which allow {cpu:,.0f} samples/s for both: "
                   f"{min(1.0, samples_per_s / cpu):.0%} of that")
+    elif lowest and lowest[0] == "main":
+        shared = (f"; the loop's main thread is busy {min(1.0, samples_per_s / main):.0%} of the time, which allows "
+                  f"{main:,.0f} samples/s: it is the limit (each step's Python, collating, unpickling and pinning "
+                  "on that one thread)")
     if data_wait < DATA_WAIT_HIGH:
         return Bottleneck(Verdict.COMPUTE.value, efficiency, compute, loader,
-                          f"{head}: compute-bound, {waits}{shared}{wrong}", cpu, of_roof, unreliable)
+                          f"{head}: compute-bound, {waits}{shared}{wrong}", cpu, of_roof, unreliable, main)
     why = f"{head}: data-bound, {waits}"
     if loader is not None and compute is not None and loader < compute:
         why += f": the loader alone makes {loader:,.0f} samples/s"
     elif loader is not None:
         why += f", though the loader alone makes {loader:,.0f} samples/s: loading and compute do not overlap"
-    return Bottleneck(Verdict.DATA.value, efficiency, compute, loader, why + shared + wrong, cpu, of_roof, unreliable)
+    return Bottleneck(Verdict.DATA.value, efficiency, compute, loader, why + shared + wrong, cpu, of_roof,
+                      unreliable, main)

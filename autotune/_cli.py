@@ -223,7 +223,7 @@ def _show_table(result, wide: bool) -> None:
     console = Console()
     table = Table(title=f"study {result.study}: {len(rows)} trial{'s' if len(rows) != 1 else ''}",
                   box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
-    extra = ("of roof", "others", "step p50", "RAM peak") if wide else ()
+    extra = ("of roof", "others", "main busy", "step p50", "RAM peak") if wide else ()
     heads = ("#", "outcome", "samples/s", "speedup", "bound", "data-wait", *extra,
              *(keys if wide else ["knobs that varied"] if keys else []), *(["reason"] if wide else []))
     for head in heads:
@@ -240,6 +240,7 @@ def _show_table(result, wide: bool) -> None:
         doubted = f" ({r.doubt.partition(':')[0]})" if r.doubt else ""
         more = (f"{bound.of_roof:.0%} {bound.limit}" if bound and bound.of_roof is not None else "-",
                 f"{max(m.get('foreign_cpu', 0), m.get('foreign_gpu', 0)):.0%}" if "foreign_cpu" in m else "-",
+                f"{m['main_thread_busy']:.0%}" if "main_thread_busy" in m else "-",
                 f"{m['step_time_p50'] * 1000:.1f} ms" if "step_time_p50" in m else "-",
                 f"{m['ram_peak'] / 2**30:.2f} GiB" if "ram_peak" in m else "-") if wide else ()
         values = [show_value(r.config.get(k, "-")) for k in keys]
@@ -265,7 +266,8 @@ def _show_table(result, wide: bool) -> None:
     console.print("base: the baseline (your code as written); *: the winner; (= N): trial N's config again (a "
                   "confirmation or a re-measure); ?: a figure not believed (noisy or short), never ranked; bound: "
                   "compute- or data-bound and samples/s as a share of that ceiling"
-                  + ("; others: the share of the trial's CPUs (or GPU) other processes used" if wide
+                  + ("; others: the share of the trial's CPUs (or GPU) other processes used; main busy: the "
+                     "share of the time the loop's thread was on a CPU" if wide
                      else "; --wide: a column per knob and more figures"), style="dim")
     if best is not None:
         first, *rest = result.findings

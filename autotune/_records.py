@@ -144,6 +144,7 @@ def bottleneck_of(metrics: Mapping[str, float], config: Mapping[str, Any], ceili
     return bottleneck(metrics["samples_per_s"], metrics.get("data_wait_frac", 0.0),
                       measured(Part.COMPUTE, "samples_per_s"), measured(Part.LOADER, "samples_per_s"),
                       cpu_roof(measured(Part.COMPUTE, "cpu_per_sample"), measured(Part.LOADER, "cpu_per_sample"),
-                               cpus), noise=max(CEILING_NOISE, sum(spreads) / 2), doubted=doubted)
+                               cpus), noise=max(CEILING_NOISE, sum(spreads) / 2), doubted=doubted,
+                      main=metrics.get("main_roof"))
 
 

@@ -438,6 +438,7 @@ def summarize(windows: Sequence[Mapping[str, Any]], monitor: Monitor, started: f
         step_time_p50=_percentile(steps, 0.5),
         step_time_p95=_percentile(steps, 0.95),
         data_wait_frac=sum(w["data_wait"] for w in windows) / sum(w["seconds"] for w in windows),
+        **_main_thread(windows),
         measured_samples=float(sum(w["samples"] for w in windows)),
     )
     for name in ("foreign_cpu", "foreign_gpu"):
@@ -491,6 +492,20 @@ def overheads(arrived: Mapping[str, float]) -> dict[str, float]:
             found[name] = arrived[end] - (arrived[begin] if begin else 0.0)
     if len(found) == len(spans):
         found["overhead_s"] = sum(found.values())
+    return found
+
+
+def _main_thread(windows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """The loop's main thread: its busy share of the windows (``main_thread_busy``) and, on a
+    GPU, where it only launches work, the samples/s it would allow fully busy (``main_roof``).
+    On the CPU the thread computes too: its roof is the compute's, already measured."""
+    seen = [w for w in windows if "main_thread_s" in w]
+    busy_s, seconds = sum(w["main_thread_s"] for w in seen), sum(w["seconds"] for w in seen)
+    if not seen or not seconds:
+        return {}
+    found = {"main_thread_busy": busy_s / seconds}
+    if busy_s > 0 and any("gpu_mem_peak" in w for w in seen):  # a CUDA trial (the window reads its memory)
+        found["main_roof"] = sum(w["samples"] for w in seen) / busy_s
     return found
 
 

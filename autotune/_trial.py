@@ -151,6 +151,7 @@ class Trial(Run):
             from autotune._monitor import tree_cpu_s
 
             self._win_cpu = tree_cpu_s()
+        self._win_thread = time.thread_time()  # the CPU time of the thread running the loop
         self._win_steps = 0
         self._win_samples = 0
         self._win_wait = 0.0
@@ -235,7 +236,7 @@ class Trial(Run):
         self._emit("window", index=self._windows_done, steps=self._win_steps,
                    samples=self._win_samples, samples_seen=self._seen, seconds=now - self._window_start,
                    data_wait=self._win_wait, loss=loss, step_times=self._step_times,
-                   curve=curve, wall=time.time(), **extra)
+                   curve=curve, wall=time.time(), main_thread_s=time.thread_time() - self._win_thread, **extra)
         self._windows_done += 1
         self._reset_window(now)
         return loss

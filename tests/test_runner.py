@@ -230,6 +230,9 @@ def test_complete_trial(tmp_path: Path) -> None:
     assert result.metrics["samples_per_s"] == pytest.approx(statistics.median(rates))
     assert result.metrics["samples_per_s"] > 0
     assert result.metrics["ram_peak"] > 0
+    # the loop's thread: busy most of the time on a CPU (it computes), no GPU roof here
+    assert all(0 < w["main_thread_s"] <= w["seconds"] * 1.05 for w in result.windows)
+    assert 0 < result.metrics["main_thread_busy"] <= 1.05 and "main_roof" not in result.metrics
     assert result.resolved["batch_size"] == 32
     assert result.resolved["lr_scaling"] == "linear"
     assert result.resolved["prefetch"] == "thread"
