@@ -63,6 +63,7 @@ from autotune._records import (
     REASON_LIMIT,
     TrialRow,
     bottleneck_of,
+    run_name,
     trial_note,
 )
 from autotune._runner import (
@@ -1065,14 +1066,18 @@ class StudyRunner:
             return found
         tuners = 1 + len(self.registry.others())
         winners = {r.number for r in found.decision.winner.runs} if found.decision.winner else set()
-        self.tracker.tag_runs({r.run_id: {"autotune.winner": str(r.number in winners).lower()}
-                               for r in rows if r.run_id and r.outcome not in PENDING})
+        # The runs page shows names by default: each says how its trial ended, and which won
+        done = [r for r in rows if r.run_id and r.outcome not in PENDING]
+        self.tracker.tag_runs({r.run_id: {"autotune.winner": str(r.number in winners).lower()} for r in done},
+                              {r.run_id: run_name(r, r.number in winners) for r in done})
         lines = findings(found)
         tags = {"autotune.ended": f"{ended} (last of {tuners} tuner(s))", "autotune.result": lines[0],
                 "mlflow.note.content": f"Study {self.name}: " + "\n\n".join(lines)}
         if best is not None:
             tags.update({"autotune.winner_trial": str(best.number),
                          "autotune.winner_config": " ".join(f"{k}={show_value(v)}" for k, v in best.config.items())})
+        if best is not None and found.base is not None and found.base.rates:
+            tags["mlflow.runName"] = f"{self.name}: trial {best.number} wins, {found.speedup(found.decision.winner):.2f}x"
         self.tracker.finish_parent(self.parent_id, artifacts, metrics,
                                    {"throughput.png": throughput_figure(self.name, found)},
                                    status="KILLED" if self._signum else "FINISHED", tags=tags)

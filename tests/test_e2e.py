@@ -111,9 +111,14 @@ def test_the_records_describe_themselves(study_store: Path) -> None:
     data = json.loads(autotune("show", "--json", cwd=study_store).stdout)
     winner = data["winner"]
     assert {n for n, r in children.items() if r.data.tags.get("autotune.winner") == "true"} == {winner}
+    # the runs page shows names without picking columns: how each trial ended, which won
+    assert all(r.info.run_name.startswith(f"trial-{n}: ") for n, r in children.items())
+    assert "WINNER" in children[winner].info.run_name
+    assert children[0].info.run_name.startswith("trial-0: " + ("WINNER (baseline)" if winner == 0 else "baseline"))
     assert all(r.data.tags.get("autotune.winner") in ("true", "false") for r in children.values())
     parent = client.get_run(parent_id)
     assert parent.data.tags["autotune.winner_trial"] == str(winner)
+    assert parent.info.run_name.startswith(f"e2e: trial {winner} wins, ")
     assert "num_workers=" in parent.data.tags["autotune.winner_config"]
     assert parent.data.tags["mlflow.note.content"].startswith("Study e2e: trial ")
     experiment = client.get_experiment_by_name("e2e")
