@@ -982,12 +982,16 @@ class StudyRunner:
                 return False
         else:
             trial = optuna.Trial(self.study, trial_id)
+            # The outcome last: another tuner that reads it (waiting on this baseline, say)
+            # then reads the figures, params and doubt with it, never a half-written trial.
             for key, value in attrs.items():
-                trial.set_user_attr(key, value)
+                if key != ATTR_OUTCOME:
+                    trial.set_user_attr(key, value)
             for name, (dist, value) in record.get("optuna_params", {}).items():
                 dist = optuna.distributions.json_to_distribution(dist)
                 with contextlib.suppress(ValueError):  # a distribution the study's others contradict
                     storage.set_trial_param(trial_id, name, dist.to_internal_repr(value), dist)
+            trial.set_user_attr(ATTR_OUTCOME, attrs[ATTR_OUTCOME])
             outcome, sps = Outcome(attrs[ATTR_OUTCOME]), attrs[ATTR_METRICS].get("samples_per_s")
             try:
                 if is_noisy(attrs.get(ATTR_DOUBT)):
