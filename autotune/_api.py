@@ -119,10 +119,10 @@ class Result:
     def table(self) -> str:
         """Every trial as a plain-text table: number, outcome, samples/s, speedup, the knobs
         that varied, the reason (no pandas needed)."""
-        from autotune._knobs import KNOBS, show_value
+        from autotune._knobs import show_value
 
         rows = self._found.rows
-        keys = [k for k in KNOBS if len({show_value(r.config.get(k, "-")) for r in rows}) > 1]
+        keys = self._found.varied_knobs()
         best = self._found.best
         head = ["#", "outcome", "samples/s", "speedup", *keys, "reason"]
         body = [[f"{r.number}{' *' if best and r.number == best.number else ''}",

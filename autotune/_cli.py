@@ -218,7 +218,7 @@ def _show_table(result, wide: bool) -> None:
 
     found = result._found
     rows, best = found.rows, found.best
-    keys = [k for k in KNOBS if len({show_value(r.config.get(k, "-")) for r in rows}) > 1]
+    keys = found.varied_knobs()
     same = {k: rows[0].config[k] for k in KNOBS if k not in keys and rows and k in rows[0].config}
     console = Console()
     table = Table(title=f"study {result.study}: {len(rows)} trial{'s' if len(rows) != 1 else ''}",
@@ -231,7 +231,7 @@ def _show_table(result, wide: bool) -> None:
         table.add_column(head.replace("_", "_\n") if head in keys else head,
                          justify="right" if head in ("#", "samples/s", "speedup") else "left",
                          no_wrap=not wraps, ratio=1 if wraps else None)
-    first_of = {r.number: g.first.number for g in found.groups for r in g.runs}
+    first_of = found.first_of
     reasons = []
     for r in rows:
         m, bound = r.metrics, r.bottleneck

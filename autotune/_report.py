@@ -102,8 +102,7 @@ def knob_effects(rows: Sequence[TrialRow]) -> dict[str, list[tuple[str, float, i
 def _trials_table(found: Standing) -> str:
     best = found.best
     rows = found.rows
-    keys = [k for k in KNOBS if len({show_value(r.config.get(k, "-")) for r in rows}) > 1]
-    first_of = {r.number: g.first.number for g in found.groups for r in g.runs}
+    keys, first_of = found.varied_knobs(), found.first_of
     head = ["#", "outcome", "samples/s", "speedup", "bound", "data wait", *keys, "reason"]
     lines = ["<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
     for r in rows:

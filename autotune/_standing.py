@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune._ceilings import Ceilings, loader_only
 from autotune._confirm import PENDING, Decision, Group, baseline_group, decide, group_runs
+from autotune._knobs import KNOBS, show_value
 from autotune._outcome import Outcome
 from autotune._records import ATTR_CEILINGS, TrialRow, row_of
 
@@ -39,6 +40,15 @@ class Standing:
     @property
     def base(self) -> Group | None:
         return self.decision.baseline
+
+    @property
+    def first_of(self) -> dict[int, int]:
+        """Each trial's config's first trial (itself, unless it ran a config again)."""
+        return {r.number: g.first.number for g in self.groups for r in g.runs}
+
+    def varied_knobs(self) -> list[str]:
+        """The knobs whose value differs between trials (the rest say nothing in a table)."""
+        return [k for k in KNOBS if len({show_value(r.config.get(k, "-")) for r in self.rows}) > 1]
 
     def speedup(self, group: Group) -> float | None:
         """A config's median over the baseline's median (None while either has no believed figure)."""
@@ -107,7 +117,7 @@ def throughput_figure(name: str, found: Standing):
     if failed:
         ax.scatter([r.number for r in failed], [0] * len(failed), marker="x", c="tab:red", s=30, zorder=3,
                    clip_on=False, label="no figure (" + ", ".join(sorted({r.outcome for r in failed})) + ")")
-    group_of = {r.number: g.first.number for g in found.groups for r in g.runs}
+    group_of = found.first_of
     runs: dict[int, list[float]] = {}
     xs, best = [], []
     for r in finished:
