@@ -270,7 +270,7 @@ def tune(target: str | Callable[..., Any], *, trials: int = TRIALS, space: str |
     if os.environ.get(TRIAL_TAG_ENV):
         raise RuntimeError("autotune.tune() was called inside one of its own trials: the trial imported "
                            "the script that calls it. Guard that call with `if __name__ == \"__main__\":`")
-    given = {name: value for name, value in locals().items() if name in _LIMITS}
+    given = {name: value for name, value in locals().items() if name in LIMITS}
     for name, value in given.items():
         _check(name, value)
     return _run(target_of(target), given, trials=trials, space=str(space), study=study, storage=storage,
@@ -278,8 +278,8 @@ def tune(target: str | Callable[..., Any], *, trials: int = TRIALS, space: str |
                 ram_budget=ram_budget, seed=seed, progress=progress)
 
 
-#: Each numeric option's bounds, as the CLI's: (least, inclusive?), (most, inclusive?).
-_LIMITS: dict[str, tuple[tuple[float, bool] | None, tuple[float, bool] | None]] = {
+#: Each numeric option's bounds, for tune and the CLI alike: (least, inclusive?), (most, inclusive?).
+LIMITS: dict[str, tuple[tuple[float, bool] | None, tuple[float, bool] | None]] = {
     "trials": ((1, True), None), "jobs": ((1, True), None), "warmup": ((0, True), None),
     "window": ((0.05, True), None), "windows": ((1, True), None), "timeout": ((1, True), None),
     "startup_timeout": ((1, True), None), "stall_timeout": ((0.5, True), None),
@@ -288,16 +288,16 @@ _LIMITS: dict[str, tuple[tuple[float, bool] | None, tuple[float, bool] | None]] 
     "max_load": ((0, True), (1, True)), "max_spread": ((0, True), None), "remeasure": ((0, True), None),
     "quiet_wait": ((0, True), None), "store_patience": ((0, True), None),
 }
-_INTEGERS = frozenset({"trials", "jobs", "windows", "confirm", "ceiling_windows", "remeasure"})
+INTEGERS = frozenset({"trials", "jobs", "windows", "confirm", "ceiling_windows", "remeasure"})
 
 
 def _check(name: str, value: Any) -> None:
     """Raise ConfigError unless ``value`` is allowed for option ``name`` (None: its default)."""
     if value is None and name in ("timeout", "ram_budget"):
         return
-    low, high = _LIMITS[name]
-    kind = "an integer" if name in _INTEGERS else "a number"
-    wrong_type = isinstance(value, bool) or not isinstance(value, int if name in _INTEGERS else (int, float))
+    low, high = LIMITS[name]
+    kind = "an integer" if name in INTEGERS else "a number"
+    wrong_type = isinstance(value, bool) or not isinstance(value, int if name in INTEGERS else (int, float))
     out = not wrong_type and ((low and (value < low[0] if low[1] else value <= low[0]))
                               or (high and (value > high[0] if high[1] else value >= high[0])))
     if wrong_type or out:

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from autotune._api import DEFAULTS as D
+from autotune._api import INTEGERS, LIMITS
 from autotune._config import ConfigError
 from autotune._confirm import CONFIRM_TOP
 from autotune._knobs import KNOBS, show_value
@@ -69,13 +70,24 @@ def main() -> None:
     """
 
 
+def _bounded(name: str) -> click.ParamType:
+    """The click type of option ``name``, with ``tune``'s bounds (``LIMITS``): one source for both."""
+    low, high = LIMITS[name]
+    bounds: dict[str, Any] = {}
+    if low:
+        bounds.update(min=low[0], min_open=not low[1])
+    if high:
+        bounds.update(max=high[0], max_open=not high[1])
+    return (click.IntRange if name in INTEGERS else click.FloatRange)(**bounds)
+
+
 def _spaces() -> str:
     return ", ".join(sorted(p.stem for p in SPACES_DIR.glob("*.yaml")))
 
 
 @main.command(epilog=f"Knobs: {', '.join(KNOBS)}.")
 @click.argument("target")
-@click.option("--trials", "-n", type=click.IntRange(min=1), default=D["trials"], show_default=True,
+@click.option("--trials", "-n", type=_bounded("trials"), default=D["trials"], show_default=True,
               help="Trials to run now (the baseline first, if the study has none).")
 @click.option("--space", default=D["space"], show_default=True,
               help=f"Search space: a shipped name ({_spaces()}) or a YAML file.")
@@ -84,51 +96,51 @@ def _spaces() -> str:
               "(default: $MLFLOW_TRACKING_URI, else sqlite in the store folder).")
 @click.option("--device", default=D["device"], show_default=True,
               help="auto, cpu, cuda:N, or with --jobs a list (cuda:0,cuda:1) or cuda (every visible GPU).")
-@click.option("--jobs", "-j", type=click.IntRange(min=1), default=D["jobs"], show_default=True,
+@click.option("--jobs", "-j", type=_bounded("jobs"), default=D["jobs"], show_default=True,
               help="Trials at once on this host, each on its own share: a disjoint set of the CPUs, "
                    "1/N of the RAM budget and, with several GPUs, a GPU of its own.")
-@click.option("--warmup", type=click.FloatRange(min=0), default=D["warmup"], show_default=True,
+@click.option("--warmup", type=_bounded("warmup"), default=D["warmup"], show_default=True,
               help="Seconds of warmup before measuring.")
-@click.option("--window", type=click.FloatRange(min=0.05), default=D["window"], show_default=True,
+@click.option("--window", type=_bounded("window"), default=D["window"], show_default=True,
               help="Seconds per measured window.")
-@click.option("--windows", type=click.IntRange(min=1), default=D["windows"], show_default=True,
+@click.option("--windows", type=_bounded("windows"), default=D["windows"], show_default=True,
               help="Measured windows per trial (samples/s is their median).")
-@click.option("--timeout", type=click.FloatRange(min=1), default=None,
+@click.option("--timeout", type=_bounded("timeout"), default=None,
               help="Seconds a trial may run in all (default: the startup timeout + 5x its "
                    "measuring time).")
-@click.option("--startup-timeout", type=click.FloatRange(min=1), default=D["startup_timeout"], show_default=True,
+@click.option("--startup-timeout", type=_bounded("startup_timeout"), default=D["startup_timeout"], show_default=True,
               help="Seconds from a trial's start to its first batch (imports, dataset, workers).")
-@click.option("--stall-timeout", type=click.FloatRange(min=0.5), default=D["stall_timeout"], show_default=True,
+@click.option("--stall-timeout", type=_bounded("stall_timeout"), default=D["stall_timeout"], show_default=True,
               help="Seconds without a finished step before a trial counts as hung.")
-@click.option("--ram-budget", type=click.FloatRange(min=0.01), default=None, metavar="GIB",
+@click.option("--ram-budget", type=_bounded("ram_budget"), default=None, metavar="GIB",
               help="GiB one trial's processes may use (default: 75% of the RAM available at start).")
-@click.option("--divergence-tolerance", type=click.FloatRange(min=0, min_open=True),
+@click.option("--divergence-tolerance", type=_bounded("divergence_tolerance"),
               default=D["divergence_tolerance"], show_default=True,
               help="How much worse than the baseline's loss, at matched samples, a trial's may be "
                    "(0.5 = 50%) before it is diverged.")
-@click.option("--prune", type=click.FloatRange(0, 1), default=D["prune"], show_default=True,
+@click.option("--prune", type=_bounded("prune"), default=D["prune"], show_default=True,
               help="Stop a trial whose windows all run under this share of the best's samples/s "
                    "(0: never).")
-@click.option("--confirm", type=click.IntRange(min=0), default=D["confirm"], show_default=True,
+@click.option("--confirm", type=_bounded("confirm"), default=D["confirm"], show_default=True,
               help=f"Re-runs of each of the top {CONFIRM_TOP} configs and of the baseline after the "
                    "trials; the winner is chosen on the median of its runs (0: none).")
-@click.option("--ceiling-windows", type=click.IntRange(min=0), default=D["ceiling_windows"], show_default=True,
+@click.option("--ceiling-windows", type=_bounded("ceiling_windows"), default=D["ceiling_windows"], show_default=True,
               help="Windows per ceiling (compute: the loop on batches already on the device; "
                    "loader: the loader alone), measured once per distinct config (0: none).")
-@click.option("--max-load", type=click.FloatRange(0, 1), default=D["max_load"], show_default=True,
+@click.option("--max-load", type=_bounded("max_load"), default=D["max_load"], show_default=True,
               help="Share of a trial's CPUs (or GPU) other processes may use while it measures; above it "
                    "the trial is noisy: shown, never ranked, and measured again once the machine is "
                    "quiet (1: never noisy by load).")
-@click.option("--max-spread", type=click.FloatRange(min=0), default=D["max_spread"], show_default=True,
+@click.option("--max-spread", type=_bounded("max_spread"), default=D["max_spread"], show_default=True,
               help="(highest - lowest) / median of a trial's window rates above which it is noisy, "
                    "as above (a large value: never noisy by spread).")
-@click.option("--remeasure", type=click.IntRange(min=0), default=D["remeasure"], show_default=True,
+@click.option("--remeasure", type=_bounded("remeasure"), default=D["remeasure"], show_default=True,
               help="Times a noisy trial is measured again at most (0: never).")
-@click.option("--quiet-wait", type=click.FloatRange(min=0), default=D["quiet_wait"], show_default=True,
+@click.option("--quiet-wait", type=_bounded("quiet_wait"), default=D["quiet_wait"], show_default=True,
               metavar="SECONDS", help="How long to wait for a quiet machine before measuring a noisy "
                                       "trial again.")
 @click.option("--seed", type=int, default=None, help="Seed for the sampler and the workers.")
-@click.option("--store-patience", type=click.FloatRange(min=0), default=D["store_patience"], show_default=True,
+@click.option("--store-patience", type=_bounded("store_patience"), default=D["store_patience"], show_default=True,
               metavar="SECONDS", help="How long the study database or tracking store may keep failing "
                                       "(a restart, a full disk) before the tuner stops with exit status 3; "
                                       "finished results wait in the store folder meanwhile.")

@@ -94,3 +94,7 @@ def test_the_cli_has_tunes_options_and_defaults() -> None:
     options = {name: value for name, value in context.params.items() if name not in ("target", "quiet", "verbose")}
     assert set(options) == set(DEFAULTS) - {"progress"}
     assert {name: options[name] for name in options} == {name: DEFAULTS[name] for name in options}
+    from autotune._api import LIMITS
+
+    bounds = {p.name: (p.type.min, p.type.max) for p in run.params if p.name in LIMITS}
+    assert bounds == {name: (low and low[0], high and high[0]) for name, (low, high) in LIMITS.items()}
