@@ -308,7 +308,8 @@ def _check(name: str, value: Any) -> None:
 
 def _run(target: str, limits: Mapping[str, Any], *, trials: int, space: str, study: str | None,
          storage: str | None, store: Path, tracking_uri: str | None, device: str, jobs: int,
-         timeout: float | None, ram_budget: float | None, seed: int | None, progress: bool) -> Result:
+         timeout: float | None, ram_budget: float | None, seed: int | None,
+         progress: bool | Reporter) -> Result:
     import signal
 
     from autotune._probe import probe

@@ -132,8 +132,7 @@ def _honourable(data: Mapping[str, Any], where: str, device: Any, measured: Mapp
             continue
         kept[section] = {}
         for key, value in body.items():
-            needs = KNOBS[key].needs if key in KNOBS else {}
-            cap = needs.get(value) if _hashable(value) else None
+            cap = KNOBS[key].need(value) if key in KNOBS else None
             if cap is not None and not here.capabilities[cap.value]:
                 dropped.append(f"{key}={show_value(value)} ({here.reasons[cap.value]})")
             else:
@@ -157,10 +156,3 @@ def _differs(name: str, there: Any, here: Any) -> bool:
         return str(there).split("+")[0].rsplit(".", 1)[0] != str(here).split("+")[0].rsplit(".", 1)[0]
     return there != here
 
-
-def _hashable(value: Any) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True

@@ -135,6 +135,13 @@ class Knob:
             raise ValueError(f"{value!r} is not allowed; allowed: {self.allowed()}{hint}")
         return value
 
+    def need(self, value: Any) -> Capability | None:
+        """The capability ``value`` of this knob needs, or None (any value that is not a
+        plain scalar needs none)."""
+        if not isinstance(value, (bool, int, str, float)):
+            return None
+        return self.needs.get(value)
+
     def is_active(self, values: Mapping[str, Any]) -> bool:
         """Whether this knob applies, given the values of the others.
 

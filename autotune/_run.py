@@ -222,16 +222,15 @@ class Recipe(Run):
         if not self._report_every:
             yield from super().batches(loader)
             return
-        start = last = time.perf_counter()
+        start = time.perf_counter()
         samples = 0
         for batch in super().batches(loader):
             samples += _batch_len(batch)
             now = time.perf_counter()
-            if now - last >= self._report_every:
+            if now - start >= self._report_every:
                 print(f"autotune: {samples / (now - start):,.0f} samples/s over the last {now - start:.0f} s",
                       file=sys.stderr, flush=True)
                 start, samples = now, 0
-                last = now
             yield batch
 
     def _apply_alloc_conf(self) -> None:

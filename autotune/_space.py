@@ -100,9 +100,9 @@ class Space:
         domains: dict[str, Domain] = {}
         notes: list[str] = []
         for name, domain in self.domains.items():
-            needs = KNOBS[name].needs
-            missing = {v: needs[v] for v in domain.values()
-                       if _hashable(v) and v in needs and not fingerprint.capabilities[needs[v].value]}
+            knob = KNOBS[name]
+            missing = {v: cap for v in domain.values()
+                       if (cap := knob.need(v)) is not None and not fingerprint.capabilities[cap.value]}
             if not missing:
                 domains[name] = domain
                 continue
@@ -131,10 +131,6 @@ class Space:
             if KNOBS[name].is_active(values):
                 values[name] = held[name] if name in held else _suggest(trial, name, domain)
         return Config(**values)
-
-
-def _hashable(value: Any) -> bool:
-    return isinstance(value, (bool, int, str, float))
 
 
 def _yaml(value: Any) -> str:

@@ -915,9 +915,9 @@ class StudyRunner:
             return {}
         rerun = trial.user_attrs.get(ATTR_CONFIRMS)
         if rerun is not None:
-            first = next((t for t in self.study.get_trials(deepcopy=False) if t.number == rerun), None)
+            first = self.study._storage.get_trial(self._trial_id(rerun))  # one trial, not the study
             return {name: [optuna.distributions.distribution_to_json(first.distributions[name]), value]
-                    for name, value in first.params.items()} if first else {}
+                    for name, value in first.params.items()}
         params = {}
         for name, domain in self.space.domains.items():
             value = result.resolved.get(name)
@@ -1072,8 +1072,8 @@ class StudyRunner:
         winners = {r.number for r in found.decision.winner.runs} if found.decision.winner else set()
         # The runs page shows names by default: each says how its trial ended, and which won
         done = [r for r in rows if r.run_id and r.outcome not in PENDING]
-        self.tracker.tag_runs({r.run_id: {"autotune.winner": str(r.number in winners).lower()} for r in done},
-                              {r.run_id: run_name(r, r.number in winners) for r in done})
+        self.tracker.tag_runs({r.run_id: {"autotune.winner": str(r.number in winners).lower(),
+                                          "mlflow.runName": run_name(r, r.number in winners)} for r in done})
         lines = findings(found)
         tags = {"autotune.ended": f"{ended} (last of {tuners} tuner(s))", "autotune.result": lines[0],
                 "mlflow.note.content": f"Study {self.name}: " + "\n\n".join(lines)}

@@ -157,14 +157,12 @@ class Tracker:
             self._call(self.client.log_artifact, run_id, str(log_path))
         self._call(self.client.set_terminated, run_id, status=RUN_STATUS[outcome])
 
-    def tag_runs(self, tags: Mapping[str, Mapping[str, str]], names: Mapping[str, str] | None = None) -> None:
-        """Set tags on runs (run id to its tags), and new names (run id to name)."""
+    def tag_runs(self, tags: Mapping[str, Mapping[str, str]]) -> None:
+        """Set tags on runs: run id to its tags (one call each; ``mlflow.runName`` renames it)."""
         from mlflow.entities import RunTag
 
         for run_id, these in tags.items():
             self._call(self.client.log_batch, run_id, tags=[RunTag(k, v) for k, v in these.items()])
-        for run_id, name in (names or {}).items():
-            self._call(self.client.update_run, run_id, name=name)
 
     def kill(self, run_id: str, reason: str | None = None, log_path: Path | None = None) -> None:
         """Close a run that did not finish (interrupted, or left RUNNING by a killed tuner)."""
