@@ -209,7 +209,7 @@ def divergence(reference: Sequence[Point], history: Sequence[Point],
     found = compare(reference, history)
     if found is None or found.excess <= tolerance:
         return None
-    return (f"loss {found.loss:.3g} vs the baseline's {found.reference:.3g} at matched samples "
+    return (f"loss {found.loss:.3g} vs the baseline's {found.reference:.3g} over the same samples "
             f"({found.first:,.0f}-{found.last:,.0f}): {found.excess:.0%} worse, over the "
             f"{tolerance:.0%} tolerance")
 

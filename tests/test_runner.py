@@ -354,7 +354,7 @@ def test_loss_worse_than_the_reference_diverges(tmp_path: Path) -> None:
     reference = [(0.0, 0.7), (100.0, 0.001)]
     result, _ = trial(tmp_path, "train", reference=reference)
     assert result.outcome is Outcome.DIVERGED
-    assert "at matched samples" in result.reason
+    assert "over the same samples" in result.reason
     assert result.metrics["samples_per_s"] > 0  # its speed is kept: infeasible, not unmeasured
 
 
