@@ -28,6 +28,8 @@ from autotune._slots import CPUS_ENV
 if TYPE_CHECKING:
     import psutil
 
+    from autotune._pool import WarmWorker
+
 #: The worker's environment names its trial here. Every process it starts inherits it,
 #: whatever its session or parent, so the trial's processes can be found after they
 #: called ``setsid`` or were reparented to PID 1 (issue 12, point 4).
@@ -125,6 +127,23 @@ class TrialResult:
     curve: list[Chunk] = dataclasses.field(default_factory=list)
 
 
+def worker_environ(environ: Mapping[str, str], tag: str) -> dict[str, str]:
+    """What every trial worker's interpreter starts with, cold or warm
+    (``autotune._pool``): unbuffered output, this package importable, and its tag."""
+    env = dict(environ)
+    env[TRIAL_TAG_ENV] = tag
+    env["PYTHONUNBUFFERED"] = "1"
+    package_root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, environ.get("PYTHONPATH")) if p)
+    return env
+
+
+def new_tag() -> str:
+    """A tag unique across tuners and trials, starting with this tuner's pid (which
+    ``sweep_orphans`` reads)."""
+    return f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
+
 def build_command(spec: TrialSpec, event_fd: int, environ: Mapping[str, str],
                   python: str = sys.executable, *, tag: str) -> tuple[list[str], dict[str, str]]:
     """The worker's argv and environment (pure: no process is started).
@@ -133,14 +152,10 @@ def build_command(spec: TrialSpec, event_fd: int, environ: Mapping[str, str],
     here because they must be in place before torch starts. ``tag`` goes in
     ``TRIAL_TAG_ENV``, which marks the worker and everything it starts.
     """
-    env = dict(environ)
+    env = worker_environ(environ, tag)
     env[FD_ENV] = str(event_fd)
-    env[TRIAL_TAG_ENV] = tag
     if spec.cpus:
         env[CPUS_ENV] = ",".join(map(str, spec.cpus))
-    env["PYTHONUNBUFFERED"] = "1"
-    package_root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, environ.get("PYTHONPATH")) if p)
     device = spec.device
     if device.startswith("cuda"):
         index = int(device.partition(":")[2] or 0)
@@ -164,9 +179,11 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-def _kill_processes(victims: Sequence[psutil.Process], tag: str | None = None, timeout: float = 5.0) -> int:
+def _kill_processes(victims: Sequence[psutil.Process], tag: str | None = None, timeout: float = 5.0,
+                    spare: int | None = None) -> int:
     """SIGKILL ``victims`` and, given a ``tag``, every live process whose environment
-    carries it; wait until they are dead; return how many were killed, each once.
+    carries it but ``spare`` (a warm worker, whose tag its trials share); wait until
+    they are dead; return how many were killed, each once.
 
     One scan of the process table: a few milliseconds. A process that emptied its
     environment, or runs as another user (its environment unreadable), escapes the tag.
@@ -176,7 +193,7 @@ def _kill_processes(victims: Sequence[psutil.Process], tag: str | None = None, t
     found = {proc.pid: proc for proc in victims}
     if tag is not None:
         for proc in psutil.process_iter():
-            if proc.pid == os.getpid() or proc.pid in found:
+            if proc.pid in (os.getpid(), spare) or proc.pid in found:
                 continue
             try:
                 if proc.environ().get(TRIAL_TAG_ENV) == tag and proc.status() != psutil.STATUS_ZOMBIE:
@@ -270,7 +287,7 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
               on_event: Callable[[dict[str, Any]], Verdict | None] | None = None, *,
               interrupt: threading.Event | None = None, reference: Sequence[Point] = (),
               tolerance: float = DIVERGENCE_TOLERANCE, floor: int | None = None,
-              reference_curve: Sequence[Chunk] = ()) -> TrialResult:
+              reference_curve: Sequence[Chunk] = (), warm: WarmWorker | None = None) -> TrialResult:
     """Run one worker to its end and classify it. Never raises for the trial's own faults.
 
     The worker runs in its own process group, which is killed when the trial ends
@@ -295,14 +312,19 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
             samples in both (``autotune._guard.divergence``).
         tolerance: See ``autotune._guard.divergence``.
         floor: Available-memory floor in bytes (default: the monitor's).
+        warm: The slot's warm worker (``autotune._pool``): the worker is forked from it
+            when it can be, else spawned cold.
     """
     read_fd, write_fd = os.pipe()
-    tag = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"  # unique across tuners and trials
+    tag = warm.tag if warm is not None else new_tag()
     argv, env = build_command(spec, write_fd, os.environ, tag=tag)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, pass_fds=(write_fd,), start_new_session=True)
+        proc = warm.spawn(argv[-1], env, log.fileno(), write_fd) \
+            if warm is not None and warm.takes(env) else None
+        if proc is None:
+            proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, pass_fds=(write_fd,), start_new_session=True)
     os.close(write_fd)
     killed: list[Verdict] = []
 
@@ -365,7 +387,8 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
         _kill_group(proc.pid)  # orphaned DataLoader workers, or everything on Ctrl-C
         proc.wait()
         os.close(read_fd)
-        _kill_processes((), tag)  # those that left the group; the group's dying members are waited for
+        # those that left the group; the group's dying members are waited for
+        _kill_processes((), tag, spare=warm.pid if warm is not None else None)
     if monitor.problems:  # handled, and said: in the log and the reason
         with open(log_path, "a") as log:
             log.writelines(f"autotune: {line}\n" for line in monitor.problems)

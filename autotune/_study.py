@@ -72,6 +72,7 @@ from autotune._runner import (
     TrialSpec,
     Verdict,
     kill_orphans,
+    new_tag,
     run_trial,
     sweep_orphans,
 )
@@ -293,6 +294,7 @@ class StudyRunner:
 
         self.options, self.fingerprint, self.space, self.tracker = options, fingerprint, space, tracker
         self.reporter = reporter or Reporter()
+        self._warm: dict = {}  # slot index -> its WarmWorker, while run() runs
         self.name = options.study or default_study_name(options.target)
         storage = storage or open_storage(options.store, options.storage, options.store_patience,
                                           self.reporter.note)
@@ -391,7 +393,12 @@ class StudyRunner:
         this was its last tuner) and ``interrupted_by`` names the signal. A second
         one raises KeyboardInterrupt at once.
         """
+        from autotune._pool import WarmWorker
+
         self._started = time.monotonic()
+        # One warm worker per slot (autotune._pool), started first: its imports overlap the
+        # tuner's own set-up, and every trial of the slot is forked from it.
+        self._warm = {slot.index: WarmWorker(os.environ, new_tag(), slot.cpus) for slot in self.slots}
         try:
             self._replay_pending()  # before recover(): a trial whose result waits here is not stale
             self.recover()  # kills the processes of the trials it closes, and says so in their reason
@@ -409,6 +416,8 @@ class StudyRunner:
             raise
         finally:
             self.host.leave()
+            for warm in self._warm.values():
+                warm.close()
         return self._finish()
 
     def _work_in_threads(self) -> None:
@@ -778,7 +787,8 @@ class StudyRunner:
                                    self._interrupt):
                 result = run_trial(spec, log_path, self.ram_budget, self._watch(trial, prune_below),
                                    interrupt=self._interrupt, reference=base.losses if base else (),
-                                   tolerance=self.options.tolerance, reference_curve=base.curve if base else ())
+                                   tolerance=self.options.tolerance, reference_curve=base.curve if base else (),
+                                   warm=self._warm.get(slot.index))
         except BaseException as exc:  # a second Ctrl-C, or our own bug: close both records, go on raising
             self.tracker.kill(run_id, f"the tuner stopped: {exc!r}", log_path)
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)

@@ -84,13 +84,14 @@ def all_tricks() -> Config:  # type: ignore[valid-type]
                   cudnn_benchmark=True if caps["cudnn"] else None)
 
 
-def measure(runner: str, config: Config, logs: Path, budget: Budget = Budget(), seed: int = 0  # noqa: B008
-            ) -> dict[str, Any]:
-    """One real trial (both ceilings measured, none known); its figures."""
+def measure(runner: str, config: Config, logs: Path, budget: Budget = Budget(), seed: int = 0,  # noqa: B008
+            warm=None) -> dict[str, Any]:
+    """One real trial (both ceilings measured, none known); its figures. ``warm``: the
+    ``autotune._pool.WarmWorker`` to fork it from, as a study does; None spawns it cold."""
     from autotune._probe import probe
 
     spec = TrialSpec(target(runner), config, probe("auto").device, budget, seed=seed)
-    result = run_trial(spec, logs / f"{runner}-{time.time_ns()}.log")
+    result = run_trial(spec, logs / f"{runner}-{time.time_ns()}.log", warm=warm)
     if result.outcome.value != "complete":
         raise RuntimeError(f"{runner} {config.set_values()}: {result.outcome.value}: {result.reason}")
     figures = dict(result.metrics)
@@ -346,6 +347,9 @@ def plot_search(curves: dict[int, list[float]], random: list[float], best: float
 
 
 def overhead_part(args: argparse.Namespace) -> None:
+    from autotune._pool import WarmWorker
+    from autotune._runner import new_tag
+
     logs = args.store / "harness-logs"
     logs.mkdir(parents=True, exist_ok=True)
     spans = ["spawn_s", "import_s", "setup_s", "teardown_s", "overhead_s"]
@@ -353,22 +357,32 @@ def overhead_part(args: argparse.Namespace) -> None:
         f"Machine: {machine()}.",
         "",
         f"**Per-trial fixed overhead and run-to-run spread**: PyTorch's defaults, {args.overhead_runs} "
-        "trials per runner, default budget, no ceilings; median (min..max). *spawn*: to the worker's "
-        "first event (interpreter, autotune); *import*: torch and the runner's module; *set-up*: the "
-        "runner's own code up to its first batch (dataset, model, loader); *teardown*: last event to "
-        "exit. Goals: fixed overhead <= 3 s, spread < 5%.",
+        "trials per runner and start, cold and warm in turns, default budget, no ceilings; median "
+        "(min..max). *cold*: a new interpreter per trial (`python -m autotune._worker`); *warm*: forked "
+        "from the slot's warm worker, which imported torch once (`autotune._pool`), as a study does. "
+        "*spawn*: to the worker's first event (interpreter, autotune); *import*: torch and the runner's "
+        "module; *set-up*: the runner's own code up to its first batch (dataset, model, loader); "
+        "*teardown*: last event to exit. Goals: spawn + import < 0.5 s (issue 14), spread < 5%.",
         "",
-        "| runner | spawn s | import s | set-up s | teardown s | fixed overhead s | trial wall s "
+        "| runner | start | spawn s | import s | set-up s | teardown s | fixed overhead s | trial wall s "
         "| samples/s | spread (max-min)/median |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for runner in args.runners:
-        runs = [measure(runner, Config(), logs, Budget(ceiling_windows=0), seed=i)
-                for i in range(args.overhead_runs)]
-        sps = [r["samples_per_s"] for r in runs]
-        lines.append(f"| {runner} | " + " | ".join(spread([r[s] for r in runs], ".2f") for s in spans)
-                     + f" | {spread([r['duration_s'] for r in runs], '.1f')} | {spread(sps, ',.0f')} "
-                     f"| {(max(sps) - min(sps)) / statistics.median(sps):.1%} |")
+    warm = WarmWorker(os.environ, new_tag())
+    try:
+        for runner in args.runners:
+            runs: dict[str, list[dict[str, Any]]] = {"cold": [], "warm": []}
+            for i in range(args.overhead_runs):
+                for start, worker in (("cold", None), ("warm", warm)):
+                    runs[start].append(measure(runner, Config(), logs, Budget(ceiling_windows=0), seed=i,
+                                               warm=worker))
+            for start, done in runs.items():
+                sps = [r["samples_per_s"] for r in done]
+                lines.append(f"| {runner} | {start} | " + " | ".join(spread([r[s] for r in done], ".2f") for s in spans)
+                             + f" | {spread([r['duration_s'] for r in done], '.1f')} | {spread(sps, ',.0f')} "
+                             f"| {(max(sps) - min(sps)) / statistics.median(sps):.1%} |")
+    finally:
+        warm.close()
     ratios, per_step = instrumentation(args.instrument_repeats)
     lines += [
         "",

@@ -66,3 +66,14 @@ def no_process_left_behind(request: pytest.FixtureRequest, monkeypatch: pytest.M
     for proc in left:
         proc.kill()
     assert not left, f"processes left alive by the test: {[(p.pid, p.name()) for p in left]}"
+
+
+@pytest.fixture(autouse=True)
+def environment_restored():
+    """Each test leaves this process's environment as it found it: code under test may set
+    variables (a Recipe applies cuda_alloc_conf), and later tests start processes from it."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
