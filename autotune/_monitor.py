@@ -22,6 +22,13 @@ PSS_EVERY = 1.0
 #: The machine keeps at least this share of its memory available: below it the
 #: running trial is killed, whatever its budget (other processes count too).
 AVAILABLE_FLOOR = 0.10
+#: Share of one CPU each of the tree's readings (RSS, PSS) may take. Their cost grows
+#: with every process in the trial's tree (psutil reads each one's /proc files), and
+#: what the monitor takes, the trial does not get, while in production nothing watches
+#: (issue 14, item 3): past this share the tree is read less often than ``INTERVAL`` and
+#: ``PSS_EVERY``. The machine's available memory (one read of /proc/meminfo) is read every
+#: ``INTERVAL`` whatever the tree, and a crossed floor reads the tree at once.
+MONITOR_SHARE = 0.02
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,24 +280,31 @@ class Monitor(Background):
         import psutil
 
         fired = False
-        last_pss = 0.0
+        last_tree = last_pss = 0.0
+        tree_every, pss_every = INTERVAL, PSS_EVERY  # widened by what each reading costs (MONITOR_SHARE)
+        lowest = None  # available memory's low since the last sample, which records it
         while not self._stop.is_set():
             now = time.time()
-            procs = process_tree(self._pid)
-            rss = tree_rss(procs)
             available = psutil.virtual_memory().available
-            over_budget = bool(self._budget) and rss > self._budget
+            lowest = available if lowest is None else min(lowest, available)
             under_floor = available < self.floor
-            ram = None
-            if over_budget or under_floor or now - last_pss >= PSS_EVERY:
-                ram, last_pss = tree_memory(procs), now
-            self.samples.append(Sample(now, rss, ram, available, self._cpu_reading(procs),
-                                       *self._gpu_reading(procs)))
-            if not fired and self._on_limit and ram is not None:
-                reason = self._limit_reason(ram, available)
-                if reason:
-                    fired = True
-                    self._on_limit(reason)
+            if under_floor or now - last_tree >= tree_every:
+                spent = time.thread_time()
+                procs = process_tree(self._pid)
+                rss = tree_rss(procs)
+                sample = Sample(now, rss, None, lowest, self._cpu_reading(procs), *self._gpu_reading(procs))
+                lowest = None
+                tree_every, last_tree = max(INTERVAL, (time.thread_time() - spent) / MONITOR_SHARE), now
+                if (bool(self._budget) and rss > self._budget) or under_floor or now - last_pss >= pss_every:
+                    spent = time.thread_time()
+                    sample = dataclasses.replace(sample, ram=tree_memory(procs))
+                    pss_every, last_pss = max(PSS_EVERY, (time.thread_time() - spent) / MONITOR_SHARE), now
+                self.samples.append(sample)
+                if not fired and self._on_limit and sample.ram is not None:
+                    reason = self._limit_reason(sample.ram, available)
+                    if reason:
+                        fired = True
+                        self._on_limit(reason)
             self._stop.wait(INTERVAL)
 
     def _cpu_reading(self, procs: list | None = None) -> CpuReading:
