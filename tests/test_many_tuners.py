@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers import cli, cli_env
+from helpers import cli, cli_env, seed_store
 from servers import PrivateCluster, _without_test_tag
 
 from autotune._tuners import CLAIM_MARK, TUNER_KEY
@@ -32,6 +32,7 @@ class Tuner:
 
     def __init__(self, cwd: Path, *args: str, env: dict | None = None, prefix: list[str] | None = None) -> None:
         self.log = cwd / f"tuner-{uuid.uuid4().hex[:6]}.log"
+        seed_store(cwd, ("run", TARGET, *args), env)
         with open(self.log, "w") as out:
             self.proc = subprocess.Popen([*(prefix or []), *cli("run", TARGET, *args)],
                                          cwd=cwd, env=cli_env(env), stdout=out, stderr=subprocess.STDOUT)
