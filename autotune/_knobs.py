@@ -20,6 +20,7 @@ class Stage(str, enum.Enum):
     TRANSFER = "transfer"
     OPTIMIZER = "optimizer"
     PRECISION = "precision"
+    MODEL = "model"
     BACKENDS = "backends"
     ENVIRONMENT = "environment"
 
@@ -43,6 +44,7 @@ class Capability(str, enum.Enum):
     CUDNN = "cudnn"
     BF16 = "bf16"
     FUSED_OPTIMIZER = "fused_optimizer"
+    COMPILE = "compile"
 
 
 _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*x\s*$")
@@ -200,6 +202,16 @@ _KNOB_LIST = [
     Knob("tf32", "bool", Stage.BACKENDS, False,
          "TF32 matmuls (torch.set_float32_matmul_precision('high')).",
          needs={True: Capability.CUDA}, acts_on=_COMPUTE),
+    # Applied by run.model(module): a function that does not call it leaves them inactive.
+    Knob("channels_last", "bool", Stage.MODEL, False,
+         "Model and 4-D inputs in channels-last (NHWC) memory format: faster convolutions on "
+         "tensor cores and oneDNN.", acts_on=_COMPUTE),
+    Knob("compile", "str", Stage.MODEL, "off",
+         "torch.compile the model (reduce-overhead captures CUDA graphs); compile time is kept out "
+         "of the measured windows and reported.",
+         choices=("off", "default", "reduce-overhead", "max-autotune-no-cudagraphs"),
+         needs={"default": Capability.COMPILE, "max-autotune-no-cudagraphs": Capability.COMPILE,
+                "reduce-overhead": Capability.CUDA}, acts_on=_COMPUTE),
     Knob("cuda_alloc_conf", "str", Stage.ENVIRONMENT, "default",
          "The CUDA caching allocator's settings, set before torch starts.",
          choices=("default", "expandable_segments:True"),
@@ -210,6 +222,8 @@ _KNOB_LIST = [
 #: Every knob by name, in the order they are sampled (a knob's condition refers
 #: only to knobs listed before it).
 KNOBS: dict[str, Knob] = {k.name: k for k in _KNOB_LIST}
+#: The knobs ``run.model`` applies: inactive in a run whose function never calls it.
+MODEL_KNOBS = tuple(k.name for k in _KNOB_LIST if k.stage is Stage.MODEL)
 
 
 def unknown_knob_message(name: str) -> str:

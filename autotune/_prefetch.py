@@ -27,12 +27,23 @@ def map_tensors(batch: Any, fn) -> Any:
     return batch
 
 
-def to_device(batch: Any, device, non_blocking: bool) -> Any:
-    """Copy every tensor in ``batch`` to ``device``."""
-    return map_tensors(batch, lambda t: t.to(device, non_blocking=non_blocking))
+def to_device(batch: Any, device, non_blocking: bool, channels_last: bool = False) -> Any:
+    """Copy every tensor in ``batch`` to ``device`` (4-D floating-point ones in channels-last
+    memory format if asked: images for a channels-last model)."""
+    if not channels_last:
+        return map_tensors(batch, lambda t: t.to(device, non_blocking=non_blocking))
+    import torch
+
+    def move(t):
+        if t.dim() == 4 and t.is_floating_point():
+            return t.to(device, non_blocking=non_blocking, memory_format=torch.channels_last)
+        return t.to(device, non_blocking=non_blocking)
+
+    return map_tensors(batch, move)
 
 
-def iter_batches(loader: Iterable, device, strategy: str, non_blocking: bool) -> Iterator[Any]:
+def iter_batches(loader: Iterable, device, strategy: str, non_blocking: bool,
+                 channels_last: bool = False) -> Iterator[Any]:
     """Yield the loader's batches on ``device`` using a prefetch strategy.
 
     Args:
@@ -40,13 +51,14 @@ def iter_batches(loader: Iterable, device, strategy: str, non_blocking: bool) ->
         device: The target ``torch.device``.
         strategy: "none", "thread" or "cuda_stream".
         non_blocking: Copy asynchronously (right only from pinned memory).
+        channels_last: 4-D floating-point tensors arrive in channels-last format.
     """
     if strategy == "none":
-        return (to_device(b, device, non_blocking) for b in loader)
+        return (to_device(b, device, non_blocking, channels_last) for b in loader)
     if strategy == "thread":
-        return _thread_batches(loader, device, non_blocking)
+        return _thread_batches(loader, device, non_blocking, channels_last)
     if strategy == "cuda_stream":
-        return _stream_batches(loader, device)
+        return _stream_batches(loader, device, channels_last)
     raise ValueError(f"prefetch={strategy!r}; allowed: none, thread, cuda_stream")
 
 
@@ -58,7 +70,7 @@ class _Failure:
         self.exc = exc
 
 
-def _thread_batches(loader: Iterable, device, non_blocking: bool) -> Iterator[Any]:
+def _thread_batches(loader: Iterable, device, non_blocking: bool, channels_last: bool = False) -> Iterator[Any]:
     """A background thread loads (and copies) the next batches into a bounded queue.
 
     The producer's exceptions are re-raised here; closing the generator (a
@@ -79,7 +91,7 @@ def _thread_batches(loader: Iterable, device, non_blocking: bool) -> Iterator[An
     def produce() -> None:
         try:
             for batch in loader:
-                if not put(to_device(batch, device, non_blocking)):
+                if not put(to_device(batch, device, non_blocking, channels_last)):
                     return
             put(_DONE)
         except BaseException as exc:  # handed to the consumer, never lost
@@ -105,7 +117,7 @@ def _thread_batches(loader: Iterable, device, non_blocking: bool) -> Iterator[An
         thread.join()
 
 
-def _stream_batches(loader: Iterable, device) -> Iterator[Any]:
+def _stream_batches(loader: Iterable, device, channels_last: bool = False) -> Iterator[Any]:
     """Issue the next batch's copy on a side stream while the current one computes.
 
     The source is pinned (so the copy is truly asynchronous), the compute stream
@@ -120,9 +132,8 @@ def _stream_batches(loader: Iterable, device) -> Iterator[Any]:
 
     def copy(batch: Any) -> Any:
         with torch.cuda.stream(side):
-            return map_tensors(
-                batch, lambda t: (t if t.is_pinned() else t.pin_memory()).to(device, non_blocking=True)
-            )
+            pinned = map_tensors(batch, lambda t: t if t.is_pinned() else t.pin_memory())
+            return to_device(pinned, device, True, channels_last)
 
     def hand_over(t):
         t.record_stream(compute)

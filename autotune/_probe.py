@@ -83,6 +83,22 @@ def _fused_reason(torch, device) -> str | None:
     return None
 
 
+def _compile_reason(torch, cuda: bool) -> str | None:
+    """None if ``torch.compile`` can build kernels here, else why not: Inductor writes C++
+    for the CPU (a compiler on PATH) and Triton for CUDA (the triton package)."""
+    import importlib.util
+    import shutil
+
+    if not hasattr(torch, "compile"):
+        return "this torch has no torch.compile"
+    if cuda:
+        return None if importlib.util.find_spec("triton") else "torch.compile on CUDA needs the triton package"
+    compilers = [c for c in (os.environ.get("CXX"), "g++", "c++", "clang++") if c]
+    if not any(shutil.which(c) for c in compilers):
+        return f"torch.compile on the CPU needs a C++ compiler; none of {', '.join(compilers)} is on PATH"
+    return None
+
+
 def probe(device: str = "auto") -> Fingerprint:
     """Probe CPUs, RAM, torch, CUDA, NVML and which knob capabilities are present.
 
@@ -108,6 +124,9 @@ def probe(device: str = "auto") -> Fingerprint:
     fused = _fused_reason(torch, dev)
     if fused:
         reasons[Capability.FUSED_OPTIMIZER.value] = fused
+    compiled = _compile_reason(torch, cuda)
+    if compiled:
+        reasons[Capability.COMPILE.value] = compiled
     memlock = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
     mem = psutil.virtual_memory()
     props = torch.cuda.get_device_properties(dev) if cuda else None

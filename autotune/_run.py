@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from autotune._config import Config
-from autotune._knobs import KNOBS, parse_relative, show_value
+from autotune._knobs import KNOBS, MODEL_KNOBS, parse_relative, show_value
 from autotune._prefetch import iter_batches
 
 
@@ -22,9 +22,12 @@ class Run:
 
     A training function routes four things through it: the DataLoader, the
     optimizer, the batches and the step; ``autocast()`` wraps the forward pass.
+    Handing the model to ``run.model`` is optional: it lets the model-side knobs
+    (``channels_last``, ``compile``) be tuned too.
 
     Example:
         >>> def train(run: autotune.Run) -> None:
+        ...     model = run.model(Net())
         ...     loader = run.dataloader(ds, batch_size=64, shuffle=True)
         ...     opt = run.optimizer(torch.optim.AdamW, model.parameters(), lr=1e-3)
         ...     for x, y in run.batches(loader):
@@ -45,11 +48,37 @@ class Run:
         self.config = config
         self.device = device if isinstance(device, torch.device) else resolve_device(str(device), torch)
         self._observed: dict[str, Any] = {}
+        self._model_seen = False  # run.model was called: the model knobs are in effect
         self._base_batch_size: int | None = None
         self._scaler = None
         self.lr: float | None = None
 
-    # -- the four calls --------------------------------------------------------------
+    # -- the four calls, and the model -------------------------------------------------
+
+    def model(self, module: Any) -> Any:
+        """Move ``module`` to :attr:`device` and apply the model knobs; train what it returns.
+
+        ``channels_last`` puts the parameters (and, in :meth:`batches`, every 4-D
+        floating-point input) in channels-last memory format; ``compile`` wraps the
+        module in ``torch.compile`` with that mode. The compiled module shares the
+        original's parameters, so ``model.parameters()`` goes to the optimizer as
+        usual. Compiling happens at the first forward and backward: under tuning,
+        that time is kept out of the measured windows and reported as ``compile_s``.
+        """
+        import torch
+
+        self._model_seen = True
+        module = module.to(self.device)
+        if self._value("channels_last"):
+            module = module.to(memory_format=torch.channels_last)
+        mode = self._value("compile")
+        if mode != "off":
+            module = self._compiled(torch.compile(module, mode=None if mode == "default" else mode))
+        return module
+
+    def _compiled(self, module: Any) -> Any:
+        """Hook for Trial's compile timing; production trains the compiled module as is."""
+        return module
 
     def dataloader(self, dataset: Any, **kwargs: Any):
         """Build a ``torch.utils.data.DataLoader`` with this run's loader knobs.
@@ -124,8 +153,10 @@ class Run:
         return cls(params, **kwargs) if lr is None else cls(params, lr=lr, **kwargs)
 
     def batches(self, loader: Iterable[Any]) -> Iterator[Any]:
-        """Yield the loader's batches already on :attr:`device`, per the prefetch knob."""
-        return iter_batches(loader, self.device, self._value("prefetch"), self._non_blocking())
+        """Yield the loader's batches already on :attr:`device`, per the prefetch knob (4-D
+        floating-point inputs in channels-last format when the model is)."""
+        channels_last = self._model_seen and bool(self._value("channels_last"))
+        return iter_batches(loader, self.device, self._value("prefetch"), self._non_blocking(), channels_last)
 
     def autocast(self):
         """A context manager for the forward pass: AMP per the ``amp`` knob, or nothing."""
@@ -168,9 +199,11 @@ class Run:
     def resolved(self) -> dict[str, Any]:
         """Every active knob's effective value in this run, e.g. ``batch_size`` as an int.
 
-        What the user's code passed counts where the config sets nothing.
+        What the user's code passed counts where the config sets nothing. The model
+        knobs are inactive, and left out, when the model never went through :meth:`model`.
         """
-        values = {name: self._observed.get(name, self._value(name)) for name in KNOBS}
+        values = {name: self._observed.get(name, self._value(name)) for name in KNOBS
+                  if self._model_seen or name not in MODEL_KNOBS}
         return {name: v for name, v in values.items() if KNOBS[name].is_active(values)}
 
     def apply_backends(self) -> None:

@@ -349,6 +349,10 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     spawned = alive = time.monotonic()
     arrived: dict[str, float] = {}  # seconds from spawn to each kind's first event, and to the exit
     step = 0
+    # Compiling (torch.compile's first forward and backward) finishes no step: while it runs the
+    # stall clock allows the start-up's time, and the deadline moves by what it took.
+    compiling: float | None = None
+    stall_limit, compiled_s = budget.stall_s, 0.0
     judge({"event": "spawned", "pid": proc.pid, "tag": tag})
     try:
         with Monitor(proc.pid, ram_budget, lambda why: kill(Outcome.OOM_HOST, why), gpu, floor,
@@ -363,8 +367,13 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
                 for event in reader.feed(data):
                     events[event["event"]] = event
                     arrived.setdefault(event["event"], now - spawned)
-                    if event["event"] in _PROGRESS:
+                    if event["event"] == "compiling":  # torch.compile at the first forward: no step
+                        compiling, stall_limit = now, max(budget.stall_s, budget.startup_s)  # for a while
+                    elif event["event"] in _PROGRESS:
                         alive, step = now, event.get("step", step)
+                        if compiling is not None:  # the deadline moves by what compiling took
+                            compiled_s += now - compiling
+                            compiling, stall_limit = None, budget.stall_s
                     if event["event"] in ("window", "ceiling"):
                         _add_foreign_load(event, monitor)
                         (windows if event["event"] == "window" else ceilings).append(event)
@@ -378,11 +387,13 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
                 elif "resolved" not in events and now - spawned > budget.startup_s:
                     kill(Outcome.TIMEOUT, f"startup: no batch after {budget.startup_s:.0f} s "
                                           "(imports, the dataset, DataLoader workers starting)")
-                elif "resolved" in events and now - alive > budget.stall_s:
-                    kill(Outcome.TIMEOUT, f"stalled: no step finished for {budget.stall_s:.0f} s"
+                elif "resolved" in events and now - alive > stall_limit:
+                    kill(Outcome.TIMEOUT, f"stalled: no step finished for {stall_limit:.0f} s"
+                                          + (" while torch.compile compiled the model" if compiling else "")
                                           + (f" (the last report was at step {step})" if step else ""))
-                elif now - spawned > budget.deadline():
-                    kill(Outcome.TIMEOUT, f"deadline: still running after {budget.deadline():.0f} s")
+                elif now - spawned > budget.deadline() + compiled_s:
+                    kill(Outcome.TIMEOUT, f"deadline: still running after {budget.deadline() + compiled_s:.0f} s"
+                                          + (f" ({compiled_s:.0f} s of it compiling)" if compiled_s else ""))
     finally:
         _kill_group(proc.pid)  # orphaned DataLoader workers, or everything on Ctrl-C
         proc.wait()
@@ -450,6 +461,8 @@ def summarize(windows: Sequence[Mapping[str, Any]], monitor: Monitor, started: f
     metrics.update(monitor.summary())
     if "warmup" in events:
         metrics["warmup_s"] = events["warmup"]["seconds"]
+        if "compile_s" in events["warmup"]:  # torch.compile's cost, kept out of the windows
+            metrics["compile_s"] = events["warmup"]["compile_s"]
     if not windows:
         return metrics
     rates = [w["samples"] / w["seconds"] for w in windows]

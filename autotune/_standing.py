@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import statistics
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -201,7 +203,25 @@ def findings(found: Standing) -> list[str]:
         each = [r.bottleneck.efficiency for r in win.runs if r.reliable and r.bottleneck and r.bottleneck.efficiency]
         if len(each) > 1:
             lines[-1] += f" (each run: {', '.join(f'{e:.0%}' for e in each)})"
+    compiled = compile_payback(win, base)
+    if compiled:
+        lines.append(compiled)
     return lines
+
+
+def compile_payback(win: Group, base: Group | None) -> str | None:
+    """For a winner that compiles its model: what compiling cost, and after how many steps
+    production has won it back against the baseline's speed (at the winner's batch size)."""
+    costs = [r.metrics["compile_s"] for r in win.runs if r.reliable and "compile_s" in r.metrics]
+    if not costs:
+        return None
+    cost = statistics.median(costs)
+    line = f"compile: torch.compile took {cost:.1f} s before the first step (kept out of the figures)"
+    batch = win.lead.config.get("batch_size")
+    saved = 1 / base.median - 1 / win.median if base is not None and base.rates else 0.0  # s per sample
+    if saved <= 0 or not batch:  # (a winner is faster than the baseline, unless it is one)
+        return line
+    return line + f"; it pays back after {math.ceil(cost / saved / batch):,} steps of {batch} samples"
 
 
 def export_text(study: optuna.Study, found: Standing) -> str:

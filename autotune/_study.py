@@ -815,7 +815,23 @@ class StudyRunner:
         return self.space.with_high("num_workers", wider.high)
 
     def _settled(self, found: Standing) -> dict[str, Any]:
-        """``held_loader_knobs`` for the best trial; holding, and releasing, said once each."""
+        """The knobs not to sample now: ``held_loader_knobs`` for the best trial (holding and
+        releasing said once each), and the model knobs when the function never hands its
+        model to ``run.model`` (its baseline ran without them)."""
+        return {**self._model_held(found), **self._loader_held(found)}
+
+    def _model_held(self, found: Standing) -> dict[str, Any]:
+        from autotune._knobs import MODEL_KNOBS
+
+        tuned = [name for name in MODEL_KNOBS if name in self.space.domains]
+        base = found.base.first if found.base else None
+        if not tuned or base is None or not base.config or any(name in base.config for name in MODEL_KNOBS):
+            return {}
+        self._note_once(f"{' and '.join(tuned)} not tuned: your function does not hand its model to "
+                        "run.model(...) (model = run.model(Net()) lets them act)", "model-knobs")
+        return dict.fromkeys(tuned)
+
+    def _loader_held(self, found: Standing) -> dict[str, Any]:
         held = held_loader_knobs(found.best, self.space.domains)
         best = found.best
         if held and best.number != self._settled_by:

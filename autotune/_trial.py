@@ -104,6 +104,25 @@ class Trial(Run):
         self._beat = self._window_start
         self._announced = False
         self._batch_samples = 0  # of the batch the user's step is training on
+        self._compiling = False  # run.model compiled the model: its first steps compile it
+
+    def _compiled(self, module: Any) -> Any:
+        """Say when the compiled model's first forward starts (compiling it), so that the
+        parent's stall clock allows for it; the warmup then reports its cost (``compile_s``)."""
+        self._compiling = True
+
+        def first_call(_module: Any, _args: Any) -> None:
+            hook.remove()
+            self._emit("compiling", step=self._step)
+
+        hook = module.register_forward_pre_hook(first_call)
+        return module
+
+    def _compile_s(self) -> float:
+        """What compiling cost the warmup: its steps' time past as many typical (median) steps.
+        The first forward and backward compile; CUDA graphs are recorded over the next few."""
+        times = sorted(self._step_times)
+        return max(0.0, sum(times) - len(times) * times[len(times) // 2]) if times else 0.0
 
     def _after_step(self, loss: Any) -> None:
         if not self._announced:  # a step with no batch from run.batches: nothing would be measured
@@ -183,7 +202,8 @@ class Trial(Run):
                 loss = self._read_loss()
                 self._warmup_loss = loss
                 self._emit("warmup", steps=self._step, seconds=time.perf_counter() - self._started,
-                           samples=self._win_samples, samples_seen=self._seen, loss=loss)
+                           samples=self._win_samples, samples_seen=self._seen, loss=loss,
+                           **({"compile_s": self._compile_s()} if self._compiling else {}))
                 self._reset_window(time.perf_counter())
                 self._stop_if_nonfinite(loss)
         elif self._window_due(now):

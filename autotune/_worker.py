@@ -68,8 +68,11 @@ def _log_line(kind: str, e: dict[str, Any]) -> str | None:
     loss = f", loss {e['loss']:.4g}" if e.get("loss") is not None else ""
     if kind == "resolved":
         return f"first batch; running with {e['config']}"
+    if kind == "compiling":
+        return "compiling the model (torch.compile): the first forward and backward"
     if kind == "warmup":
-        return f"warmup done: {e['steps']} steps in {e['seconds']:.2f} s{loss}"
+        compiled = f", {e['compile_s']:.1f} s of it compiling" if "compile_s" in e else ""
+        return f"warmup done: {e['steps']} steps in {e['seconds']:.2f} s{compiled}{loss}"
     if kind == "window":
         return (f"window {e['index'] + 1}: {e['samples']} samples in {e['seconds']:.3f} s = {rate:,.0f} samples/s, "
                 f"data wait {e['data_wait'] / e['seconds']:.0%}{loss}" if e.get("seconds") else None)

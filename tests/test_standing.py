@@ -3,6 +3,8 @@ and export header). The study itself runs in test_e2e.py and test_safety.py."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from autotune import KNOBS
@@ -116,3 +118,13 @@ def test_a_baseline_never_measured_quietly_gives_no_speedup() -> None:
     found = standing_of(row(0, 100.0, baseline=True, doubt=NOISY), row(1, 300.0))
     assert found.best.number == 1 and found.speedup(found.decision.winner) is None
     assert "no speedup: unreliable baseline, every run of it was noisy" in findings(found)[0]
+
+
+def test_a_compiled_winner_says_what_compiling_cost_and_when_it_pays_back() -> None:
+    win = row(1, 200)
+    win = dataclasses.replace(win, metrics={**win.metrics, "compile_s": 30.0},
+                              config={"batch_size": 64, "compile": "default"})
+    lines = findings(standing_of(row(0, 100, baseline=True), win))
+    # per sample it saves 1/100 - 1/200 = 0.005 s: 30 s back after 6,000 samples, 93.75 steps of 64
+    assert lines[-1] == ("compile: torch.compile took 30.0 s before the first step (kept out of the figures); "
+                         "it pays back after 94 steps of 64 samples")

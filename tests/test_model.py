@@ -1,0 +1,87 @@
+"""run.model and the model-side knobs (issue 14, item 4): channels_last, compile, in real
+trials, in production (Recipe), and in a study whose function never calls run.model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import autotune, load_study
+from autotune import Config, Outcome, Recipe
+from autotune._runner import Budget, TrialSpec, run_trial
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "model_train.py"
+FAST = Budget(warmup_s=0.2, window_s=0.3, windows=2, ceiling_windows=0)
+
+
+def trial(tmp_path: Path, config: Config, func: str = "train", budget: Budget = FAST):
+    events: list[dict] = []
+    result = run_trial(TrialSpec(f"{FIXTURE}:{func}", config, "cpu", budget), tmp_path / f"{func}.log",
+                       on_event=events.append)
+    return result, events
+
+
+def formats(result) -> str:
+    return next(line for line in result.log_path.read_text().splitlines() if line.startswith("formats: "))
+
+
+def test_channels_last_puts_the_weights_and_the_images_in_nhwc(tmp_path: Path) -> None:
+    result, _ = trial(tmp_path, Config(channels_last=True))
+    assert result.outcome is Outcome.COMPLETE, result.reason
+    assert formats(result) == "formats: weights channels_last=True input channels_last=True compiled=False"
+    assert result.resolved["channels_last"] is True and result.resolved["compile"] == "off"
+    plain, _ = trial(tmp_path, Config())
+    assert formats(plain) == "formats: weights channels_last=False input channels_last=False compiled=False"
+
+
+def test_a_compiled_model_keeps_compiling_out_of_the_windows_and_reports_its_cost(tmp_path: Path) -> None:
+    # A stall limit of 1 s: compiling a forward and a backward takes longer than that anywhere,
+    # and the trial must not count it as a hang (the runner allows the start-up's time for it).
+    budget = Budget(warmup_s=0.2, window_s=0.3, windows=2, ceiling_windows=0, stall_s=1)
+    result, events = trial(tmp_path, Config(compile="default"), budget=budget)
+    assert result.outcome is Outcome.COMPLETE, result.reason
+    assert formats(result).endswith("compiled=True")
+    kinds = [e["event"] for e in events]
+    assert kinds.index("resolved") < kinds.index("compiling") < kinds.index("warmup")
+    warmup = events[kinds.index("warmup")]
+    # its cost: the warmup's steps past as many median ones, all of it before the windows
+    assert 1 < result.metrics["compile_s"] <= warmup["seconds"]
+    assert len(result.windows) == 2 and all(w["seconds"] < 5 for w in result.windows)
+    assert "s of it compiling" in result.log_path.read_text()
+
+
+def test_a_function_without_run_model_leaves_the_model_knobs_inactive(tmp_path: Path) -> None:
+    result, _ = trial(tmp_path, Config(channels_last=True, compile="default"), func="train_without_model")
+    assert result.outcome is Outcome.COMPLETE, result.reason
+    assert "channels_last" not in result.resolved and "compile" not in result.resolved
+    assert "compiling" not in result.log_path.read_text()
+
+
+def test_a_recipe_applies_the_model_knobs_in_production() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("model_train", FIXTURE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    recipe = Recipe(Config(channels_last=True), "cpu", quiet=True)
+    model = recipe.model(module.Net())
+    assert model.conv.weight.is_contiguous(memory_format=torch.channels_last)
+    loader = recipe.dataloader(module._data(), batch_size=4)
+    x, y = next(iter(recipe.batches(loader)))
+    assert x.is_contiguous(memory_format=torch.channels_last) and y.dim() == 1  # labels as they were
+    assert recipe.resolved()["channels_last"] is True
+
+
+def test_a_study_does_not_tune_the_model_knobs_of_a_function_that_never_calls_run_model(tmp_path: Path) -> None:
+    space = tmp_path / "model.yaml"
+    space.write_text("knobs:\n  channels_last: [false, true]\n  compile: [\"off\", default]\n  batch_size: [1x, 2x]\n")
+    done = autotune("run", f"{FIXTURE}:train_without_model", "--trials", "3", "--study", "nomodel",
+                    "--space", str(space), "--warmup", "0.2", "--window", "0.3", "--windows", "2",
+                    "--ceiling-windows", "0", "--confirm", "0", "--prune", "0", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    said = " ".join((done.stdout + done.stderr).split())
+    assert said.count("channels_last and compile not tuned: your function does not hand its model to run.model") == 1
+    sampled = [t.params for t in load_study(tmp_path / "mlflow", "nomodel").get_trials()[1:]]
+    assert sampled and all(set(p) == {"batch_size"} for p in sampled), sampled
