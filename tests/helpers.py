@@ -54,9 +54,11 @@ def seed_store(cwd: Path, args: tuple[str, ...] | list[str], env: dict | None = 
     shutil.copyfile(_TEMPLATE[0], target)
 
 
-def autotune(*args: str, cwd: Path, env: dict | None = None, timeout: float = 240):
-    """Run the real CLI in a subprocess (see ``cli``), as a user would."""
-    seed_store(cwd, args, env)
+def autotune(*args: str, cwd: Path, env: dict | None = None, timeout: float = 240, seed: bool = True):
+    """Run the real CLI in a subprocess (see ``cli``), as a user would. ``seed=False`` for a
+    test that checks what the run creates in the store (``seed_store``)."""
+    if seed:
+        seed_store(cwd, args, env)
     return subprocess.run(cli(*args), cwd=cwd, env=cli_env(env), capture_output=True, text=True, timeout=timeout)
 
 
