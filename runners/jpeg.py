@@ -84,6 +84,8 @@ class JpegTiles(Dataset):
         n_tiles: How many tiles to cut, spread evenly over the photographs.
         latency_ms: Emulated storage latency per item, milliseconds; 0 for none.
         seed: Seeds the tile positions, so every process builds the same data.
+        tile: Side of a stored tile, pixels.
+        crop: Side of the random crop an item returns, pixels (at most ``tile``).
 
     Example:
         >>> x, y = JpegTiles(30, latency_ms=0)[0]
@@ -91,12 +93,16 @@ class JpegTiles(Dataset):
         ((3, 80, 80), 0)
     """
 
-    def __init__(self, n_tiles: int = N_TILES, *, latency_ms: float = LATENCY_MS, seed: int = 0) -> None:
+    def __init__(self, n_tiles: int = N_TILES, *, latency_ms: float = LATENCY_MS, seed: int = 0,
+                 tile: int = TILE, crop: int = CROP) -> None:
         if n_tiles < 1:
             raise ValueError(f"n_tiles must be >= 1, but got n_tiles={n_tiles}")
         if latency_ms < 0:
             raise ValueError(f"latency_ms must be >= 0, but got latency_ms={latency_ms}")
+        if not 1 <= crop <= tile:
+            raise ValueError(f"1 <= crop <= tile must hold, but got crop={crop}, tile={tile}")
         self.latency_s = latency_ms / 1000
+        self.tile, self.crop = tile, crop
         photos = [Image.open(source_path(*source)).convert("RGB") for source in SOURCES]
         rng = np.random.default_rng(seed)
         self.blobs: list[bytes] = []
@@ -104,10 +110,10 @@ class JpegTiles(Dataset):
         for i in range(n_tiles):
             label = i % len(photos)
             photo = photos[label]
-            left = int(rng.integers(0, photo.width - TILE + 1))
-            top = int(rng.integers(0, photo.height - TILE + 1))
+            left = int(rng.integers(0, photo.width - tile + 1))
+            top = int(rng.integers(0, photo.height - tile + 1))
             buf = io.BytesIO()
-            photo.crop((left, top, left + TILE, top + TILE)).save(buf, "JPEG", quality=QUALITY)
+            photo.crop((left, top, left + tile, top + tile)).save(buf, "JPEG", quality=QUALITY)
             self.blobs.append(buf.getvalue())
             self.labels.append(label)
 
@@ -120,8 +126,8 @@ class JpegTiles(Dataset):
         img = Image.open(io.BytesIO(self.blobs[i])).convert("RGB")
         # torch's RNG, not numpy's: DataLoader reseeds torch in every worker, while
         # forked workers would all share one numpy stream and draw the same crops.
-        left, top = torch.randint(0, TILE - CROP + 1, (2,)).tolist()
-        img = img.crop((left, top, left + CROP, top + CROP))
+        left, top = torch.randint(0, self.tile - self.crop + 1, (2,)).tolist()
+        img = img.crop((left, top, left + self.crop, top + self.crop))
         if torch.rand(()) < 0.5:
             img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
         x = torch.from_numpy(np.array(img)).permute(2, 0, 1).float().div_(255)

@@ -26,6 +26,7 @@ def _load(name: str):
 mnist = _load("mnist")
 jpeg = _load("jpeg")
 charlm = _load("charlm")
+resnet = _load("resnet")
 
 
 def _production_steps(module, monkeypatch, epochs: int, **dataset_kw) -> list[float]:
@@ -214,11 +215,58 @@ def test_charlm_production_run_learns(monkeypatch):
     assert losses[-1] < losses[0] - 0.3
 
 
+# -- resnet -------------------------------------------------------------------------------
+
+
+def test_resnet_crops_are_decoded_augmented_photo_crops():
+    tiles = resnet.make_dataset(12, tile=48, crop=40)
+    x, y = tiles[0]
+    assert x.shape == (3, 40, 40) and x.dtype == torch.float32 and y == 0
+    assert {tiles[i][1] for i in range(3)} == {0, 1, 2}
+    draws = [tiles[4][0] for _ in range(4)]  # 9 x 9 crop positions x 2 flips: 4 alike by chance 1 in 4e6
+    assert not all(torch.equal(draws[0], d) for d in draws[1:])
+
+
+def test_resnet_halves_the_resolution_three_times_after_its_stem():
+    model = resnet.ResNet(width=4)
+    features = model.stages(model.stem(torch.zeros(2, 3, 64, 64)))
+    assert features.shape == (2, 32, 4, 4)  # 64 -> 32 (stem) -> 32, 16, 8, 4; width 4 -> 8x
+    assert model(torch.zeros(2, 3, 64, 64)).shape == (2, 3)
+    with pytest.raises(ValueError, match="width=0"):
+        resnet.ResNet(width=0)
+
+
+def test_resnet_sizes_itself_by_device_and_learns_in_production(monkeypatch):
+    width, tile, crop, batch = resnet.SIZES["cpu"]
+    assert crop <= tile and batch < resnet.SIZES["cuda"][3]
+    monkeypatch.setattr(resnet, "N_TILES", 96)
+    monkeypatch.setattr(resnet, "make_dataset", functools.partial(resnet.make_dataset, 96))
+    recipe = autotune.load(quiet=True)
+    losses: list[float] = []
+    step = recipe.step
+    monkeypatch.setattr(recipe, "step", lambda loss, opt: (losses.append(loss.item()), step(loss, opt)))
+    torch.manual_seed(0)
+    resnet.train(recipe, epochs=4, width=4, crop=32, batch_size=16)
+    assert len(losses) == 4 * (96 // 16)
+    # chance is ln(3) = 1.10: the photographs' colours and textures separate them
+    assert sum(losses[-4:]) / 4 < sum(losses[:4]) / 4 - 0.1
+
+
+def test_resnet_trains_channels_last_in_a_trial(tmp_path: Path) -> None:
+    from autotune._runner import Budget, TrialSpec, run_trial
+
+    spec = TrialSpec(f"{RUNNERS / 'resnet'}.py:train", autotune.Config(channels_last=True),
+                     "cpu", Budget(warmup_s=0.5, window_s=1.0, windows=2, ceiling_windows=0))
+    result = run_trial(spec, tmp_path / "trial.log")
+    assert result.outcome is autotune.Outcome.COMPLETE, result.reason
+    assert result.resolved["channels_last"] is True and result.resolved["batch_size"] == resnet.SIZES["cpu"][3]
+
+
 # -- on a GPU: mixed precision on the real workloads ----------------------------------------
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("runner", ["mnist", "charlm"])
+@pytest.mark.parametrize("runner", ["mnist", "charlm", "resnet"])
 @pytest.mark.parametrize("amp", ["fp16", "bf16"])
 def test_runner_trains_under_amp_on_cuda_without_nan(tmp_path: Path, runner: str, amp: str) -> None:
     from autotune._runner import Budget, TrialSpec, run_trial
