@@ -234,6 +234,7 @@ class Recipe(Run):
         self.base_batch_size = base_batch_size
         self.origin = origin
         self._report_every, self._quiet = report_every, quiet
+        self._reported: tuple[float, int] | None = None  # (since, samples) of the report under way
         self._said = False
         self.apply_backends()
         self._apply_alloc_conf()
@@ -255,15 +256,19 @@ class Recipe(Run):
         if not self._report_every:
             yield from super().batches(loader)
             return
-        start = time.perf_counter()
-        samples = 0
+        # The count spans epochs (one call of batches each): epochs shorter than report_every
+        # would otherwise never report.
+        if self._reported is None:
+            self._reported = (time.perf_counter(), 0)
         for batch in super().batches(loader):
+            start, samples = self._reported
             samples += _batch_len(batch)
             now = time.perf_counter()
             if now - start >= self._report_every:
                 print(f"autotune: {samples / (now - start):,.0f} samples/s over the last {now - start:.0f} s",
                       file=sys.stderr, flush=True)
                 start, samples = now, 0
+            self._reported = (start, samples)
             yield batch
 
     def _apply_alloc_conf(self) -> None:

@@ -215,6 +215,26 @@ def test_a_recipe_reports_samples_per_s_when_asked(capsys) -> None:
     assert "samples/s over the last" in err
 
 
+def test_a_recipe_reports_across_epochs_shorter_than_its_period(capsys) -> None:
+    import time
+
+    import torch
+    from torch.utils.data import TensorDataset
+
+    recipe = load(device="cpu", report_every=0.2, quiet=True)
+    loader = recipe.dataloader(TensorDataset(torch.zeros(8, 2)), batch_size=4)
+    started = time.perf_counter()
+    epochs = 0
+    while time.perf_counter() - started < 0.5:  # epochs of 2 batches, each far under 0.2 s
+        for _ in recipe.batches(loader):
+            time.sleep(0.01)
+        epochs += 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if "samples/s over the last" in line]
+    assert epochs > 10 and len(lines) >= 2  # about one a 0.2 s, the count carried from epoch to epoch
+    # 4 samples per 10 ms at most: under 400 samples/s, never more than the loop made
+    assert all(float(line.split()[1].replace(",", "")) <= 400 for line in lines), lines
+
+
 def test_the_same_machine_loads_its_export_silently(tmp_path: Path, recwarn) -> None:
     from autotune._probe import probe
 
