@@ -172,6 +172,7 @@ def study(folder: Path, trials: int, confirm: int, hog_at: tuple[float, float] |
             "remeasured": sum(1 for r in found.rows if r.remeasure),
             "foreign_max": max((r.metrics.get("foreign_cpu", 0) for r in found.rows if r.measured), default=0),
             "over_100": shown_over, "trials": len(found.rows),
+            "sampled": [r.sampled for r in found.rows if r.sampled and r.confirms is None],
             "said": [line for line in "".join(out).splitlines() if "noisy" in line or "busy" in line]}
 
 
@@ -187,9 +188,7 @@ def studies(trials: int, confirm: int, quiet_runs: int, hog_at: tuple[float, flo
     print("hog study", results[-1][1], flush=True)
     rows = []
     for label, r in results:
-        # the knobs that change something (off, none, false and 0 are the code's own)
-        knobs = " ".join(f"{k}={v}" for k, v in (r["config"] or {}).items()
-                         if v not in (False, "none", "off", 0, None)) or "your code as written"
+        knobs = _knobs(r["config"])
         rows.append(f"| {label} | {r['wall']:.0f} s | {r['trials']} | trial {r['winner']}: {knobs} | "
                     f"{r['speedup']:.2f}x ±{r['spread'] / 2:.0%} | {r['noisy']} / {r['remeasured']} | "
                     f"{r['foreign_max']:.0%} | {r['over_100']} |" if r["speedup"] else
@@ -197,6 +196,7 @@ def studies(trials: int, confirm: int, quiet_runs: int, hog_at: tuple[float, flo
                     f"{r['remeasured']} | {r['foreign_max']:.0%} | {r['over_100']} |")
     quiet = [r for label, r in results if label == "quiet" and r["speedup"]]
     hog = results[-1][1]
+    cross = cross_check(results, CROSS_ROUNDS)
     verdict = "no quiet study had a speedup to compare with"
     if quiet and hog["speedup"]:
         low = min(q["speedup"] * (1 - q["spread"] / 2) for q in quiet)
@@ -207,9 +207,45 @@ def studies(trials: int, confirm: int, quiet_runs: int, hog_at: tuple[float, flo
                    f"{'inside' if low <= hog['speedup'] <= high else 'outside'} the quiet studies' range "
                    f"({low:.2f}x..{high:.2f}x: each quiet winner's speedup ± half its spread)")
     said = "\n".join(f"    {line.strip()}" for line in hog["said"][:6])
+    tried = "\n".join(f"- {label}: " + "; ".join(_knobs(c) for c in r["sampled"]) for label, r in results)
     return ("| study | wall | trials | winner | speedup ± half its runs' spread | noisy / measured again | "
             "highest foreign load | figures over 100% of a ceiling |\n|---|---|---|---|---|---|---|---|\n"
-            + "\n".join(rows) + f"\n\nResult: {verdict}.\n\nWhat the hogged study said:\n\n{said}\n")
+            + "\n".join(rows) + f"\n\nResult: {verdict}.\n\n{cross}\n\nThe configs each study sampled, in "
+            f"order:\n\n{tried}\n\nWhat the hogged study said:\n\n{said}\n")
+
+
+#: Rounds of the cross-check: each study's winner and the baseline once per round, in turns.
+CROSS_ROUNDS = 3
+
+
+def _knobs(config: dict | None) -> str:
+    """The knobs that change something (off, none, false and 0 are the code's own)."""
+    return " ".join(f"{k}={v}" for k, v in (config or {}).items()
+                    if v not in (False, "none", "off", 0, None)) or "your code as written"
+
+
+def cross_check(results: list[tuple[str, dict]], rounds: int) -> str:
+    """Every study's winner measured again on the quiet machine, in turns with the baseline:
+    tells a study whose search went elsewhere from one whose figures the hog bent."""
+    configs: dict[str, tuple[Config, list[str]]] = {"your code as written": (Config(), [])}
+    for label, r in results:
+        key = _knobs(r["config"])
+        configs.setdefault(key, (Config(**(r["config"] or {})), []))[1].append(label)
+    rates: dict[str, list[float]] = {key: [] for key in configs}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(rounds):
+            for key, (config, _) in configs.items():
+                result = one_trial(config, Path(tmp), f"cross-{i}-{len(rates[key])}", Budget(ceiling_windows=0))
+                rates[key].append(result.metrics.get("samples_per_s", 0.0))
+                print("cross-check", key, f"{rates[key][-1]:,.0f}", result.outcome.value, flush=True)
+    base = statistics.median(rates["your code as written"])
+    lines = [f"**Cross-check**: each study's winner and the baseline measured again on the quiet machine, "
+             f"{rounds} rounds in turns (one trial each, default budget):", "",
+             "| config | winner of | samples/s, median (min..max) | over the baseline's median |", "|---|---|---|---|"]
+    for key, (_, won) in configs.items():
+        lines.append(f"| {key} | {', '.join(won) or '-'} | {spread(rates[key], ',.0f')} "
+                     f"| {statistics.median(rates[key]) / base:.2f}x |")
+    return "\n".join(lines)
 
 
 def main() -> None:
