@@ -119,7 +119,10 @@ class Progress:
         wait = row.metrics.get("data_wait_frac")
         wait_text = f"data-wait {wait:4.0%}" if wait is not None else ""
         bound = row.bottleneck
-        bound_text = (f"  {bound.efficiency:4.0%} of ceiling, {bound.verdict}" if bound and bound.efficiency
+        # The share of the model's own rate (fed from the device), as the summary's bottleneck line
+        # says it: a data-bound loop far under it shows how much its loading costs.
+        bound_text = (f"  {bound.efficiency:4.0%} of data-on-device ceiling, {bound.verdict}"
+                      if bound and bound.efficiency
                       else f"  {bound.verdict}" if bound else "")
         if bound and bound.unreliable:
             bound_text += f" ({', '.join(bound.unreliable)} bound unreliable)"
