@@ -257,19 +257,20 @@ class Recipe(Run):
             yield from super().batches(loader)
             return
         # The count spans epochs (one call of batches each): epochs shorter than report_every
-        # would otherwise never report.
+        # would otherwise never report. A batch counts once its step is done (when the loop
+        # asks for the next), so a period's rate is steps finished in it, never one ahead.
         if self._reported is None:
             self._reported = (time.perf_counter(), 0)
         for batch in super().batches(loader):
+            yield batch
             start, samples = self._reported
             samples += _batch_len(batch)
             now = time.perf_counter()
             if now - start >= self._report_every:
-                print(f"autotune: {samples / (now - start):,.0f} samples/s over the last {now - start:.0f} s",
+                print(f"autotune: {samples / (now - start):,.0f} samples/s over the last {now - start:.3g} s",
                       file=sys.stderr, flush=True)
                 start, samples = now, 0
             self._reported = (start, samples)
-            yield batch
 
     def _apply_alloc_conf(self) -> None:
         """Set ``cuda_alloc_conf`` for the CUDA allocator, or say it is too late for it."""
