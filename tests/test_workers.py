@@ -116,7 +116,9 @@ def test_a_study_on_a_waiting_loader_widens_its_worker_range(tmp_path: Path) -> 
                     "--confirm", "0", "--prune", "0", "--seed", "0", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     said = " ".join(done.stderr.split())  # the live output wraps at the terminal's width
-    assert "workers wait" in said and "from the main process (no workers)" in said
+    # from the baseline's loader (the main process) or, where a busy machine left that ceiling
+    # in doubt, from the next trial's
+    assert "workers wait" in said, said
     high = int(said.split("num_workers range 0-")[1].split()[0].rstrip(")"))
     assert high > 2 * 2  # past the cores: one process reads ~1,000 samples/s, the model takes far more
     trials = load_study(tmp_path / "mlflow", "io").get_trials()
