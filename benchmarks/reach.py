@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from _results import ROOT, figure_path, machine, spread, write_section
-from harness import all_tricks, cli, load
+from harness import all_tricks, changed, cli, load
 
 from autotune import Config
 from autotune._pool import WarmWorker
@@ -74,13 +74,9 @@ def rate(target: str, config: Config, budget: Budget, warm: WarmWorker, logs: Pa
     spec = TrialSpec(target, config, probe("auto").device, budget, seed=seed)
     result = run_trial(spec, logs / f"reach-{time.time_ns()}.log", warm=warm)
     if result.outcome.value != "complete":
-        print(f"  {describe(config.set_values())}: {result.outcome.value}: {result.reason}", file=sys.stderr)
+        print(f"  {changed(config.set_values())}: {result.outcome.value}: {result.reason}", file=sys.stderr)
         return None
     return result.metrics["samples_per_s"]
-
-
-def describe(knobs: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in knobs.items()) or "(the code as written)"
 
 
 def one_target(name: str, args: argparse.Namespace, warm: WarmWorker, logs: Path) -> dict[str, Any]:
@@ -99,7 +95,7 @@ def one_target(name: str, args: argparse.Namespace, warm: WarmWorker, logs: Path
     sweep = []
     for config in grid(axes):
         sweep.append((config, rate(target, config, SWEEP_BUDGET, warm, logs)))
-        print(f"{name} sweep {describe(config.set_values())}: {sweep[-1][1] or 0:,.0f}", file=sys.stderr)
+        print(f"{name} sweep {changed(config.set_values())}: {sweep[-1][1] or 0:,.0f}", file=sys.stderr)
     sweep_wall = time.monotonic() - started
     ranked = sorted((s for s in sweep if s[1]), key=lambda s: s[1], reverse=True)
     contenders = {"code as written": Config(), "all tricks on": all_tricks(),
@@ -142,7 +138,7 @@ def render(results: list[dict[str, Any]], args: argparse.Namespace, where: str) 
         for label, values in res["runs"].items():
             share = f"{medians[label] / best:.0%}" if values and best else "n/a"
             figures = spread(values, ",.0f") if values else "did not complete"
-            lines.append(f"| {res['target']} | {label} | {describe(res['configs'][label])} | {figures} | {share} |")
+            lines.append(f"| {res['target']} | {label} | {changed(res['configs'][label])} | {figures} | {share} |")
         winner = next(k for k in res["runs"] if k.startswith("study winner"))
         goal = GOALS.get(res["target"], GOAL)
         met = "met" if winner in medians and best and medians[winner] / best >= goal else "NOT met"
