@@ -29,13 +29,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _results import ROOT, figure_path, machine, spread, write_section
+from _results import ROOT, figure_path, machine, one_trial, spread, write_section
 from harness import all_tricks, changed, cli, load
 
 from autotune import Config
 from autotune._pool import WarmWorker
-from autotune._probe import probe
-from autotune._runner import Budget, TrialSpec, new_tag, run_trial
+from autotune._runner import Budget, new_tag
 
 #: name -> (target, the grid's axes). Workers reach 16x the cores on the waiting loader.
 TARGETS: dict[str, tuple[str, dict[str, list[Any]]]] = {
@@ -71,12 +70,8 @@ def grid(axes: dict[str, list[Any]]) -> list[Config]:  # type: ignore[valid-type
 
 def rate(target: str, config: Config, budget: Budget, warm: WarmWorker, logs: Path, seed: int = 0) -> float | None:
     """samples/s of one trial, or None (with a line saying why) if it did not complete."""
-    spec = TrialSpec(target, config, probe("auto").device, budget, seed=seed)
-    result = run_trial(spec, logs / f"reach-{time.time_ns()}.log", warm=warm)
-    if result.outcome.value != "complete":
-        print(f"  {changed(config.set_values())}: {result.outcome.value}: {result.reason}", file=sys.stderr)
-        return None
-    return result.metrics["samples_per_s"]
+    result = one_trial(target, config, budget, logs, seed=seed, warm=warm, strict=False)
+    return None if result is None else result.metrics["samples_per_s"]
 
 
 def one_target(name: str, args: argparse.Namespace, warm: WarmWorker, logs: Path) -> dict[str, Any]:
@@ -155,11 +150,13 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--store", type=Path, default=ROOT / "mlflow")
-    parser.add_argument("--from-json", type=Path, help="render the table again from a run's raw figures")
+    parser.add_argument("--from-json", type=Path, nargs="+",
+                        help="render the table again from runs' raw figures (one file per run, in order)")
     args = parser.parse_args()
     if args.from_json:
-        raw = json.loads(args.from_json.read_text())
-        write_section("Reach", render(raw["results"], args, raw["machine"]))
+        raws = [json.loads(path.read_text()) for path in args.from_json]
+        machines = dict.fromkeys(raw["machine"] for raw in raws)  # the same machine, on the days it ran
+        write_section("Reach", render([res for raw in raws for res in raw["results"]], args, " / ".join(machines)))
         return
     args.store.mkdir(parents=True, exist_ok=True)
     logs = args.store / "reach-logs"
