@@ -36,6 +36,9 @@ ATTR_SLOT = "slot"
 ATTR_DOUBT, ATTR_REMEASURE = "doubt", "remeasure"
 #: A trial's loss curve (``autotune._guard.loss_curve``): the baseline's judges every trial's.
 ATTR_CURVE = "curve"
+#: What a trial's loader read (``autotune._run.dataset_facts``): its class, its batches per
+#: epoch at the trial's batch size (useful workers stop there), whether it fetches in batches.
+ATTR_DATASET = "dataset"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +62,7 @@ class TrialRow:
     remeasure: int = 0
     curve: list[tuple[float, float, float, int]] = dataclasses.field(default_factory=list)
     run_id: str | None = None  # its MLflow run
+    dataset: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def samples_per_s(self) -> float | None:
@@ -91,7 +95,7 @@ def row_of(trial: optuna.trial.FrozenTrial, ceilings: Ceilings) -> TrialRow:
                     [tuple(p) for p in attrs.get(ATTR_LOSSES, [])], attrs.get(ATTR_SAMPLED, {}),
                     attrs.get(ATTR_CONFIRMS), bound, attrs.get(ATTR_SLOT, {}), attrs.get(ATTR_DOUBT),
                     attrs.get(ATTR_REMEASURE, 0), [tuple(c) for c in attrs.get(ATTR_CURVE, [])],
-                    attrs.get(ATTR_RUN))
+                    attrs.get(ATTR_RUN), attrs.get(ATTR_DATASET) or {})
 
 
 def run_name(row: TrialRow, winner: bool) -> str:

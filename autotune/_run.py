@@ -50,6 +50,8 @@ class Run:
         self._observed: dict[str, Any] = {}
         self._model_seen = False  # run.model was called: the model knobs are in effect
         self._base_batch_size: int | None = None
+        #: What the last loader built reads (``dataset_facts``).
+        self._dataset: dict[str, Any] = {}
         self._scaler = None
         self.lr: float | None = None
 
@@ -108,16 +110,16 @@ class Run:
         if kw.get("pin_memory") and self.device.type == "cpu":
             kw["pin_memory"] = False  # nothing to pin for; torch would only warn
         workers = kw.get("num_workers", 0)
-        if workers:
-            # The same batches from a loader without workers (which refuses these kwargs).
-            alone = {k: v for k, v in kw.items() if k not in ("num_workers", "prefetch_factor", "persistent_workers",
-                                                              "multiprocessing_context")}
-            batches = _batches_per_epoch(DataLoader(dataset, **alone))
-            if batches is not None and 0 < batches < workers:
-                # A worker makes whole batches: past one per batch of the epoch, the rest never work.
-                kw["num_workers"] = batches
-                warnings.warn(f"num_workers={workers} exceeds the {batches} batches of an epoch; "
-                              f"using {batches}", stacklevel=2)
+        # The same batches from a loader without workers (which refuses these kwargs).
+        alone = {k: v for k, v in kw.items() if k not in ("num_workers", "prefetch_factor", "persistent_workers",
+                                                          "multiprocessing_context")}
+        batches = _batches_per_epoch(DataLoader(dataset, **alone))
+        self._dataset = dataset_facts(dataset, batches)
+        if workers and batches is not None and 0 < batches < workers:
+            # A worker makes whole batches: past one per batch of the epoch, the rest never work.
+            kw["num_workers"] = batches
+            warnings.warn(f"num_workers={workers} exceeds the {batches} batches of an epoch; "
+                          f"using {batches}", stacklevel=2)
         loader = DataLoader(dataset, **kw)
         for knob in KNOBS.values():
             if knob.dataloader_kwarg:
@@ -288,6 +290,22 @@ class Recipe(Run):
                           "any CUDA call)", stacklevel=3)
             return
         os.environ[knob.env_var] = value  # read by the caching allocator when CUDA starts
+
+
+def dataset_facts(dataset: Any, epoch_batches: int | None) -> dict[str, Any]:
+    """What a loader reads, for the study: its class, its batches per epoch (None: no
+    length), and whether it fetches a batch in one call (``__getitems__``, which the
+    DataLoader uses in place of one ``__getitem__`` per sample; a ``Subset`` has it when
+    what it wraps does). An IterableDataset makes its own batches: nothing to say."""
+    from torch.utils.data import IterableDataset, Subset
+
+    inner = dataset
+    while isinstance(inner, Subset):
+        inner = inner.dataset
+    facts = {"name": type(inner).__name__, "epoch_batches": epoch_batches}
+    if not isinstance(inner, IterableDataset):
+        facts["batched_fetch"] = callable(getattr(inner, "__getitems__", None))
+    return facts
 
 
 def _batches_per_epoch(loader: Any) -> int | None:

@@ -125,6 +125,8 @@ class TrialResult:
     ceilings: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     #: Its loss curve (``autotune._guard.loss_curve``): the baseline's judges the study's trials.
     curve: list[Chunk] = dataclasses.field(default_factory=list)
+    #: What its loader read (``autotune._run.dataset_facts``): batches per epoch, batched fetch.
+    dataset: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def worker_environ(environ: Mapping[str, str], tag: str) -> dict[str, str]:
@@ -419,7 +421,7 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     final = events.get("end") or events.get("resolved") or {}
     return TrialResult(outcome, reason, metrics, window_series(windows, monitor), windows,
                        final.get("config", {}), final.get("base_batch_size"), final.get("lr"), log_path,
-                       losses, measured, loss_curve(windows))
+                       losses, measured, loss_curve(windows), final.get("dataset") or {})
 
 
 def _add_foreign_load(event: dict[str, Any], monitor: Monitor) -> None:

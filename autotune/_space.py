@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
@@ -71,12 +71,19 @@ class IntRange:
 Domain = Union[Fixed, Choice, IntRange]
 
 
-def _suggest(trial: optuna.Trial, name: str, domain: Domain) -> Any:
+#: The most an int knob can usefully be, given the values drawn before it (None: no bound).
+Cap = Callable[[str, Mapping[str, Any]], "int | None"]
+
+
+def _suggest(trial: optuna.Trial, name: str, domain: Domain, bound: int | None = None) -> Any:
     if isinstance(domain, Fixed):
         return domain.value
     if isinstance(domain, Choice):
         return trial.suggest_categorical(name, list(domain.choices))
-    return trial.suggest_int(name, domain.low, domain.high, step=domain.step, log=domain.log)
+    high = domain.high
+    if bound is not None and bound < high:  # down to the first step at or past the bound
+        high = domain.low + max(0, math.ceil((bound - domain.low) / domain.step)) * domain.step
+    return trial.suggest_int(name, domain.low, min(high, domain.high), step=domain.step, log=domain.log)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,16 +127,19 @@ class Space:
         return dataclasses.replace(self, domains={**self.domains,
                                                   name: dataclasses.replace(self.domains[name], high=high)})
 
-    def sample(self, trial: optuna.Trial, held: Mapping[str, Any] | None = None) -> Config:  # type: ignore[valid-type]
+    def sample(self, trial: optuna.Trial, held: Mapping[str, Any] | None = None,
+               cap: Cap | None = None) -> Config:  # type: ignore[valid-type]
         """Draw a config define-by-run, skipping knobs whose condition fails.
 
-        Knobs in ``held`` take its value (None: the user's own) and are not sampled.
+        Knobs in ``held`` take its value (None: the user's own) and are not sampled; an
+        int range is drawn up to ``cap(name, values drawn so far)`` where that is lower.
         """
         held = held or {}
         values: dict[str, Any] = {}
         for name, domain in self.domains.items():
             if KNOBS[name].is_active(values):
-                values[name] = held[name] if name in held else _suggest(trial, name, domain)
+                bound = cap(name, values) if cap is not None and isinstance(domain, IntRange) else None
+                values[name] = held[name] if name in held else _suggest(trial, name, domain, bound)
         return Config(**values)
 
 

@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from autotune._ceilings import Ceilings, loader_only
+from autotune._ceilings import Ceilings, Verdict, loader_only
 from autotune._confirm import PENDING, Decision, Group, baseline_group, decide, group_runs
 from autotune._knobs import KNOBS, show_value
 from autotune._outcome import Outcome
@@ -203,10 +203,21 @@ def findings(found: Standing) -> list[str]:
         each = [r.bottleneck.efficiency for r in win.runs if r.reliable and r.bottleneck and r.bottleneck.efficiency]
         if len(each) > 1:
             lines[-1] += f" (each run: {', '.join(f'{e:.0%}' for e in each)})"
-    compiled = compile_payback(win, base)
-    if compiled:
-        lines.append(compiled)
+    lines += filter(None, [compile_payback(win, base), fetch_hint(win.lead)])
     return lines
+
+
+def fetch_hint(lead: TrialRow) -> str | None:
+    """For a winner limited by its loader or its main thread whose map-style dataset
+    fetches sample by sample: the batched fetch (``__getitems__``) that no knob can give."""
+    bound = lead.bottleneck
+    if lead.dataset.get("batched_fetch") is not False or bound is None:
+        return None
+    if bound.verdict != Verdict.DATA.value and bound.limit not in ("loader", "main"):
+        return None
+    return (f"hint: {lead.dataset.get('name', 'your dataset')} fetches one sample per call; a "
+            "__getitems__(self, indices) method returning the batch's samples lets the DataLoader fetch "
+            "each batch in one call (one read, one lock, one index), which no knob can do")
 
 
 def compile_payback(win: Group, base: Group | None) -> str | None:

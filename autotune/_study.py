@@ -45,6 +45,7 @@ from autotune._records import (
     ATTR_CONFIG,
     ATTR_CONFIRMS,
     ATTR_CURVE,
+    ATTR_DATASET,
     ATTR_DOUBT,
     ATTR_HEARTBEAT,
     ATTR_LOSSES,
@@ -110,7 +111,7 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune._probe import Fingerprint
-    from autotune._space import Space
+    from autotune._space import Cap, Space
     from autotune._tracking import Tracker
 
 #: Default store folder (relative to where autotune runs): the Optuna journal,
@@ -751,7 +752,8 @@ class StudyRunner:
         if rerun is not None:
             config = Config(**attrs.get(ATTR_SAMPLED, {}))
         else:
-            config = Config() if baseline else self._space_now(found).sample(trial, self._settled(found))
+            config = Config() if baseline else self._space_now(found).sample(trial, self._settled(found),
+                                                                             self._useful_workers(found))
         trial.set_user_attr(ATTR_BASELINE, baseline)
         trial.set_user_attr(ATTR_SAMPLED, config.set_values())
         trial.set_user_attr(ATTR_SLOT, slot.record())
@@ -802,17 +804,56 @@ class StudyRunner:
         """The space, with an ``auto`` worker range widened as far as the measured loaders ask
         (``autotune._workers``); each new range said once."""
         from autotune._space import IntRange
-        from autotune._workers import widened_range
+        from autotune._workers import (
+            batch_of,
+            epoch_samples,
+            useful_workers,
+            widened_range,
+        )
 
         domain = self.space.domains.get("num_workers")
         if not isinstance(domain, IntRange) or not domain.auto:
             return self.space
+        # At the space's smallest batch size an epoch has the most batches: no more workers help.
+        epoch = {}
+        samples, base = epoch_samples(found.rows), self._base_batch_size(found)
+        sizes = self.space.domains.get("batch_size")
+        counts = {b: useful_workers(b, base, samples) for b in (sizes.values() if sizes else (None,))}
+        if all(counts.values()):
+            size, most = max(counts.items(), key=lambda kv: kv[1])
+            epoch[f"an epoch's {most} batches at batch size {batch_of(size, base)}"] = most
         wider = widened_range(domain.high, domain.low, [r for r in found.rows if r.measured], found.ceilings,
-                              found.ceilings.cpus or self.fingerprint.cpus, self.ram_budget)
+                              found.ceilings.cpus or self.fingerprint.cpus, self.ram_budget, also=epoch)
         if wider is None:
             return self.space
         self._note_once(wider.why, f"workers-{wider.high}")
         return self.space.with_high("num_workers", wider.high)
+
+    @staticmethod
+    def _base_batch_size(found: Standing) -> int | None:
+        """The batch size the user's code passes (every trial's loader reports the same)."""
+        return next((r.base_batch_size for r in found.rows if r.base_batch_size), None)
+
+    def _useful_workers(self, found: Standing) -> Cap | None:
+        """Draw ``num_workers`` only up to the batches of an epoch at the batch size drawn
+        (a worker makes whole batches; ``Run.dataloader`` would clamp the rest), said once."""
+        from autotune._space import IntRange
+        from autotune._workers import batch_of, epoch_samples, useful_workers
+
+        samples, base = epoch_samples(found.rows), self._base_batch_size(found)
+        if samples is None:
+            return None
+
+        def cap(name: str, values: Mapping[str, Any]) -> int | None:
+            most = useful_workers(values.get("batch_size"), base, samples) if name == "num_workers" else None
+            domain = self.space.domains.get(name)
+            if most is not None and isinstance(domain, IntRange) and most < domain.high:
+                self._note_once(f"num_workers drawn up to the batches of an epoch ({samples:,} samples; "
+                                f"{most} batches at batch size {batch_of(values.get('batch_size'), base)}): "
+                                "past one worker per batch, the rest would sit idle", "epoch-workers")
+            return most
+
+        return cap
 
     def _settled(self, found: Standing) -> dict[str, Any]:
         """The knobs not to sample now: ``held_loader_knobs`` for the best trial (holding and
@@ -882,7 +923,8 @@ class StudyRunner:
         the next tuner on the study to replay (``_replay_pending``).
         """
         derived = {f"resolved.{k}": v for k, v in result.resolved.items()}
-        derived.update(base_batch_size=result.base_batch_size, effective_lr=result.lr)
+        derived.update(base_batch_size=result.base_batch_size, effective_lr=result.lr,
+                       **{f"dataset.{k}": v for k, v in result.dataset.items()})
         # Every knob a param, as the space writes it: those the config did not set (the
         # baseline's every knob) at the code's own value, named in own_knobs.
         sampled = trial.user_attrs.get(ATTR_SAMPLED, {})
@@ -912,7 +954,8 @@ class StudyRunner:
             "attrs": {ATTR_OUTCOME: result.outcome.value, ATTR_REASON: clip(result.reason, REASON_LIMIT),
                       ATTR_METRICS: result.metrics, ATTR_CONFIG: result.resolved,
                       ATTR_BASE_BATCH: result.base_batch_size, ATTR_LR: result.lr,
-                      ATTR_LOSSES: result.losses, ATTR_CEILINGS: own, ATTR_DOUBT: why, ATTR_CURVE: result.curve},
+                      ATTR_LOSSES: result.losses, ATTR_CEILINGS: own, ATTR_DOUBT: why, ATTR_CURVE: result.curve,
+                      ATTR_DATASET: result.dataset},
             "mlflow": {"outcome": result.outcome.value, "reason": result.reason, "metrics": metrics,
                        "series": result.series, "params": {k: v for k, v in derived.items() if v is not None},
                        "log_path": str(result.log_path), "tags": tags},

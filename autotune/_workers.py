@@ -9,7 +9,11 @@ busy are CPU-bound: more than the cores cannot help, and the range stays.
 
 The range only widens, and it comes from the study's records, so every tuner on a
 study agrees on it. It is bounded by the RAM budget (at the PSS one worker was
-seen to add) and by the process and open-file limits.
+seen to add) and by the process and open-file limits, and by the batches of an
+epoch: a worker makes whole batches, so past one per batch the rest sit idle
+(``Run.dataloader`` clamps them). At each trial's batch size the search draws no
+more workers than that (``useful_workers``), so it does not spend trials on
+configs that run as another.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from autotune._ceilings import Ceilings
-from autotune._knobs import Part
+from autotune._knobs import Part, parse_relative
 
 #: Share of the CPUs its workers could use (at most one each) under which a loader
 #: counts as waiting: more workers than cores then help.
@@ -107,6 +111,34 @@ def limits(ram_budget: int | None, per_worker: float | None, base_ram: float | N
     return caps
 
 
+def epoch_samples(rows: Iterable[Any]) -> int | None:
+    """Samples in an epoch as the trials' loaders saw them (batches x batch size; the
+    most any trial saw, so a last partial batch never bounds too low), or None."""
+    seen = [row.dataset["epoch_batches"] * row.config["batch_size"] for row in rows
+            if row.dataset.get("epoch_batches") and isinstance(row.config.get("batch_size"), int)]
+    return max(seen) if seen else None
+
+
+def batch_of(batch_size: Any, base_batch_size: int | None) -> int | None:
+    """A ``batch_size`` knob's value in samples (``"4x"`` of the code's own, an int, or None
+    for the code's own), as ``Run.dataloader`` makes it; None when unknown."""
+    factor = parse_relative(batch_size)
+    if factor is not None:
+        return max(1, round(factor * base_batch_size)) if base_batch_size else None
+    return batch_size if isinstance(batch_size, int) else base_batch_size
+
+
+def useful_workers(batch_size: Any, base_batch_size: int | None, samples: int | None) -> int | None:
+    """Workers that can each have a batch of an epoch of ``samples`` at ``batch_size``
+    (as for ``batch_of``), or None when either size is unknown.
+
+    >>> useful_workers("4x", 64, 60_000), useful_workers(None, 64, 60_000), useful_workers(500, 64, 1_000)
+    (235, 938, 2)
+    """
+    size = batch_of(batch_size, base_batch_size)
+    return math.ceil(samples / size) if samples and size else None
+
+
 @dataclasses.dataclass(frozen=True)
 class WorkerRange:
     """A widened ``num_workers`` high end, and the line that says why."""
@@ -116,9 +148,11 @@ class WorkerRange:
 
 
 def widened_range(high: int, low: int, rows: Iterable[Any], ceilings: Ceilings, cpus: int,
-                  ram_budget: int | None, caps: Mapping[str, int] | None = None) -> WorkerRange | None:
+                  ram_budget: int | None, caps: Mapping[str, int] | None = None,
+                  also: Mapping[str, int] | None = None) -> WorkerRange | None:
     """The range's new high end, if what the loaders measured asks for more than ``high``
-    (``caps``: the limits, by default this machine's and the RAM budget's)."""
+    (``caps``: the limits, by default this machine's and the RAM budget's; ``also``: more
+    of them, such as an epoch's batches at the space's smallest batch size)."""
     rows = list(rows)
     seen = evidence(rows, ceilings, cpus)
     if not seen:
@@ -127,6 +161,7 @@ def widened_range(high: int, low: int, rows: Iterable[Any], ceilings: Ceilings, 
     if best.needed <= high:
         return None
     caps = dict(limits(ram_budget, worker_ram(rows), ram_without_workers(rows)) if caps is None else caps)
+    caps.update(also or {})
     bound = min(caps.items(), key=lambda kv: kv[1]) if caps else None
     new = min(best.needed, bound[1]) if bound else best.needed
     if new <= high:

@@ -54,6 +54,25 @@ def test_findings_of_a_confirmed_win() -> None:
     assert lines[2].startswith("bottleneck: 94% of the data-on-device ceiling")
 
 
+@pytest.mark.parametrize("wait, loader, batched, hinted", [
+    (0.40, 120.0, False, True),   # data-bound on a dataset that fetches sample by sample
+    (0.01, None, False, False),   # compute-bound: fetching faster buys nothing
+    (0.40, 120.0, True, False),   # it already fetches whole batches
+    (0.40, 120.0, None, False),   # an IterableDataset: it makes its own batches
+])
+def test_findings_name_the_batched_fetch_where_loading_limits(wait: float, loader: float | None,
+                                                               batched: bool | None, hinted: bool) -> None:
+    win = dataclasses.replace(row(1, 100), bottleneck=bottleneck(100.0, wait, 500.0, loader),
+                              dataset={"name": "Reads", "epoch_batches": 10}
+                              | ({} if batched is None else {"batched_fetch": batched}))
+    lines = findings(standing_of(row(0, 50, baseline=True), win))
+    hint = [line for line in lines if line.startswith("hint:")]
+    said = ("hint: Reads fetches one sample per call; a __getitems__(self, indices) method returning the batch's "
+            "samples lets the DataLoader fetch each batch in one call (one read, one lock, one index), which no "
+            "knob can do")
+    assert hint == ([said] if hinted else [])
+
+
 def test_findings_when_nothing_beats_the_baseline_beyond_the_noise() -> None:
     found = standing_of(row(0, 100, baseline=True), row(1, 104), row(2, 99, confirms=0),
                         row(3, 103, confirms=0), row(4, 102, confirms=1), row(5, 106, confirms=1))

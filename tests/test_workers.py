@@ -15,7 +15,15 @@ from autotune import Config, Run
 from autotune._ceilings import Ceilings, ceiling_key
 from autotune._knobs import Part
 from autotune._space import IntRange, load_space
-from autotune._workers import Evidence, evidence, limits, widened_range, worker_ram
+from autotune._workers import (
+    Evidence,
+    epoch_samples,
+    evidence,
+    limits,
+    useful_workers,
+    widened_range,
+    worker_ram,
+)
 
 NO_LIMITS: dict[str, int] = {}
 
@@ -107,6 +115,53 @@ def test_no_more_workers_than_batches_in_an_epoch() -> None:
     assert spawned.num_workers == 5  # the user's worker kwargs kept
 
 
+def test_an_epochs_batches_bound_the_range_and_the_line_says_so() -> None:
+    base = row(0, 0)
+    wider = widened_range(2, 0, [base], ceilings((base, 800.0, 1e-4, 20_000.0)), 2, None, NO_LIMITS,
+                          also={"an epoch's 10 batches at batch size 64": 10})
+    assert wider.high == 10
+    assert wider.why.endswith("(25 would feed the model; an epoch's 10 batches at batch size 64 allows 10)")
+
+
+def test_epoch_samples_from_the_trials_loaders() -> None:
+    def seen(batches: int | None, size: int | str) -> SimpleNamespace:
+        return SimpleNamespace(dataset={"epoch_batches": batches}, config={"batch_size": size})
+
+    # 1,000 samples: 16 batches of 64 (the last one partial), 4 of 256; the most seen is kept
+    assert epoch_samples([seen(16, 64), seen(4, 256), seen(None, 64)]) == 1_024
+    assert epoch_samples([seen(None, 64)]) is None
+    assert useful_workers("4x", 64, 1_024) == 4 and useful_workers(None, 64, 1_024) == 16
+    assert useful_workers("4x", None, 1_024) is None and useful_workers(64, None, None) is None
+
+
+def test_the_search_draws_no_more_workers_than_an_epoch_has_batches(tmp_path: Path) -> None:
+    import optuna
+
+    path = tmp_path / "s.yaml"
+    path.write_text("knobs: {batch_size: [1x, 8x], num_workers: {low: 0, high: 1000}}\n")
+    space = load_space(str(path))
+    asked = []
+
+    def cap(name: str, values: dict) -> int | None:
+        asked.append((name, dict(values)))
+        return useful_workers(values.get("batch_size"), 16, 4_096) if name == "num_workers" else None
+
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    drawn = [space.sample(study.ask(), cap=cap) for _ in range(40)]
+    sizes = {c.batch_size for c in drawn}
+    assert sizes == {"1x", "8x"}
+    for trial, config in zip(study.get_trials(), drawn):
+        most = 256 if config.batch_size == "1x" else 32  # 4,096 samples in batches of 16 or 128
+        assert trial.distributions["num_workers"].high == most and 0 <= config.num_workers <= most
+    assert ("num_workers", {"batch_size": "8x"}) in asked  # the batch size is drawn first
+    # a step is kept: the bound rounds up to the next step
+    stepped = tmp_path / "t.yaml"
+    stepped.write_text("knobs: {num_workers: {low: 2, high: 64, step: 4}}\n")
+    trial = optuna.create_study().ask()
+    load_space(str(stepped)).sample(trial, cap=lambda name, values: 7)
+    assert trial.distributions["num_workers"].high == 10
+
+
 def test_a_study_on_a_waiting_loader_widens_its_worker_range(tmp_path: Path) -> None:
     space = tmp_path / "auto.yaml"
     space.write_text("knobs: {num_workers: {low: 0, high: auto}}\n")
@@ -123,3 +178,40 @@ def test_a_study_on_a_waiting_loader_widens_its_worker_range(tmp_path: Path) -> 
     assert high > 2 * 2  # past the cores: one process reads ~1,000 samples/s, the model takes far more
     trials = load_study(tmp_path / "mlflow", "io").get_trials()
     assert trials[1].distributions["num_workers"].high == high
+    # every trial's loader said what it reads: 4,096 samples in batches of 16, one by one
+    facts = {"name": "SlowReads", "epoch_batches": 256, "batched_fetch": False}
+    assert all(t.user_attrs["dataset"] == facts for t in trials), [t.user_attrs for t in trials]
+
+
+class Batched(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 10
+
+    def __getitem__(self, i: int) -> int:
+        return i
+
+    def __getitems__(self, indices: list[int]) -> list[int]:
+        return list(indices)
+
+
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(range(10))
+
+
+def test_a_run_says_what_its_loader_reads() -> None:
+    from torch.utils.data import Subset
+
+    def facts(dataset, **kwargs) -> dict:
+        run = Run(Config(), "cpu")
+        run.dataloader(dataset, **kwargs)
+        return run._dataset
+
+    plain = TensorDataset(torch.zeros(10, 2))
+    assert facts(plain, batch_size=4) == {"name": "TensorDataset", "epoch_batches": 3, "batched_fetch": False}
+    assert facts(plain, batch_size=4, drop_last=True)["epoch_batches"] == 2
+    # a Subset fetches in batches only when what it wraps does
+    assert facts(Subset(Batched(), [1, 2, 3]), batch_size=2) == {"name": "Batched", "epoch_batches": 2,
+                                                                  "batched_fetch": True}
+    assert facts(Subset(plain, [1, 2]))["batched_fetch"] is False
+    assert facts(Stream(), batch_size=4) == {"name": "Stream", "epoch_batches": None}
