@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 import re
 import statistics
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -52,6 +55,26 @@ def host_cpu() -> str:
     flags = set(fields.get("flags\t\t", "").split())
     wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
     return f"{model} ({', '.join(f for f in wanted if f in flags) or 'none of avx2/avx512'})"
+
+
+def one_trial(target: str, config: Any, budget: Any, logs: Path, *, device: Any = None, seed: int = 0,
+              warm: Any = None, strict: bool = True) -> Any:
+    """One real trial of ``target`` (``path.py:function``) under ``config``, as a study runs
+    it: forked from ``warm`` (an ``autotune._pool.WarmWorker``) or, with None, spawned cold; on
+    ``device`` (None: what ``--device auto`` picks). Its ``TrialResult`` if it completed;
+    otherwise a RuntimeError, or with ``strict=False`` None and a line on stderr saying why."""
+    from autotune._probe import probe
+    from autotune._runner import TrialSpec, run_trial
+
+    spec = TrialSpec(target, config, device or probe("auto").device, budget, seed=seed)
+    result = run_trial(spec, logs / f"{Path(target.partition(':')[0]).stem}-{time.time_ns()}.log", warm=warm)
+    if result.outcome.value == "complete":
+        return result
+    why = f"{Path(target).name} {config.set_values()}: {result.outcome.value}: {result.reason}"
+    if strict:
+        raise RuntimeError(why)
+    print(f"  {why}", file=sys.stderr)
+    return None
 
 
 def write_section(heading: str, body: str) -> None:

@@ -35,11 +35,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _results import HERE, RESULTS_ENV, ROOT, figure_path, machine, results_path, spread, write_section
+from _results import HERE, RESULTS_ENV, ROOT, figure_path, machine, one_trial, results_path, spread, write_section
 
 from autotune import Config
 from autotune._ceilings import bottleneck, cpu_roof
-from autotune._runner import Budget, TrialSpec, run_trial
+from autotune._runner import Budget
 
 RUNNERS = ["mnist", "jpeg", "charlm"]
 PARTS = ["runners", "search", "overhead", "divergence", "watchdogs"]
@@ -88,12 +88,7 @@ def measure(runner: str, config: Config, logs: Path, budget: Budget = Budget(), 
             warm=None) -> dict[str, Any]:
     """One real trial (both ceilings measured, none known); its figures. ``warm``: the
     ``autotune._pool.WarmWorker`` to fork it from, as a study does; None spawns it cold."""
-    from autotune._probe import probe
-
-    spec = TrialSpec(target(runner), config, probe("auto").device, budget, seed=seed)
-    result = run_trial(spec, logs / f"{runner}-{time.time_ns()}.log", warm=warm)
-    if result.outcome.value != "complete":
-        raise RuntimeError(f"{runner} {config.set_values()}: {result.outcome.value}: {result.reason}")
+    result = one_trial(target(runner), config, budget, logs, seed=seed, warm=warm)
     figures = dict(result.metrics)
     for entry in result.ceilings:
         figures[f"{entry['part']}_ceiling"] = entry["samples_per_s"]

@@ -17,21 +17,21 @@ For each case, in turns (so that a drift of the machine falls on both alike):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from _results import ROOT, machine, spread, write_section
+from _results import ROOT, machine, one_trial, spread, write_section
 
-from autotune import Config
+from autotune import Config, _monitor
 from autotune._export import render
 from autotune._pool import WarmWorker
-from autotune._runner import Budget, TrialSpec, new_tag, run_trial
+from autotune._runner import Budget, new_tag
 
 IO = ROOT / "tests" / "fixtures" / "io_train.py"
 #: (name, target, config): the runners as written and with a tuned-like config, and a
@@ -49,10 +49,7 @@ SAMPLES_LINE = re.compile(r"autotune: ([\d,]+) samples/s over the last")
 
 def trial(target: str, config: Config, warm: WarmWorker, logs: Path, windows: int, window_s: float):
     budget = Budget(windows=windows, window_s=window_s, ceiling_windows=0, learn_windows=0)
-    result = run_trial(TrialSpec(target, config, "cpu", budget), logs / f"trial-{time.time_ns()}.log", warm=warm)
-    if result.outcome.value != "complete":
-        raise RuntimeError(f"{target} {config.set_values()}: {result.outcome.value}: {result.reason}")
-    return result
+    return one_trial(target, config, budget, logs, device="cpu", warm=warm)
 
 
 def production_rate(target: str, result, folder: Path, reports: int, every: float) -> float:
@@ -85,14 +82,45 @@ def production_rate(target: str, result, folder: Path, reports: int, every: floa
     return statistics.median(rates[1:])
 
 
+@contextlib.contextmanager
+def monitor_slowed(every: float = 5.0):
+    """The tuner's monitor reading once every ``every`` s instead of 10 times a second: what a
+    trial costs without it (a benchmark's patch; the product never turns it down)."""
+    saved = _monitor.INTERVAL, _monitor.PSS_EVERY
+    _monitor.INTERVAL = _monitor.PSS_EVERY = every
+    try:
+        yield
+    finally:
+        _monitor.INTERVAL, _monitor.PSS_EVERY = saved
+
+
+#: ``--variants``: trials measured another way, each beside the two above, to find a gap's cause.
+VARIANTS = {"monitor-slowed": "trial, the monitor at 0.2 Hz", "cold": "trial, spawned cold"}
+
+
+def measure_pair(target: str, config: Config, warm: WarmWorker, folder: Path, args: argparse.Namespace
+                 ) -> dict[str, float]:
+    """One turn of a case: the trial, production, and each variant asked for."""
+    result = trial(target, config, warm, folder, args.windows, args.window)
+    found = {"trial": result.metrics["samples_per_s"],
+             "production": production_rate(target, result, folder, args.windows, args.window)}
+    for variant in args.variants:
+        with monitor_slowed() if variant == "monitor-slowed" else contextlib.nullcontext():
+            again = trial(target, config, None if variant == "cold" else warm, folder, args.windows, args.window)
+        found[VARIANTS[variant]] = again.metrics["samples_per_s"]
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=5, help="trial/production pairs per case")
     parser.add_argument("--windows", type=int, default=4)
     parser.add_argument("--window", type=float, default=2.0, help="seconds per window and per production report")
     parser.add_argument("--cases", nargs="*", type=int, help="indices into CASES (default: all)")
+    parser.add_argument("--variants", nargs="*", default=[], choices=list(VARIANTS),
+                        help="also measure trials these ways, in the same turns (a section of their own)")
     args = parser.parse_args()
-    rows = []
+    rows, variant_rows = [], []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         warm = WarmWorker(os.environ, new_tag())
@@ -100,20 +128,39 @@ def main() -> None:
             for index, (name, target, config) in enumerate(CASES):
                 if args.cases and index not in args.cases:
                     continue
-                trials, production = [], []
+                turns = []
                 for _ in range(args.pairs):
-                    result = trial(target, config, warm, folder, args.windows, args.window)
-                    trials.append(result.metrics["samples_per_s"])
-                    production.append(production_rate(target, result, folder, args.windows, args.window))
-                    print(f"{name}: trial {trials[-1]:,.0f}, production {production[-1]:,.0f}", flush=True)
-                ratios = [t / p * 100 for t, p in zip(trials, production)]
+                    turns.append(measure_pair(target, config, warm, folder, args))
+                    print(f"{name}: " + ", ".join(f"{k} {v:,.0f}" for k, v in turns[-1].items()), flush=True)
+                trials, production = [t["trial"] for t in turns], [t["production"] for t in turns]
                 rows.append(f"| {name} | {spread(trials, ',.0f')} | {spread(production, ',.0f')} "
-                            f"| {statistics.median(trials) / statistics.median(production) * 100:.1f}% "
-                            f"| {spread(ratios, '.1f')}% |")
+                            f"| {ratio_cells(trials, production)} |")
+                for kind in turns[0]:
+                    if kind != "production":
+                        values = [t[kind] for t in turns]
+                        variant_rows.append(f"| {name} | {kind} | {spread(values, ',.0f')} "
+                                            f"| {ratio_cells(values, production)} |")
         finally:
             warm.close()
+    command = f"`python benchmarks/production.py --pairs {args.pairs}"
+    if args.variants:
+        body = "\n".join([
+            f"Machine: {machine()}. {command} --variants {' '.join(args.variants)}`.",
+            "",
+            f"As above, {args.pairs} turns per case; in each turn, beside the trial and production, a trial "
+            "measured each other way: with the tuner's monitor reading once every 5 s instead of 10 times a "
+            "second (`monitor-slowed`), and spawned as a new interpreter instead of forked from the warm worker "
+            "(`cold`). Each against the same turns' production.",
+            "",
+            "| case | measured as | samples/s | over production (medians) | per turn |",
+            "|---|---|---|---|---|",
+            *variant_rows,
+        ])
+        write_section("Trial vs production: where the gap is", body)
+        print(body)
+        return
     body = "\n".join([
-        f"Machine: {machine()}. `python benchmarks/production.py --pairs {args.pairs}`.",
+        f"Machine: {machine()}. {command}`.",
         "",
         f"Each case {args.pairs} times in turns: a trial as the study runs it (forked from a warm worker, "
         f"the tuner's monitor watching; {args.windows} windows of {args.window:.0f} s, median) and the same "
@@ -127,6 +174,12 @@ def main() -> None:
     ])
     write_section("Trial vs production", body)
     print(body)
+
+
+def ratio_cells(values: list[float], production: list[float]) -> str:
+    """Two table cells: the ratio of the medians, and the per-turn ratios' median (min..max)."""
+    ratios = [v / p * 100 for v, p in zip(values, production)]
+    return f"{statistics.median(values) / statistics.median(production) * 100:.1f}% | {spread(ratios, '.1f')}%"
 
 
 if __name__ == "__main__":
