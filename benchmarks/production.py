@@ -2,16 +2,23 @@
 function run in production with that config's YAML (issue 14, item 3). Writes the
 "Trial vs production" section of ``benchmarks/RESULTS.md``.
 
-For each case, in turns (so that a drift of the machine falls on both alike):
+For each case, one unmeasured trial (the warm-up; production runs its YAML), then turns, each
+in an order shuffled per turn (so that a drift of the machine, and a place in the turn, fall on
+all alike):
 
 - **trial**: ``run_trial`` as the study runs it (a warm worker, the tuner's monitor
   watching RAM and foreign load): the median of its windows;
 - **production**: ``train(autotune.load(yaml, report_every=S))`` in a process of its
   own, as a user runs it: the median of its ``samples/s over the last S s`` lines,
-  the first one (its warm-up) left out.
+  the first one (its warm-up) left out;
+- with ``--variants``, trials measured other ways beside them, to find where a gap comes
+  from: the tuner's monitor slowed to 0.2 Hz (``monitor-slowed``), and the worker spawned
+  as a new interpreter instead of forked from the warm one (``cold``). These go to a
+  section of their own.
 
     python benchmarks/production.py              # about 15 minutes on a 2-core CPU
     python benchmarks/production.py --pairs 2    # a smoke run
+    python benchmarks/production.py --cases 2 --pairs 10 --variants monitor-slowed cold
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import random
 import re
 import statistics
 import subprocess
@@ -98,17 +106,23 @@ def monitor_slowed(every: float = 5.0):
 VARIANTS = {"monitor-slowed": "trial, the monitor at 0.2 Hz", "cold": "trial, spawned cold"}
 
 
-def measure_pair(target: str, config: Config, warm: WarmWorker, folder: Path, args: argparse.Namespace
-                 ) -> dict[str, float]:
-    """One turn of a case: the trial, production, and each variant asked for."""
-    result = trial(target, config, warm, folder, args.windows, args.window)
-    found = {"trial": result.metrics["samples_per_s"],
-             "production": production_rate(target, result, folder, args.windows, args.window)}
-    for variant in args.variants:
-        with monitor_slowed() if variant == "monitor-slowed" else contextlib.nullcontext():
-            again = trial(target, config, None if variant == "cold" else warm, folder, args.windows, args.window)
-        found[VARIANTS[variant]] = again.metrics["samples_per_s"]
-    return found
+def measure_turn(target: str, config: Config, first, warm: WarmWorker, folder: Path, args: argparse.Namespace,
+                 turn: int) -> dict[str, float]:
+    """One turn of a case: the trial, production (under the YAML of ``first``, a trial of the
+    same config) and each variant asked for, in an order shuffled per turn, so that what a
+    place in the turn does (the first after the last turn's process, the one after production)
+    falls on each alike."""
+    kinds = ["trial", "production", *args.variants]
+    random.Random(turn).shuffle(kinds)
+    found = {}
+    for kind in kinds:
+        if kind == "production":
+            found[kind] = production_rate(target, first, folder, args.windows, args.window)
+            continue
+        with monitor_slowed() if kind == "monitor-slowed" else contextlib.nullcontext():
+            result = trial(target, config, None if kind == "cold" else warm, folder, args.windows, args.window)
+        found[VARIANTS.get(kind, kind)] = result.metrics["samples_per_s"]
+    return dict(sorted(found.items(), key=lambda kv: ["trial", "production", *VARIANTS.values()].index(kv[0])))
 
 
 def main() -> None:
@@ -128,9 +142,11 @@ def main() -> None:
             for index, (name, target, config) in enumerate(CASES):
                 if args.cases and index not in args.cases:
                     continue
+                # a trial first, unmeasured: the warm-up of the case, and the YAML production runs
+                first = trial(target, config, warm, folder, args.windows, args.window)
                 turns = []
-                for _ in range(args.pairs):
-                    turns.append(measure_pair(target, config, warm, folder, args))
+                for turn in range(args.pairs):
+                    turns.append(measure_turn(target, config, first, warm, folder, args, turn))
                     print(f"{name}: " + ", ".join(f"{k} {v:,.0f}" for k, v in turns[-1].items()), flush=True)
                 trials, production = [t["trial"] for t in turns], [t["production"] for t in turns]
                 rows.append(f"| {name} | {spread(trials, ',.0f')} | {spread(production, ',.0f')} "
@@ -147,7 +163,8 @@ def main() -> None:
         body = "\n".join([
             f"Machine: {machine()}. {command} --variants {' '.join(args.variants)}`.",
             "",
-            f"As above, {args.pairs} turns per case; in each turn, beside the trial and production, a trial "
+            f"As above, {args.pairs} turns per case after one unmeasured trial (whose YAML production runs), "
+            "in an order shuffled per turn; in each turn, beside the trial and production, a trial "
             "measured each other way: with the tuner's monitor reading once every 5 s instead of 10 times a "
             "second (`monitor-slowed`), and spawned as a new interpreter instead of forked from the warm worker "
             "(`cold`). Each against the same turns' production.",
@@ -162,7 +179,8 @@ def main() -> None:
     body = "\n".join([
         f"Machine: {machine()}. {command}`.",
         "",
-        f"Each case {args.pairs} times in turns: a trial as the study runs it (forked from a warm worker, "
+        f"Each case {args.pairs} times in turns (after one unmeasured trial, in an order shuffled per turn): "
+        "a trial as the study runs it (forked from a warm worker, "
         f"the tuner's monitor watching; {args.windows} windows of {args.window:.0f} s, median) and the same "
         "function in production (`train(autotune.load(yaml, report_every="
         f"{args.window:.0f}))` in its own process; the median of {args.windows} reports after the first). "
