@@ -4,6 +4,7 @@ what other processes take of the CPUs and the GPU it measures on (foreign load).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import statistics
 import threading
@@ -11,8 +12,8 @@ import time
 from collections.abc import Callable, Mapping
 
 #: Seconds between samples: fast enough to catch a RAM hog before swap. A sample
-#: reads RSS of the tree and the system's available memory (about 1 ms for a
-#: trial with 4 DataLoader workers on the 2-core CI machine).
+#: reads RSS of the tree and the system's available memory (about 0.4 ms for a
+#: trial with 4 DataLoader workers on the 2-core CI machine, CPU times included).
 INTERVAL = 0.1
 #: Seconds between exact (PSS) readings, which cost about 3 ms per process: RSS
 #: sums shared pages once per forked worker, so it over-counts (3x for a trial
@@ -99,14 +100,52 @@ def size(n: float) -> str:
 
 
 def process_tree(pid: int) -> list:
-    """``pid`` and all its descendants as psutil processes (empty once it is gone)."""
+    """``pid`` and all its descendants as psutil processes (empty once it is gone).
+
+    Found through each thread's ``/proc/PID/task/TID/children`` (Linux), so a reading
+    costs what the tree holds, not what the machine runs: psutil's ``children()`` reads
+    every process's ``/proc/N/stat`` (1.1 ms with 84 processes on the 2-core CI machine,
+    against 0.11 ms here, for a tree of 4; more on a shared host). Where the kernel has
+    no such files, psutil's way."""
     import psutil
 
     try:
         root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
+        if not _proc_children():
+            return [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         return []
+    found, todo = [root], _children_of(pid)
+    while todo:
+        child = todo.pop()
+        try:
+            found.append(psutil.Process(child))
+        except psutil.NoSuchProcess:
+            continue  # gone between the two reads: no longer in the tree
+        todo += _children_of(child)
+    return found
+
+
+def _children_of(pid: int) -> list[int]:
+    """The pids ``pid``'s threads started (empty once it is gone)."""
+    children: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return children
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                children += map(int, f.read().split())
+        except OSError:  # the thread ended
+            continue
+    return children
+
+
+@functools.cache
+def _proc_children() -> bool:
+    """Whether this kernel has ``/proc/PID/task/TID/children`` (CONFIG_PROC_CHILDREN)."""
+    return os.path.exists(f"/proc/self/task/{threading.get_native_id()}/children")
 
 
 def tree_cpu_s() -> float:

@@ -104,6 +104,9 @@ def monitor_slowed(every: float = 5.0):
 
 #: ``--variants``: trials measured another way, each beside the two above, to find a gap's cause.
 VARIANTS = {"monitor-slowed": "trial, the monitor at 0.2 Hz", "cold": "trial, spawned cold"}
+HOW = {"monitor-slowed": "with the tuner's monitor reading once every 5 s instead of 10 times a second "
+                         "(`monitor-slowed`)",
+       "cold": "spawned as a new interpreter instead of forked from the warm worker (`cold`)"}
 
 
 def measure_turn(target: str, config: Config, first, warm: WarmWorker, folder: Path, args: argparse.Namespace,
@@ -165,9 +168,8 @@ def main() -> None:
             "",
             f"As above, {args.pairs} turns per case after one unmeasured trial (whose YAML production runs), "
             "in an order shuffled per turn; in each turn, beside the trial and production, a trial "
-            "measured each other way: with the tuner's monitor reading once every 5 s instead of 10 times a "
-            "second (`monitor-slowed`), and spawned as a new interpreter instead of forked from the warm worker "
-            "(`cold`). Each against the same turns' production.",
+            f"measured each other way: {'; '.join(HOW[v] for v in args.variants)}. Each against the same "
+            "turns' production.",
             "",
             "| case | measured as | samples/s | over production (medians) | per turn |",
             "|---|---|---|---|---|",

@@ -62,3 +62,37 @@ def test_gpu_readings_that_fail_stop_and_are_said_while_the_ram_guard_goes_on() 
     assert fired and "over the RAM budget" in fired[0]
     assert monitor.problems and monitor.problems[0].startswith("GPU readings stopped: NVML:")
     assert issubclass(pynvml.NVMLError_Uninitialized, pynvml.NVMLError)
+
+
+#: A process whose thread starts a child that starts a grandchild, all sleeping.
+TREE = """
+import subprocess, sys, threading, time
+def start():
+    subprocess.Popen([sys.executable, "-c",
+                      "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; "
+                      "time.sleep(60)']); time.sleep(60)"])
+threading.Thread(target=start).start()
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+time.sleep(60)
+"""
+
+
+def test_the_process_tree_holds_every_descendant_read_either_way(monkeypatch) -> None:
+    import psutil
+
+    from autotune import _monitor
+
+    root = subprocess.Popen([sys.executable, "-c", TREE], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while len(psutil.Process(root.pid).children(recursive=True)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        expected = sorted([root.pid, *(p.pid for p in psutil.Process(root.pid).children(recursive=True))])
+        assert len(expected) == 4
+        assert sorted(p.pid for p in _monitor.process_tree(root.pid)) == expected  # /proc/PID/task/TID/children
+        monkeypatch.setattr(_monitor, "_proc_children", lambda: False)  # a kernel without those files
+        assert sorted(p.pid for p in _monitor.process_tree(root.pid)) == expected
+    finally:
+        os.killpg(root.pid, 9)
+        root.wait()
+    assert _monitor.process_tree(root.pid) == []
