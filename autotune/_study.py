@@ -751,9 +751,11 @@ class StudyRunner:
         baseline = rerun is None and bool(attrs.get(ATTR_BASELINE))
         if rerun is not None:
             config = Config(**attrs.get(ATTR_SAMPLED, {}))
+        elif baseline:
+            config = Config()
         else:
-            config = Config() if baseline else self._space_now(found).sample(trial, self._settled(found),
-                                                                             self._useful_workers(found))
+            space = self._space_now(found)
+            config = space.sample(trial, self._settled(found), self._useful_workers(found, space))
         trial.set_user_attr(ATTR_BASELINE, baseline)
         trial.set_user_attr(ATTR_SAMPLED, config.set_values())
         trial.set_user_attr(ATTR_SLOT, slot.record())
@@ -834,7 +836,7 @@ class StudyRunner:
         """The batch size the user's code passes (every trial's loader reports the same)."""
         return next((r.base_batch_size for r in found.rows if r.base_batch_size), None)
 
-    def _useful_workers(self, found: Standing) -> Cap | None:
+    def _useful_workers(self, found: Standing, space: Space) -> Cap | None:
         """Draw ``num_workers`` only up to the batches of an epoch at the batch size drawn
         (a worker makes whole batches; ``Run.dataloader`` would clamp the rest), said once."""
         from autotune._space import IntRange
@@ -846,7 +848,7 @@ class StudyRunner:
 
         def cap(name: str, values: Mapping[str, Any]) -> int | None:
             most = useful_workers(values.get("batch_size"), base, samples) if name == "num_workers" else None
-            domain = self.space.domains.get(name)
+            domain = space.domains.get(name)  # (as widened)
             if most is not None and isinstance(domain, IntRange) and most < domain.high:
                 self._note_once(f"num_workers drawn up to the batches of an epoch ({samples:,} samples; "
                                 f"{most} batches at batch size {batch_of(values.get('batch_size'), base)}): "
