@@ -61,10 +61,11 @@ def test_every_trial_once_in_optuna_and_mlflow(study_store: Path) -> None:
         # per distinct config, in the first trial that ran it
         assert run.data.tags["autotune.bottleneck"] in ("compute-bound", "data-bound")
         why = run.data.tags["autotune.bottleneck_why"]
-        # (on a busy machine a trial can run past a ceiling measured in a slow moment: unreliable)
+        # (on a busy machine a trial can run past a ceiling measured in a slow moment: unreliable
+        # beyond the noise; within it, at the ceiling: 100%)
         if "unreliable, not used: the data-on-device ceiling" not in why:
             assert run.data.metrics["efficiency"] == pytest.approx(
-                run.data.metrics["samples_per_s"] / run.data.metrics["compute_ceiling"])
+                min(1.0, run.data.metrics["samples_per_s"] / run.data.metrics["compute_ceiling"]))
             assert why.startswith(f"{run.data.metrics['efficiency']:.0%} of the data-on-device ceiling")
         # the sampled knobs are params, and so is what the trial really ran with
         for knob, value in t.params.items():
