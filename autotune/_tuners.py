@@ -42,6 +42,8 @@ TUNER_KEY = "autotune:tuner:"
 #: Marker studies (one per claimed job) are named ``<study><CLAIM_MARK><job>``;
 #: ``show``, ``export`` and the study lists skip them.
 CLAIM_MARK = "::autotune-claim:"
+#: Names the folder where this host's tuners register and take turns on CPUs (``HostRegistry``).
+HOST_DIR_ENV = "AUTOTUNE_HOST_DIR"
 
 
 class Phase(str, enum.Enum):
@@ -212,16 +214,19 @@ class HostRegistry:
     ``join`` lists the live others so that the tuner can say so and share the RAM.
 
     Args:
-        folder: Where the files go (default: ``/dev/shm/autotune-tuners``, else the
-            temporary folder).
+        folder: Where the files go (default: ``$AUTOTUNE_HOST_DIR``, else
+            ``/dev/shm/autotune-tuners``, else the temporary folder's). Tuners that use
+            one folder take turns on its CPUs; tuners whose folders differ never wait on
+            each other (containers that share CPUs should share the folder).
     """
 
     def __init__(self, folder: Path | None = None) -> None:
         import tempfile
 
         shm = Path("/dev/shm")
-        self.folder = folder or (shm if shm.is_dir() and os.access(shm, os.W_OK)
-                                 else Path(tempfile.gettempdir())) / "autotune-tuners"
+        default = (shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())) \
+            / "autotune-tuners"
+        self.folder = folder or Path(os.environ.get(HOST_DIR_ENV) or default)
         self._path: Path | None = None
 
     def join(self, me: Mapping[str, Any], study: str, cpus: str) -> list[dict[str, Any]]:

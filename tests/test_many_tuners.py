@@ -15,7 +15,7 @@ import pytest
 from helpers import cli, cli_env, seed_store
 from servers import PrivateCluster, _without_test_tag
 
-from autotune._tuners import CLAIM_MARK, TUNER_KEY
+from autotune._tuners import CLAIM_MARK, HOST_DIR_ENV, TUNER_KEY
 
 TARGET = f"{Path(__file__).parent / 'fixtures' / 'team_train.py'}:train"
 FAST = ["--warmup", "0.2", "--window", "0.3", "--windows", "2", "--ceiling-windows", "0", "--seed", "0",
@@ -56,8 +56,8 @@ def launch():
     """Starts tuners; any still running when the test ends (it failed) is stopped as Ctrl-C would."""
     started: list[Tuner] = []
 
-    def start(cwd: Path, *args: str, env: dict | None = None) -> Tuner:
-        started.append(Tuner(cwd, *args, env=env))
+    def start(cwd: Path, *args: str, env: dict | None = None, prefix: list[str] | None = None) -> Tuner:
+        started.append(Tuner(cwd, *args, env=env, prefix=prefix))
         return started[-1]
 
     yield start
@@ -158,7 +158,11 @@ def test_tuners_started_together_on_a_new_study(tuners: int, postgres: str, mlfl
 def test_the_parent_run_stays_open_until_the_last_tuner_leaves(postgres: str, mlflow_server, tmp_path: Path,
                                                               launch) -> None:
     """Deterministic, not a race on speed (a loaded machine starts a tuner in anything from 3 to
-    30 s): each tuner's trials wait at a gate of its own, which the test opens in turn."""
+    30 s): each tuner's trials wait at a gate of its own, which the test opens in turn.
+
+    A trial held at its gate holds its CPUs' measuring turn (``HostRegistry.turn``), so the
+    tuners use a host folder of their own (no other test's tuner waits on them) and one CPU
+    each (neither waits on the other's held trial)."""
     from mlflow import MlflowClient
 
     name = f"last-{uuid.uuid4().hex[:6]}"
@@ -167,11 +171,14 @@ def test_the_parent_run_stays_open_until_the_last_tuner_leaves(postgres: str, ml
             "--startup-timeout", "300", *FAST]
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    first = launch(tmp_path / "a", "--trials", "2", *args, env={"TEAM_GATE": str(gate_a)})
+    host = {HOST_DIR_ENV: str(tmp_path / "host")}
+    cpus = sorted(os.sched_getaffinity(0))
+    pin = [["taskset", "-c", str(cpu)] for cpu in cpus[:2]] if len(cpus) > 1 else [None, None]
+    first = launch(tmp_path / "a", "--trials", "2", *args, env={"TEAM_GATE": str(gate_a), **host}, prefix=pin[0])
     wait_until(lambda: _study_exists(postgres, name) and any(
         t.state.name == "RUNNING" for t in study_of(postgres, name).get_trials()),
         what="the first tuner to claim the baseline")
-    second = launch(tmp_path / "b", "--trials", "1", *args, env={"TEAM_GATE": str(gate_b)})
+    second = launch(tmp_path / "b", "--trials", "1", *args, env={"TEAM_GATE": str(gate_b), **host}, prefix=pin[1])
     wait_until(lambda: len(_tuners(postgres, name)) == 2, what="the second tuner to join")
     gate_a.write_text("open")  # the first runs its trials, while the second waits at its own gate
     out = first.wait()
