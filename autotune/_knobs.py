@@ -63,6 +63,20 @@ def parse_relative(value: Any) -> float | None:
     return None
 
 
+def batch_of(batch_size: Any, base_batch_size: int | None) -> int | None:
+    """A ``batch_size`` knob's value in samples, as ``Run.dataloader`` passes it: ``"4x"``
+    times the code's own (at least 1), an int as is, None for the code's own; None when
+    that is unknown.
+
+    >>> batch_of("4x", 64), batch_of("0.01x", 64), batch_of(100, 64), batch_of(None, 64), batch_of("2x", None)
+    (256, 1, 100, 64, None)
+    """
+    factor = parse_relative(batch_size)
+    if factor is not None:
+        return max(1, round(factor * base_batch_size)) if base_batch_size else None
+    return batch_size if isinstance(batch_size, int) else base_batch_size
+
+
 def show_value(value: Any) -> str:
     """A knob value as people read it: booleans as YAML writes them (``true``)."""
     return str(value).lower() if isinstance(value, bool) else str(value)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from autotune._config import Config
-from autotune._knobs import KNOBS, MODEL_KNOBS, parse_relative, show_value
+from autotune._knobs import KNOBS, MODEL_KNOBS, batch_of, show_value
 from autotune._prefetch import iter_batches
 
 
@@ -100,8 +100,7 @@ class Run:
             if knob.name == "batch_size":
                 if self._base_batch_size is None:
                     continue
-                factor = parse_relative(value)
-                value = value if factor is None else max(1, round(factor * self._base_batch_size))
+                value = batch_of(value, self._base_batch_size)
             kw[knob.dataloader_kwarg] = value
         if kw.get("num_workers", 0) == 0:
             # DataLoader refuses these without workers; they are inactive knobs then.
@@ -110,17 +109,18 @@ class Run:
         if kw.get("pin_memory") and self.device.type == "cpu":
             kw["pin_memory"] = False  # nothing to pin for; torch would only warn
         workers = kw.get("num_workers", 0)
-        # The same batches from a loader without workers (which refuses these kwargs).
-        alone = {k: v for k, v in kw.items() if k not in ("num_workers", "prefetch_factor", "persistent_workers",
-                                                          "multiprocessing_context")}
-        batches = _batches_per_epoch(DataLoader(dataset, **alone))
-        self._dataset = dataset_facts(dataset, batches)
-        if workers and batches is not None and 0 < batches < workers:
-            # A worker makes whole batches: past one per batch of the epoch, the rest never work.
-            kw["num_workers"] = batches
-            warnings.warn(f"num_workers={workers} exceeds the {batches} batches of an epoch; "
-                          f"using {batches}", stacklevel=2)
+        if workers:
+            # The same batches from a loader without workers (which refuses these kwargs).
+            alone = {k: v for k, v in kw.items() if k not in ("num_workers", "prefetch_factor", "persistent_workers",
+                                                              "multiprocessing_context")}
+            batches = _batches_per_epoch(DataLoader(dataset, **alone))
+            if batches is not None and 0 < batches < workers:
+                # A worker makes whole batches: past one per batch of the epoch, the rest never work.
+                kw["num_workers"] = batches
+                warnings.warn(f"num_workers={workers} exceeds the {batches} batches of an epoch; "
+                              f"using {batches}", stacklevel=2)
         loader = DataLoader(dataset, **kw)
+        self._dataset = dataset_facts(dataset, _batches_per_epoch(loader))
         for knob in KNOBS.values():
             if knob.dataloader_kwarg:
                 self._observed[knob.name] = kw.get(knob.dataloader_kwarg, knob.default)

@@ -25,7 +25,7 @@ from autotune._guard import (
     learned_share,
     prune_reason,
 )
-from autotune._knobs import show_value
+from autotune._knobs import batch_of, show_value
 from autotune._monitor import Background
 from autotune._noise import (
     FOREIGN_LOAD_MAX,
@@ -806,12 +806,7 @@ class StudyRunner:
         """The space, with an ``auto`` worker range widened as far as the measured loaders ask
         (``autotune._workers``); each new range said once."""
         from autotune._space import IntRange
-        from autotune._workers import (
-            batch_of,
-            epoch_samples,
-            useful_workers,
-            widened_range,
-        )
+        from autotune._workers import epoch_samples, useful_workers, widened_range
 
         domain = self.space.domains.get("num_workers")
         if not isinstance(domain, IntRange) or not domain.auto:
@@ -840,7 +835,7 @@ class StudyRunner:
         """Draw ``num_workers`` only up to the batches of an epoch at the batch size drawn
         (a worker makes whole batches; ``Run.dataloader`` would clamp the rest), said once."""
         from autotune._space import IntRange
-        from autotune._workers import batch_of, epoch_samples, useful_workers
+        from autotune._workers import epoch_samples, useful_workers
 
         samples, base = epoch_samples(found.rows), self._base_batch_size(found)
         if samples is None:

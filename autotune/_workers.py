@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from autotune._ceilings import Ceilings
-from autotune._knobs import Part, parse_relative
+from autotune._knobs import Part, batch_of
 
 #: Share of the CPUs its workers could use (at most one each) under which a loader
 #: counts as waiting: more workers than cores then help.
@@ -119,18 +119,9 @@ def epoch_samples(rows: Iterable[Any]) -> int | None:
     return max(seen) if seen else None
 
 
-def batch_of(batch_size: Any, base_batch_size: int | None) -> int | None:
-    """A ``batch_size`` knob's value in samples (``"4x"`` of the code's own, an int, or None
-    for the code's own), as ``Run.dataloader`` makes it; None when unknown."""
-    factor = parse_relative(batch_size)
-    if factor is not None:
-        return max(1, round(factor * base_batch_size)) if base_batch_size else None
-    return batch_size if isinstance(batch_size, int) else base_batch_size
-
-
 def useful_workers(batch_size: Any, base_batch_size: int | None, samples: int | None) -> int | None:
     """Workers that can each have a batch of an epoch of ``samples`` at ``batch_size``
-    (as for ``batch_of``), or None when either size is unknown.
+    (as for ``autotune._knobs.batch_of``), or None when either size is unknown.
 
     >>> useful_workers("4x", 64, 60_000), useful_workers(None, 64, 60_000), useful_workers(500, 64, 1_000)
     (235, 938, 2)
