@@ -4,6 +4,7 @@ tracking server that goes down and a database that restarts."""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import time
@@ -71,10 +72,21 @@ def launch():
                 tuner.proc.wait()
 
 
+@functools.lru_cache(maxsize=8)
+def storage_of(url: str):
+    """One Optuna storage per database for the tests' own reads. A storage made per call
+    (a URL passed to Optuna) opens a pool of its own: polled every 0.2 s for a tuner that
+    a CPU hog slows, they used up PostgreSQL's 100 connections. Pre-ping: a connection the
+    pool kept through a server restart (a test restarts PostgreSQL) is replaced, not used."""
+    import optuna
+
+    return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+
+
 def study_of(url: str, name: str):
     import optuna
 
-    return optuna.load_study(study_name=name, storage=url)
+    return optuna.load_study(study_name=name, storage=storage_of(url))
 
 
 def wait_until(condition, timeout: float = 240, what: str = "condition"):
@@ -110,7 +122,7 @@ def check_invariants(url: str, tracking_uri: str, name: str, tuners: int, own_tr
         assert any((t.user_attrs.get("doubt") or "").startswith("noisy") and t.number < again.number
                    and again.user_attrs["confirms"] in (t.number, t.user_attrs.get("confirms")) for t in trials)
     assert firsts[0].number in reruns  # the baseline is among them
-    markers = [s.study_name for s in optuna.get_all_study_summaries(url) if s.study_name.startswith(name + CLAIM_MARK)]
+    markers = [s.study_name for s in optuna.get_all_study_summaries(storage_of(url)) if s.study_name.startswith(name + CLAIM_MARK)]
     assert len([m for m in markers if "confirm-after-" in m]) == 1, markers
     # every tuner registered once and left
     entries = [v for k, v in study._storage.get_study_system_attrs(study._study_id).items()
@@ -203,7 +215,7 @@ def _tuners(url: str, name: str) -> list[dict]:
 def _study_exists(url: str, name: str) -> bool:
     import optuna
 
-    return name in {s.study_name for s in optuna.get_all_study_summaries(url)}
+    return name in {s.study_name for s in optuna.get_all_study_summaries(storage_of(url))}
 
 
 def test_a_tracking_server_down_for_20_s_mid_trial_loses_nothing(postgres: str, own_mlflow_server,
