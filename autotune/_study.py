@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import itertools
 import json
+import math
 import os
 import signal
 import threading
@@ -833,7 +834,9 @@ class StudyRunner:
 
     def _useful_workers(self, found: Standing, space: Space) -> Cap | None:
         """Draw ``num_workers`` only up to the batches of an epoch at the batch size drawn
-        (a worker makes whole batches; ``Run.dataloader`` would clamp the rest), said once."""
+        (a worker makes whole batches; ``Run.dataloader`` would clamp the rest), and
+        ``prefetch_factor`` only up to the batches each of those workers has in an epoch
+        (the loader asks for at most an epoch's batches ahead); each said once."""
         from autotune._space import IntRange
         from autotune._workers import epoch_samples, useful_workers
 
@@ -842,13 +845,27 @@ class StudyRunner:
             return None
 
         def cap(name: str, values: Mapping[str, Any]) -> int | None:
-            most = useful_workers(values.get("batch_size"), base, samples) if name == "num_workers" else None
+            batches = useful_workers(values.get("batch_size"), base, samples)  # an epoch's, at this size
+            workers = values.get("num_workers")
             domain = space.domains.get(name)  # (as widened)
-            if most is not None and isinstance(domain, IntRange) and most < domain.high:
-                self._note_once(f"num_workers drawn up to the batches of an epoch ({samples:,} samples; "
-                                f"{most} batches at batch size {batch_of(values.get('batch_size'), base)}): "
-                                "past one worker per batch, the rest would sit idle", "epoch-workers")
-            return most
+            if batches is None or not isinstance(domain, IntRange):
+                return None
+            size = batch_of(values.get("batch_size"), base)
+            if name == "num_workers":
+                if batches < domain.high:
+                    self._note_once(f"num_workers drawn up to the batches of an epoch ({samples:,} samples; "
+                                    f"{batches} batches at batch size {size}): past one worker per batch, the "
+                                    "rest would sit idle", "epoch-workers")
+                return batches
+            if name == "prefetch_factor" and isinstance(workers, int) and workers > 0:
+                most = max(1, math.ceil(batches / min(workers, batches)))
+                if most < domain.high:
+                    self._note_once(f"prefetch_factor drawn up to an epoch's batches per worker (e.g. {batches} "
+                                    f"batches at batch size {size} over {workers} workers: {most}): the loader "
+                                    "never asks for more than an epoch ahead, so a larger one holds nothing "
+                                    "more", "epoch-prefetch")
+                return most
+            return None
 
         return cap
 

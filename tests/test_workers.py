@@ -164,7 +164,8 @@ def test_the_search_draws_no_more_workers_than_an_epoch_has_batches(tmp_path: Pa
 
 def test_a_study_on_a_waiting_loader_widens_its_worker_range(tmp_path: Path) -> None:
     space = tmp_path / "auto.yaml"
-    space.write_text("knobs: {batch_size: [1x, 8x], num_workers: {low: 0, high: auto}}\n")
+    space.write_text("knobs: {batch_size: [1x, 8x], num_workers: {low: 0, high: auto}, "
+                     "prefetch_factor: {low: 1, high: 8}}\n")
     fixture = Path(__file__).parent / "fixtures" / "io_train.py"
     done = autotune("run", f"{fixture}:train", "--trials", "3", "--study", "io", "--space", str(space),
                     "--warmup", "0.3", "--window", "0.4", "--windows", "2", "--ceiling-windows", "1",
@@ -187,6 +188,12 @@ def test_a_study_on_a_waiting_loader_widens_its_worker_range(tmp_path: Path) -> 
     if high > 32:  # (the usual case: one process reads ~1,000 samples/s, the model takes far more)
         assert ("num_workers drawn up to the batches of an epoch (4,096 samples; 32 batches at batch size 128)"
                 in said), said
+    # prefetch_factor is drawn up to an epoch's batches per worker: more asks for nothing more
+    bounded = [(t.params["num_workers"], t.distributions["prefetch_factor"].high, 4_096 // (
+        16 if t.params["batch_size"] == "1x" else 128)) for t in trials[1:] if "prefetch_factor" in t.params]
+    assert all(top == min(8, -(-batches // workers)) for workers, top, batches in bounded), bounded
+    if any(top < 8 for _, top, _ in bounded):
+        assert "prefetch_factor drawn up to an epoch's batches per worker" in said, said
     # every trial's loader said what it reads: 4,096 samples in its batches (16 or 128), one by one
     facts = [(t.user_attrs["config"]["batch_size"], t.user_attrs["dataset"]) for t in trials]
     assert all(seen == {"name": "SlowReads", "epoch_batches": 4_096 // size, "batched_fetch": False}
