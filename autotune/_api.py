@@ -233,7 +233,8 @@ def tune(target: str | Callable[..., Any], *, trials: int = TRIALS, space: str |
          tracking_uri: str | None = None, device: str = "auto", jobs: int = 1,
          warmup: float = _BUDGET.warmup_s, window: float = _BUDGET.window_s, windows: int = _BUDGET.windows,
          timeout: float | None = None, startup_timeout: float = _BUDGET.startup_s,
-         stall_timeout: float = _BUDGET.stall_s, ram_budget: float | None = None,
+         stall_timeout: float = _BUDGET.stall_s, compile_timeout: float = _BUDGET.compile_s,
+         ram_budget: float | None = None,
          divergence_tolerance: float = DIVERGENCE_TOLERANCE, prune: float = PRUNE_FRACTION,
          confirm: int = CONFIRM, ceiling_windows: int = _BUDGET.ceiling_windows,
          max_load: float = FOREIGN_LOAD_MAX, max_spread: float = SPREAD_MAX, remeasure: int = REMEASURES,
@@ -283,6 +284,7 @@ LIMITS: dict[str, tuple[tuple[float, bool] | None, tuple[float, bool] | None]] =
     "trials": ((1, True), None), "jobs": ((1, True), None), "warmup": ((0, True), None),
     "window": ((0.05, True), None), "windows": ((1, True), None), "timeout": ((1, True), None),
     "startup_timeout": ((1, True), None), "stall_timeout": ((0.5, True), None),
+    "compile_timeout": ((1, True), None),
     "ram_budget": ((0.01, True), None), "divergence_tolerance": ((0, False), None),
     "prune": ((0, True), (1, True)), "confirm": ((0, True), None), "ceiling_windows": ((0, True), None),
     "max_load": ((0, True), (1, True)), "max_spread": ((0, True), None), "remeasure": ((0, True), None),
@@ -346,7 +348,7 @@ def _run(target: str, limits: Mapping[str, Any], *, trials: int, space: str, stu
         reporter.note(line)
     budget = Budget(warmup_s=limits["warmup"], window_s=limits["window"], windows=limits["windows"],
                     ceiling_windows=limits["ceiling_windows"], startup_s=limits["startup_timeout"],
-                    stall_s=limits["stall_timeout"], timeout_s=timeout)
+                    stall_s=limits["stall_timeout"], compile_s=limits["compile_timeout"], timeout_s=timeout)
     options = StudyOptions(target, trials, study, storage, tracking_uri, store, device, budget,
                            int(ram_budget * 2**30) if ram_budget else None, seed,
                            limits["divergence_tolerance"], limits["prune"], limits["confirm"],

@@ -112,6 +112,9 @@ def _spaces() -> str:
               help="Seconds from a trial's start to its first batch (imports, dataset, workers).")
 @click.option("--stall-timeout", type=_bounded("stall_timeout"), default=D["stall_timeout"], show_default=True,
               help="Seconds without a finished step before a trial counts as hung.")
+@click.option("--compile-timeout", type=_bounded("compile_timeout"), default=D["compile_timeout"],
+              show_default=True,
+              help="Seconds torch.compile may take at a trial's first step (with compile in the space).")
 @click.option("--ram-budget", type=_bounded("ram_budget"), default=None, metavar="GIB",
               help="GiB one trial's processes may use (default: 75% of the RAM available at start).")
 @click.option("--divergence-tolerance", type=_bounded("divergence_tolerance"),

@@ -58,6 +58,10 @@ class Budget:
             DataLoader workers starting).
         stall_s: Seconds without a finished step, once training runs, before the
             trial counts as hung.
+        compile_s: Seconds ``torch.compile`` may take at the model's first step (no step
+            finishes meanwhile) before the trial counts as hung: a ResNet's first compile
+            on a fresh 2-core machine took over 60 s (the compiler's caches empty), 32 s
+            with them warm.
         timeout_s: Wall-clock limit for the whole worker, start-up included;
             ``None`` derives one from the others.
     """
@@ -72,6 +76,7 @@ class Budget:
     learn_to: float = 0.0
     startup_s: float = 60.0
     stall_s: float = 30.0
+    compile_s: float = 600.0
     timeout_s: float | None = None
 
     def deadline(self) -> float:
@@ -88,7 +93,7 @@ class Budget:
     def worker_args(self) -> dict[str, Any]:
         """What the worker's Trial takes (the limits are the parent's to enforce)."""
         args = dataclasses.asdict(self)
-        for limit in ("startup_s", "stall_s", "timeout_s"):
+        for limit in ("startup_s", "stall_s", "compile_s", "timeout_s"):
             del args[limit]
         return args
 
@@ -352,7 +357,7 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     arrived: dict[str, float] = {}  # seconds from spawn to each kind's first event, and to the exit
     step = 0
     # Compiling (torch.compile's first forward and backward) finishes no step: while it runs the
-    # stall clock allows the start-up's time, and the deadline moves by what it took.
+    # stall clock allows budget.compile_s, and the deadline moves by what it took.
     compiling: float | None = None
     stall_limit, compiled_s = budget.stall_s, 0.0
     judge({"event": "spawned", "pid": proc.pid, "tag": tag})
@@ -370,7 +375,7 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
                     events[event["event"]] = event
                     arrived.setdefault(event["event"], now - spawned)
                     if event["event"] == "compiling":  # torch.compile at the first forward: no step
-                        compiling, stall_limit = now, max(budget.stall_s, budget.startup_s)  # for a while
+                        compiling, stall_limit = now, max(budget.stall_s, budget.compile_s)
                     elif event["event"] in _PROGRESS:
                         alive, step = now, event.get("step", step)
                         if compiling is not None:  # the deadline moves by what compiling took
@@ -391,7 +396,8 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
                                           "(imports, the dataset, DataLoader workers starting)")
                 elif "resolved" in events and now - alive > stall_limit:
                     kill(Outcome.TIMEOUT, f"stalled: no step finished for {stall_limit:.0f} s"
-                                          + (" while torch.compile compiled the model" if compiling else "")
+                                          + (" while torch.compile compiled the model (--compile-timeout)"
+                                             if compiling else "")
                                           + (f" (the last report was at step {step})" if step else ""))
                 elif now - spawned > budget.deadline() + compiled_s:
                     kill(Outcome.TIMEOUT, f"deadline: still running after {budget.deadline() + compiled_s:.0f} s"

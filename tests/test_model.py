@@ -38,7 +38,7 @@ def test_channels_last_puts_the_weights_and_the_images_in_nhwc(tmp_path: Path) -
 
 def test_a_compiled_model_keeps_compiling_out_of_the_windows_and_reports_its_cost(tmp_path: Path) -> None:
     # A stall limit of 1 s: compiling a forward and a backward takes longer than that anywhere,
-    # and the trial must not count it as a hang (the runner allows the start-up's time for it).
+    # and the trial must not count it as a hang (the runner allows --compile-timeout for it).
     budget = Budget(warmup_s=0.2, window_s=0.3, windows=2, ceiling_windows=0, stall_s=1)
     result, events = trial(tmp_path, Config(compile="default"), budget=budget)
     assert result.outcome is Outcome.COMPLETE, result.reason
@@ -50,6 +50,17 @@ def test_a_compiled_model_keeps_compiling_out_of_the_windows_and_reports_its_cos
     assert 1 < result.metrics["compile_s"] <= warmup["seconds"]
     assert len(result.windows) == 2 and all(w["seconds"] < 5 for w in result.windows)
     assert "s of it compiling" in result.log_path.read_text()
+
+
+def test_a_compile_past_its_timeout_is_killed_and_says_which_limit(tmp_path: Path) -> None:
+    # The compile above takes over 1 s (it asserts so); here 1 s is all it may take. The
+    # start-up's 60 s, which a compile used to get, would have let it finish.
+    budget = Budget(warmup_s=0.2, window_s=0.3, windows=2, ceiling_windows=0, stall_s=1, compile_s=1)
+    result, events = trial(tmp_path, Config(compile="default"), budget=budget)
+    assert result.outcome is Outcome.TIMEOUT, result.reason
+    assert result.reason.startswith("stalled: no step finished for 1 s while torch.compile compiled the model "
+                                    "(--compile-timeout)"), result.reason
+    assert "compiling" in [e["event"] for e in events] and not result.windows
 
 
 def test_a_function_without_run_model_leaves_the_model_knobs_inactive(tmp_path: Path) -> None:
