@@ -222,10 +222,16 @@ def show(study: str | None, storage: str | None, store: Path, as_json: bool, as_
         _show_table(result, wide)
 
 
+#: The least width the "knobs that varied" column may have; on a narrower terminal (or a pipe,
+#: which rich gives 80 columns) each trial's knobs go on a line of their own under the table.
+KNOBS_MIN_WIDTH = 36
+
+
 def _show_table(result, wide: bool) -> None:
     """The table, in the terminal's width: the knobs that varied in one wrapped column (those
-    that never did on a line below), then each reason whole. ``wide``: a column per knob, the
-    measurement columns and the reasons in the table, however wide that is."""
+    that never did on a line below; where the terminal leaves that column under
+    ``KNOBS_MIN_WIDTH``, a line per trial under the table), then each reason whole. ``wide``: a
+    column per knob, the measurement columns and the reasons in the table, however wide that is."""
     from rich import box
     from rich.console import Console
     from rich.markup import escape
@@ -236,18 +242,11 @@ def _show_table(result, wide: bool) -> None:
     keys = found.varied_knobs()
     same = {k: rows[0].config[k] for k in KNOBS if k not in keys and rows and k in rows[0].config}
     console = Console()
-    table = Table(title=f"study {result.study}: {len(rows)} trial{'s' if len(rows) != 1 else ''}",
-                  box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
     extra = ("of roof", "others", "main busy", "step p50", "RAM peak") if wide else ()
-    heads = ("#", "outcome", "samples/s", "speedup", "bound", "data-wait", *extra,
-             *(keys if wide else ["knobs that varied"] if keys else []), *(["reason"] if wide else []))
-    for head in heads:
-        wraps = head in ("knobs that varied", "reason")
-        table.add_column(head.replace("_", "_\n") if head in keys else head,
-                         justify="right" if head in ("#", "samples/s", "speedup") else "left",
-                         no_wrap=not wraps, ratio=1 if wraps else None)
+    heads = ["#", "outcome", "samples/s", "speedup", "bound", "data-wait", *extra,
+             *(keys if wide else ["knobs that varied"] if keys else []), *(["reason"] if wide else [])]
     first_of = found.first_of
-    reasons = []
+    reasons, cells, knob_lines = [], [], []
     for r in rows:
         m, bound = r.metrics, r.bottleneck
         mark = " *" if best is not None and r.number == best.number else ""
@@ -262,18 +261,45 @@ def _show_table(result, wide: bool) -> None:
         why = headline(r.doubt or r.reason)
         if why and not wide:
             reasons.append(f"{r.number} {r.outcome}{doubted}: {why}")
-        table.add_row(
-            f"{'base ' if r.baseline else ''}{r.number}{mark}", r.outcome + doubted + again,
+        number = f"{'base ' if r.baseline else ''}{r.number}{mark}"
+        knob_lines.append(f"{number}: " + " ".join(f"{k}={v}" for k, v in zip(keys, values)))
+        cells.append([
+            number, r.outcome + doubted + again,
             (f"{r.samples_per_s:,.0f}" + ("?" if r.doubt else "")) if r.samples_per_s else "-",
             f"{r.speedup:.2f}x" if r.speedup else "-",
             (f"{bound.verdict.split('-')[0]} {bound.efficiency:.0%}" if bound.efficiency is not None
              else bound.verdict.split("-")[0]) if bound else "-",
             f"{m['data_wait_frac']:.0%}" if "data_wait_frac" in m else "-", *more,
-            *(values if wide else [escape(" ".join(f"{k}={v}" for k, v in zip(keys, values)))] if keys else []),
-            *([escape(why)] if wide else []))
+            *(values if wide else [escape(knob_lines[-1].partition(": ")[2])] if keys else []),
+            *([escape(why)] if wide else [])])
+
+    def table_of(columns: list[str]) -> Table:
+        table = Table(title=f"study {result.study}: {len(rows)} trial{'s' if len(rows) != 1 else ''}",
+                      box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
+        for head in columns:
+            wraps = head in ("knobs that varied", "reason")
+            table.add_column(head.replace("_", "_\n") if head in keys else head,
+                             justify="right" if head in ("#", "samples/s", "speedup") else "left",
+                             no_wrap=not wraps, ratio=1 if wraps else None)
+        for row in cells:
+            table.add_row(*row[:len(columns)])
+        return table
+
+    knobs_below = False
+    if keys and not wide:  # what the other columns leave the knobs (2 spaces between columns)
+        others = Console(width=1 << 16).measure(table_of(heads[:-1])).maximum
+        knobs_below = console.width - others - 2 < KNOBS_MIN_WIDTH
+    table = table_of(heads[:-1] if knobs_below else heads)
     if wide:  # as wide as it needs: for a wide terminal, or `less -S`
         console = Console(width=max(console.width, Console(width=1 << 16).measure(table).maximum))
     console.print(table)
+    if knobs_below:
+        import textwrap
+
+        console.print("knobs that varied:")
+        for line in knob_lines:
+            console.print(escape(textwrap.fill(line, console.width - 1, initial_indent="  ", subsequent_indent="      ",
+                                               break_long_words=False, break_on_hyphens=False)))
     for line in reasons:
         console.print(escape(line))
     if same:

@@ -185,6 +185,12 @@ def test_show_fits_the_terminal_and_prints_json_and_csv(study_store: Path) -> No
     assert narrow.returncode == 0, narrow.stderr
     assert max(len(line.rstrip()) for line in narrow.stdout.splitlines()) <= 100
     assert "same in every trial: " in narrow.stdout  # the space's knobs that never varied, on one line
+    # 80 columns (or a pipe) leave the knobs no room beside the figures: a line per trial below,
+    # not a column one letter wide ("b…")
+    eighty = autotune("show", cwd=study_store, env={"COLUMNS": "80"}).stdout
+    assert max(len(line.rstrip()) for line in eighty.splitlines()) <= 80 and "…" not in eighty, eighty
+    below = eighty.split("knobs that varied:\n")[1]
+    assert all(re.search(rf"^  (base )?{n}( \*)?: num_workers=", below, re.M) for n in range(5)), eighty
     wide = autotune("show", "--wide", cwd=study_store, env={"COLUMNS": "100"})
     assert "RAM peak" in wide.stdout and "RAM peak" not in narrow.stdout
     data = json.loads(autotune("show", "--json", cwd=study_store).stdout)
