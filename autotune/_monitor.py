@@ -12,8 +12,9 @@ import time
 from collections.abc import Callable, Mapping
 
 #: Seconds between samples: fast enough to catch a RAM hog before swap. A sample
-#: reads RSS of the tree and the system's available memory (about 0.4 ms for a
-#: trial with 4 DataLoader workers on the 2-core CI machine, CPU times included).
+#: reads RSS of the tree and the system's available memory (``read_tree``: 0.4 ms for
+#: a trial with 4 DataLoader workers on the 2-core CI machine, 2.6 ms with 32, CPU
+#: times included).
 INTERVAL = 0.1
 #: Seconds between exact (PSS) readings, which cost about 3 ms per process: RSS
 #: sums shared pages once per forked worker, so it over-counts (3x for a trial
@@ -99,14 +100,67 @@ def size(n: float) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
-def process_tree(pid: int) -> list:
-    """``pid`` and all its descendants as psutil processes (empty once it is gone).
+@dataclasses.dataclass(frozen=True)
+class TreeReading:
+    """One reading of a process tree: who is in it, and what it has used so far.
 
-    Found through each thread's ``/proc/PID/task/TID/children`` (Linux), so a reading
-    costs what the tree holds, not what the machine runs: psutil's ``children()`` reads
-    every process's ``/proc/N/stat`` (1.1 ms with 84 processes on the 2-core CI machine,
-    against 0.11 ms here, for a tree of 4; more on a shared host). Where the kernel has
-    no such files, psutil's way."""
+    Attributes:
+        pids: The root, then its descendants.
+        cpu: CPU seconds (user + system) of the live processes, with what each of them
+            reaped (a DataLoader worker that exited counts in its parent's, once).
+        rss: Sum of RSS: cheap, and an upper bound of the tree's real use.
+    """
+
+    pids: tuple[int, ...]
+    cpu: float
+    rss: int
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def read_tree(pid: int) -> TreeReading:
+    """``pid``'s tree, its CPU time and RSS (all empty once it is gone).
+
+    On Linux one read of ``/proc/N/stat`` a process gives both figures, and the tree is
+    found through each thread's ``/proc/PID/task/TID/children``: 2.6 ms for a trial with
+    32 workers on the 2-core CI machine, against 5.8 ms through psutil (a Process object,
+    then its statm and its stat, for each), and a reading costs what the tree holds, not
+    what the machine runs (psutil's ``children()`` reads every process's stat). Where the
+    kernel has no such files, psutil's way."""
+    if not _proc_children():
+        procs = process_tree(pid)
+        return TreeReading(tuple(p.pid for p in procs), tree_cpu(procs), tree_rss(procs))
+    pids, cpu, rss = [], 0.0, 0
+    todo = [pid]
+    while todo:
+        child = todo.pop()
+        stat = _stat(child)
+        if stat is None:
+            continue  # gone between the two reads: no longer in the tree
+        pids.append(child)
+        cpu, rss = cpu + stat[0], rss + stat[1]
+        todo += _children_of(child)
+    return TreeReading(tuple(pids), cpu, rss)
+
+
+def _stat(pid: int) -> tuple[float, int] | None:
+    """CPU seconds (its own and its reaped children's) and RSS bytes of one process, from
+    ``/proc/PID/stat``; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rindex(b")") + 2:].split()  # after the command name, which may hold anything
+    utime, stime, cutime, cstime = (int(v) for v in fields[11:15])
+    return (utime + stime + cutime + cstime) / _TICK, int(fields[21]) * _PAGE
+
+
+def process_tree(pid: int) -> list:
+    """``pid`` and all its descendants as psutil processes (empty once it is gone); found as
+    ``read_tree`` finds them, or psutil's way where the kernel cannot."""
     import psutil
 
     try:
@@ -211,14 +265,15 @@ def tree_rss(procs: list) -> int:
     return total
 
 
-def tree_memory(procs: list) -> int:
+def tree_memory(pids: tuple[int, ...]) -> int:
     """Bytes used by a process tree: PSS where the platform has it, so pages
     shared by forked DataLoader workers count once in total; RSS elsewhere."""
     import psutil
 
     total = 0
-    for proc in procs:
+    for pid in pids:
         try:
+            proc = psutil.Process(pid)
             info = proc.memory_full_info()
             total += getattr(info, "pss", info.rss)
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
@@ -329,14 +384,14 @@ class Monitor(Background):
             under_floor = available < self.floor
             if under_floor or now - last_tree >= tree_every:
                 spent = time.thread_time()
-                procs = process_tree(self._pid)
-                rss = tree_rss(procs)
-                sample = Sample(now, rss, None, lowest, self._cpu_reading(procs), *self._gpu_reading(procs))
+                tree = read_tree(self._pid)
+                rss = tree.rss
+                sample = Sample(now, rss, None, lowest, self._cpu_reading(tree), *self._gpu_reading(tree.pids))
                 lowest = None
                 tree_every, last_tree = max(INTERVAL, (time.thread_time() - spent) / MONITOR_SHARE), now
                 if (bool(self._budget) and rss > self._budget) or under_floor or now - last_pss >= pss_every:
                     spent = time.thread_time()
-                    sample = dataclasses.replace(sample, ram=tree_memory(procs))
+                    sample = dataclasses.replace(sample, ram=tree_memory(tree.pids))
                     pss_every, last_pss = max(PSS_EVERY, (time.thread_time() - spent) / MONITOR_SHARE), now
                 self.samples.append(sample)
                 if not fired and self._on_limit and sample.ram is not None:
@@ -346,10 +401,9 @@ class Monitor(Background):
                         self._on_limit(reason)
             self._stop.wait(INTERVAL)
 
-    def _cpu_reading(self, procs: list | None = None) -> CpuReading:
+    def _cpu_reading(self, tree: TreeReading | None = None) -> CpuReading:
         times = self._tuner.cpu_times()
-        return CpuReading(cpus_busy(self.cpus), tree_cpu(process_tree(self._pid) if procs is None else procs),
-                          times.user + times.system)
+        return CpuReading(cpus_busy(self.cpus), (tree or read_tree(self._pid)).cpu, times.user + times.system)
 
     def foreign_cpu(self, since: float) -> float | None:
         """Foreign CPU load (see ``foreign_cpu``) from wall time ``since`` to now; None
@@ -376,7 +430,7 @@ class Monitor(Background):
                     f"of {size(self.floor)}; the trial's processes used {size(ram)}")
         return None
 
-    def _gpu_reading(self, procs: list) -> tuple:
+    def _gpu_reading(self, pids: tuple[int, ...]) -> tuple:
         if self._gpu is None:
             return ()
         import pynvml
@@ -390,9 +444,9 @@ class Monitor(Background):
             self.problems.append(f"GPU readings stopped: NVML: {exc}")
             self._gpu = None
             return ()
-        return float(util), int(mem), tx / 1024, rx / 1024, self._gpu_foreign(procs)  # NVML: KB/s; MB/s here
+        return float(util), int(mem), tx / 1024, rx / 1024, self._gpu_foreign(pids)  # NVML: KB/s; MB/s here
 
-    def _gpu_foreign(self, procs: list) -> float | None:
+    def _gpu_foreign(self, pids: tuple[int, ...]) -> float | None:
         """Other processes' SM use of the trial's GPU since the last reading (None: unknown)."""
         if self._gpu_foreign_off:
             return None
@@ -408,7 +462,7 @@ class Monitor(Background):
             return None
         if samples:
             self._gpu_seen = max(s.timeStamp for s in samples)
-        return foreign_gpu(samples, {p.pid for p in procs})
+        return foreign_gpu(samples, set(pids))
 
     def summary(self, since: float = 0.0, until: float = float("inf")) -> dict[str, float]:
         """Peak RAM (PSS), minimum available RAM and GPU means/peaks over ``[since, until]``."""

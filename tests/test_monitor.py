@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from autotune._config import Config
 from autotune._monitor import Monitor
 from autotune._outcome import Outcome
@@ -90,9 +92,21 @@ def test_the_process_tree_holds_every_descendant_read_either_way(monkeypatch) ->
         expected = sorted([root.pid, *(p.pid for p in psutil.Process(root.pid).children(recursive=True))])
         assert len(expected) == 4
         assert sorted(p.pid for p in _monitor.process_tree(root.pid)) == expected  # /proc/PID/task/TID/children
+        # read_tree: the same processes, and each one's CPU time and RSS from its /proc/N/stat, as psutil
+        # reads them (its RSS from statm: the same pages, but the youngest may still be starting)
+        fast = _monitor.read_tree(root.pid)
+        procs = [psutil.Process(pid) for pid in expected]
+        assert sorted(fast.pids) == expected and fast.pids[0] == root.pid
+        assert fast.rss == pytest.approx(_monitor.tree_rss(procs), rel=0.1) and fast.rss > 4 * 2**20
+        assert fast.cpu == pytest.approx(_monitor.tree_cpu(procs), abs=0.05) and fast.cpu > 0
         monkeypatch.setattr(_monitor, "_proc_children", lambda: False)  # a kernel without those files
         assert sorted(p.pid for p in _monitor.process_tree(root.pid)) == expected
+        slow = _monitor.read_tree(root.pid)
+        assert sorted(slow.pids) == expected and slow.rss == pytest.approx(fast.rss, rel=0.1)
+        assert slow.cpu == pytest.approx(fast.cpu, abs=0.05)
     finally:
         os.killpg(root.pid, 9)
         root.wait()
     assert _monitor.process_tree(root.pid) == []
+    monkeypatch.undo()
+    assert _monitor.read_tree(root.pid) == _monitor.TreeReading((), 0.0, 0)
