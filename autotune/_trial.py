@@ -30,6 +30,18 @@ CURVE_CHUNKS = 16
 #: (DESIGN 5) needs a sign of life, and a clock read per step costs nothing.
 PROGRESS_S = 1.0
 
+#: Where an epoch lasts at most this many windows, the warmup and every window end on an
+#: epoch's last batch (a window: once it has lasted ``window_s``), so each window holds
+#: whole epochs. A loader's rate swings within an epoch (its workers start, or their
+#: queues fill, at each epoch's start, and run dry at its end): the jpeg runner with 24
+#: workers read 1,000 and 400 samples/s in turns in 1 s windows over its 2 s epochs, and
+#: the median of three such windows was either, by their phase. Production pays for
+#: whole epochs.
+EPOCH_WINDOWS = 2.0
+#: A window aligned to epochs closes anyway past this many ``window_s`` (epochs that
+#: grew longer than they were).
+ALIGNED_MAX = 3.0
+
 
 
 class Phase(enum.Enum):
@@ -59,7 +71,8 @@ class Trial(Run):
     """A run under tuning: measures the loop in windows and stops it when done.
 
     Warmup steps come first (``warmup_steps`` and at least ``warmup_s``); then
-    ``windows`` windows of at least ``window_s`` seconds. The device is
+    ``windows`` windows of at least ``window_s`` seconds, which end on an epoch's
+    last batch once an epoch lasts ``EPOCH_WINDOWS`` windows or less. The device is
     synchronised only at window edges; the loss is summed on the device and read
     once per window.
 
@@ -105,6 +118,7 @@ class Trial(Run):
         self._announced = False
         self._batch_samples = 0  # of the batch the user's step is training on
         self._compiling = False  # run.model compiled the model: its first steps compile it
+        self._epoch_s: float | None = None  # the last whole epoch's seconds (run.batches to its end)
 
     def _compiled(self, module: Any) -> Any:
         """Say when the compiled model's first forward starts (compiling it), so that the
@@ -136,6 +150,7 @@ class Trial(Run):
             self._step_ends.append(self._seen + self._batch_samples)
 
     def batches(self, loader: Iterable[Any]) -> Iterator[Any]:
+        epoch_t0 = time.perf_counter()
         it = super().batches(loader)
         try:
             while True:
@@ -149,6 +164,7 @@ class Trial(Run):
                     try:
                         batch = next(it)
                     except StopIteration:
+                        self._epoch_done(time.perf_counter() - epoch_t0)
                         return
                 waited = time.perf_counter() - t0
                 if not self._announced:  # the first batch: warmup starts now
@@ -195,22 +211,47 @@ class Trial(Run):
         self._seen += samples
         self._step_times.append(now - t0)
         if self._phase == Phase.WARMUP:
-            if self._step >= self._warmup_steps and now - self._started >= self._warmup_s:
-                self._sync()
-                self._phase = Phase.MEASURE
-                self._pending = [part for part in (Part.COMPUTE, Part.LOADER) if self._wants(part)]
-                loss = self._read_loss()
-                self._warmup_loss = loss
-                self._emit("warmup", steps=self._step, seconds=time.perf_counter() - self._started,
-                           samples=self._win_samples, samples_seen=self._seen, loss=loss,
-                           **({"compile_s": self._compile_s()} if self._compiling else {}))
-                self._reset_window(time.perf_counter())
-                self._stop_if_nonfinite(loss)
-        elif self._window_due(now):
-            loss = self._close_window()
-            self._stop_if_nonfinite(loss)
-            if self._windows_done >= self._windows and not self._still_learning():
-                self._next_phase()
+            if self._warm(now) and not self._aligned():
+                self._end_warmup()
+        elif self._window_due(now) and (not self._aligned()
+                                        or now - self._window_start >= ALIGNED_MAX * self._window_s):
+            self._end_window()
+
+    def _aligned(self) -> bool:
+        """Whether the warmup and the windows end on an epoch's last batch (``EPOCH_WINDOWS``)."""
+        return self._epoch_s is not None and self._epoch_s <= EPOCH_WINDOWS * self._window_s
+
+    def _epoch_done(self, seconds: float) -> None:
+        """An epoch ended (its iterator ran out): the warmup or the window ends here, if due."""
+        self._epoch_s = seconds
+        if not self._aligned():
+            return
+        now = time.perf_counter()
+        if self._phase == Phase.WARMUP and self._warm(now):
+            self._end_warmup()
+        elif self._phase == Phase.MEASURE and self._window_due(now):
+            self._end_window()
+
+    def _warm(self, now: float) -> bool:
+        return self._step >= self._warmup_steps and now - self._started >= self._warmup_s
+
+    def _end_warmup(self) -> None:
+        self._sync()
+        self._phase = Phase.MEASURE
+        self._pending = [part for part in (Part.COMPUTE, Part.LOADER) if self._wants(part)]
+        loss = self._read_loss()
+        self._warmup_loss = loss
+        self._emit("warmup", steps=self._step, seconds=time.perf_counter() - self._started,
+                   samples=self._win_samples, samples_seen=self._seen, loss=loss,
+                   **({"compile_s": self._compile_s()} if self._compiling else {}))
+        self._reset_window(time.perf_counter())
+        self._stop_if_nonfinite(loss)
+
+    def _end_window(self) -> None:
+        loss = self._close_window()
+        self._stop_if_nonfinite(loss)
+        if self._windows_done >= self._windows and not self._still_learning():
+            self._next_phase()
 
     def _still_learning(self) -> bool:
         """Whether to measure one more window: ``learn_windows`` are left and the loss over

@@ -379,3 +379,49 @@ def test_the_baseline_measures_on_while_its_loss_has_not_fallen() -> None:
     assert len(_windows_measured(0.6, learn_windows=3, learn_to=0.5)) == 5
     assert len(_windows_measured(0.4, learn_windows=3, learn_to=0.5)) == 2  # learned: as planned
     assert len(_windows_measured(1.0)) == 2  # a sampled trial never adds windows
+
+
+class _SlowStart(torch.utils.data.Dataset):
+    """64 items; the first of each epoch (in order) waits, as a loader's start-up does."""
+
+    def __init__(self, wait_s: float) -> None:
+        self.wait_s = wait_s
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if index == 0:
+            import time
+
+            time.sleep(self.wait_s)
+        return torch.zeros(1)
+
+
+def _epoch_windows(window_s: float, wait_s: float) -> list[dict]:
+    from autotune._trial import BudgetSpent, Trial
+
+    events: list[dict] = []
+    trial = Trial(Config(), torch.device("cpu"), lambda kind, **e: events.append({"event": kind, **e}),
+                  warmup_steps=20, warmup_s=0.0, window_s=window_s, windows=4)  # past an epoch
+    weight = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([weight], lr=0.0)
+    loader = torch.utils.data.DataLoader(_SlowStart(wait_s), batch_size=4)  # 16 batches an epoch
+    with pytest.raises(BudgetSpent):
+        for _epoch in range(10_000):
+            for _ in trial.batches(loader):
+                trial.step(weight.sum(), opt)
+    return [e for e in events if e["event"] in ("warmup", "window")]
+
+
+def test_windows_hold_whole_epochs_where_an_epoch_is_shorter_than_two_windows() -> None:
+    # An epoch of 16 batches costs its first batch's 30 ms, and about that again in steps: in
+    # 0.1 s windows, one cut anywhere would hold the wait 2 or 3 times (or 1 or 2 epochs'
+    # worth); cut on epochs' ends, each holds whole epochs, each epoch's wait once.
+    warmup, *windows = _epoch_windows(window_s=0.1, wait_s=0.03)
+    assert warmup["samples_seen"] == 128, warmup  # its 20 steps, then on to its second epoch's end
+    assert len(windows) == 4 and all(w["samples"] % 64 == 0 and w["samples"] >= 64 for w in windows), windows
+    assert all(0.1 <= w["seconds"] < 0.3 for w in windows), windows
+    # an epoch (over 0.03 s) longer than two windows of 5 ms: the windows are cut by time
+    _, *cut = _epoch_windows(window_s=0.005, wait_s=0.03)
+    assert any(w["samples"] % 64 for w in cut), cut
