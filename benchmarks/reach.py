@@ -56,7 +56,11 @@ TARGETS: dict[str, tuple[str, dict[str, list[Any]]]] = {
 MODEL_TRICKS = {"resnet": {"channels_last": True, "compile": "default"}}
 #: Every grid point keeps its workers alive between epochs and lets each hold 4 batches.
 SWEEP_FIXED = {"persistent_workers": True, "prefetch_factor": 4}
-SWEEP_BUDGET = Budget(warmup_s=1.0, window_s=1.0, windows=3, ceiling_windows=0)
+#: Windows as long as a study's (1.5 s): the jpeg runner's 2.2 s epochs are then two windows or
+#: less, so its windows hold whole epochs (``autotune._trial.EPOCH_WINDOWS``); in 1 s windows
+#: they were cut across epochs and read 400 or 1,000 samples/s by their phase. Runs before
+#: 2026-11-25 used 1 s windows (their JSON has no ``sweep_window_s``).
+SWEEP_BUDGET = Budget(warmup_s=1.0, window_s=1.5, windows=3, ceiling_windows=0)
 TURN_BUDGET = Budget(ceiling_windows=0)
 #: The issue's goal: the study's winner over the sweep's best.
 GOALS = {"io": 0.80}
@@ -113,6 +117,7 @@ def one_target(name: str, args: argparse.Namespace, warm: WarmWorker, logs: Path
                 runs[label].append(measured)
             print(f"{name} {label} run {turn + 1}: {measured or 0:,.0f}", file=sys.stderr)
     return {"target": name, "study": study, "study_wall": study_wall, "sweep_wall": sweep_wall,
+            "sweep_window_s": SWEEP_BUDGET.window_s,
             "sweep_points": len(sweep), "sweep_failed": sum(1 for s in sweep if not s[1]),
             "findings": findings(found), "configs": {k: v.set_values() for k, v in contenders.items()},
             "runs": runs, "sweep": [(c.set_values(), r) for c, r in sweep]}
@@ -124,7 +129,7 @@ def render(results: list[dict[str, Any]], args: argparse.Namespace, where: str) 
         "",
         "For each target: a default study of "
         f"{args.trials} trials (`autotune run`, default space and budget); a sweep of a wide grid "
-        f"(each point one trial of {SWEEP_BUDGET.windows} windows of {SWEEP_BUDGET.window_s:.0f} s; "
+        f"(each point one trial of {SWEEP_BUDGET.windows} windows of {sweep_windows(results)}; "
         "workers with `persistent_workers` and `prefetch_factor: 4`, batches above 1x with linear lr "
         f"scaling); then the code as written, all tricks on, the study's winner and the sweep's two "
         f"best points, {args.repeats} times in turns with the default budget. *share*: the median over "
@@ -150,6 +155,14 @@ def render(results: list[dict[str, Any]], args: argparse.Namespace, where: str) 
                      f"({res['sweep_failed']} did not complete); goal {goal:.0%}: {met}.")
         notes += [f"  - the study said: {line}" for line in res["findings"]]
     return "\n".join(lines + [""] + notes)
+
+
+def sweep_windows(results: list[dict[str, Any]]) -> str:
+    """The sweep's window length, per target where the runs rendered together differ."""
+    lengths = {res["target"]: res.get("sweep_window_s", 1.0) for res in results}
+    if len(set(lengths.values())) == 1:
+        return f"{next(iter(lengths.values())):g} s"
+    return ", ".join(f"{seconds:g} s ({name})" for name, seconds in lengths.items())
 
 
 def main() -> None:
