@@ -262,7 +262,8 @@ def _show_table(result, wide: bool) -> None:
         if why and not wide:
             reasons.append(f"{r.number} {r.outcome}{doubted}: {why}")
         number = f"{'base ' if r.baseline else ''}{r.number}{mark}"
-        knob_lines.append(f"{number}: " + " ".join(f"{k}={v}" for k, v in zip(keys, values)))
+        knobs = " ".join(f"{k}={v}" for k, v in zip(keys, values))
+        knob_lines.append(f"{number}: {knobs}")
         cells.append([
             number, r.outcome + doubted + again,
             (f"{r.samples_per_s:,.0f}" + ("?" if r.doubt else "")) if r.samples_per_s else "-",
@@ -270,7 +271,7 @@ def _show_table(result, wide: bool) -> None:
             (f"{bound.verdict.split('-')[0]} {bound.efficiency:.0%}" if bound.efficiency is not None
              else bound.verdict.split("-")[0]) if bound else "-",
             f"{m['data_wait_frac']:.0%}" if "data_wait_frac" in m else "-", *more,
-            *(values if wide else [escape(knob_lines[-1].partition(": ")[2])] if keys else []),
+            *(values if wide else [escape(knobs)] if keys else []),
             *([escape(why)] if wide else [])])
 
     def table_of(columns: list[str]) -> Table:

@@ -10,6 +10,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 #: Seconds between samples: fast enough to catch a RAM hog before swap. A sample
 #: reads RSS of the tree and the system's available memory (``read_tree``: 0.4 ms for
@@ -132,17 +133,29 @@ def read_tree(pid: int) -> TreeReading:
     if not _proc_children():
         procs = process_tree(pid)
         return TreeReading(tuple(p.pid for p in procs), tree_cpu(procs), tree_rss(procs))
-    pids, cpu, rss = [], 0.0, 0
-    todo = [pid]
+
+    def reading(child: int) -> tuple[int, float, int] | None:
+        stat = _stat(child)
+        return None if stat is None else (child, *stat)
+
+    found = _walk(pid, reading)
+    return TreeReading(tuple(child for child, _, _ in found), sum(cpu for _, cpu, _ in found),
+                       sum(rss for _, _, rss in found))
+
+
+def _walk(pid: int, read: Callable[[int], Any]) -> list:
+    """``read`` of ``pid`` and of each of its descendants, found through their threads'
+    ``/proc/PID/task/TID/children``, root first; a process ``read`` finds gone (None) is
+    left out, with its children."""
+    found, todo = [], [pid]
     while todo:
         child = todo.pop()
-        stat = _stat(child)
-        if stat is None:
+        item = read(child)
+        if item is None:
             continue  # gone between the two reads: no longer in the tree
-        pids.append(child)
-        cpu, rss = cpu + stat[0], rss + stat[1]
+        found.append(item)
         todo += _children_of(child)
-    return TreeReading(tuple(pids), cpu, rss)
+    return found
 
 
 def _stat(pid: int) -> tuple[float, int] | None:
@@ -163,21 +176,20 @@ def process_tree(pid: int) -> list:
     ``read_tree`` finds them, or psutil's way where the kernel cannot."""
     import psutil
 
-    try:
-        root = psutil.Process(pid)
-        if not _proc_children():
-            return [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-    found, todo = [root], _children_of(pid)
-    while todo:
-        child = todo.pop()
+    if not _proc_children():
         try:
-            found.append(psutil.Process(child))
+            root = psutil.Process(pid)
+            return [root, *root.children(recursive=True)]
         except psutil.NoSuchProcess:
-            continue  # gone between the two reads: no longer in the tree
-        todo += _children_of(child)
-    return found
+            return []
+
+    def process(child: int):
+        try:
+            return psutil.Process(child)
+        except psutil.NoSuchProcess:
+            return None
+
+    return _walk(pid, process)
 
 
 def _children_of(pid: int) -> list[int]:
