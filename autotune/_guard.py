@@ -9,7 +9,7 @@ is ``loss`` (the warmup, then each measured window).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, NamedTuple
 
 #: How much worse than the baseline's loss, at matched samples, a trial's loss
@@ -34,6 +34,9 @@ PRUNE_FRACTION = 0.5
 #: Windows a trial measures before it may be pruned: one window can be a fluke
 #: (a cache filling, a neighbour's burst).
 PRUNE_MIN_WINDOWS = 2
+
+#: ``lr_scaling`` from the least change of the user's lr at a larger batch to the most.
+LR_STEPS = ("none", "sqrt", "linear")
 
 Point = tuple[float, float]
 #: A piece of a loss curve: samples from, samples to, the mean loss of its steps, their count.
@@ -129,6 +132,12 @@ def first_nonfinite(history: Sequence[Point]) -> Point | None:
     return next((p for p in history if not math.isfinite(p[1])), None)
 
 
+def blew_up(history: Sequence[Point], curve: Sequence[Chunk] = ()) -> Point | None:
+    """A trial's first nan or inf loss: in its history, else in its curve's pieces (at a
+    piece's end); None when every loss is finite."""
+    return first_nonfinite(history) or next(((c[1], c[2]) for c in curve if not math.isfinite(c[2])), None)
+
+
 def loss_at(reference: Sequence[Point], samples: float) -> float | None:
     """The reference's loss at ``samples``: linear between its points, its last loss beyond them.
 
@@ -192,7 +201,7 @@ def divergence(reference: Sequence[Point], history: Sequence[Point],
         reference_curve: The baseline's loss curve.
         curve: The trial's loss curve.
     """
-    bad = first_nonfinite(history) or next(((c[1], c[2]) for c in curve if not math.isfinite(c[2])), None)
+    bad = blew_up(history, curve)
     if bad is not None:
         return f"loss is {bad[1]} after {bad[0]:,.0f} samples"
     span = judged_span(reference_curve)
@@ -212,6 +221,39 @@ def divergence(reference: Sequence[Point], history: Sequence[Point],
     return (f"loss {found.loss:.3g} vs the baseline's {found.reference:.3g} over the same samples "
             f"({found.first:,.0f}-{found.last:,.0f}): {found.excess:.0%} worse, over the "
             f"{tolerance:.0%} tolerance")
+
+
+def lr_retry(scaling: str | None, ratio: float, exploded: bool, tried: Collection[str | None],
+             allowed: Collection[str]) -> str | None:
+    """The ``lr_scaling`` to run a diverged config with again, or None.
+
+    A config's speed does not depend on its lr, so a fast config judged diverged at a
+    batch larger than the user's may train soundly at another lr: a loss that stayed too
+    high asks first for a larger lr (the next step in ``LR_STEPS``), then for a smaller
+    one; a loss that blew up (nan or inf) only for a smaller one. Each step at most once
+    per config (``tried``), within the space (``allowed``).
+
+    Args:
+        scaling: The diverged run's ``lr_scaling``.
+        ratio: Its batch size over the user's (at 1x or below, ``lr_scaling`` acts little
+            or against the lr a smaller batch wants: nothing is tried).
+        exploded: Whether its loss went nan or inf (``blew_up``).
+        tried: The scalings this config has run with (the diverged run's included).
+        allowed: The values the space draws.
+
+    >>> lr_retry("none", 2.0, False, {"none"}, LR_STEPS)
+    'sqrt'
+    >>> lr_retry("linear", 8.0, True, {"linear"}, LR_STEPS)
+    'sqrt'
+    >>> lr_retry("linear", 8.0, False, {"none", "sqrt", "linear"}, LR_STEPS) is None
+    True
+    """
+    if ratio <= 1 or scaling not in LR_STEPS:
+        return None
+    at = LR_STEPS.index(scaling)
+    larger, smaller = LR_STEPS[at + 1:], LR_STEPS[:at][::-1]
+    order = smaller if exploded else (*larger, *smaller)
+    return next((step for step in order if step in allowed and step not in tried), None)
 
 
 def prune_reason(rates: Sequence[float], best: float | None, fraction: float = PRUNE_FRACTION,

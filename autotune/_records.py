@@ -34,6 +34,9 @@ ATTR_SLOT = "slot"
 #: Why a complete trial's figure is not believed (``autotune._noise.doubt``), and, on a
 #: trial that measures a noisy one again, which attempt it is (1, 2, ...).
 ATTR_DOUBT, ATTR_REMEASURE = "doubt", "remeasure"
+#: On a trial that runs a diverged trial's config with another lr_scaling: that config's
+#: first trial (``autotune._guard.lr_retry``).
+ATTR_RETRIES = "retries"
 #: A trial's loss curve (``autotune._guard.loss_curve``): the baseline's judges every trial's.
 ATTR_CURVE = "curve"
 #: What a trial's loader read (``autotune._run.dataset_facts``): its class, its batches per
@@ -63,6 +66,8 @@ class TrialRow:
     curve: list[tuple[float, float, float, int]] = dataclasses.field(default_factory=list)
     run_id: str | None = None  # its MLflow run
     dataset: dict[str, Any] = dataclasses.field(default_factory=dict)
+    lr: float | None = None  # the lr run.optimizer set (None: the function passes it none)
+    retries: int | None = None  # ATTR_RETRIES
 
     @property
     def samples_per_s(self) -> float | None:
@@ -95,7 +100,7 @@ def row_of(trial: optuna.trial.FrozenTrial, ceilings: Ceilings) -> TrialRow:
                     [tuple(p) for p in attrs.get(ATTR_LOSSES, [])], attrs.get(ATTR_SAMPLED, {}),
                     attrs.get(ATTR_CONFIRMS), bound, attrs.get(ATTR_SLOT, {}), attrs.get(ATTR_DOUBT),
                     attrs.get(ATTR_REMEASURE, 0), [tuple(c) for c in attrs.get(ATTR_CURVE, [])],
-                    attrs.get(ATTR_RUN), attrs.get(ATTR_DATASET) or {})
+                    attrs.get(ATTR_RUN), attrs.get(ATTR_DATASET) or {}, attrs.get(ATTR_LR), attrs.get(ATTR_RETRIES))
 
 
 def run_name(row: TrialRow, winner: bool) -> str:
@@ -118,6 +123,8 @@ def trial_note(number: int, outcome: Outcome, reason: str, doubt: str | None, sa
     against the baseline's at the time, its bottleneck; one paragraph a person reads."""
     what = ("the baseline: your code as written" if attrs.get(ATTR_BASELINE)
             else f"trial {attrs[ATTR_CONFIRMS]}'s config again" if attrs.get(ATTR_CONFIRMS) is not None
+            else f"trial {attrs[ATTR_RETRIES]}'s config, which diverged, with lr_scaling "
+                 f"{attrs[ATTR_SAMPLED].get('lr_scaling')}" if attrs.get(ATTR_RETRIES) is not None
             else "a config the study drew")
     parts = [f"Trial {number} ({what}): {outcome.value}."]
     if samples_per_s:

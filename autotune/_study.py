@@ -22,8 +22,10 @@ from autotune._guard import (
     DIVERGENCE_TOLERANCE,
     LEARN_WINDOWS,
     PRUNE_FRACTION,
+    blew_up,
     flat_reference,
     learned_share,
+    lr_retry,
     prune_reason,
 )
 from autotune._knobs import batch_of, show_value
@@ -52,6 +54,7 @@ from autotune._records import (
     ATTR_LOSSES,
     ATTR_LR,
     ATTR_METRICS,
+    ATTR_RETRIES,
     ATTR_OUTCOME,
     ATTR_OWNER,
     ATTR_PARENT,
@@ -605,6 +608,8 @@ class StudyRunner:
             self._enqueue_again(row, found)
         if recorded and is_noisy(row.doubt):
             self._measure_again(row, slot)
+        if recorded and row.outcome == Outcome.DIVERGED.value and not row.baseline and row.confirms is None:
+            self._retry_lr(row, found)
         if recorded and row.baseline and row.confirms is None and row.measured:
             self._note_baseline_curve(row)
         if row.baseline and row.outcome not in (Outcome.COMPLETE.value, Outcome.INTERRUPTED.value):
@@ -653,6 +658,42 @@ class StudyRunner:
         self.reporter.note(f"trial {row.number}: {row.doubt}; measuring it again"
                            + (f" after {waited:.0f} s, once the machine was quiet" if waited >= 2 else "")
                            + f" (attempt {row.remeasure + 2} of {self.options.remeasure + 1})")
+
+    def _retry_lr(self, row: TrialRow, found: Standing) -> None:
+        """A drawn config judged diverged that ran faster than the best so far: enqueue it
+        again with the next ``lr_scaling`` (``autotune._guard.lr_retry``), while this tuner
+        has trials of its own left, and say so.
+
+        Its speed does not depend on its lr, so its other knobs are fast: without this, a
+        study whose first fast draws diverged at batches past the user's (lr not scaled up
+        enough) left that region for good, as TPE counts an infeasible trial against every
+        knob it drew, and settled on a config at a quarter of the machine's speed (the jpeg
+        runner, benchmarks/RESULTS.md, "Reach").
+        """
+        from autotune._space import Choice
+
+        domain = self.space.domains.get("lr_scaling")
+        rate, size = row.samples_per_s, row.config.get("batch_size")
+        base = found.base.median if found.base and found.base.rates else None
+        best = found.decision.winner.median if found.decision.winner else base
+        if not isinstance(domain, Choice) or row.lr is None or not rate or not best or rate <= best \
+                or not row.base_batch_size or not isinstance(size, int):
+            return
+        first = row.retries if row.retries is not None else row.number
+        tried = {r.sampled.get("lr_scaling") for r in found.rows if first in (r.number, r.retries)}
+        scaling = row.sampled.get("lr_scaling")
+        step = lr_retry(scaling, size / row.base_batch_size, blew_up(row.losses, row.curve) is not None,
+                        tried, domain.choices)
+        with self._turn:
+            left = self._taken < self.options.trials
+        if step is None or not left or self._interrupt.is_set():
+            return
+        self.study.enqueue_trial({}, user_attrs={ATTR_RETRIES: first, ATTR_BASELINE: False,
+                                                 ATTR_SAMPLED: {**row.sampled, "lr_scaling": step}})
+        self.reporter.note(f"trial {row.number} diverged at batch size {size} ({size / row.base_batch_size:g}x "
+                           f"the code's) with lr_scaling {scaling}, but ran at {rate:,.0f} samples/s, past the "
+                           f"best so far ({best:,.0f}): its config runs again with lr_scaling {step} (its speed "
+                           "does not depend on the lr)")
 
     def _enqueue_again(self, row: TrialRow, found: Standing) -> None:
         """Owe the study an interrupted baseline or re-run again (a sampled trial is not owed)."""
@@ -741,16 +782,16 @@ class StudyRunner:
 
         An enqueued baseline runs the user's code as written; an enqueued re-run
         (``ATTR_CONFIRMS``) runs that trial's config again, unpruned (a
-        confirmation). Otherwise the space is sampled, with the loader knobs held at
+        confirmation); an enqueued retry (``ATTR_RETRIES``, see ``_retry_lr``) its config. Otherwise the space is sampled, with the loader knobs held at
         the best trial's once that trial is compute-bound at high efficiency.
         """
         import optuna
 
         attrs = trial.user_attrs
         trial.set_user_attr(ATTR_OWNER, self._owner)
-        rerun = attrs.get(ATTR_CONFIRMS)
+        rerun, retry = attrs.get(ATTR_CONFIRMS), attrs.get(ATTR_RETRIES)
         baseline = rerun is None and bool(attrs.get(ATTR_BASELINE))
-        if rerun is not None:
+        if rerun is not None or retry is not None:
             config = Config(**attrs.get(ATTR_SAMPLED, {}))
         elif baseline:
             config = Config()
@@ -764,6 +805,8 @@ class StudyRunner:
                 "autotune.slot": str(slot.index), "autotune.share": slot.share()}
         if rerun is not None:
             tags["autotune.confirms"] = str(rerun)
+        if retry is not None:
+            tags["autotune.retries"] = str(retry)
         run_id = self.tracker.start_trial(self.experiment_id, self.parent_id, trial.number,
                                           config.set_values(), tags)
         trial.set_user_attr(ATTR_RUN, run_id)
@@ -987,7 +1030,8 @@ class StudyRunner:
 
     def _params_of(self, trial: optuna.Trial, result: TrialResult) -> dict[str, list[Any]]:
         """Optuna params for a trial the sampler did not draw, so that every trial has them
-        (optuna-dashboard, importances): a re-run gets its first trial's; the baseline the
+        (optuna-dashboard, importances): a re-run gets its first trial's (a retry too, with its
+        own ``lr_scaling``); the baseline the
         values its code ran with, for each knob whose domain holds that value (its batch size
         as ``1x``). Each as ``[distribution json, value]``."""
         import optuna
@@ -996,11 +1040,13 @@ class StudyRunner:
 
         if trial.params:
             return {}
-        rerun = trial.user_attrs.get(ATTR_CONFIRMS)
-        if rerun is not None:
-            first = self.study._storage.get_trial(self._trial_id(rerun))  # one trial, not the study
-            return {name: [optuna.distributions.distribution_to_json(first.distributions[name]), value]
-                    for name, value in first.params.items()}
+        attrs = trial.user_attrs
+        of = attrs.get(ATTR_CONFIRMS, attrs.get(ATTR_RETRIES))
+        if of is not None:  # as its first trial drew them (a retry with its own lr_scaling)
+            first = self.study._storage.get_trial(self._trial_id(of))  # one trial, not the study
+            sampled = attrs.get(ATTR_SAMPLED, {})
+            return {name: [optuna.distributions.distribution_to_json(first.distributions[name]),
+                           sampled.get(name, value)] for name, value in first.params.items()}
         params = {}
         for name, domain in self.space.domains.items():
             value = result.resolved.get(name)

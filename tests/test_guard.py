@@ -8,10 +8,13 @@ import pytest
 
 from autotune._guard import (
     DIVERGENCE_TOLERANCE,
+    LR_STEPS,
+    blew_up,
     divergence,
     first_nonfinite,
     loss_at,
     loss_history,
+    lr_retry,
     prune_reason,
 )
 
@@ -47,6 +50,33 @@ def test_loss_history_of_a_trial_without_warmup_event() -> None:
 def test_first_nonfinite(history, expected) -> None:
     found = first_nonfinite(history)
     assert (found[0] if found else None) == expected
+
+
+def test_blew_up_finds_a_nan_in_the_history_or_the_curve() -> None:
+    assert blew_up([(1.0, 2.0)], [(0, 10, 1.0, 4), (10, 20, 0.9, 4)]) is None
+    assert blew_up([(1.0, 2.0), (5.0, INF)], []) == (5.0, INF)
+    # a window's mean loss can stay finite for a step's nan only in its curve's piece
+    found = blew_up([(1.0, 2.0)], [(0, 10, 1.0, 4), (10, 20, NAN, 4)])
+    assert found[0] == 20 and math.isnan(found[1])
+
+
+@pytest.mark.parametrize(
+    ("scaling", "ratio", "exploded", "tried", "allowed", "expected"),
+    [
+        ("none", 2.0, False, {"none"}, LR_STEPS, "sqrt"),  # too little lr: the next step up
+        ("none", 2.0, False, {"none"}, ("none", "linear"), "linear"),  # sqrt not in the space
+        ("sqrt", 4.0, False, {"none", "sqrt"}, LR_STEPS, "linear"),
+        ("linear", 8.0, False, {"linear"}, LR_STEPS, "sqrt"),  # no step up left: one down
+        ("linear", 8.0, False, {"linear", "sqrt", "none"}, LR_STEPS, None),  # each tried once
+        ("sqrt", 4.0, True, {"sqrt"}, LR_STEPS, "none"),  # nan: only less lr
+        ("none", 4.0, True, {"none"}, LR_STEPS, None),
+        ("none", 1.0, False, {"none"}, LR_STEPS, None),  # at the code's batch lr_scaling acts not
+        ("linear", 0.5, False, {"linear"}, LR_STEPS, None),
+        (None, 2.0, False, {None}, LR_STEPS, None),  # not drawn: nothing to step
+    ],
+)
+def test_lr_retry_steps_the_lr_the_way_the_loss_asks(scaling, ratio, exploded, tried, allowed, expected) -> None:
+    assert lr_retry(scaling, ratio, exploded, tried, allowed) == expected
 
 
 @pytest.mark.parametrize(

@@ -169,6 +169,45 @@ def test_a_diverged_config_can_be_fastest_and_is_never_the_best(fault_study) -> 
     assert "num_workers: 1" in out.stdout
 
 
+def test_a_fast_config_diverged_on_its_lr_runs_again_with_the_lr_scaled(tmp_path: Path) -> None:
+    """2x the batch without lr scaling learns half as much per sample (lr_train.py): judged
+    diverged, though twice as fast. The study runs its config again with lr_scaling linear
+    (none and linear in the space; sqrt is not), which trains as the baseline and wins.
+    Shorter warmups and more windows than FAST: the fast trial's warmup must end before
+    the samples the baseline's loss is judged on begin."""
+    target = f"{FIXTURE.parent / 'lr_train.py'}:train"
+    space = tmp_path / "lr.yaml"
+    space.write_text("knobs:\n  batch_size: [1x, 2x]\n  lr_scaling: [none, linear]\n")
+    args = ["--study", "lr", "--space", str(space), *FAST, "--warmup", "0.1", "--windows", "4"]
+    first = autotune("run", target, "--trials", "1", *args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    load_study(tmp_path / "mlflow", "lr").enqueue_trial({"batch_size": "2x", "lr_scaling": "none"})
+    out = autotune("run", target, "--trials", "2", *args, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    base, diverged, retry = load_study(tmp_path / "mlflow", "lr").get_trials()
+    assert diverged.user_attrs["outcome"] == "diverged", diverged.user_attrs["reason"]
+    assert "over the same samples" in diverged.user_attrs["reason"]  # worse, not nan: more lr
+    assert diverged.value > 1.5 * base.value  # fast: its config is worth another lr
+    assert retry.user_attrs["retries"] == diverged.number
+    assert retry.user_attrs["sampled"] == {"batch_size": "2x", "lr_scaling": "linear"}
+    assert retry.params == {"batch_size": "2x", "lr_scaling": "linear"}  # the sampler learns from it
+    assert retry.user_attrs["outcome"] == "complete", retry.user_attrs["reason"]
+    assert retry.user_attrs["lr"] == pytest.approx(2 * diverged.user_attrs["lr"])
+    assert retry.constraints == {"diverged": 0.0}
+    said = " ".join(out.stderr.split())  # the study's notes, beside its progress
+    assert (f"trial {diverged.number} diverged at batch size 16 (2x the code's) with lr_scaling none, "
+            "but ran at") in said
+    assert "its config runs again with lr_scaling linear" in said
+    _, runs = mlflow_runs(tmp_path / "mlflow", "lr")
+    run = next(r for r in runs if r.data.tags.get("autotune.trial") == str(retry.number))
+    assert run.data.tags["autotune.retries"] == str(diverged.number)
+    assert f"trial {diverged.number}'s config, which diverged, with lr_scaling linear" in \
+        run.data.tags["mlflow.note.content"]
+    shown = autotune("export", "--study", "lr", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert f"trial {retry.number}," in shown.stdout.splitlines()[0]
+
+
 def test_show_lists_every_outcome_with_its_reason(fault_study) -> None:
     cwd, _ = fault_study
     out = autotune("show", "--study", "faults", cwd=cwd)
