@@ -101,6 +101,18 @@ def loss_curve(windows: Sequence[Mapping[str, Any]]) -> list[Chunk]:
     return [tuple(chunk) for w in windows for chunk in w.get("curve", ())]
 
 
+def judged_curve(warmup: Mapping[str, Any] | None, windows: Sequence[Mapping[str, Any]]) -> list[Chunk]:
+    """The loss curve a trial is judged on: its warmup's pieces, then its windows'.
+
+    The warmup's count for the trial, never for the reference (the baseline's span starts
+    after its warmup, ``judged_span``): a config 4x the baseline's speed passes, in its
+    warmup, most of the samples the baseline's windows reached, and judged on its windows
+    alone it was compared with the baseline's last loss only, which let a 4x batch that
+    learned 4x less per sample pass as complete.
+    """
+    return loss_curve([warmup, *windows] if warmup else windows)
+
+
 def judged_span(curve: Sequence[Chunk]) -> tuple[float, float] | None:
     """The samples a study judges divergence on: from half to all of the largest power of two
     of samples the baseline's measured windows reached (not before its first window).

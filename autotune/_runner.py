@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune._config import Config
 from autotune._events import FD_ENV, EventReader
-from autotune._guard import DIVERGENCE_TOLERANCE, Chunk, Point, loss_curve, loss_history
+from autotune._guard import DIVERGENCE_TOLERANCE, Chunk, Point, judged_curve, loss_curve, loss_history
 from autotune._knobs import KNOBS
 from autotune._monitor import Monitor, nvml_handle
 from autotune._outcome import Outcome, classify
@@ -420,7 +420,7 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     outcome, reason = classify(proc.returncode, killed[0] if killed else None, events.get("error"),
                                windows, stderr_tail, history=losses, reference=reference,
                                tolerance=tolerance, memory_low=memory_low, expected_windows=budget.windows,
-                               reference_curve=reference_curve, curve=loss_curve(windows),
+                               reference_curve=reference_curve, curve=judged_curve(events.get("warmup"), windows),
                                batches=events["end"].get("steps") if "end" in events else None)
     if monitor.problems and not killed:
         reason = "\n".join(filter(None, [reason, *monitor.problems]))

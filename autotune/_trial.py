@@ -78,7 +78,9 @@ class Trial(Run):
 
     Each window also reports its loss curve: the step losses (kept on the device,
     read with the window's) in ``CURVE_CHUNKS`` pieces, each with the samples it
-    spans, so that divergence is judged on the same samples for every config.
+    spans, so that divergence is judged on the same samples for every config. The
+    warmup reports its curve too: a config several times the baseline's speed can
+    pass the samples the baseline's windows reached while it warms up.
 
     With ``learn_windows`` (the baseline), it measures up to that many windows more
     while its loss over its judged span is above ``learn_to`` times its warmup's.
@@ -145,7 +147,7 @@ class Trial(Run):
         loss = loss.detach().float()
         self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
         self._loss_steps += 1
-        if self._phase == Phase.MEASURE:  # the window's curve: where each step ends, and its loss
+        if self._phase in (Phase.WARMUP, Phase.MEASURE):  # its curve: where each step ends, its loss
             self._step_losses.append(loss)
             self._step_ends.append(self._seen + self._batch_samples)
 
@@ -242,7 +244,7 @@ class Trial(Run):
         loss = self._read_loss()
         self._warmup_loss = loss
         self._emit("warmup", steps=self._step, seconds=time.perf_counter() - self._started,
-                   samples=self._win_samples, samples_seen=self._seen, loss=loss,
+                   samples=self._win_samples, samples_seen=self._seen, loss=loss, curve=self._curve(),
                    **({"compile_s": self._compile_s()} if self._compiling else {}))
         self._reset_window(time.perf_counter())
         self._stop_if_nonfinite(loss)

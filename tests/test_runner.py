@@ -358,6 +358,28 @@ def test_loss_worse_than_the_reference_diverges(tmp_path: Path) -> None:
     assert result.metrics["samples_per_s"] > 0  # its speed is kept: infeasible, not unmeasured
 
 
+def test_a_config_fast_enough_to_pass_the_judged_span_in_its_warmup_is_judged_on_it(tmp_path: Path) -> None:
+    """4x the batch without lr scaling learns 4x less per sample (lr_train.py) and runs
+    about 3-4x the baseline's speed: its 0.2 s warmup covers most of the samples the
+    baseline's windows reached. Judged on its windows alone, it met only the baseline's
+    last loss and passed as complete; its warmup's curve judges it on the same samples."""
+    lr_train, longer = FIXTURE.with_name("lr_train.py"), dataclasses.replace(FAST, windows=6)
+    base, _ = trial(tmp_path, "train", fixture=lr_train)
+    assert base.outcome is Outcome.COMPLETE, base.reason
+    # Its windows run long past the baseline's reach, where its loss falls under the
+    # baseline's last: the comparison of loss histories (no curve on the span) passed it.
+    fast, watch = trial(tmp_path, "train", Config(batch_size="4x", lr_scaling="none"), budget=longer,
+                        fixture=lr_train, reference=base.losses, reference_curve=base.curve)
+    warmup = next(e for e in watch.events if e["event"] == "warmup")
+    assert warmup["curve"][-1][1] == warmup["samples_seen"]
+    assert warmup["samples_seen"] > base.curve[-1][1] / 4  # its warmup passed the span's start
+    assert fast.outcome is Outcome.DIVERGED, fast.reason
+    assert "over the same samples" in fast.reason
+    scaled, _ = trial(tmp_path, "train", Config(batch_size="4x", lr_scaling="linear"), budget=longer,
+                      fixture=lr_train, reference=base.losses, reference_curve=base.curve)
+    assert scaled.outcome is Outcome.COMPLETE, scaled.reason  # the lr, not the judging, made the difference
+
+
 def test_a_stalled_step_is_killed_within_the_stall_timeout(tmp_path: Path) -> None:
     budget = Budget(warmup_s=0.2, window_s=0.3, windows=2, stall_s=2)
     result, watch = trial(tmp_path, "train_hangs", budget=budget)
