@@ -81,7 +81,7 @@ def fault_study(tmp_path_factory) -> tuple[Path, str]:
     first = autotune("run", TARGET, "--trials", "1", *args, cwd=cwd, env=tag)
     assert first.returncode == 0, first.stderr
     enqueue(cwd / "mlflow", "faults", *FAULTS)
-    # --prune 0.2: the slow fault runs at a tenth of the baseline's speed and a fortieth of
+    # --prune 0.2: the slow fault runs at a fifth of the baseline's speed and a fortieth of
     # the healthy config's, so it is pruned however the machine's load moves the others.
     second = autotune("run", TARGET, "--trials", str(len(FAULTS)), "--ram-budget", "1",
                       "--stall-timeout", "3", "--prune", "0.2", *args, cwd=cwd, env=tag, timeout=400)
