@@ -14,6 +14,7 @@ For each target (the shipped runners, and a loader whose items wait like network
 
     python benchmarks/reach.py                       # about 45 minutes on a 2-core CPU
     python benchmarks/reach.py --targets io --trials 6 --repeats 1   # a smoke run
+    python benchmarks/reach.py --targets jpeg --studies 3   # three studies' winners, side by side
 """
 
 from __future__ import annotations
@@ -85,17 +86,31 @@ def rate(target: str, config: Config, budget: Budget, warm: WarmWorker, logs: Pa
     return None if result is None else result.metrics["samples_per_s"]
 
 
-def one_target(name: str, args: argparse.Namespace, warm: WarmWorker, logs: Path) -> dict[str, Any]:
-    target, axes = TARGETS[name]
-    study = f"reach-{name}-{datetime.datetime.now():%Y%m%d-%H%M}"
+def one_study(name: str, target: str, args: argparse.Namespace, index: int) -> tuple[dict[str, Any], Config]:  # type: ignore[valid-type]
+    """A default study of ``args.trials`` trials: what it said, and its winner's config."""
+    from autotune._standing import findings, standing
+
+    study = f"reach-{name}-{datetime.datetime.now():%Y%m%d-%H%M}" + (f"-{index + 1}" if args.studies > 1 else "")
     started = time.monotonic()
     cli("run", target, "--trials", str(args.trials), "--study", study, "--store", str(args.store.resolve()),
         cwd=args.store)
-    study_wall = time.monotonic() - started
-    from autotune._standing import findings, standing
-
+    wall = time.monotonic() - started
     found = standing(load(args.store, study))
     winner = Config(**found.best.sampled) if found.best is not None else Config()
+    return {"study": study, "wall": wall, "findings": findings(found)}, winner
+
+
+def winner_label(args: argparse.Namespace, index: int) -> str:
+    return f"study {index + 1} winner ({args.trials} trials)" if args.studies > 1 \
+        else f"study winner ({args.trials} trials)"
+
+
+def one_target(name: str, args: argparse.Namespace, warm: WarmWorker, logs: Path) -> dict[str, Any]:
+    target, axes = TARGETS[name]
+    studies, winners = [], {}
+    for index in range(args.studies):
+        said, winners[winner_label(args, index)] = one_study(name, target, args, index)
+        studies.append(said)
 
     started = time.monotonic()
     sweep = []
@@ -105,8 +120,7 @@ def one_target(name: str, args: argparse.Namespace, warm: WarmWorker, logs: Path
     sweep_wall = time.monotonic() - started
     ranked = sorted((s for s in sweep if s[1]), key=lambda s: s[1], reverse=True)
     tricks = Config(**{**all_tricks().set_values(), **MODEL_TRICKS.get(name, {})})
-    contenders = {"code as written": Config(), "all tricks on": tricks,
-                  f"study winner ({args.trials} trials)": winner}
+    contenders = {"code as written": Config(), "all tricks on": tricks, **winners}
     for i, (config, _) in enumerate(ranked[:2]):
         contenders[f"sweep #{i + 1}"] = config
     runs: dict[str, list[float]] = {label: [] for label in contenders}
@@ -116,16 +130,16 @@ def one_target(name: str, args: argparse.Namespace, warm: WarmWorker, logs: Path
             if measured is not None:
                 runs[label].append(measured)
             print(f"{name} {label} run {turn + 1}: {measured or 0:,.0f}", file=sys.stderr)
-    return {"target": name, "study": study, "study_wall": study_wall, "sweep_wall": sweep_wall,
-            "sweep_window_s": SWEEP_BUDGET.window_s,
+    return {"target": name, "studies": studies, "sweep_wall": sweep_wall, "sweep_window_s": SWEEP_BUDGET.window_s,
             "sweep_points": len(sweep), "sweep_failed": sum(1 for s in sweep if not s[1]),
-            "findings": findings(found), "configs": {k: v.set_values() for k, v in contenders.items()},
+            "configs": {k: v.set_values() for k, v in contenders.items()},
             "runs": runs, "sweep": [(c.set_values(), r) for c, r in sweep]}
 
 
 def render(results: list[dict[str, Any]], args: argparse.Namespace, where: str) -> str:
     lines = [
-        f"Machine: {where}. `python benchmarks/reach.py --trials {args.trials} --repeats {args.repeats}`.",
+        f"Machine: {where}. `python benchmarks/reach.py --trials {args.trials} --repeats {args.repeats}"
+        + (f" --studies {args.studies}" if getattr(args, "studies", 1) > 1 else "") + "`.",
         "",
         "For each target: a default study of "
         f"{args.trials} trials (`autotune run`, default space and budget); a sweep of a wide grid "
@@ -147,13 +161,20 @@ def render(results: list[dict[str, Any]], args: argparse.Namespace, where: str) 
             share = f"{medians[label] / best:.0%}" if values and best else "n/a"
             figures = spread(values, ",.0f") if values else "did not complete"
             lines.append(f"| {res['target']} | {label} | {changed(res['configs'][label])} | {figures} | {share} |")
-        winner = next(k for k in res["runs"] if k.startswith("study winner"))
+        # (runs before --studies: one study, its name, wall and findings at the top)
+        studies = res.get("studies") or [{"study": res["study"], "wall": res["study_wall"],
+                                          "findings": res["findings"]}]
+        winners = [k for k in res["runs"] if k.startswith("study")]
         goal = GOALS.get(res["target"], GOAL)
-        met = "met" if winner in medians and best and medians[winner] / best >= goal else "NOT met"
-        notes.append(f"- **{res['target']}**: study `{res['study']}` in {res['study_wall'] / 60:.1f} min; "
-                     f"sweep of {res['sweep_points']} points in {res['sweep_wall'] / 60:.1f} min "
-                     f"({res['sweep_failed']} did not complete); goal {goal:.0%}: {met}.")
-        notes += [f"  - the study said: {line}" for line in res["findings"]]
+        met = sum(1 for w in winners if w in medians and best and medians[w] / best >= goal)
+        verdict = ("met" if met else "NOT met") if len(winners) == 1 else f"met by {met} of {len(winners)} studies"
+        notes.append(f"- **{res['target']}**: " + ", ".join(f"study `{s['study']}` in {s['wall'] / 60:.1f} min"
+                                                             for s in studies)
+                     + f"; sweep of {res['sweep_points']} points in {res['sweep_wall'] / 60:.1f} min "
+                     f"({res['sweep_failed']} did not complete); goal {goal:.0%}: {verdict}.")
+        for s in studies:
+            who = f"study `{s['study']}`" if len(studies) > 1 else "the study"
+            notes += [f"  - {who} said: {line}" for line in s["findings"]]
     return "\n".join(lines + [""] + notes)
 
 
@@ -170,6 +191,9 @@ def main() -> None:
     parser.add_argument("--targets", nargs="*", default=list(TARGETS), choices=list(TARGETS))
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--studies", type=int, default=1,
+                        help="default studies per target, each its own winner in the turns: one study's luck is "
+                             "not the search's")
     parser.add_argument("--store", type=Path, default=ROOT / "mlflow")
     parser.add_argument("--from-json", type=Path, nargs="+",
                         help="render the table again from runs' raw figures (one file per run, in order)")
