@@ -66,8 +66,8 @@ def test_blew_up_finds_a_nan_in_the_history_or_the_curve() -> None:
         ("none", 2.0, False, {"none"}, LR_STEPS, "sqrt"),  # too little lr: the next step up
         ("none", 2.0, False, {"none"}, ("none", "linear"), "linear"),  # sqrt not in the space
         ("sqrt", 4.0, False, {"none", "sqrt"}, LR_STEPS, "linear"),
-        ("linear", 8.0, False, {"linear"}, LR_STEPS, "sqrt"),  # no step up left: one down
-        ("linear", 8.0, False, {"linear", "sqrt", "none"}, LR_STEPS, None),  # each tried once
+        ("linear", 8.0, False, {"linear"}, LR_STEPS, None),  # too high at linear: no less lr
+        ("none", 8.0, False, {"none", "sqrt", "linear"}, LR_STEPS, None),  # each tried once
         ("sqrt", 4.0, True, {"sqrt"}, LR_STEPS, "none"),  # nan: only less lr
         ("none", 4.0, True, {"none"}, LR_STEPS, None),
         ("none", 1.0, False, {"none"}, LR_STEPS, None),  # at the code's batch lr_scaling acts not
