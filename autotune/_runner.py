@@ -19,7 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 from autotune._config import Config
 from autotune._events import FD_ENV, EventReader
-from autotune._guard import DIVERGENCE_TOLERANCE, Chunk, Point, judged_curve, loss_curve, loss_history
+from autotune._guard import (
+    DIVERGENCE_TOLERANCE,
+    LEARN_WINDOWS,
+    Chunk,
+    Point,
+    judged_curve,
+    learned_share,
+    loss_curve,
+    loss_history,
+)
 from autotune._knobs import KNOBS
 from autotune._monitor import Monitor, nvml_handle
 from autotune._outcome import Outcome, classify
@@ -84,6 +93,13 @@ class Budget:
         if self.timeout_s is not None:
             return self.timeout_s
         return self.startup_s + 5 * self.measuring_s()
+
+    def learning(self, tolerance: float = DIVERGENCE_TOLERANCE) -> Budget:
+        """This budget for a baseline, whose curve judges every trial's divergence: it measures
+        up to ``LEARN_WINDOWS`` times its windows more until its loss has fallen to
+        ``learned_share(tolerance)`` of its warmup's."""
+        return dataclasses.replace(self, learn_windows=LEARN_WINDOWS * self.windows,
+                                   learn_to=learned_share(tolerance))
 
     def measuring_s(self) -> float:
         """The most time a trial measures, as planned: warmup, windows (and those it may add
@@ -420,7 +436,8 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     outcome, reason = classify(proc.returncode, killed[0] if killed else None, events.get("error"),
                                windows, stderr_tail, history=losses, reference=reference,
                                tolerance=tolerance, memory_low=memory_low, expected_windows=budget.windows,
-                               reference_curve=reference_curve, curve=judged_curve(events.get("warmup"), windows),
+                               reference_curve=reference_curve,
+                               curve=judged_curve(events.get("warmup"), windows),
                                batches=events["end"].get("steps") if "end" in events else None)
     if monitor.problems and not killed:
         reason = "\n".join(filter(None, [reason, *monitor.problems]))

@@ -20,7 +20,6 @@ from autotune._config import Config, ConfigError
 from autotune._confirm import PENDING, plan
 from autotune._guard import (
     DIVERGENCE_TOLERANCE,
-    LEARN_WINDOWS,
     PRUNE_FRACTION,
     blew_up,
     flat_reference,
@@ -54,12 +53,12 @@ from autotune._records import (
     ATTR_LOSSES,
     ATTR_LR,
     ATTR_METRICS,
-    ATTR_RETRIES,
     ATTR_OUTCOME,
     ATTR_OWNER,
     ATTR_PARENT,
     ATTR_REASON,
     ATTR_REMEASURE,
+    ATTR_RETRIES,
     ATTR_RUN,
     ATTR_SAMPLED,
     ATTR_SLOT,
@@ -782,7 +781,8 @@ class StudyRunner:
 
         An enqueued baseline runs the user's code as written; an enqueued re-run
         (``ATTR_CONFIRMS``) runs that trial's config again, unpruned (a
-        confirmation); an enqueued retry (``ATTR_RETRIES``, see ``_retry_lr``) its config. Otherwise the space is sampled, with the loader knobs held at
+        confirmation); an enqueued retry (``ATTR_RETRIES``, see ``_retry_lr``) runs the
+        config it holds. Otherwise the space is sampled, with the loader knobs held at
         the best trial's once that trial is compute-bound at high efficiency.
         """
         import optuna
@@ -815,8 +815,7 @@ class StudyRunner:
         base = found.base.first if found.base else None
         budget = self.options.budget
         if baseline:  # every trial's divergence is judged against its curve: it measures until it learns
-            budget = dataclasses.replace(budget, learn_windows=LEARN_WINDOWS * budget.windows,
-                                         learn_to=learned_share(self.options.tolerance))
+            budget = budget.learning(self.options.tolerance)
         spec = TrialSpec(self.options.target, config, slot.device, budget,
                          # a config's runs train alike (its first trial's seed): the same loss, the same
                          # verdict; only the machine's noise differs between them
@@ -1031,9 +1030,8 @@ class StudyRunner:
     def _params_of(self, trial: optuna.Trial, result: TrialResult) -> dict[str, list[Any]]:
         """Optuna params for a trial the sampler did not draw, so that every trial has them
         (optuna-dashboard, importances): a re-run gets its first trial's (a retry too, with its
-        own ``lr_scaling``); the baseline the
-        values its code ran with, for each knob whose domain holds that value (its batch size
-        as ``1x``). Each as ``[distribution json, value]``."""
+        own ``lr_scaling``); the baseline the values its code ran with, for each knob whose
+        domain holds that value (its batch size as ``1x``). Each as ``[distribution json, value]``."""
         import optuna
 
         from autotune._space import Choice, IntRange

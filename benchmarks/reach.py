@@ -86,7 +86,8 @@ def rate(target: str, config: Config, budget: Budget, warm: WarmWorker, logs: Pa
     return None if result is None else result.metrics["samples_per_s"]
 
 
-def one_study(name: str, target: str, args: argparse.Namespace, index: int) -> tuple[dict[str, Any], Config]:  # type: ignore[valid-type]
+def one_study(name: str, target: str, args: argparse.Namespace,
+              index: int) -> tuple[dict[str, Any], Config]:  # type: ignore[valid-type]
     """A default study of ``args.trials`` trials: what it said, and its winner's config."""
     from autotune._standing import findings, standing
 
@@ -137,9 +138,11 @@ def one_target(name: str, args: argparse.Namespace, warm: WarmWorker, logs: Path
 
 
 def render(results: list[dict[str, Any]], args: argparse.Namespace, where: str) -> str:
+    # (from the results, not this invocation's args: --from-json renders runs made with others)
+    studies = max(len(res.get("studies") or [res]) for res in results)
     lines = [
         f"Machine: {where}. `python benchmarks/reach.py --trials {args.trials} --repeats {args.repeats}"
-        + (f" --studies {args.studies}" if getattr(args, "studies", 1) > 1 else "") + "`.",
+        + (f" --studies {studies}" if studies > 1 else "") + "`.",
         "",
         "For each target: a default study of "
         f"{args.trials} trials (`autotune run`, default space and budget); a sweep of a wide grid "

@@ -10,16 +10,13 @@ against its curve, once per seed, and prints each verdict with its samples/s:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
-from pathlib import Path
 
 from _results import ROOT, figure_path
 
 from autotune import Config
-from autotune._guard import LEARN_WINDOWS, learned_share
 from autotune._pool import WarmWorker
 from autotune._runner import Budget, TrialSpec, new_tag, run_trial
 
@@ -36,7 +33,7 @@ def main() -> None:
     logs = ROOT / "mlflow" / "reach-judged-logs"
     logs.mkdir(parents=True, exist_ok=True)
     budget = Budget(ceiling_windows=0)
-    learn = dataclasses.replace(budget, learn_windows=LEARN_WINDOWS * budget.windows, learn_to=learned_share())
+    learn = budget.learning()  # as a study runs its baseline
     warm = WarmWorker(os.environ, new_tag())
     verdicts: dict[str, list[list]] = {}
     try:
