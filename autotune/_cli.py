@@ -142,7 +142,8 @@ def _spaces() -> str:
 @click.option("--quiet-wait", type=_bounded("quiet_wait"), default=D["quiet_wait"], show_default=True,
               metavar="SECONDS", help="How long to wait for a quiet machine before measuring a noisy "
                                       "trial again.")
-@click.option("--seed", type=int, default=None, help="Seed for the sampler and the workers.")
+@click.option("--seed", type=int, default=None, help="Seed for the sampler and the trials: every trial trains from the "
+                                                             "baseline's seed (a tuner joining a study takes it).")
 @click.option("--store-patience", type=_bounded("store_patience"), default=D["store_patience"], show_default=True,
               metavar="SECONDS", help="How long the study database or tracking store may keep failing "
                                       "(a restart, a full disk) before the tuner stops with exit status 3; "

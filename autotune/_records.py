@@ -42,6 +42,9 @@ ATTR_CURVE = "curve"
 #: What a trial's loader read (``autotune._run.dataset_facts``): its class, its batches per
 #: epoch at the trial's batch size (useful workers stop there), whether it fetches in batches.
 ATTR_DATASET = "dataset"
+#: The seed a trial trained with: the baseline's, for every trial of a study (common random
+#: numbers: the loss verdict then compares configs, not seeds).
+ATTR_SEED = "seed"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +71,7 @@ class TrialRow:
     dataset: dict[str, Any] = dataclasses.field(default_factory=dict)
     lr: float | None = None  # the lr run.optimizer set (None: the function passes it none)
     retries: int | None = None  # ATTR_RETRIES
+    seed: int | None = None  # ATTR_SEED (None: a study from before it was recorded)
 
     @property
     def samples_per_s(self) -> float | None:
@@ -100,7 +104,8 @@ def row_of(trial: optuna.trial.FrozenTrial, ceilings: Ceilings) -> TrialRow:
                     [tuple(p) for p in attrs.get(ATTR_LOSSES, [])], attrs.get(ATTR_SAMPLED, {}),
                     attrs.get(ATTR_CONFIRMS), bound, attrs.get(ATTR_SLOT, {}), attrs.get(ATTR_DOUBT),
                     attrs.get(ATTR_REMEASURE, 0), [tuple(c) for c in attrs.get(ATTR_CURVE, [])],
-                    attrs.get(ATTR_RUN), attrs.get(ATTR_DATASET) or {}, attrs.get(ATTR_LR), attrs.get(ATTR_RETRIES))
+                    attrs.get(ATTR_RUN), attrs.get(ATTR_DATASET) or {}, attrs.get(ATTR_LR), attrs.get(ATTR_RETRIES),
+                    attrs.get(ATTR_SEED))
 
 
 def run_name(row: TrialRow, winner: bool) -> str:

@@ -182,9 +182,12 @@ def test_a_fast_config_diverged_on_its_lr_runs_again_with_the_lr_scaled(tmp_path
     first = autotune("run", target, "--trials", "1", *args, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     load_study(tmp_path / "mlflow", "lr").enqueue_trial({"batch_size": "2x", "lr_scaling": "none"})
-    out = autotune("run", target, "--trials", "2", *args, cwd=tmp_path)
+    out = autotune("run", target, "--trials", "2", *args, "--seed", "5", cwd=tmp_path)  # a tuner's own seed
     assert out.returncode == 0, out.stderr
     base, diverged, retry = load_study(tmp_path / "mlflow", "lr").get_trials()
+    # every trial trains from the baseline's seed, whatever the tuner that runs it was given
+    assert [t.user_attrs["seed"] for t in (base, diverged, retry)] == [0, 0, 0]
+    assert ", seed 0, " in (tmp_path / "mlflow" / "trials" / "lr" / f"trial-{retry.number}.log").read_text()
     assert diverged.user_attrs["outcome"] == "diverged", diverged.user_attrs["reason"]
     assert "over the same samples" in diverged.user_attrs["reason"]  # worse, not nan: more lr
     assert diverged.value > 1.5 * base.value  # fast: its config is worth another lr
