@@ -801,10 +801,9 @@ class StudyRunner:
             config = space.sample(trial, self._settled(found), self._useful_workers(found, space))
         base = found.base.first if found.base else None
         # Every trial trains from the baseline's seed (common random numbers): the same initial
-        # weights and data order, so the loss verdict compares configs, not seeds. With a seed
-        # each, jpeg's 4x batch with linear lr read -2% to +104% against one baseline over
-        # samples 2,048-4,096 and seed against seed differed by up to 78%; with the baseline's
-        # seed it read +42% and +40% at two seeds (benchmarks/RESULTS.md, "Reach").
+        # weights and data order, so the loss verdict compares configs, not seeds. On jpeg, a
+        # trial's own seed moved its excess by up to 16 points and flipped one verdict in 18
+        # (benchmarks/RESULTS.md, "Reach": benchmarks/reach_judged.py).
         seed = base.seed if base and base.seed is not None else (self.options.seed or 0)
         trial.set_user_attr(ATTR_BASELINE, baseline)
         trial.set_user_attr(ATTR_SAMPLED, config.set_values())
