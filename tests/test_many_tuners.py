@@ -303,3 +303,50 @@ def test_hosts_with_clocks_minutes_apart_leave_each_others_trials_alone(postgres
     assert {t.user_attrs["owner"]["host"] for t in study.get_trials()} == {"host-ahead", "host-behind"}
     assert "interrupted" not in {t.user_attrs["outcome"] for t in study.get_trials()}
     check_invariants(postgres, mlflow_server.url, name, tuners=2, own_trials=4, confirm=1)
+
+
+def test_two_tuners_retry_a_diverged_config_once_at_the_baselines_seed(postgres: str, mlflow_server,
+                                                                        tmp_path: Path) -> None:
+    """A fast config diverged on its lr (lr_train.py: 2x the batch, lr as is) while a second
+    tuner works on the study: its config runs again with lr_scaling linear exactly once,
+    whichever tuner claims it, and every trial trains from the baseline's seed whatever seed
+    its tuner was given."""
+    import optuna
+
+    target = f"{Path(__file__).parent / 'fixtures' / 'lr_train.py'}:train"
+    space = tmp_path / "lr.yaml"
+    space.write_text("knobs:\n  batch_size: [1x, 2x]\n  lr_scaling: [none, linear]\n")
+    name = f"retry-{uuid.uuid4().hex[:6]}"
+    args = ["--study", name, "--storage", postgres, "--tracking-uri", mlflow_server.url, "--space", str(space),
+            "--warmup", "0.1", "--window", "0.3", "--windows", "4", "--ceiling-windows", "0", "--prune", "0",
+            "--confirm", "0"]
+    folders = [tmp_path / f"host{i}" for i in range(3)]
+    for folder in folders:
+        folder.mkdir()
+    first = subprocess.run(cli("run", target, "--trials", "1", "--seed", "0", *args), cwd=folders[0],
+                           env=cli_env(), capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    study_of(postgres, name).enqueue_trial({"batch_size": "2x", "lr_scaling": "none"})
+    tuners = []
+    for folder, seed in zip(folders[1:], ("5", "9")):
+        seed_store(folder, ("run", target, *args))
+        log = folder / "tuner.log"
+        with open(log, "w") as out:
+            tuners.append((subprocess.Popen(cli("run", target, "--trials", "2", "--seed", seed, *args), cwd=folder,
+                                            env=cli_env(), stdout=out, stderr=subprocess.STDOUT), log))
+    for proc, log in tuners:
+        proc.wait(timeout=400)
+        assert proc.returncode == 0, log.read_text()
+    trials = study_of(postgres, name).get_trials()
+    assert all(t.state.is_finished() for t in trials), [(t.number, t.state) for t in trials]
+    assert {t.user_attrs["seed"] for t in trials} == {0}  # the baseline's, not the tuners' 5 and 9
+    diverged = trials[1]
+    assert diverged.params == {"batch_size": "2x", "lr_scaling": "none"}
+    assert diverged.user_attrs["outcome"] == "diverged", diverged.user_attrs["reason"]
+    retries = [t for t in trials if t.user_attrs.get("retries") is not None]
+    # one retry per (config, lr_scaling): two tuners never both run the same retry
+    assert len({(t.user_attrs["retries"], t.params["lr_scaling"]) for t in retries}) == len(retries)
+    retry = next(t for t in retries if t.user_attrs["retries"] == diverged.number)
+    assert retry.params == {"batch_size": "2x", "lr_scaling": "linear"}
+    assert retry.user_attrs["outcome"] == "complete", retry.user_attrs["reason"]
+    assert retry.state == optuna.trial.TrialState.COMPLETE
