@@ -58,23 +58,27 @@ def host_cpu() -> str:
 
 
 def one_trial(target: str, config: Any, budget: Any, logs: Path, *, device: Any = None, seed: int = 0,
-              warm: Any = None, strict: bool = True) -> Any:
+              warm: Any = None, strict: bool = True, reference: Any = None) -> Any:
     """One real trial of ``target`` (``path.py:function``) under ``config``, as a study runs
     it: forked from ``warm`` (an ``autotune._pool.WarmWorker``) or, with None, spawned cold; on
-    ``device`` (None: what ``--device auto`` picks). Its ``TrialResult`` if it completed;
-    otherwise a RuntimeError, or with ``strict=False`` None and a line on stderr saying why."""
+    ``device`` (None: what ``--device auto`` picks); its loss judged against ``reference`` (a
+    baseline's ``TrialResult``, as a study judges its trials) if given. Its ``TrialResult`` if
+    it completed; otherwise a RuntimeError, or with ``strict=False`` its result all the same and
+    a line on stderr saying why."""
     from autotune._probe import probe
     from autotune._runner import TrialSpec, run_trial
 
     spec = TrialSpec(target, config, device or probe("auto").device, budget, seed=seed)
-    result = run_trial(spec, logs / f"{Path(target.partition(':')[0]).stem}-{time.time_ns()}.log", warm=warm)
+    judged = {"reference": reference.losses, "reference_curve": reference.curve} if reference else {}
+    result = run_trial(spec, logs / f"{Path(target.partition(':')[0]).stem}-{time.time_ns()}.log", warm=warm,
+                       **judged)
     if result.outcome.value == "complete":
         return result
     why = f"{Path(target).name} {config.set_values()}: {result.outcome.value}: {result.reason}"
     if strict:
         raise RuntimeError(why)
     print(f"  {why}", file=sys.stderr)
-    return None
+    return result
 
 
 def write_section(heading: str, body: str) -> None:

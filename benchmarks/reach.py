@@ -6,7 +6,8 @@ For each target (the shipped runners, and a loader whose items wait like network
 1. **study**: ``autotune run TARGET --trials 16`` on the default space, as a user runs it;
 2. **sweep**: every point of a wide grid (batch size x DataLoader workers, and bf16 where
    the target computes enough for it to matter) measured once by a trial with a short
-   budget; the grid reaches well past the default space's worker range;
+   budget, its loss judged against a baseline as a study judges its trials (a point the
+   study would refuse never ranks); the grid reaches well past the default space's worker range;
 3. **in turns**: the code as written, "all tricks on", the study's winner and the sweep's
    two best points, each measured ``--repeats`` times in turns (a slow drift of the
    machine falls on all alike), with the default budget. Each one's share is its median
@@ -80,10 +81,12 @@ def grid(axes: dict[str, list[Any]]) -> list[Config]:  # type: ignore[valid-type
     return configs
 
 
-def rate(target: str, config: Config, budget: Budget, warm: WarmWorker, logs: Path, seed: int = 0) -> float | None:
-    """samples/s of one trial, or None (with a line saying why) if it did not complete."""
-    result = one_trial(target, config, budget, logs, seed=seed, warm=warm, strict=False)
-    return None if result is None else result.metrics["samples_per_s"]
+def rate(target: str, config: Config, budget: Budget, warm: WarmWorker, logs: Path, seed: int = 0,
+         reference: Any = None) -> tuple[float | None, str]:
+    """samples/s of one trial (None, with a line saying why, if it did not complete) and its
+    outcome; its loss judged against ``reference`` (a baseline's result) if given."""
+    result = one_trial(target, config, budget, logs, seed=seed, warm=warm, strict=False, reference=reference)
+    return (result.metrics["samples_per_s"] if result.outcome.value == "complete" else None), result.outcome.value
 
 
 def one_study(name: str, target: str, args: argparse.Namespace,
@@ -114,27 +117,33 @@ def one_target(name: str, args: argparse.Namespace, warm: WarmWorker, logs: Path
         studies.append(said)
 
     started = time.monotonic()
+    # every point's loss judged as a study judges its trials: against a baseline measured as a
+    # study measures its own (until its loss has fallen), at the same seed; a point the study
+    # would refuse (a 4x batch that learns too little per sample) is never the sweep's best
+    base = one_trial(target, Config(), TURN_BUDGET.learning(), logs, warm=warm)
     sweep = []
     for config in grid(axes):
-        sweep.append((config, rate(target, config, SWEEP_BUDGET, warm, logs)))
-        print(f"{name} sweep {changed(config.set_values())}: {sweep[-1][1] or 0:,.0f}", file=sys.stderr)
+        measured, outcome = rate(target, config, SWEEP_BUDGET, warm, logs, reference=base)
+        sweep.append((config, measured, outcome))
+        print(f"{name} sweep {changed(config.set_values())}: {measured or 0:,.0f} {outcome}", file=sys.stderr)
     sweep_wall = time.monotonic() - started
     ranked = sorted((s for s in sweep if s[1]), key=lambda s: s[1], reverse=True)
     tricks = Config(**{**all_tricks().set_values(), **MODEL_TRICKS.get(name, {})})
     contenders = {"code as written": Config(), "all tricks on": tricks, **winners}
-    for i, (config, _) in enumerate(ranked[:2]):
+    for i, (config, *_) in enumerate(ranked[:2]):
         contenders[f"sweep #{i + 1}"] = config
     runs: dict[str, list[float]] = {label: [] for label in contenders}
     for turn in range(args.repeats):
         for label, config in contenders.items():
-            measured = rate(target, config, TURN_BUDGET, warm, logs, seed=turn)
+            measured, _ = rate(target, config, TURN_BUDGET, warm, logs, seed=turn)
             if measured is not None:
                 runs[label].append(measured)
             print(f"{name} {label} run {turn + 1}: {measured or 0:,.0f}", file=sys.stderr)
     return {"target": name, "studies": studies, "sweep_wall": sweep_wall, "sweep_window_s": SWEEP_BUDGET.window_s,
             "sweep_points": len(sweep), "sweep_failed": sum(1 for s in sweep if not s[1]),
+            "sweep_diverged": sum(1 for s in sweep if s[2] == "diverged"), "sweep_judged": True,
             "configs": {k: v.set_values() for k, v in contenders.items()},
-            "runs": runs, "sweep": [(c.set_values(), r) for c, r in sweep]}
+            "runs": runs, "sweep": [(c.set_values(), r, o) for c, r, o in sweep]}
 
 
 def render(results: list[dict[str, Any]], args: argparse.Namespace, where: str) -> str:
@@ -146,7 +155,9 @@ def render(results: list[dict[str, Any]], args: argparse.Namespace, where: str) 
         "",
         "For each target: a default study of "
         f"{args.trials} trials (`autotune run`, default space and budget); a sweep of a wide grid "
-        f"(each point one trial of {SWEEP_BUDGET.windows} windows of {sweep_windows(results)}; "
+        f"(each point one trial of {SWEEP_BUDGET.windows} windows of {sweep_windows(results)}"
+        + ("" if not all(res.get("sweep_judged") for res in results) else
+           ", at the seed of a baseline it is judged against as a study judges its trials") + "; "
         "workers with `persistent_workers` and `prefetch_factor: 4`, batches above 1x with linear lr "
         f"scaling); then the code as written, all tricks on, the study's winner and the sweep's two "
         f"best points, {args.repeats} times in turns with the default budget. *share*: the median over "
@@ -174,11 +185,20 @@ def render(results: list[dict[str, Any]], args: argparse.Namespace, where: str) 
         notes.append(f"- **{res['target']}**: " + ", ".join(f"study `{s['study']}` in {s['wall'] / 60:.1f} min"
                                                              for s in studies)
                      + f"; sweep of {res['sweep_points']} points in {res['sweep_wall'] / 60:.1f} min "
-                     f"({res['sweep_failed']} did not complete); goal {goal:.0%}: {verdict}.")
+                     f"({sweep_outcomes(res)}); goal {goal:.0%}: {verdict}.")
         for s in studies:
             who = f"study `{s['study']}`" if len(studies) > 1 else "the study"
             notes += [f"  - {who} said: {line}" for line in s["findings"]]
     return "\n".join(lines + [""] + notes)
+
+
+def sweep_outcomes(res: dict[str, Any]) -> str:
+    """How many sweep points did not count, and why (runs before 2026-11-25 judged no loss)."""
+    if not res.get("sweep_judged"):
+        return f"{res['sweep_failed']} did not complete; no loss judged"
+    diverged = res["sweep_diverged"]
+    return (f"{diverged} judged diverged against a baseline, as a study judges, "
+            f"{res['sweep_failed'] - diverged} did not complete otherwise")
 
 
 def sweep_windows(results: list[dict[str, Any]]) -> str:
