@@ -156,8 +156,8 @@ def render(results: list[dict[str, Any]], args: argparse.Namespace, where: str) 
         "For each target: a default study of "
         f"{args.trials} trials (`autotune run`, default space and budget); a sweep of a wide grid "
         f"(each point one trial of {SWEEP_BUDGET.windows} windows of {sweep_windows(results)}"
-        + ("" if not all(res.get("sweep_judged") for res in results) else
-           ", at the seed of a baseline it is judged against as a study judges its trials") + "; "
+        + (", at the seed of a baseline it is judged against as a study judges its trials"
+           if all(res.get("sweep_judged") for res in results) else "") + "; "
         "workers with `persistent_workers` and `prefetch_factor: 4`, batches above 1x with linear lr "
         f"scaling); then the code as written, all tricks on, the study's winner and the sweep's two "
         f"best points, {args.repeats} times in turns with the default budget. *share*: the median over "

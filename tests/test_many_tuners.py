@@ -31,11 +31,12 @@ SLOW = ["--warmup", "0.5", "--window", "1", "--windows", "4", "--ceiling-windows
 class Tuner:
     """``autotune run`` in a subprocess, its output in a file (a pipe could fill and block it)."""
 
-    def __init__(self, cwd: Path, *args: str, env: dict | None = None, prefix: list[str] | None = None) -> None:
+    def __init__(self, cwd: Path, *args: str, env: dict | None = None, prefix: list[str] | None = None,
+                 target: str = TARGET) -> None:
         self.log = cwd / f"tuner-{uuid.uuid4().hex[:6]}.log"
-        seed_store(cwd, ("run", TARGET, *args), env)
+        seed_store(cwd, ("run", target, *args), env)
         with open(self.log, "w") as out:
-            self.proc = subprocess.Popen([*(prefix or []), *cli("run", TARGET, *args)],
+            self.proc = subprocess.Popen([*(prefix or []), *cli("run", target, *args)],
                                          cwd=cwd, env=cli_env(env), stdout=out, stderr=subprocess.STDOUT)
 
     def wait(self, timeout: float = 400) -> str:
@@ -57,8 +58,9 @@ def launch():
     """Starts tuners; any still running when the test ends (it failed) is stopped as Ctrl-C would."""
     started: list[Tuner] = []
 
-    def start(cwd: Path, *args: str, env: dict | None = None, prefix: list[str] | None = None) -> Tuner:
-        started.append(Tuner(cwd, *args, env=env, prefix=prefix))
+    def start(cwd: Path, *args: str, env: dict | None = None, prefix: list[str] | None = None,
+              target: str = TARGET) -> Tuner:
+        started.append(Tuner(cwd, *args, env=env, prefix=prefix, target=target))
         return started[-1]
 
     yield start
@@ -306,7 +308,7 @@ def test_hosts_with_clocks_minutes_apart_leave_each_others_trials_alone(postgres
 
 
 def test_two_tuners_retry_a_diverged_config_once_at_the_baselines_seed(postgres: str, mlflow_server,
-                                                                        tmp_path: Path) -> None:
+                                                                        tmp_path: Path, launch) -> None:
     """A fast config diverged on its lr (lr_train.py: 2x the batch, lr as is) while a second
     tuner works on the study: its config runs again with lr_scaling linear exactly once,
     whichever tuner claims it, and every trial trains from the baseline's seed whatever seed
@@ -323,20 +325,15 @@ def test_two_tuners_retry_a_diverged_config_once_at_the_baselines_seed(postgres:
     folders = [tmp_path / f"host{i}" for i in range(3)]
     for folder in folders:
         folder.mkdir()
-    first = subprocess.run(cli("run", target, "--trials", "1", "--seed", "0", *args), cwd=folders[0],
-                           env=cli_env(), capture_output=True, text=True, timeout=300)
-    assert first.returncode == 0, first.stderr
+    first = launch(folders[0], "--trials", "1", "--seed", "0", *args, target=target)
+    out = first.wait()
+    assert first.proc.returncode == 0, out
     study_of(postgres, name).enqueue_trial({"batch_size": "2x", "lr_scaling": "none"})
-    tuners = []
-    for folder, seed in zip(folders[1:], ("5", "9")):
-        seed_store(folder, ("run", target, *args))
-        log = folder / "tuner.log"
-        with open(log, "w") as out:
-            tuners.append((subprocess.Popen(cli("run", target, "--trials", "2", "--seed", seed, *args), cwd=folder,
-                                            env=cli_env(), stdout=out, stderr=subprocess.STDOUT), log))
-    for proc, log in tuners:
-        proc.wait(timeout=400)
-        assert proc.returncode == 0, log.read_text()
+    tuners = [launch(folder, "--trials", "2", "--seed", seed, *args, target=target)
+              for folder, seed in zip(folders[1:], ("5", "9"))]
+    for tuner in tuners:
+        out = tuner.wait()
+        assert tuner.proc.returncode == 0, out
     trials = study_of(postgres, name).get_trials()
     assert all(t.state.is_finished() for t in trials), [(t.number, t.state) for t in trials]
     assert {t.user_attrs["seed"] for t in trials} == {0}  # the baseline's, not the tuners' 5 and 9
