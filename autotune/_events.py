@@ -58,5 +58,7 @@ class EventReader:
                 event = json.loads(line)
                 if "loss" in event:
                     event["loss"] = _restore(event["loss"])
+                if "curve" in event:  # pieces of (samples from, to, mean loss, steps)
+                    event["curve"] = [[*chunk[:2], _restore(chunk[2]), *chunk[3:]] for chunk in event["curve"]]
                 events.append(event)
         return events

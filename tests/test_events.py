@@ -87,6 +87,17 @@ def test_non_finite_loss_survives_the_round_trip(pipe, loss: float) -> None:
         assert event["loss"] == loss
 
 
+def test_a_non_finite_loss_in_a_loss_curve_survives_the_round_trip(pipe) -> None:
+    # The divergence verdict reads the curve's pieces as numbers: a piece whose steps went nan
+    # once arrived as the string "nan", and judging its loss raised a TypeError in the tuner.
+    writer, read_fd = pipe
+    writer("window", index=0, loss=math.inf, curve=[[0, 64, 2.5, 4], [64, 128, math.inf, 4], [128, 192, math.nan, 4]])
+    writer.close()
+    (event,) = drain(read_fd, EventReader())
+    assert event["curve"][:2] == [[0, 64, 2.5, 4], [64, 128, math.inf, 4]]
+    assert event["curve"][2][:2] == [128, 192] and math.isnan(event["curve"][2][2]) and event["curve"][2][3] == 4
+
+
 def test_the_wire_format_is_strict_json(pipe) -> None:
     """NaN/Infinity are not JSON: a non-Python reader (or a log tool) must parse every line."""
     writer, read_fd = pipe
