@@ -342,6 +342,7 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     tag = warm.tag if warm is not None else new_tag()
     argv, env = build_command(spec, write_fd, os.environ, tag=tag)
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    spawned = time.monotonic()  # the spans (``overheads``) start here: the spawn's own cost counts
     with open(log_path, "wb") as log:
         proc = warm.spawn(argv[-1], env, log.fileno(), write_fd) \
             if warm is not None and warm.takes(env) else None
@@ -369,8 +370,11 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     reader = EventReader()
     budget = spec.budget
     started = time.time()
-    spawned = alive = time.monotonic()
-    arrived: dict[str, float] = {}  # seconds from spawn to each kind's first event, and to the exit
+    alive = time.monotonic()
+    # Seconds from the spawn to each kind's first event, and to the exit. An event the worker
+    # stamped (``at``: its monotonic clock, the same as this process's) counts from its stamp, not
+    # from when this loop read it: a loaded machine can delay the read past the next event.
+    arrived: dict[str, float] = {}
     step = 0
     # Compiling (torch.compile's first forward and backward) finishes no step: while it runs the
     # stall clock allows budget.compile_s, and the deadline moves by what it took.
@@ -389,7 +393,7 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
                 now = time.monotonic()
                 for event in reader.feed(data):
                     events[event["event"]] = event
-                    arrived.setdefault(event["event"], now - spawned)
+                    arrived.setdefault(event["event"], event.get("at", now) - spawned)
                     if event["event"] == "compiling":  # torch.compile at the first forward: no step
                         compiling, stall_limit = now, max(budget.stall_s, budget.compile_s)
                     elif event["event"] in _PROGRESS:
