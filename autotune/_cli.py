@@ -238,13 +238,15 @@ def _show_table(result, wide: bool) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from autotune._records import signed_share
+
     found = result._found
     rows, best = found.rows, found.best
     keys = found.varied_knobs()
     same = {k: rows[0].config[k] for k in KNOBS if k not in keys and rows and k in rows[0].config}
     console = Console()
     extra = ("of roof", "others", "main busy", "step p50", "RAM peak") if wide else ()
-    heads = ["#", "outcome", "samples/s", "speedup", "bound", "data-wait", *extra,
+    heads = ["#", "outcome", "samples/s", "speedup", "loss", "bound", "data-wait", *extra,
              *(keys if wide else ["knobs that varied"] if keys else []), *(["reason"] if wide else [])]
     first_of = found.first_of
     reasons, cells, knob_lines = [], [], []
@@ -269,6 +271,7 @@ def _show_table(result, wide: bool) -> None:
             number, r.outcome + doubted + again,
             (f"{r.samples_per_s:,.0f}" + ("?" if r.doubt else "")) if r.samples_per_s else "-",
             f"{r.speedup:.2f}x" if r.speedup else "-",
+            signed_share(m["loss_excess"]) if "loss_excess" in m else "-",
             (f"{bound.verdict.split('-')[0]} {bound.efficiency:.0%}" if bound.efficiency is not None
              else bound.verdict.split("-")[0]) if bound else "-",
             f"{m['data_wait_frac']:.0%}" if "data_wait_frac" in m else "-", *more,
@@ -281,7 +284,7 @@ def _show_table(result, wide: bool) -> None:
         for head in columns:
             wraps = head in ("knobs that varied", "reason")
             table.add_column(head.replace("_", "_\n") if head in keys else head,
-                             justify="right" if head in ("#", "samples/s", "speedup") else "left",
+                             justify="right" if head in ("#", "samples/s", "speedup", "loss") else "left",
                              no_wrap=not wraps, ratio=1 if wraps else None)
         for row in cells:
             table.add_row(*row[:len(columns)])
@@ -307,7 +310,8 @@ def _show_table(result, wide: bool) -> None:
     if same:
         console.print(escape("same in every trial: " + " ".join(f"{k}={show_value(v)}" for k, v in same.items())))
     console.print("base: the baseline (your code as written); *: the winner; (= N): trial N's config again (a "
-                  "confirmation or a re-measure); ?: a figure not believed (noisy or short), never ranked; bound: "
+                  "confirmation or a re-measure); ?: a figure not believed (noisy or short), never ranked; loss: its loss "
+                  "against the baseline's on the same samples (past the divergence tolerance, diverged); bound: "
                   "compute- or data-bound and samples/s as a share of that ceiling"
                   + ("; others: the share of the trial's CPUs (or GPU) other processes used; main busy: the "
                      "share of the time the loop's thread was on a CPU" if wide

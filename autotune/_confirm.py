@@ -73,6 +73,17 @@ class Group:
         return statistics.median(self.rates)
 
     @property
+    def losses(self) -> list[float]:
+        """Its runs' loss against the baseline's on the same samples (``loss_excess``), those
+        judged: a noisy run's speed is not believed, its loss is."""
+        return [r.metrics["loss_excess"] for r in self.runs if "loss_excess" in r.metrics]
+
+    @property
+    def loss_excess(self) -> float | None:
+        """The median of :attr:`losses`; None when no run was judged."""
+        return statistics.median(self.losses) if self.losses else None
+
+    @property
     def spread(self) -> float:
         """(max - min) / median of its runs; 0 for a single run."""
         rates = self.rates

@@ -165,12 +165,12 @@ def loss_at(reference: Sequence[Point], samples: float) -> float | None:
 
 
 class Comparison(NamedTuple):
-    """A trial's loss against the baseline's over the later half of their shared points."""
+    """A trial's loss against the baseline's over the same samples (see ``judge_loss``)."""
 
     excess: float  # (loss - reference) / scale: 0.5 = 50% worse
     loss: float  # the trial's mean loss there
     reference: float  # the baseline's mean loss there
-    first: float  # samples at the first and last compared point
+    first: float  # samples where the comparison starts and ends
     last: float
 
 
@@ -194,40 +194,46 @@ def compare(reference: Sequence[Point], history: Sequence[Point]) -> Comparison 
     return Comparison((loss - ref) / scale, loss, ref, tail[0][0], tail[-1][0])
 
 
-def divergence(reference: Sequence[Point], history: Sequence[Point],
-               tolerance: float = DIVERGENCE_TOLERANCE, reference_curve: Sequence[Chunk] = (),
-               curve: Sequence[Chunk] = ()) -> str | None:
-    """Why a trial counts as diverged, or None when it trains like the baseline.
+def judge_loss(reference: Sequence[Point], history: Sequence[Point], reference_curve: Sequence[Chunk] = (),
+          curve: Sequence[Chunk] = ()) -> Comparison | None:
+    """A trial's loss against the baseline's, as the divergence verdict compares them.
 
-    Diverged when any loss is nan or inf, or when it is worse than the baseline by
-    more than ``tolerance`` over the same samples: the baseline's ``judged_span``,
-    up to where the trial got. Both means come from the loss curves (``Chunk``), so
-    a fast and a slow run of a config are judged on the same samples as the
-    baseline is there, and get the same verdict. Without curves (a function that
-    steps its optimizer itself), the histories are compared instead (``compare``).
+    Over the same samples of both loss curves: the baseline's ``judged_span``, up to where
+    the trial got; so a fast and a slow run of a config are judged on the same samples as
+    the baseline is there. Without curves that reach the span (a function that steps its
+    optimizer itself), the histories instead (``compare``). None when they share nothing.
 
     Args:
         reference: The baseline's loss history (warmup and windows), sorted by samples.
         history: The trial's loss history, sorted by samples.
-        tolerance: The allowed relative excess (0.5 = 50% worse).
         reference_curve: The baseline's loss curve.
         curve: The trial's loss curve.
     """
-    bad = blew_up(history, curve)
-    if bad is not None:
-        return f"loss is {bad[1]} after {bad[0]:,.0f} samples"
     span = judged_span(reference_curve)
     if span is not None and curve and curve[-1][1] > span[0]:
         start, end = span[0], min(span[1], curve[-1][1])
         loss, ref = mean_over(curve, start, end), mean_over(reference_curve, start, end)
         if loss is not None and ref is not None:
             scale = max(abs(ref), SCALE_FLOOR * abs(reference[0][1] if reference else reference_curve[0][2]))
-            excess = (loss - ref) / scale if scale else 0.0
-            if excess <= tolerance:
-                return None
-            return (f"loss {loss:.3g} vs the baseline's {ref:.3g} over the same samples ({start:,.0f}-{end:,.0f}): "
-                    f"{excess:.0%} worse, over the {tolerance:.0%} tolerance")
-    found = compare(reference, history)
+            return Comparison((loss - ref) / scale if scale else 0.0, loss, ref, start, end)
+    return compare(reference, history)
+
+
+def divergence(reference: Sequence[Point], history: Sequence[Point],
+               tolerance: float = DIVERGENCE_TOLERANCE, reference_curve: Sequence[Chunk] = (),
+               curve: Sequence[Chunk] = ()) -> str | None:
+    """Why a trial counts as diverged, or None when it trains like the baseline.
+
+    Diverged when any loss is nan or inf, or when it is worse than the baseline by
+    more than ``tolerance`` as ``judge_loss`` compares them (the arguments are its own).
+
+    Args:
+        tolerance: The allowed relative excess (0.5 = 50% worse).
+    """
+    bad = blew_up(history, curve)
+    if bad is not None:
+        return f"loss is {bad[1]} after {bad[0]:,.0f} samples"
+    found = judge_loss(reference, history, reference_curve, curve)
     if found is None or found.excess <= tolerance:
         return None
     return (f"loss {found.loss:.3g} vs the baseline's {found.reference:.3g} over the same samples "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from autotune._ceilings import CEILING_NOISE, Bottleneck, Ceilings, bottleneck, cpu_roof
@@ -122,10 +122,32 @@ def run_name(row: TrialRow, winner: bool) -> str:
     return f"trial-{row.number}: {what}{speed}{doubt}{again}"
 
 
+def signed_share(x: float) -> str:
+    """A share with its sign, whole percents: "+12%", "-5%", and "+0%" (never "-0%")."""
+    return f"{round(x, 2) or 0.0:+.0%}"
+
+
+def loss_against_baseline(excess: float, tolerance: float | None, each: Sequence[float] = ()) -> str:
+    """A judged loss in words, after "loss" or "loss:": "+12% against the baseline's on the
+    same samples (each run: +9%, +12%, +15%; diverged past +50%)".
+
+    Args:
+        excess: Its loss over the baseline's there, less one (``TrialResult.judged``).
+        tolerance: The tolerance it was held to, if known.
+        each: Every run's excess, where it is a median (said when there are two or more).
+    """
+    notes = ([f"each run: {', '.join(map(signed_share, each))}"] if len(each) > 1 else []) + (
+        [f"diverged past {signed_share(tolerance)}"] if tolerance is not None else [])
+    return f"{signed_share(excess)} against the baseline's on the same samples" + (f" ({'; '.join(notes)})" if notes else "")
+
+
 def trial_note(number: int, outcome: Outcome, reason: str, doubt: str | None, samples_per_s: float | None,
-               baseline: float | None, bottleneck: str | None, attrs: Mapping[str, Any]) -> str:
+               baseline: float | None, bottleneck: str | None, attrs: Mapping[str, Any],
+               loss: tuple[float, float | None] | None = None) -> str:
     """A trial's MLflow description (its note): what it ran, how it ended and why, its speed
-    against the baseline's at the time, its bottleneck; one paragraph a person reads."""
+    against the baseline's at the time, its loss against the baseline's (``loss``: its
+    ``loss_excess`` and ``loss_tolerance``, said where the reason does not), its bottleneck;
+    one paragraph a person reads."""
     what = ("the baseline: your code as written" if attrs.get(ATTR_BASELINE)
             else f"trial {attrs[ATTR_CONFIRMS]}'s config again" if attrs.get(ATTR_CONFIRMS) is not None
             else f"trial {attrs[ATTR_RETRIES]}'s config, which diverged, with lr_scaling "
@@ -139,6 +161,8 @@ def trial_note(number: int, outcome: Outcome, reason: str, doubt: str | None, sa
         parts.append(f"Not ranked: {doubt}.")
     if reason:
         parts.append(headline(reason).rstrip(".") + ".")
+    if loss and outcome != Outcome.DIVERGED:  # a diverged trial's reason says it
+        parts.append(f"Loss {loss_against_baseline(*loss)}.")
     if bottleneck:
         parts.append(f"Bottleneck: {bottleneck}.")
     return " ".join(parts)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import select
 import signal
@@ -23,7 +24,9 @@ from autotune._guard import (
     DIVERGENCE_TOLERANCE,
     LEARN_WINDOWS,
     Chunk,
+    Comparison,
     Point,
+    judge_loss,
     judged_curve,
     learned_share,
     loss_curve,
@@ -148,6 +151,10 @@ class TrialResult:
     curve: list[Chunk] = dataclasses.field(default_factory=list)
     #: What its loader read (``autotune._run.dataset_facts``): batches per epoch, batched fetch.
     dataset: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: Its loss against the baseline's as the divergence verdict compared them, whatever the
+    #: verdict (None: no baseline to judge by, or nothing shared with it). Also in
+    #: :attr:`metrics`: ``loss_excess``, and the ``loss_tolerance`` it was held to.
+    judged: Comparison | None = None
 
 
 def worker_environ(environ: Mapping[str, str], tag: str) -> dict[str, str]:
@@ -436,19 +443,22 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     metrics.update(overheads(arrived))
     measured = summarize_ceilings(ceilings)
     losses = loss_history(events.get("warmup"), windows)
+    curve = judged_curve(events.get("warmup"), windows)
+    judged = judge_loss(reference, losses, reference_curve, curve) if reference or reference_curve else None
+    if judged is not None and math.isfinite(judged.excess):
+        metrics.update(loss_excess=judged.excess, loss_tolerance=tolerance)
     memory_low = metrics.get("available_min", float("inf")) < 2 * monitor.floor
     outcome, reason = classify(proc.returncode, killed[0] if killed else None, events.get("error"),
                                windows, stderr_tail, history=losses, reference=reference,
                                tolerance=tolerance, memory_low=memory_low, expected_windows=budget.windows,
-                               reference_curve=reference_curve,
-                               curve=judged_curve(events.get("warmup"), windows),
+                               reference_curve=reference_curve, curve=curve,
                                batches=events["end"].get("steps") if "end" in events else None)
     if monitor.problems and not killed:
         reason = "\n".join(filter(None, [reason, *monitor.problems]))
     final = events.get("end") or events.get("resolved") or {}
     return TrialResult(outcome, reason, metrics, window_series(windows, monitor), windows,
                        final.get("config", {}), final.get("base_batch_size"), final.get("lr"), log_path,
-                       losses, measured, loss_curve(windows), final.get("dataset") or {})
+                       losses, measured, loss_curve(windows), final.get("dataset") or {}, judged)
 
 
 def _add_foreign_load(event: dict[str, Any], monitor: Monitor) -> None:

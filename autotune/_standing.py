@@ -13,7 +13,7 @@ from autotune._ceilings import Ceilings, Verdict, loader_only
 from autotune._confirm import PENDING, Decision, Group, baseline_group, decide, group_runs
 from autotune._knobs import KNOBS, show_value
 from autotune._outcome import Outcome
-from autotune._records import ATTR_CEILINGS, TrialRow, row_of
+from autotune._records import ATTR_CEILINGS, TrialRow, loss_against_baseline, row_of
 
 if TYPE_CHECKING:
     import optuna
@@ -198,6 +198,9 @@ def findings(found: Standing) -> list[str]:
             f"trial {g.first.number} ({g.median:,.0f} samples/s)" for g in decision.ties))
     if doubted:
         lines.append(f"not ranked, figure not believed: {_doubts(doubted, numbers=True)}")
+    loss = win_loss(win)
+    if loss is not None and win is not base:
+        lines.append(loss)
     if win.lead.bottleneck is not None:
         lines.append(f"bottleneck: {win.lead.bottleneck.why}")
         each = [r.bottleneck.efficiency for r in win.runs if r.reliable and r.bottleneck and r.bottleneck.efficiency]
@@ -205,6 +208,15 @@ def findings(found: Standing) -> list[str]:
             lines[-1] += f" (each run: {', '.join(f'{e:.0%}' for e in each)})"
     lines += filter(None, [compile_payback(win, base), fetch_hint(win.lead)])
     return lines
+
+
+def win_loss(win: Group) -> str | None:
+    """The winner's loss against the baseline's on the same samples (the median of its judged
+    runs, ``Group.loss_excess``) as a findings line; None when no run of it was judged."""
+    if win.loss_excess is None:
+        return None
+    tolerance = next((r.metrics["loss_tolerance"] for r in win.runs if "loss_tolerance" in r.metrics), None)
+    return f"loss: {loss_against_baseline(win.loss_excess, tolerance, win.losses)}"
 
 
 def fetch_hint(lead: TrialRow) -> str | None:

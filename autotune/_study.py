@@ -1008,7 +1008,9 @@ class StudyRunner:
                 if value is not None})
         tags["mlflow.note.content"] = trial_note(trial.number, result.outcome, result.reason, why,
                                                 metrics.get("samples_per_s"), base_rate,
-                                                bound.why if bound else None, trial.user_attrs)
+                                                bound.why if bound else None, trial.user_attrs,
+                                                (metrics["loss_excess"], metrics.get("loss_tolerance"))
+                                                if "loss_excess" in metrics else None)
         record = {
             "trial_id": trial._trial_id, "number": trial.number, "run_id": run_id,
             "optuna_params": self._params_of(trial, result),
@@ -1194,6 +1196,8 @@ class StudyRunner:
                                baseline_spread=found.base.spread)
             if best.bottleneck is not None and best.bottleneck.efficiency is not None:
                 metrics["best_efficiency"] = best.bottleneck.efficiency
+            if win.loss_excess is not None:
+                metrics["best_loss_excess"] = win.loss_excess
         ended = f"interrupted by {signal.Signals(self._signum).name}" if self._signum else "finished"
         others = self._leave(ended, "FINISHED")
         if others:

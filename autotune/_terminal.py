@@ -8,6 +8,7 @@ from typing import Any
 
 from autotune._knobs import show_value
 from autotune._outcome import Outcome, headline
+from autotune._records import signed_share
 
 
 def console(stderr: bool = False):
@@ -118,6 +119,9 @@ class Progress:
         speed = f"{row.speedup:5.2f}x" if row.speedup else "      "
         wait = row.metrics.get("data_wait_frac")
         wait_text = f"data-wait {wait:4.0%}" if wait is not None else ""
+        excess = row.metrics.get("loss_excess")
+        if excess is not None and row.outcome == Outcome.COMPLETE.value:  # a diverged one's reason says it
+            wait_text += f"  loss {signed_share(excess)}"
         bound = row.bottleneck
         # The share of the model's own rate (fed from the device), as the summary's bottleneck line
         # says it: a data-bound loop far under it shows how much its loading costs.

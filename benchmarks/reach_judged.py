@@ -5,8 +5,8 @@ refuses one more than 50% worse. Early in training the seed alone moves the loss
 so a verdict can be seed luck. This runs a baseline as a study runs it (measuring until
 its loss has fallen) at each of ``--seeds``, then each config twice against it: at the
 baseline's seed (as a study runs its trials) and at another seed (as studies did before
-they shared the baseline's), with the tolerance set so low that every trial reports its
-excess; it prints and records each excess, and the 50% verdict it makes:
+they shared the baseline's); it prints and records each one's excess (``TrialResult.judged``)
+and the 50% verdict it got:
 
     python benchmarks/reach_judged.py                  # seeds 0, 1, 2 (about 10 minutes)
     python benchmarks/reach_judged.py --seeds 0,1
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 
 from _results import ROOT, figure_path, machine
@@ -37,17 +36,6 @@ CONFIGS = {"1x, 8 workers": Config(**{**LOADER, "num_workers": 8}),
            "2x, lr as is": Config(batch_size="2x", **LOADER)}
 #: The other seed a config runs at: the baseline's plus this (a trial number, as it was).
 OTHER = 7
-#: A tolerance no loss reaches: every trial is "diverged" and its reason says by how much.
-REPORT_ALL = -100.0
-EXCESS = re.compile(r"(-?[\d,]+)% worse")
-
-
-def excess(reason: str) -> float | None:
-    """The excess (0.5 = 50% worse) a diverged trial's reason states, or None."""
-    found = EXCESS.search(reason)
-    return int(found.group(1).replace(",", "")) / 100 if found else None
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0,1,2", help="baseline seeds, comma-separated")
@@ -69,14 +57,13 @@ def main() -> None:
                 for trial_seed in (seed, seed + OTHER):
                     result = run_trial(TrialSpec(TARGET, config, "cpu", budget, seed=trial_seed),
                                        logs / f"{label}-{seed}-{trial_seed}.log", warm=warm, reference=base.losses,
-                                       reference_curve=base.curve, tolerance=REPORT_ALL)
-                    worse = excess(result.reason)
+                                       reference_curve=base.curve)
+                    worse = result.judged.excess if result.judged else None
                     runs.append({"config": label, "baseline_seed": seed, "seed": trial_seed, "excess": worse,
-                                 "samples_per_s": result.metrics.get("samples_per_s"),
+                                 "outcome": result.outcome.value, "samples_per_s": result.metrics.get("samples_per_s"),
                                  "reason": result.reason.splitlines()[0] if result.reason else ""})
-                    verdict = "?" if worse is None else "diverged" if worse > DIVERGENCE_TOLERANCE else "complete"
                     print(f"  {label:14s} seed {trial_seed:2d}: {'?' if worse is None else f'{worse:+.0%}':>6s} "
-                          f"{verdict}", file=sys.stderr)
+                          f"{result.outcome.value}", file=sys.stderr)
     finally:
         warm.close()
     figure_path("reach-jpeg-seeds", ".json").write_text(json.dumps(

@@ -209,6 +209,21 @@ def test_divergence_compares_the_same_samples_whatever_the_pieces() -> None:
     assert divergence(BASE, BASE, reference_curve=CURVE, curve=[(0, 200, 1.2, 4)]) is None
 
 
+def test_judge_loss_gives_the_comparison_whatever_the_verdict() -> None:
+    from autotune._guard import Comparison, judge_loss
+
+    # the fast trial above passes: its loss on the span is the baseline's, 0% worse
+    fast = [(0, 400, 1.5, 8), (400, 600, 0.8, 8), (600, 800, 0.75, 8), (800, 1600, 0.7, 8)]
+    assert judge_loss(BASE, [], CURVE, fast) == pytest.approx(Comparison(0.0, 0.8, 0.8, 256, 512))
+    # a slow one that got to 400 is compared on 256-400: (1.0 - 0.9) / 0.9 = 11% worse, passing
+    assert judge_loss(BASE, [], CURVE, [(0, 300, 1.7, 4), (300, 400, 1.0, 4)]) == pytest.approx(
+        Comparison(0.1 / 0.9, 1.0, 0.9, 256, 400))
+    # short of the span, the histories' later half: the trial's 0.6 at 500 against the baseline's 0.6
+    assert judge_loss(BASE, [(300.0, 1.2), (500.0, 0.6)], CURVE, [(0, 200, 1.2, 4)]) == pytest.approx(
+        Comparison(0.0, 0.6, 0.6, 500, 500))
+    assert judge_loss(BASE, [(50.0, 3.0)]) is None  # nothing shared: before the baseline's first point
+
+
 def test_a_config_gets_the_same_verdict_fast_or_slow(tmp_path) -> None:
     """The same config measured in short and in long windows (so its windows cover different
     samples, as a fast and a slow run of it do) is judged on the baseline's span both times:

@@ -375,9 +375,19 @@ def test_a_config_fast_enough_to_pass_the_judged_span_in_its_warmup_is_judged_on
     assert warmup["samples_seen"] > base.curve[-1][1] / 4  # its warmup passed the span's start
     assert fast.outcome is Outcome.DIVERGED, fast.reason
     assert "over the same samples" in fast.reason
+    # The comparison the verdict made is kept, the same one the reason states.
+    judged = fast.judged
+    assert judged is not None and judged.excess > 0.5
+    assert f"({judged.first:,.0f}-{judged.last:,.0f}): {judged.excess:.0%} worse" in fast.reason
+    assert fast.metrics["loss_excess"] == judged.excess
     scaled, _ = trial(tmp_path, "train", Config(batch_size="4x", lr_scaling="linear"), budget=longer,
                       fixture=lr_train, reference=base.losses, reference_curve=base.curve)
     assert scaled.outcome is Outcome.COMPLETE, scaled.reason  # the lr, not the judging, made the difference
+    # A passing trial keeps its comparison too, on the same samples: how near the tolerance it is.
+    assert scaled.judged is not None and scaled.judged.excess <= 0.5
+    assert (scaled.judged.first, scaled.judged.last) == (judged.first, judged.last)
+    assert scaled.metrics["loss_excess"] == scaled.judged.excess
+    assert base.judged is None and "loss_excess" not in base.metrics  # the baseline judges, unjudged
 
 
 def test_a_stalled_step_is_killed_within_the_stall_timeout(tmp_path: Path) -> None:

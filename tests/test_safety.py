@@ -23,6 +23,7 @@ from helpers import autotune, cli, cli_env, load_study, mlflow_runs, seed_store
 
 from autotune import Config, Outcome
 from autotune._outcome import headline
+from autotune._records import signed_share
 from autotune._runner import Budget, TrialSpec, kill_orphans, run_trial
 from autotune._tracking import RUN_STATUS
 
@@ -206,9 +207,23 @@ def test_a_fast_config_diverged_on_its_lr_runs_again_with_the_lr_scaled(tmp_path
     assert run.data.tags["autotune.retries"] == str(diverged.number)
     assert f"trial {diverged.number}'s config, which diverged, with lr_scaling linear" in \
         run.data.tags["mlflow.note.content"]
+    # How near the tolerance the complete retry's loss came, wherever a user looks: its metrics,
+    # its MLflow run (metric and note), the run's terminal line, `show` and the export's header.
+    excess = retry.user_attrs["metrics"]["loss_excess"]
+    assert -0.5 < excess <= 0.5 and retry.user_attrs["metrics"]["loss_tolerance"] == 0.5
+    assert "loss_excess" not in base.user_attrs["metrics"]  # the baseline is the reference
+    assert run.data.metrics["loss_excess"] == pytest.approx(excess)
+    words = f"{signed_share(excess)} against the baseline's on the same samples"
+    assert f"Loss {words} (diverged past +50%)." in run.data.tags["mlflow.note.content"]
+    assert f"loss {signed_share(excess)}" in said
+    table = autotune("show", "--study", "lr", cwd=tmp_path)
+    assert table.returncode == 0, table.stderr
+    row = next(line for line in table.stdout.splitlines() if line.lstrip().startswith(f"{retry.number} *"))
+    assert signed_share(excess) in row.split()
     shown = autotune("export", "--study", "lr", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert f"trial {retry.number}," in shown.stdout.splitlines()[0]
+    assert f"# loss: {words} (diverged past +50%)" in shown.stdout
 
 
 def test_show_lists_every_outcome_with_its_reason(fault_study) -> None:
