@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import math
 import os
 import random
 import re
@@ -34,7 +36,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _results import ROOT, machine, one_trial, spread, write_section
+from _results import ROOT, figure_path, machine, one_trial, spread, write_section
 
 from autotune import Config, _monitor
 from autotune._export import render
@@ -138,6 +140,7 @@ def main() -> None:
                         help="also measure trials these ways, in the same turns (a section of their own)")
     args = parser.parse_args()
     rows, variant_rows = [], []
+    raw: dict[str, list[dict[str, float]]] = {}  # each case's turns, for the JSON
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         warm = WarmWorker(os.environ, new_tag())
@@ -151,6 +154,7 @@ def main() -> None:
                 for turn in range(args.pairs):
                     turns.append(measure_turn(target, config, first, warm, folder, args, turn))
                     print(f"{name}: " + ", ".join(f"{k} {v:,.0f}" for k, v in turns[-1].items()), flush=True)
+                raw[name] = turns
                 trials, production = [t["trial"] for t in turns], [t["production"] for t in turns]
                 rows.append(f"| {name} | {spread(trials, ',.0f')} | {spread(production, ',.0f')} "
                             f"| {ratio_cells(trials, production)} |")
@@ -161,6 +165,8 @@ def main() -> None:
                                             f"| {ratio_cells(values, production)} |")
         finally:
             warm.close()
+    figure_path("production-" + ("-".join(map(str, args.cases)) if args.cases else "all"), ".json").write_text(
+        json.dumps({"machine": machine(), "args": vars(args), "turns": raw}, indent=1) + "\n")
     command = f"`python benchmarks/production.py --pairs {args.pairs}"
     if args.variants:
         body = "\n".join([
@@ -196,10 +202,30 @@ def main() -> None:
     print(body)
 
 
+#: Turns from which the per-turn cell also gives a confidence interval (fewer say little).
+CI_TURNS = 10
+
+
 def ratio_cells(values: list[float], production: list[float]) -> str:
-    """Two table cells: the ratio of the medians, and the per-turn ratios' median (min..max)."""
+    """Two table cells: the ratio of the medians, and the per-turn ratios' median (min..max);
+    from ``CI_TURNS`` turns on, also their geometric mean with a 95% bootstrap interval."""
     ratios = [v / p * 100 for v, p in zip(values, production)]
-    return f"{statistics.median(values) / statistics.median(production) * 100:.1f}% | {spread(ratios, '.1f')}%"
+    cells = f"{statistics.median(values) / statistics.median(production) * 100:.1f}% | {spread(ratios, '.1f')}%"
+    if len(ratios) < CI_TURNS:
+        return cells
+    mean, low, high = geometric_mean_ci(ratios)
+    return cells + f"; mean {mean:.1f}% (95% CI {low:.1f}..{high:.1f}%)"
+
+
+def geometric_mean_ci(values: list[float], draws: int = 4000, seed: int = 0) -> tuple[float, float, float]:
+    """The geometric mean of positive ``values`` and a 95% percentile-bootstrap interval for it
+    (turns resampled with replacement): ratios are compared on a log scale, where 50% and 200%
+    sit at the same distance from 100%."""
+    logs = [math.log(v) for v in values]
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choices(logs, k=len(logs))) for _ in range(draws))
+    return (math.exp(statistics.fmean(logs)), math.exp(means[int(0.025 * draws)]),
+            math.exp(means[int(0.975 * draws) - 1]))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,110 @@
+"""Where the MNIST runner's run-to-run spread comes from: within a process or between processes.
+
+A plain hand-written PyTorch loop over the MNIST runner's data and model (no autotune: no
+trial, no monitor, no Recipe), started ``--runs`` times as fresh processes one after another;
+each reports samples/s over windows of ``--window`` s after a warm-up window. With ``--bind``,
+every other run sets ``OMP_PROC_BIND=true`` (torch's intra-op threads pinned to CPUs), to see
+whether thread placement decides a run's level.
+
+It prints, and records in ``levels.json``: the spread of windows inside each run, the spread
+of the runs' medians, and how alike two runs in a row are (the correlation of each run's
+median with the next one's; near 0 when each process draws its level anew, near 1 when
+the machine drifts slowly and neighbours share it).
+
+    python benchmarks/levels.py                    # 16 runs of 10 s (about 4 minutes)
+    python benchmarks/levels.py --runs 20 --bind
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+from _results import ROOT, figure_path, machine
+
+#: The child: the runner's dataset and model, the loop as a user writes it, per-window rates on stdout.
+LOOP = """
+import json, sys, time
+sys.path.insert(0, {runners!r})
+import torch, torch.nn.functional as F
+from mnist import Net, make_dataset
+torch.manual_seed(0)
+loader = torch.utils.data.DataLoader(make_dataset(), batch_size=64, shuffle=True, drop_last=True)
+model = Net()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+seconds, window = {seconds}, {window}
+start = mark = time.perf_counter()
+samples, rates = 0, []
+while time.perf_counter() - start < seconds:
+    for x, y in loader:
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        samples += len(x)
+        now = time.perf_counter()
+        if now - mark >= window:
+            rates.append(samples / (now - mark))
+            mark, samples = now, 0
+        if now - start >= seconds:
+            break
+print(json.dumps(rates[1:]))  # the first window warms up
+"""
+
+
+def run_once(seconds: float, window: float, bind: bool) -> list[float]:
+    env = dict(os.environ, **({"OMP_PROC_BIND": "true"} if bind else {}))
+    code = LOOP.format(runners=str(ROOT / "runners"), seconds=seconds, window=window)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def lag_correlation(values: list[float]) -> float | None:
+    """Pearson correlation of each value with the next; None under 3 values or no variance."""
+    if len(values) < 3:
+        return None
+    a, b = values[:-1], values[1:]
+    try:
+        return statistics.correlation(a, b)
+    except statistics.StatisticsError:
+        return None
+
+
+def rel_spread(values: list[float]) -> float:
+    """(max - min) / median."""
+    return (max(values) - min(values)) / statistics.median(values)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=10.0, help="per run, the warm-up window included")
+    parser.add_argument("--window", type=float, default=2.0)
+    parser.add_argument("--bind", action="store_true", help="every other run with OMP_PROC_BIND=true")
+    args = parser.parse_args()
+    runs = []
+    for index in range(args.runs):
+        bind = args.bind and index % 2 == 1
+        rates = run_once(args.seconds, args.window, bind)
+        runs.append({"bind": bind, "windows": rates, "median": statistics.median(rates)})
+        print(f"run {index + 1:2d}{' bound' if bind else ''}: {statistics.median(rates):7,.0f} samples/s, "
+              f"windows {', '.join(f'{r:,.0f}' for r in rates)}", flush=True)
+    within = [rel_spread(r["windows"]) for r in runs]
+    summary = {"within_run_spread_median": statistics.median(within)}
+    for label, chosen in (("free", [r for r in runs if not r["bind"]]), ("bound", [r for r in runs if r["bind"]])):
+        if len(chosen) > 1:
+            medians = [r["median"] for r in chosen]
+            summary[label] = {"runs": len(medians), "median": statistics.median(medians),
+                              "min": min(medians), "max": max(medians), "between_run_spread": rel_spread(medians)}
+    summary["lag1_correlation"] = lag_correlation([r["median"] for r in runs])
+    figure_path("levels", ".json").write_text(json.dumps(
+        {"machine": machine(), "args": vars(args), "summary": summary, "runs": runs}, indent=1) + "\n")
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
