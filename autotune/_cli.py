@@ -238,7 +238,7 @@ def _show_table(result, wide: bool) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from autotune._records import signed_share
+    from autotune._records import LOSS_LEGEND, loss_cell
 
     found = result._found
     rows, best = found.rows, found.best
@@ -271,7 +271,7 @@ def _show_table(result, wide: bool) -> None:
             number, r.outcome + doubted + again,
             (f"{r.samples_per_s:,.0f}" + ("?" if r.doubt else "")) if r.samples_per_s else "-",
             f"{r.speedup:.2f}x" if r.speedup else "-",
-            signed_share(m["loss_excess"]) if "loss_excess" in m else "-",
+            loss_cell(m),
             (f"{bound.verdict.split('-')[0]} {bound.efficiency:.0%}" if bound.efficiency is not None
              else bound.verdict.split("-")[0]) if bound else "-",
             f"{m['data_wait_frac']:.0%}" if "data_wait_frac" in m else "-", *more,
@@ -310,9 +310,8 @@ def _show_table(result, wide: bool) -> None:
     if same:
         console.print(escape("same in every trial: " + " ".join(f"{k}={show_value(v)}" for k, v in same.items())))
     console.print("base: the baseline (your code as written); *: the winner; (= N): trial N's config again (a "
-                  "confirmation or a re-measure); ?: a figure not believed (noisy or short), never ranked; loss: its loss "
-                  "against the baseline's on the same samples (past the divergence tolerance, diverged); bound: "
-                  "compute- or data-bound and samples/s as a share of that ceiling"
+                  "confirmation or a re-measure); ?: a figure not believed (noisy or short), never ranked; "
+                  f"{LOSS_LEGEND}; bound: compute- or data-bound and samples/s as a share of that ceiling"
                   + ("; others: the share of the trial's CPUs (or GPU) other processes used; main busy: the "
                      "share of the time the loop's thread was on a CPU" if wide
                      else "; --wide: a column per knob and more figures"), style="dim")

@@ -81,7 +81,8 @@ class Group:
     @property
     def loss_excess(self) -> float | None:
         """The median of :attr:`losses`; None when no run was judged."""
-        return statistics.median(self.losses) if self.losses else None
+        losses = self.losses
+        return statistics.median(losses) if losses else None
 
     @property
     def spread(self) -> float:

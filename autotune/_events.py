@@ -23,6 +23,8 @@ def _finite(value: Any) -> Any:
 
 
 def _restore(value: Any) -> Any:
+    """A float sent as a string back to a float. The reader restores the fields read as numbers
+    that can be non-finite: an event's ``loss`` and its ``curve`` pieces' mean losses."""
     if value in ("nan", "inf", "-inf"):
         return float(value)
     return value

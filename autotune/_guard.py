@@ -195,13 +195,14 @@ def compare(reference: Sequence[Point], history: Sequence[Point]) -> Comparison 
 
 
 def judge_loss(reference: Sequence[Point], history: Sequence[Point], reference_curve: Sequence[Chunk] = (),
-          curve: Sequence[Chunk] = ()) -> Comparison | None:
+               curve: Sequence[Chunk] = ()) -> Comparison | None:
     """A trial's loss against the baseline's, as the divergence verdict compares them.
 
     Over the same samples of both loss curves: the baseline's ``judged_span``, up to where
     the trial got; so a fast and a slow run of a config are judged on the same samples as
     the baseline is there. Without curves that reach the span (a function that steps its
-    optimizer itself), the histories instead (``compare``). None when they share nothing.
+    optimizer itself), the histories instead (``compare``). None when they share nothing;
+    its excess is nan or inf when the trial's loss was.
 
     Args:
         reference: The baseline's loss history (warmup and windows), sorted by samples.

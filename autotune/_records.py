@@ -127,6 +127,16 @@ def signed_share(x: float) -> str:
     return f"{round(x, 2) or 0.0:+.0%}"
 
 
+#: What a trial's loss cell (``loss_cell``) means, for the legend under a table of trials.
+LOSS_LEGEND = ("loss: its loss against the baseline's on the same samples, for a trial judged to its end "
+               "(past the divergence tolerance, diverged)")
+
+
+def loss_cell(metrics: Mapping[str, float]) -> str:
+    """A trial's loss against the baseline's as a table cell: "+12%", or "-" where not judged."""
+    return signed_share(metrics["loss_excess"]) if "loss_excess" in metrics else "-"
+
+
 def loss_against_baseline(excess: float, tolerance: float | None, each: Sequence[float] = ()) -> str:
     """A judged loss in words, after "loss" or "loss:": "+12% against the baseline's on the
     same samples (each run: +9%, +12%, +15%; diverged past +50%)".

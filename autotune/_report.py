@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from autotune._confirm import PENDING
 from autotune._knobs import KNOBS, show_value
 from autotune._outcome import Outcome, headline
-from autotune._records import signed_share
+from autotune._records import LOSS_LEGEND, loss_cell
 
 if TYPE_CHECKING:
     from autotune._records import TrialRow
@@ -104,7 +104,7 @@ def _trials_table(found: Standing) -> str:
     best = found.best
     rows = found.rows
     keys, first_of = found.varied_knobs(), found.first_of
-    head = ["#", "outcome", "samples/s", "speedup", "loss vs baseline", "bound", "data wait", *keys, "reason"]
+    head = ["#", "outcome", "samples/s", "speedup", "loss", "bound", "data wait", *keys, "reason"]
     lines = ["<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
     for r in rows:
         again = f" (= {first_of[r.number]})" if first_of.get(r.number, r.number) != r.number else ""
@@ -113,7 +113,7 @@ def _trials_table(found: Standing) -> str:
         cells = [(label, ""), (r.outcome + (f" ({r.doubt.partition(':')[0]})" if r.doubt else ""), r.outcome),
                  (f"{r.samples_per_s:,.0f}" if r.samples_per_s else "-", "num"),
                  (f"{r.speedup:.2f}x" if r.speedup else "-", "num"),
-                 (signed_share(r.metrics["loss_excess"]) if "loss_excess" in r.metrics else "-", "num"),
+                 (loss_cell(r.metrics), "num"),
                  (r.bottleneck.verdict if r.bottleneck else "-", ""),
                  (f"{wait:.0%}" if wait is not None else "-", "num"),
                  *((show_value(r.config.get(k, "-")), "") for k in keys),
@@ -121,8 +121,8 @@ def _trials_table(found: Standing) -> str:
         winner = " class='winner'" if best is not None and r.number == best.number else ""
         lines.append(f"<tr{winner}>" + "".join(f"<td class='{c}'>{_e(v)}</td>" for v, c in cells) + "</tr>")
     lines.append("</table><p class='dim'>Bold: the winner. (= N): trial N's config again (a confirmation or a "
-                 "re-measure). A figure marked noisy or short is shown, never ranked. Loss vs baseline: its "
-                 "loss against the baseline's on the same samples; past the divergence tolerance, diverged.</p>")
+                 "re-measure). A figure marked noisy or short is shown, never ranked. "
+                 f"{LOSS_LEGEND[0].upper()}{LOSS_LEGEND[1:]}.</p>")
     failed = [r for r in rows if r.outcome not in (Outcome.COMPLETE.value, *PENDING)]
     if failed:
         lines.append(f"<p>{len(failed)} trial(s) did not complete: "

@@ -151,9 +151,10 @@ class TrialResult:
     curve: list[Chunk] = dataclasses.field(default_factory=list)
     #: What its loader read (``autotune._run.dataset_facts``): batches per epoch, batched fetch.
     dataset: dict[str, Any] = dataclasses.field(default_factory=dict)
-    #: Its loss against the baseline's as the divergence verdict compared them, whatever the
-    #: verdict (None: no baseline to judge by, or nothing shared with it). Also in
-    #: :attr:`metrics`: ``loss_excess``, and the ``loss_tolerance`` it was held to.
+    #: Its loss against the baseline's as the divergence verdict compared them, complete or
+    #: diverged (None: no baseline to judge by, nothing shared with it, or stopped before its
+    #: end). Also in :attr:`metrics` where finite: ``loss_excess``, and the ``loss_tolerance``
+    #: it was held to.
     judged: Comparison | None = None
 
 
@@ -444,9 +445,6 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     measured = summarize_ceilings(ceilings)
     losses = loss_history(events.get("warmup"), windows)
     curve = judged_curve(events.get("warmup"), windows)
-    judged = judge_loss(reference, losses, reference_curve, curve) if reference or reference_curve else None
-    if judged is not None and math.isfinite(judged.excess):
-        metrics.update(loss_excess=judged.excess, loss_tolerance=tolerance)
     memory_low = metrics.get("available_min", float("inf")) < 2 * monitor.floor
     outcome, reason = classify(proc.returncode, killed[0] if killed else None, events.get("error"),
                                windows, stderr_tail, history=losses, reference=reference,
@@ -455,6 +453,12 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
                                batches=events["end"].get("steps") if "end" in events else None)
     if monitor.problems and not killed:
         reason = "\n".join(filter(None, [reason, *monitor.problems]))
+    # Kept for the trials the verdict judged (those that ran to their end), not for one stopped
+    # early (pruned, timed out, crashed), whose partial loss was never held against the tolerance.
+    judged = judge_loss(reference, losses, reference_curve, curve) \
+        if (reference or reference_curve) and outcome in (Outcome.COMPLETE, Outcome.DIVERGED) else None
+    if judged is not None and math.isfinite(judged.excess):
+        metrics.update(loss_excess=judged.excess, loss_tolerance=tolerance)
     final = events.get("end") or events.get("resolved") or {}
     return TrialResult(outcome, reason, metrics, window_series(windows, monitor), windows,
                        final.get("config", {}), final.get("base_batch_size"), final.get("lr"), log_path,
@@ -552,12 +556,14 @@ def summarize_ceilings(events: Sequence[Mapping[str, Any]]) -> list[dict[str, An
 
 
 def overheads(arrived: Mapping[str, float]) -> dict[str, float]:
-    """A trial's fixed cost around its measuring, from when its events arrived.
+    """A trial's fixed cost around its measuring, from the worker's stamps on its events
+    (``at``; else when the event was read) and the tuner's reading of its exit.
 
     ``spawn_s``: to the worker's first event (the interpreter and autotune);
     ``import_s``: torch and the user's module; ``setup_s``: the user's code up to
     its first batch (dataset, model, loader workers); ``teardown_s``: from the
-    last event to the process's exit; ``overhead_s``: their sum.
+    last event to the process's exit (as the tuner's loop saw it, up to a poll of
+    0.1 s late); ``overhead_s``: their sum.
     """
     spans = {"spawn_s": (None, "started"), "import_s": ("started", "loaded"),
              "setup_s": ("loaded", "resolved"), "teardown_s": ("end", "exit")}

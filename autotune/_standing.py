@@ -198,7 +198,7 @@ def findings(found: Standing) -> list[str]:
             f"trial {g.first.number} ({g.median:,.0f} samples/s)" for g in decision.ties))
     if doubted:
         lines.append(f"not ranked, figure not believed: {_doubts(doubted, numbers=True)}")
-    loss = win_loss(win)
+    loss = winner_loss_line(win)
     if loss is not None and win is not base:
         lines.append(loss)
     if win.lead.bottleneck is not None:
@@ -210,7 +210,7 @@ def findings(found: Standing) -> list[str]:
     return lines
 
 
-def win_loss(win: Group) -> str | None:
+def winner_loss_line(win: Group) -> str | None:
     """The winner's loss against the baseline's on the same samples (the median of its judged
     runs, ``Group.loss_excess``) as a findings line; None when no run of it was judged."""
     if win.loss_excess is None:

@@ -1196,7 +1196,7 @@ class StudyRunner:
                                baseline_spread=found.base.spread)
             if best.bottleneck is not None and best.bottleneck.efficiency is not None:
                 metrics["best_efficiency"] = best.bottleneck.efficiency
-            if win.loss_excess is not None:
+            if win.loss_excess is not None and win is not found.base:  # (the baseline is judged against itself)
                 metrics["best_loss_excess"] = win.loss_excess
         ended = f"interrupted by {signal.Signals(self._signum).name}" if self._signum else "finished"
         others = self._leave(ended, "FINISHED")

@@ -246,6 +246,11 @@ def test_complete_trial(tmp_path: Path) -> None:
     assert result.log_path.is_file()
     # the fixed cost around the measuring, span by span, adds up
     spans = [result.metrics[k] for k in ("spawn_s", "import_s", "setup_s", "teardown_s")]
+    # timed from the worker's own stamps, not from when the tuner read each event
+    stamps = [next(e for e in watch.events if e["event"] == kind)["at"] for kind in ("started", "loaded", "resolved")]
+    assert stamps == sorted(stamps)
+    assert result.metrics["import_s"] == pytest.approx(stamps[1] - stamps[0])
+    assert result.metrics["setup_s"] == pytest.approx(stamps[2] - stamps[1])
     assert all(s >= 0 for s in spans) and result.metrics["import_s"] > 0.1  # torch at least
     assert result.metrics["overhead_s"] == pytest.approx(sum(spans))
     assert result.metrics["overhead_s"] < result.metrics["duration_s"]

@@ -10,7 +10,7 @@ import pytest
 from autotune import KNOBS
 from autotune._ceilings import Ceilings, bottleneck
 from autotune._confirm import decide, group_runs
-from autotune._records import TrialRow
+from autotune._records import TrialRow, loss_against_baseline, loss_cell, signed_share
 from autotune._standing import Standing, findings, held_loader_knobs
 
 
@@ -52,6 +52,34 @@ def test_findings_of_a_confirmed_win() -> None:
     assert lines[1] == ("runs: median of 3 runs (1, 4, 5), ±7%; the baseline's: "
                         "median of 3 runs (0, 2, 3), ±2%")
     assert lines[2].startswith("bottleneck: 94% of the data-on-device ceiling")
+
+
+def test_findings_give_the_winners_loss_against_the_baselines_not_the_baselines_own() -> None:
+    def judged(r: TrialRow, excess: float) -> TrialRow:
+        return dataclasses.replace(r, metrics={**r.metrics, "loss_excess": excess, "loss_tolerance": 0.5})
+
+    found = standing_of(row(0, 100, baseline=True), judged(row(1, 150), 0.12),
+                        judged(row(2, 98, confirms=0), 0.0), judged(row(4, 160, confirms=1), 0.09),
+                        judged(row(5, 140, confirms=1), 0.15))
+    assert "loss: +12% against the baseline's on the same samples (each run: +12%, +9%, +15%; " \
+           "diverged past +50%)" in findings(found)
+    # the baseline winning: its re-runs are judged against itself, which says nothing
+    alone = standing_of(row(0, 100, baseline=True), judged(row(2, 101, confirms=0), -0.004))
+    assert not [line for line in findings(alone) if line.startswith("loss")]
+
+
+@pytest.mark.parametrize("excess, text", [
+    (0.125, "+12%"), (-0.05, "-5%"), (-0.004, "+0%"), (0.004, "+0%"), (-0.006, "-1%"), (3.13, "+313%"),
+])
+def test_signed_share_never_says_minus_zero(excess: float, text: str) -> None:
+    assert signed_share(excess) == text
+    assert loss_cell({"loss_excess": excess}) == text
+
+
+def test_loss_words() -> None:
+    assert loss_cell({}) == "-"  # not judged
+    assert loss_against_baseline(0.12, 0.5) == "+12% against the baseline's on the same samples (diverged past +50%)"
+    assert loss_against_baseline(-0.001, None, [0.0]) == "+0% against the baseline's on the same samples"
 
 
 @pytest.mark.parametrize("wait, loader, batched, hinted", [
