@@ -7,9 +7,9 @@ every other run sets ``OMP_PROC_BIND=true`` (torch's intra-op threads pinned to 
 whether thread placement decides a run's level.
 
 It prints, and records in ``levels.json``: the spread of windows inside each run, the spread
-of the runs' medians, and how alike two runs in a row are (the correlation of each run's
-median with the next one's; near 0 when each process draws its level anew, near 1 when
-the machine drifts slowly and neighbours share it).
+of the runs' medians, and how alike two runs in a row are (per group, the correlation of
+each run's median with the next one's; near 0 when each process draws its level anew, near
+1 when the machine drifts slowly and neighbours share it).
 
     python benchmarks/levels.py                    # 16 runs of 10 s (about 4 minutes)
     python benchmarks/levels.py --runs 20 --bind
@@ -90,6 +90,8 @@ def main() -> None:
     for index in range(args.runs):
         bind = args.bind and index % 2 == 1
         rates = run_once(args.seconds, args.window, bind)
+        if not rates:
+            parser.error(f"--seconds {args.seconds} leaves no window past the warm-up one ({args.window} s each)")
         runs.append({"bind": bind, "windows": rates, "median": statistics.median(rates)})
         print(f"run {index + 1:2d}{' bound' if bind else ''}: {statistics.median(rates):7,.0f} samples/s, "
               f"windows {', '.join(f'{r:,.0f}' for r in rates)}", flush=True)
@@ -100,7 +102,9 @@ def main() -> None:
             medians = [r["median"] for r in chosen]
             summary[label] = {"runs": len(medians), "median": statistics.median(medians),
                               "min": min(medians), "max": max(medians), "between_run_spread": rel_spread(medians)}
-    summary["lag1_correlation"] = lag_correlation([r["median"] for r in runs])
+            # within the group: with --bind the runs alternate, and a correlation across both
+            # groups would measure that alternation, not the machine's drift
+            summary[label]["lag1_correlation"] = lag_correlation(medians)
     figure_path("levels", ".json").write_text(json.dumps(
         {"machine": machine(), "args": vars(args), "summary": summary, "runs": runs}, indent=1) + "\n")
     print(json.dumps(summary, indent=1))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -36,6 +37,8 @@ CONFIGS = {"1x, 8 workers": Config(**{**LOADER, "num_workers": 8}),
            "2x, lr as is": Config(batch_size="2x", **LOADER)}
 #: The other seed a config runs at: the baseline's plus this (a trial number, as it was).
 OTHER = 7
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0,1,2", help="baseline seeds, comma-separated")
@@ -59,6 +62,7 @@ def main() -> None:
                                        logs / f"{label}-{seed}-{trial_seed}.log", warm=warm, reference=base.losses,
                                        reference_curve=base.curve)
                     worse = result.judged.excess if result.judged else None
+                    worse = worse if worse is not None and math.isfinite(worse) else None  # (JSON has no nan)
                     runs.append({"config": label, "baseline_seed": seed, "seed": trial_seed, "excess": worse,
                                  "outcome": result.outcome.value, "samples_per_s": result.metrics.get("samples_per_s"),
                                  "reason": result.reason.splitlines()[0] if result.reason else ""})
