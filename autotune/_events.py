@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from typing import Any
 
 #: Environment variable naming the pipe's write end in the worker.
@@ -37,7 +38,9 @@ class EventWriter:
         self._file = os.fdopen(fd, "w", buffering=1)
 
     def __call__(self, kind: str, **fields: Any) -> None:
-        self._file.write(json.dumps(_finite({"event": kind, **fields})) + "\n")
+        # ``at``: when it happened, on the monotonic clock the tuner shares (one per machine), so
+        # the tuner times the worker's spans from it, not from when its loop read the line.
+        self._file.write(json.dumps(_finite({"event": kind, "at": time.monotonic(), **fields})) + "\n")
         self._file.flush()
 
     def close(self) -> None:

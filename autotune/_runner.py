@@ -379,9 +379,9 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     budget = spec.budget
     started = time.time()
     alive = time.monotonic()
-    # Seconds from the spawn to each kind's first event, and to the exit. An event the worker
-    # stamped (``at``: its monotonic clock, the same as this process's) counts from its stamp, not
-    # from when this loop read it: a loaded machine can delay the read past the next event.
+    # Seconds from the spawn to each kind's first event, and to the exit. An event counts from the
+    # worker's stamp (``at``, see ``EventWriter``), not from when this loop read it: a loaded
+    # machine can delay the read past the next event.
     arrived: dict[str, float] = {}
     step = 0
     # Compiling (torch.compile's first forward and backward) finishes no step: while it runs the

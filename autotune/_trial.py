@@ -173,7 +173,7 @@ class Trial(Run):
                     self._announced = True
                     self._started = self._beat = time.perf_counter()
                     self._emit("resolved", config=self.resolved(), base_batch_size=self._base_batch_size,
-                               lr=self.lr, dataset=self._dataset, at=time.monotonic())
+                               lr=self.lr, dataset=self._dataset)
                 if self._phase == Phase.MEASURE and Part.COMPUTE in self._pending:
                     self._cached.append(batch)
                 self._batch_samples = _batch_len(batch)
@@ -400,7 +400,7 @@ class Trial(Run):
             self._close_window()
         self._emit("end", steps=self._step, windows=self._windows_done,
                    config=self.resolved(), base_batch_size=self._base_batch_size, lr=self.lr,
-                   dataset=self._dataset, at=time.monotonic())
+                   dataset=self._dataset)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":

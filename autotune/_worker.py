@@ -13,7 +13,6 @@ import importlib.util
 import json
 import os
 import sys
-import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -92,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     emit = _Logged(EventWriter(int(os.environ[FD_ENV])))
     print(f"autotune: trial worker pid {os.getpid()}: {spec['target']} on {spec['device']}, seed {spec['seed']}, "
           f"config {spec['config'] or '(your code as written)'}", flush=True)
-    emit("started", pid=os.getpid(), at=time.monotonic())  # stamped: the parent times the spans from these
+    emit("started", pid=os.getpid())
     # A --jobs slot's CPUs: pinned before torch starts, so that its thread pool and the
     # DataLoader workers (which inherit the mask) stay on them.
     cpus = {int(c) for c in os.environ.get(CPUS_ENV, "").split(",") if c}
@@ -112,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                     known_ceilings=spec.get("known_ceilings"))
         run.apply_backends()
         train = load_target(spec["target"])
-        emit("loaded", at=time.monotonic())  # torch and the user's module are imported
+        emit("loaded")  # torch and the user's module are imported: the parent times the spans
         try:
             train(run)
         except BudgetSpent:

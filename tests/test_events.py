@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 
 import pytest
 
@@ -39,6 +40,8 @@ def test_round_trip_over_a_pipe(pipe) -> None:
     writer("end", steps=40, windows=2, config={"batch_size": 64, "amp": "off"}, lr=None)
     writer.close()
     events = drain(read_fd, EventReader())
+    stamps = [event.pop("at") for event in events]  # each stamped when written (``EventWriter``)
+    assert stamps == sorted(stamps) and stamps[-1] <= time.monotonic()
     assert events == [
         {"event": "started", "pid": 123},
         {"event": "window", "index": 0, "steps": 10, "samples": 320, "seconds": 0.5, "loss": 0.69,
@@ -58,6 +61,7 @@ def test_partial_lines_split_across_reads(pipe, chunk: int) -> None:
     writer.close()
     reader = EventReader()
     got = drain(read_fd, reader, chunk)  # lines (and UTF-8 characters) cut at every position
+    assert all(isinstance(event.pop("at"), float) for event in got)
     assert got == sent
 
 
