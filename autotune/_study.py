@@ -1191,7 +1191,7 @@ class StudyRunner:
             path.write_text(text)
             metrics.update(best_samples_per_s=win.median, best_trial=float(best.number),
                            best_runs=float(len(win.rates)), best_spread=win.spread)
-            if found.base is not None:
+            if found.base is not None and found.base.rates:  # (none when every baseline run was noisy)
                 metrics.update(best_speedup=found.speedup(win), baseline_samples_per_s=found.base.median,
                                baseline_spread=found.base.spread)
             if best.bottleneck is not None and best.bottleneck.efficiency is not None:
