@@ -45,6 +45,7 @@ class Capability(str, enum.Enum):
     BF16 = "bf16"
     FUSED_OPTIMIZER = "fused_optimizer"
     COMPILE = "compile"
+    GLIBC_MALLOC = "glibc_malloc"
 
 
 _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*x\s*$")
@@ -216,6 +217,10 @@ _KNOB_LIST = [
     Knob("tf32", "bool", Stage.BACKENDS, False,
          "TF32 matmuls (torch.set_float32_matmul_precision('high')).",
          needs={True: Capability.CUDA}, acts_on=_COMPUTE),
+    Knob("malloc_retain", "bool", Stage.BACKENDS, False,
+         "glibc's malloc keeps freed memory for the next step instead of handing it back and "
+         "faulting it in again (mallopt); host RAM stays at its peak.",
+         needs={True: Capability.GLIBC_MALLOC}, acts_on=_LOADER | _COMPUTE),
     # Applied by run.model(module): a function that does not call it leaves them inactive.
     Knob("channels_last", "bool", Stage.MODEL, False,
          "Model and 4-D inputs in channels-last (NHWC) memory format: faster convolutions on "

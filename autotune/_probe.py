@@ -12,6 +12,7 @@ import resource
 import socket
 from pathlib import Path
 
+from autotune import _malloc
 from autotune._knobs import Capability
 
 
@@ -127,6 +128,9 @@ def probe(device: str = "auto") -> Fingerprint:
     compiled = _compile_reason(torch, cuda)
     if compiled:
         reasons[Capability.COMPILE.value] = compiled
+    malloc = _malloc.unavailable_reason()
+    if malloc:
+        reasons[Capability.GLIBC_MALLOC.value] = malloc
     memlock = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
     mem = psutil.virtual_memory()
     props = torch.cuda.get_device_properties(dev) if cuda else None

@@ -209,11 +209,20 @@ class Run:
         return {name: v for name, v in values.items() if KNOBS[name].is_active(values)}
 
     def apply_backends(self) -> None:
-        """Set the process-wide backend flags of this config (cudnn.benchmark, tf32)."""
+        """Set the process-wide backend flags of this config (cudnn.benchmark, tf32) and, with
+        ``malloc_retain``, the host allocator's settings (for the rest of the process's life)."""
         import torch
 
         torch.backends.cudnn.benchmark = bool(self._value("cudnn_benchmark"))
         torch.set_float32_matmul_precision("high" if self._value("tf32") else "highest")
+        if self._value("malloc_retain"):
+            from autotune import _malloc
+
+            reason = _malloc.unavailable_reason()
+            if reason:
+                warnings.warn(f"malloc_retain=true not applied: {reason}", stacklevel=3)
+            else:
+                _malloc.retain()
 
 
 class Recipe(Run):

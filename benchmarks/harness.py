@@ -81,7 +81,8 @@ def all_tricks() -> Config:  # type: ignore[valid-type]
                   prefetch="cuda_stream" if caps["cuda"] else None,
                   amp="bf16" if caps["bf16"] else None,
                   fused_optimizer=True if caps["fused_optimizer"] else None,
-                  cudnn_benchmark=True if caps["cudnn"] else None)
+                  cudnn_benchmark=True if caps["cudnn"] else None,
+                  malloc_retain=True if caps["glibc_malloc"] else None)
 
 
 def measure(runner: str, config: Config, logs: Path, budget: Budget = Budget(), seed: int = 0,  # noqa: B008

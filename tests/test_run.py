@@ -244,6 +244,7 @@ def test_resolved_after_the_calls() -> None:
         "amp": "off",
         "cudnn_benchmark": False,
         "tf32": False,
+        "malloc_retain": False,
         "cuda_alloc_conf": "default",
     }
 

@@ -223,7 +223,8 @@ def cpu_only() -> Fingerprint:
         host="h", platform="Linux x86_64", python="3.11", torch="2.13.0", cpus=4,
         ram_total_gib=16.0, ram_available_gib=8.0, device="cpu", gpu=None, gpu_memory_gib=None,
         driver=None, nvml=False, pinned_limit="unlimited",
-        capabilities={"cuda": False, "cudnn": False, "bf16": True, "fused_optimizer": True, "compile": True},
+        capabilities={"cuda": False, "cudnn": False, "bf16": True, "fused_optimizer": True, "compile": True,
+                      "glibc_malloc": True},
         reasons={"cuda": f"needs CUDA; {why}", "cudnn": f"needs cuDNN on a CUDA device; {why}"},
         date="2026-11-22",
     )
