@@ -2,9 +2,12 @@
 
 A plain hand-written PyTorch loop over the MNIST runner's data and model (no autotune: no
 trial, no monitor, no Recipe), started ``--runs`` times as fresh processes one after another;
-each reports samples/s over windows of ``--window`` s after a warm-up window. With ``--bind``,
-every other run sets ``OMP_PROC_BIND=true`` (torch's intra-op threads pinned to CPUs), to see
-whether thread placement decides a run's level.
+each reports samples/s over windows of ``--window`` s after a warm-up window, and the minor
+page faults a second and the share of its CPU time spent in the kernel over those windows.
+With ``--bind``, every other run sets ``OMP_PROC_BIND=true`` (torch's intra-op threads pinned
+to CPUs), to see whether thread placement decides a run's level; with ``--retain``, every other
+run first tells glibc's malloc to keep freed memory (``autotune._malloc.retain``, the
+``malloc_retain`` knob), to see whether the heap's give-back-and-fault-again decides it.
 
 It prints, and records in ``levels.json``: the spread of windows inside each run, the spread
 of the runs' medians, and how alike two runs in a row are (per group, the correlation of
@@ -13,6 +16,7 @@ each run's median with the next one's; near 0 when each process draws its level 
 
     python benchmarks/levels.py                    # 16 runs of 10 s (about 4 minutes)
     python benchmarks/levels.py --runs 20 --bind
+    python benchmarks/levels.py --runs 24 --retain
 """
 
 from __future__ import annotations
@@ -32,6 +36,14 @@ import json, sys, time
 sys.path.insert(0, {runners!r})
 import torch, torch.nn.functional as F
 from mnist import Net, make_dataset
+if {retain}:
+    from autotune._malloc import retain
+    retain()
+def usage():  # minor faults, user and system CPU seconds, from /proc/self/stat
+    fields = open("/proc/self/stat").read().rpartition(")")[2].split()
+    return int(fields[7]), int(fields[11]) / TICK, int(fields[12]) / TICK
+import os
+TICK = os.sysconf("SC_CLK_TCK")
 torch.manual_seed(0)
 loader = torch.utils.data.DataLoader(make_dataset(), batch_size=64, shuffle=True, drop_last=True)
 model = Net()
@@ -50,15 +62,19 @@ while time.perf_counter() - start < seconds:
         if now - mark >= window:
             rates.append(samples / (now - mark))
             mark, samples = now, 0
+            if len(rates) == 1:  # the first window warms up: count from its end
+                begun, first = now, usage()
         if now - start >= seconds:
             break
-print(json.dumps(rates[1:]))  # the first window warms up
+faults, user, system = (b - a for a, b in zip(first, usage()))
+print(json.dumps({{"rates": rates[1:], "faults_per_s": faults / (now - begun),
+                  "system_share": system / max(user + system, 1e-9)}}))
 """
 
 
-def run_once(seconds: float, window: float, bind: bool) -> list[float]:
+def run_once(seconds: float, window: float, bind: bool, retain: bool) -> dict:
     env = dict(os.environ, **({"OMP_PROC_BIND": "true"} if bind else {}))
-    code = LOOP.format(runners=str(ROOT / "runners"), seconds=seconds, window=window)
+    code = LOOP.format(runners=str(ROOT / "runners"), seconds=seconds, window=window, retain=retain)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -84,28 +100,41 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=10.0, help="per run, the warm-up window included")
     parser.add_argument("--window", type=float, default=2.0)
-    parser.add_argument("--bind", action="store_true", help="every other run with OMP_PROC_BIND=true")
+    varied = parser.add_mutually_exclusive_group()
+    varied.add_argument("--bind", action="store_true", help="every other run with OMP_PROC_BIND=true")
+    varied.add_argument("--retain", action="store_true",
+                        help="every other run with glibc's malloc keeping freed memory (malloc_retain)")
     args = parser.parse_args()
+    other = "bound" if args.bind else "retained" if args.retain else None
     runs = []
     for index in range(args.runs):
-        bind = args.bind and index % 2 == 1
-        rates = run_once(args.seconds, args.window, bind)
+        changed = other is not None and index % 2 == 1
+        found = run_once(args.seconds, args.window, changed and args.bind, changed and args.retain)
+        rates = found["rates"]
         if not rates:
             parser.error(f"--seconds {args.seconds} leaves no window past the warm-up one ({args.window} s each)")
-        runs.append({"bind": bind, "windows": rates, "median": statistics.median(rates)})
-        print(f"run {index + 1:2d}{' bound' if bind else ''}: {statistics.median(rates):7,.0f} samples/s, "
+        runs.append({"group": other if changed else "free", "windows": rates, "median": statistics.median(rates),
+                     "faults_per_s": found["faults_per_s"], "system_share": found["system_share"]})
+        print(f"run {index + 1:2d}{' ' + other if changed else ''}: {statistics.median(rates):7,.0f} samples/s, "
+              f"{found['faults_per_s']:7,.0f} faults/s, {found['system_share']:4.0%} in the kernel, "
               f"windows {', '.join(f'{r:,.0f}' for r in rates)}", flush=True)
     within = [rel_spread(r["windows"]) for r in runs]
     summary = {"within_run_spread_median": statistics.median(within)}
-    for label, chosen in (("free", [r for r in runs if not r["bind"]]), ("bound", [r for r in runs if r["bind"]])):
+    for label in ("free", other):
+        chosen = [r for r in runs if r["group"] == label]
         if len(chosen) > 1:
             medians = [r["median"] for r in chosen]
             summary[label] = {"runs": len(medians), "median": statistics.median(medians),
-                              "min": min(medians), "max": max(medians), "between_run_spread": rel_spread(medians)}
+                              "min": min(medians), "max": max(medians), "between_run_spread": rel_spread(medians),
+                              "faults_per_s_median": statistics.median(r["faults_per_s"] for r in chosen),
+                              "system_share_median": statistics.median(r["system_share"] for r in chosen)}
+            if label == "free" and len(chosen) > 2:  # does a run's kernel time tell its level?
+                summary[label]["rate_vs_faults_correlation"] = statistics.correlation(
+                    medians, [r["faults_per_s"] for r in chosen])
             # within the group: with --bind the runs alternate, and a correlation across both
             # groups would measure that alternation, not the machine's drift
             summary[label]["lag1_correlation"] = lag_correlation(medians)
-    figure_path("levels", ".json").write_text(json.dumps(
+    figure_path("levels-retained" if args.retain else "levels", ".json").write_text(json.dumps(
         {"machine": machine(), "args": vars(args), "summary": summary, "runs": runs}, indent=1) + "\n")
     print(json.dumps(summary, indent=1))
 
