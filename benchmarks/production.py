@@ -53,6 +53,9 @@ CASES = [
     ("charlm, as written", f"{ROOT / 'runners' / 'charlm.py'}:train", Config()),
     ("I/O-bound loader, 32 workers", f"{IO}:train",
      Config(num_workers=32, persistent_workers=True, prefetch_factor=4)),
+    # as written, but glibc's malloc keeping freed memory: the level each process draws at its
+    # start (benchmarks/RESULTS.md, "Noise") is then no longer mostly page faults
+    ("mnist, malloc_retain", f"{ROOT / 'runners' / 'mnist.py'}:train", Config(malloc_retain=True)),
 ]
 SAMPLES_LINE = re.compile(r"autotune: ([\d,]+) samples/s over the last")
 
