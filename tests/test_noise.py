@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers import autotune, load_study
+from helpers import autotune, load_study, mlflow_runs
 
 from autotune._noise import (
     FOREIGN_LOAD_MAX,
@@ -110,3 +110,46 @@ def test_a_study_measures_again_the_trial_hogs_slowed_and_ranks_only_believed_fi
     assert found.base.lead.number == believed[0].number  # the believed run speaks for the baseline
     assert trials[believed[0].number].state.name == "COMPLETE"
     assert trials[believed[0].number].value == believed[0].metrics["samples_per_s"]
+
+
+#: Burns a CPU until the file argv[1] appears (the next trial's log: the baseline has ended).
+HOG_UNTIL = """
+import os, sys, time
+began = time.time()
+while time.time() - began < 120 and not os.path.exists(sys.argv[1]):
+    pass
+"""
+
+
+def test_a_study_whose_baseline_is_never_believed_still_ends_with_its_summary(tmp_path) -> None:
+    """A hog on each core for the whole baseline, and no measuring again (``--remeasure 0``):
+    no baseline figure is believed, while the next trial may be. The study still ends with its
+    summary, and its parent run carries the winner's figures and no speedup (it once crashed
+    at its end reading the median of the baseline's believed runs: none)."""
+    store = tmp_path / "st"
+    hogs = [subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", HOG_UNTIL,
+                              str(store / "trials" / "cli_train" / "trial-1.log")]) for cpu in (0, 1)]
+    try:
+        done = autotune("run", TRAIN, "--trials", "2", "--store", str(store), "--warmup", "0.2",
+                        "--window", "0.3", "--windows", "3", "--confirm", "0", "--space", "loader", "--seed", "0",
+                        "--remeasure", "0", "--max-load", str(FOREIGN_LOAD_MAX), "--max-spread", "1000", cwd=ROOT)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    found = standing(load_study(store, "cli_train"))
+    assert found.rows[0].baseline and found.rows[0].doubt.startswith("noisy: other processes used")
+    assert not found.base.rates
+    _, runs = mlflow_runs(store, "cli_train")
+    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
+    assert parent.info.status == "FINISHED"
+    assert "baseline_samples_per_s" not in parent.data.metrics and "best_speedup" not in parent.data.metrics
+    if found.best is None:  # the machine stayed busy (other tests beside this one): no figure believed
+        assert "unreliable: no figure to rank" in done.stdout, done.stdout
+        return
+    assert parent.data.metrics["best_samples_per_s"] == found.decision.winner.median
+    assert (store / "exports" / "cli_train.yaml").exists()
+    assert f"trial {found.best.number}, " in done.stdout
+    assert "no speedup: unreliable baseline, every run of it was noisy" in done.stdout, done.stdout
