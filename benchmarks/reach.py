@@ -43,8 +43,10 @@ from autotune._runner import Budget, new_tag
 TARGETS: dict[str, tuple[str, dict[str, list[Any]]]] = {
     "io": (f"{ROOT / 'tests' / 'fixtures' / 'io_train.py'}:train",
            {"batch_size": ["1x", "2x", "4x", "8x"], "num_workers": [0, 4, 8, 16, 32, 48, 64]}),
+    # malloc_retain where the host's allocations churn (a small model's short steps)
     "mnist": (f"{ROOT / 'runners' / 'mnist.py'}:train",
-              {"batch_size": ["1x", "2x", "4x", "8x"], "num_workers": [0, 1, 2, 4], "amp": ["off", "bf16"]}),
+              {"batch_size": ["1x", "2x", "4x", "8x"], "num_workers": [0, 1, 2, 4], "amp": ["off", "bf16"],
+               "malloc_retain": [False, True]}),
     "jpeg": (f"{ROOT / 'runners' / 'jpeg.py'}:train",
              {"batch_size": ["1x", "2x", "4x"], "num_workers": [0, 2, 4, 8, 16, 24, 32], "amp": ["off", "bf16"]}),
     "charlm": (f"{ROOT / 'runners' / 'charlm.py'}:train",
