@@ -49,6 +49,7 @@ class Run:
         self.device = device if isinstance(device, torch.device) else resolve_device(str(device), torch)
         self._observed: dict[str, Any] = {}
         self._model_seen = False  # run.model was called: the model knobs are in effect
+        self._malloc_applied = False  # malloc_retain was applied (at the first batches)
         self._base_batch_size: int | None = None
         #: What the last loader built reads (``dataset_facts``).
         self._dataset: dict[str, Any] = {}
@@ -157,6 +158,7 @@ class Run:
     def batches(self, loader: Iterable[Any]) -> Iterator[Any]:
         """Yield the loader's batches already on :attr:`device`, per the prefetch knob (4-D
         floating-point inputs in channels-last format when the model is)."""
+        self._retain_host_memory()
         channels_last = self._model_seen and bool(self._value("channels_last"))
         return iter_batches(loader, self.device, self._value("prefetch"), self._non_blocking(), channels_last)
 
@@ -209,20 +211,27 @@ class Run:
         return {name: v for name, v in values.items() if KNOBS[name].is_active(values)}
 
     def apply_backends(self) -> None:
-        """Set the process-wide backend flags of this config (cudnn.benchmark, tf32) and, with
-        ``malloc_retain``, the host allocator's settings (for the rest of the process's life)."""
+        """Set the process-wide backend flags of this config (cudnn.benchmark, tf32)."""
         import torch
 
         torch.backends.cudnn.benchmark = bool(self._value("cudnn_benchmark"))
         torch.set_float32_matmul_precision("high" if self._value("tf32") else "highest")
-        if self._value("malloc_retain"):
-            from autotune import _malloc
 
-            reason = _malloc.unavailable_reason()
-            if reason:
-                warnings.warn(f"malloc_retain=true not applied: {reason}", stacklevel=3)
-            else:
-                _malloc.retain()
+    def _retain_host_memory(self) -> None:
+        """With ``malloc_retain``, glibc's malloc keeps freed memory from here on, for the rest of
+        the process (it cannot be undone): applied when training starts (the first
+        :meth:`batches`), so that making a Recipe, e.g. ``Result.winner``, changes nothing in a
+        process that does not train with it."""
+        if self._malloc_applied or not self._value("malloc_retain"):
+            return
+        self._malloc_applied = True
+        from autotune import _malloc
+
+        reason = _malloc.unavailable_reason()
+        if reason:
+            warnings.warn(f"malloc_retain=true not applied: {reason}", stacklevel=4)
+        else:
+            _malloc.retain()
 
 
 class Recipe(Run):

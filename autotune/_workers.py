@@ -75,25 +75,31 @@ def evidence(rows: Iterable[Any], ceilings: Ceilings, cpus: int) -> list[Evidenc
     return list(found.values())
 
 
-def _ram_peaks(rows: Iterable[Any]) -> list[tuple[int, float]]:
-    peaks = [(row.config.get("num_workers"), row.metrics.get("ram_peak")) for row in rows]
-    return [(w, p) for w, p in peaks if isinstance(w, int) and p]
+def _ram_peaks(rows: Iterable[Any]) -> list[tuple[int, float, bool]]:
+    """(workers, RAM peak, whether its heap retained freed memory) of each trial that has both."""
+    peaks = [(row.config.get("num_workers"), row.metrics.get("ram_peak"), bool(row.config.get("malloc_retain")))
+             for row in rows]
+    return [(w, p, kept) for w, p, kept in peaks if isinstance(w, int) and p]
 
 
 def ram_without_workers(rows: Iterable[Any]) -> float | None:
     """The least RAM peak (PSS) of a trial without workers, or None."""
-    alone = [p for w, p in _ram_peaks(rows) if w == 0]
+    alone = [p for w, p, _ in _ram_peaks(rows) if w == 0]
     return min(alone) if alone else None
 
 
 def worker_ram(rows: Iterable[Any]) -> float | None:
     """PSS one DataLoader worker adds, from trials' RAM peaks: the most any config showed
-    over ``ram_without_workers``. None until both were seen."""
-    rows = list(rows)
-    alone = ram_without_workers(rows)
-    if alone is None:
+    over ``ram_without_workers``. None until both were seen. A trial whose heap keeps what it
+    frees (``malloc_retain``) holds more in its main process too: it is held against the
+    trials without workers that kept theirs alike, where there are some."""
+    peaks = _ram_peaks(rows)
+    alone = [p for w, p, _ in peaks if w == 0]
+    if not alone:
         return None
-    per = [(p - alone) / w for w, p in _ram_peaks(rows) if w > 0 and p > alone]
+    least = {kept: min((p for w, p, k in peaks if w == 0 and k == kept), default=min(alone))
+             for kept in (False, True)}
+    per = [(p - least[kept]) / w for w, p, kept in peaks if w > 0 and p > least[kept]]
     return max(per) if per else None
 
 

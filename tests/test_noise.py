@@ -3,6 +3,7 @@ measures again a trial that ran beside a CPU hog."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -122,17 +123,20 @@ while time.time() - began < 120 and not os.path.exists(sys.argv[1]):
 
 
 def test_a_study_whose_baseline_is_never_believed_still_ends_with_its_summary(tmp_path) -> None:
-    """A hog on each core for the whole baseline, and no measuring again (``--remeasure 0``):
+    """Two hogs on each core for the whole baseline, and no measuring again (``--remeasure 0``):
     no baseline figure is believed, while the next trial may be. The study still ends with its
     summary, and its parent run carries the winner's figures and no speedup (it once crashed
     at its end reading the median of the baseline's believed runs: none)."""
     store = tmp_path / "st"
+    # two hogs a CPU leave the baseline about a third of each (others' load near 70%, over the
+    # 60% allowed here), while one busy neighbour after them (a test beside this one) takes half
     hogs = [subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", HOG_UNTIL,
-                              str(store / "trials" / "cli_train" / "trial-1.log")]) for cpu in (0, 1)]
+                              str(store / "trials" / "cli_train" / "trial-1.log")])
+            for cpu in sorted(os.sched_getaffinity(0)) for _ in range(2)]
     try:
         done = autotune("run", TRAIN, "--trials", "2", "--store", str(store), "--warmup", "0.2",
                         "--window", "0.3", "--windows", "3", "--confirm", "0", "--space", "loader", "--seed", "0",
-                        "--remeasure", "0", "--max-load", str(FOREIGN_LOAD_MAX), "--max-spread", "1000", cwd=ROOT)
+                        "--remeasure", "0", "--max-load", "0.6", "--max-spread", "1000", cwd=ROOT)
     finally:
         for hog in hogs:
             hog.kill()
@@ -148,7 +152,8 @@ def test_a_study_whose_baseline_is_never_believed_still_ends_with_its_summary(tm
     assert "baseline_samples_per_s" not in parent.data.metrics and "best_speedup" not in parent.data.metrics
     if found.best is None:  # the machine stayed busy (other tests beside this one): no figure believed
         assert "unreliable: no figure to rank" in done.stdout, done.stdout
-        return
+        pytest.skip("the machine stayed busy after the hogs: no trial was believed, so no winner "
+                    "stood without a baseline (the study still ended with its summary)")
     assert parent.data.metrics["best_samples_per_s"] == found.decision.winner.median
     assert (store / "exports" / "cli_train.yaml").exists()
     assert f"trial {found.best.number}, " in done.stdout

@@ -28,8 +28,8 @@ from autotune._workers import (
 NO_LIMITS: dict[str, int] = {}
 
 
-def row(number: int, workers: int, ram: float | None = None) -> SimpleNamespace:
-    config = {"num_workers": workers, "batch_size": 64, "pin_memory": False}
+def row(number: int, workers: int, ram: float | None = None, retain: bool = False) -> SimpleNamespace:
+    config = {"num_workers": workers, "batch_size": 64, "pin_memory": False, "malloc_retain": retain}
     return SimpleNamespace(number=number, config=config, metrics={"ram_peak": ram} if ram else {})
 
 
@@ -84,6 +84,17 @@ def test_the_ram_one_worker_adds_bounds_the_range() -> None:
     assert caps["the RAM budget"] == 14  # (8 - 1) / 0.5
     assert all(isinstance(v, int) and v >= 0 for v in caps.values())
     assert widened_range(2, 0, rows, ceilings((rows[0], 800.0, 1e-4, 20_000.0)), 2, 8 * gib).high <= 14
+
+
+def test_a_retaining_heap_is_not_counted_as_the_workers_ram() -> None:
+    gib = 2**30
+    # without workers: 1.0 GiB as glibc trims, 1.5 GiB when the heap keeps what it frees
+    rows = [row(0, 0, ram=1.0 * gib), row(1, 0, ram=1.5 * gib, retain=True),
+            row(2, 2, ram=1.7 * gib, retain=True),   # (1.7 - 1.5) / 2 = 0.1 GiB a worker
+            row(3, 2, ram=1.2 * gib)]                # (1.2 - 1.0) / 2 = 0.1 GiB a worker
+    assert worker_ram(rows) == pytest.approx(0.1 * gib)  # not (1.7 - 1.0) / 2 = 0.35
+    # no retaining trial without workers yet: held against the least peak, as before
+    assert worker_ram([rows[0], rows[2]]) == pytest.approx(0.35 * gib)
 
 
 def test_evidence_counts_each_loader_once_and_skips_unmeasured_ones() -> None:
