@@ -32,7 +32,7 @@ from _results import ROOT, figure_path, machine
 
 #: The child: the runner's dataset and model, the loop as a user writes it, per-window rates on stdout.
 LOOP = """
-import json, sys, time
+import json, os, sys, time
 sys.path.insert(0, {runners!r})
 import torch, torch.nn.functional as F
 from mnist import Net, make_dataset
@@ -42,7 +42,6 @@ if {retain}:
 def usage():  # minor faults, user and system CPU seconds, from /proc/self/stat
     fields = open("/proc/self/stat").read().rpartition(")")[2].split()
     return int(fields[7]), int(fields[11]) / TICK, int(fields[12]) / TICK
-import os
 TICK = os.sysconf("SC_CLK_TCK")
 torch.manual_seed(0)
 loader = torch.utils.data.DataLoader(make_dataset(), batch_size=64, shuffle=True, drop_last=True)

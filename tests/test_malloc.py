@@ -1,7 +1,7 @@
 """malloc_retain: glibc's malloc keeps what a step frees, so the next step faults nothing in.
 
-Each check runs in a fresh interpreter: the settings last for a process's life, and the
-test process must keep glibc's defaults (the control is a process with those defaults)."""
+Each check runs in a fresh interpreter: the settings last for a process's life and cannot be
+undone, and the control is a process with glibc's defaults."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from fixtures.heap_rounds import PAGES
 
 from autotune import Config, Recipe, _malloc
 
@@ -36,33 +37,20 @@ pytestmark = [
                        reason="malloc is tuned from the environment"),
 ]
 
-#: Two rounds of a step's worth of host memory (20 MiB: above glibc's first mmap threshold,
-#: 128 KiB, below the 32 MiB that retain serves from the heap): allocate, touch every page,
-#: free; prints the minor faults the second round took.
+#: In a fresh interpreter: ``setup``, then two rounds of a step's worth of host memory
+#: (``heap_rounds``); prints the minor faults the second round took.
 ROUNDS = """
-import ctypes, json, sys
+import json, sys
+sys.path.insert(0, {fixtures!r})
 {setup}
-libc = ctypes.CDLL("libc.so.6")
-libc.malloc.restype = ctypes.c_void_p
-libc.free.argtypes = [ctypes.c_void_p]
-def faults():
-    return int(open("/proc/self/stat").read().rpartition(")")[2].split()[7])
-def one_round(size=20 << 20):
-    chunk = libc.malloc(size)
-    ctypes.memset(chunk, 1, size)
-    libc.free(chunk)
-one_round()
-before = faults()
-one_round()
-print(json.dumps(faults() - before))
+from heap_rounds import second_round_faults
+print(json.dumps(second_round_faults()))
 """
-#: Pages in a round: every one faults in when the memory came fresh from the kernel.
-PAGES = (20 << 20) // 4096  # 5120
 
 
 def second_round_faults(setup: str = "") -> int:
-    out = subprocess.run([sys.executable, "-c", ROUNDS.format(setup=setup)], capture_output=True, text=True,
-                         check=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", ROUNDS.format(fixtures=str(FIXTURES), setup=setup)],
+                         capture_output=True, text=True, check=True, timeout=120)
     return json.loads(out.stdout)
 
 
