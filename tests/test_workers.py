@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,11 +15,13 @@ from torch.utils.data import TensorDataset
 from autotune import Config, Run
 from autotune._ceilings import Ceilings, ceiling_key
 from autotune._knobs import Part
+from autotune._records import TrialRow
 from autotune._space import IntRange, load_space
 from autotune._workers import (
     Evidence,
     epoch_samples,
     evidence,
+    leaders,
     limits,
     useful_workers,
     widened_range,
@@ -28,12 +31,16 @@ from autotune._workers import (
 NO_LIMITS: dict[str, int] = {}
 
 
-def row(number: int, workers: int, ram: float | None = None, retain: bool = False) -> SimpleNamespace:
+def row(number: int, workers: int, ram: float | None = None, retain: bool = False, rate: float | None = None,
+        waits: float | None = None) -> TrialRow:
+    """A complete trial with ``workers``; with ``rate``, its samples/s (drawn, not the baseline's)."""
     config = {"num_workers": workers, "batch_size": 64, "pin_memory": False, "malloc_retain": retain}
-    return SimpleNamespace(number=number, config=config, metrics={"ram_peak": ram} if ram else {})
+    metrics = {k: v for k, v in (("ram_peak", ram), ("samples_per_s", rate), ("data_wait_frac", waits)) if v}
+    return TrialRow(number, number == 0, "complete", "", metrics, config, 64, None,
+                    sampled={"num_workers": workers} if number else {})
 
 
-def ceilings(*measured: tuple[SimpleNamespace, float, float, float]) -> Ceilings:
+def ceilings(*measured: tuple[TrialRow, float, float, float]) -> Ceilings:
     """Per row: its loader's samples/s, the CPU seconds a sample cost it, its model's samples/s."""
     c = Ceilings()
     for r, loader, cpu, compute in measured:
@@ -67,6 +74,55 @@ def test_a_waiting_loader_widens_the_range_and_says_why() -> None:
 def test_no_widening(loader: float, cpu: float, compute: float, why: str) -> None:
     base = row(0, 0)
     assert widened_range(2, 0, [base], ceilings((base, loader, cpu, compute)), 2, None, NO_LIMITS) is None, why
+
+
+def test_leaders_are_the_fastest_so_far_in_trial_order() -> None:
+    rows = [row(0, 0, rate=100.0), row(1, 4, rate=300.0), row(2, 2, rate=200.0), row(3, 8, rate=250.0),
+            row(4, 6, rate=400.0), row(5, 7)]  # (5: no figure)
+    assert [r.number for r in leaders(rows)] == [0, 1, 4]
+    # a trial added later does not change who led before it
+    assert [r.number for r in leaders([*rows, row(6, 1, rate=350.0)])] == [0, 1, 4]
+    doubted = dataclasses.replace(rows[4], doubt="noisy")
+    assert [r.number for r in leaders([*rows[:4], doubted])] == [0, 1]
+
+
+def test_a_leader_at_the_top_of_the_range_that_waits_doubles_it() -> None:
+    # Little's law: 4,000 / 800 = 5 workers; trial 3 drew all 5, was the fastest then, and
+    # still waited on data 20% of its time: Little's count fell short, so the range doubles
+    base = row(0, 0, rate=800.0)
+    measured = ceilings((base, 800.0, 1e-4, 4_000.0))
+    rows = [base, row(1, 2, rate=1_500.0, waits=0.5), row(3, 5, rate=2_900.0, waits=0.2)]
+    wider = widened_range(2, 0, rows, measured, 2, None, NO_LIMITS)
+    assert wider.high == 10
+    assert wider.why.endswith("its model takes 4,000); trial 3, the fastest then, drew num_workers=5, the top of "
+                              "the range, and waited on data 20% of its time: num_workers range 0-10")
+    # it drew 10 since, still the fastest and still waiting: 20
+    again = widened_range(2, 0, [*rows, row(7, 10, rate=3_300.0, waits=0.15)], measured, 2, None, NO_LIMITS)
+    assert again.high == 20 and "trial 7, the fastest then, drew num_workers=10" in again.why
+    # a slower trial with fewer workers later does not narrow it (trial 7 led when it ran)
+    assert widened_range(2, 0, [*rows, row(7, 10, rate=3_300.0, waits=0.15), row(8, 3, rate=3_400.0, waits=0.3)],
+                         measured, 2, None, NO_LIMITS).high == 20
+    # an epoch's batches still bound it, and the line says the doubling asked for more
+    bounded = widened_range(2, 0, rows, measured, 2, None, {"an epoch's 8 batches at batch size 64": 8})
+    assert bounded.high == 8 and bounded.why.endswith("(10 asked; an epoch's 8 batches at batch size 64 allows 8)")
+
+
+@pytest.mark.parametrize(("drawn", "rate", "waits", "why"), [
+    (5, 2_900.0, 0.05, "it hardly waits on data: its workers keep up"),
+    (4, 2_900.0, 0.2, "it drew below the top: the range has room it did not use"),
+    (5, 1_000.0, 0.2, "it was not the fastest when it ran"),
+])
+def test_the_range_stays_at_littles_law(drawn: int, rate: float, waits: float, why: str) -> None:
+    base = row(0, 0, rate=800.0)
+    rows = [base, row(1, 2, rate=1_500.0, waits=0.5), row(3, drawn, rate=rate, waits=waits)]
+    assert widened_range(2, 0, rows, ceilings((base, 800.0, 1e-4, 4_000.0)), 2, None, NO_LIMITS).high == 5, why
+
+
+def test_no_doubling_without_a_waiting_loader() -> None:
+    # CPU-bound workers (800 x 1.2 ms keeps 0.96 CPUs busy): a leader at the top says nothing
+    base = row(0, 0, rate=800.0)
+    rows = [base, row(1, 2, rate=1_500.0, waits=0.5)]
+    assert widened_range(2, 0, rows, ceilings((base, 800.0, 1.2e-3, 20_000.0)), 2, None, NO_LIMITS) is None
 
 
 def test_the_limits_bound_the_range_and_the_line_says_which() -> None:
