@@ -72,6 +72,7 @@ class TrialRow:
     lr: float | None = None  # the lr run.optimizer set (None: the function passes it none)
     retries: int | None = None  # ATTR_RETRIES
     seed: int | None = None  # ATTR_SEED (None: a study from before it was recorded)
+    workers_high: int | None = None  # the num_workers range's high end when it drew (None: not drawn)
 
     @property
     def samples_per_s(self) -> float | None:
@@ -105,7 +106,7 @@ def row_of(trial: optuna.trial.FrozenTrial, ceilings: Ceilings) -> TrialRow:
                     attrs.get(ATTR_CONFIRMS), bound, attrs.get(ATTR_SLOT, {}), attrs.get(ATTR_DOUBT),
                     attrs.get(ATTR_REMEASURE, 0), [tuple(c) for c in attrs.get(ATTR_CURVE, [])],
                     attrs.get(ATTR_RUN), attrs.get(ATTR_DATASET) or {}, attrs.get(ATTR_LR), attrs.get(ATTR_RETRIES),
-                    attrs.get(ATTR_SEED))
+                    attrs.get(ATTR_SEED), getattr(trial.distributions.get("num_workers"), "high", None))
 
 
 def run_name(row: TrialRow, winner: bool) -> str:

@@ -10,10 +10,11 @@ busy are CPU-bound: more than the cores cannot help, and the range stays.
 Little's law counts the workers that feed the model on average, each as fast as it was
 alone. In training they share the CPUs with the model, and a batch that comes late holds up
 the ones behind it, so more may help: when the fastest trial so far drew the top of the
-range and still waits on data (``TOP_WAITS`` of its time), the range doubles past it. On the
+range (``TOP_SHARE`` of it or more) and still waited on data (``TOP_WAITS`` of its time), the
+range widens to twice what it drew. On the
 jpeg runner on a 2-core host, all three 16-trial studies' winners sat at the top of the range
-Little's law set (6, 7 and 10), and the sweep's best, with as many workers as an epoch has
-batches (12), ran 9-36% faster than they did (benchmarks/RESULTS.md, Reach).
+Little's law set (6, 7 and 10), and the sweep's best, 2x batches with as many workers as an
+epoch has batches (24), ran 9-36% faster than they did (benchmarks/RESULTS.md, Reach).
 
 The range only widens, and it comes from the study's records, so every tuner on a
 study agrees on it. It is bounded by the RAM budget (at the PSS one worker was
@@ -39,8 +40,9 @@ from autotune._knobs import Part, batch_of
 #: counts as waiting: more workers than cores then help.
 WAITING_BELOW = 0.5
 #: Share of its time the fastest trial so far waits on data from which a worker range it drew
-#: the top of doubles.
+#: the top of (``TOP_SHARE`` of its high end or more) widens to twice what it drew.
 TOP_WAITS = 0.1
+TOP_SHARE = 0.75
 #: Open files a DataLoader worker may hold (its pipes, and shared-memory batches in flight).
 FILES_PER_WORKER = 16
 #: Processes the tuner, its worker and the user's own helpers may need beside the loader's.
@@ -173,8 +175,8 @@ def widened_range(high: int, low: int, rows: Iterable[Any], ceilings: Ceilings, 
     """The range's new high end, if what the loaders measured asks for more than ``high``
     (``caps``: the limits, by default this machine's and the RAM budget's; ``also``: more
     of them, such as an epoch's batches at the space's smallest batch size): Little's law
-    on the loader that asks for most, then doubled past the workers any of the study's
-    ``leaders`` drew while it waited on data ``TOP_WAITS`` of its time or more."""
+    on the loader that asks for most, then twice the workers any of the study's ``leaders``
+    drew at the top of that range while it waited on data ``TOP_WAITS`` of its time or more."""
     rows = list(rows)
     seen = evidence(rows, ceilings, cpus)
     if not seen:
@@ -187,14 +189,17 @@ def widened_range(high: int, low: int, rows: Iterable[Any], ceilings: Ceilings, 
         why.append(f"workers wait {most.waiting:.0%} of their time (trial {most.trial}'s loader alone: "
                    f"{most.loader:,.0f} samples/s from {who}, using {most.cpus_used:.1f} of {cpus} CPUs; "
                    f"its model takes {most.wanted:,.0f})")
-    topped = [r for r in leaders(rows) if isinstance(r.sampled.get("num_workers"), int)
-              and r.sampled["num_workers"] >= max(1, new) and r.metrics.get("data_wait_frac", 0.0) >= TOP_WAITS]
+    # (against the range each drew from, as Optuna recorded it: a leader's verdict never changes)
+    topped = [r for r in leaders(rows) if isinstance(r.sampled.get("num_workers"), int) and r.workers_high
+              and r.sampled["num_workers"] >= max(1, TOP_SHARE * r.workers_high)
+              and r.metrics.get("data_wait_frac", 0.0) >= TOP_WAITS]
     if topped:
         lead = max(topped, key=lambda r: r.sampled["num_workers"])
-        while lead.sampled["num_workers"] >= new:
-            new *= 2
-        why.append(f"trial {lead.number}, the fastest then, drew num_workers={lead.sampled['num_workers']}, the "
-                   f"top of the range, and waited on data {lead.metrics['data_wait_frac']:.0%} of its time")
+        drawn = lead.sampled["num_workers"]
+        if 2 * drawn > new:
+            new = 2 * drawn
+            why.append(f"trial {lead.number}, the fastest then, drew num_workers={drawn} of {low}-{lead.workers_high} "
+                       f"and waited on data {lead.metrics['data_wait_frac']:.0%} of its time")
     if new <= high:
         return None
     caps = dict(limits(ram_budget, worker_ram(rows), ram_without_workers(rows)) if caps is None else caps)
@@ -205,6 +210,6 @@ def widened_range(high: int, low: int, rows: Iterable[Any], ceilings: Ceilings, 
         return None
     line = "; ".join(why) + f": num_workers range {low}-{new}"
     if new < wanted:
-        asked = "would feed the model" if not topped else "asked"
+        asked = "would feed the model" if len(why) == 1 and most.needed > high else "asked"
         line += f" ({wanted} {asked}; {bound[0]} allows {bound[1]})"
     return WorkerRange(new, line)

@@ -32,12 +32,13 @@ NO_LIMITS: dict[str, int] = {}
 
 
 def row(number: int, workers: int, ram: float | None = None, retain: bool = False, rate: float | None = None,
-        waits: float | None = None) -> TrialRow:
-    """A complete trial with ``workers``; with ``rate``, its samples/s (drawn, not the baseline's)."""
+        waits: float | None = None, of: int = 5) -> TrialRow:
+    """A complete trial with ``workers``; with ``rate``, its samples/s; past trial 0 (the
+    baseline) drawn from a range 0-``of``."""
     config = {"num_workers": workers, "batch_size": 64, "pin_memory": False, "malloc_retain": retain}
     metrics = {k: v for k, v in (("ram_peak", ram), ("samples_per_s", rate), ("data_wait_frac", waits)) if v}
     return TrialRow(number, number == 0, "complete", "", metrics, config, 64, None,
-                    sampled={"num_workers": workers} if number else {})
+                    sampled={"num_workers": workers} if number else {}, workers_high=of if number else None)
 
 
 def ceilings(*measured: tuple[TrialRow, float, float, float]) -> Ceilings:
@@ -86,7 +87,7 @@ def test_leaders_are_the_fastest_so_far_in_trial_order() -> None:
     assert [r.number for r in leaders([*rows[:4], doubted])] == [0, 1]
 
 
-def test_a_leader_at_the_top_of_the_range_that_waits_doubles_it() -> None:
+def test_a_leader_at_the_top_of_the_range_that_waits_widens_it() -> None:
     # Little's law: 4,000 / 800 = 5 workers; trial 3 drew all 5, was the fastest then, and
     # still waited on data 20% of its time: Little's count fell short, so the range doubles
     base = row(0, 0, rate=800.0)
@@ -94,14 +95,20 @@ def test_a_leader_at_the_top_of_the_range_that_waits_doubles_it() -> None:
     rows = [base, row(1, 2, rate=1_500.0, waits=0.5), row(3, 5, rate=2_900.0, waits=0.2)]
     wider = widened_range(2, 0, rows, measured, 2, None, NO_LIMITS)
     assert wider.high == 10
-    assert wider.why.endswith("its model takes 4,000); trial 3, the fastest then, drew num_workers=5, the top of "
-                              "the range, and waited on data 20% of its time: num_workers range 0-10")
-    # it drew 10 since, still the fastest and still waiting: 20
-    again = widened_range(2, 0, [*rows, row(7, 10, rate=3_300.0, waits=0.15)], measured, 2, None, NO_LIMITS)
-    assert again.high == 20 and "trial 7, the fastest then, drew num_workers=10" in again.why
-    # a slower trial with fewer workers later does not narrow it (trial 7 led when it ran)
-    assert widened_range(2, 0, [*rows, row(7, 10, rate=3_300.0, waits=0.15), row(8, 3, rate=3_400.0, waits=0.3)],
-                         measured, 2, None, NO_LIMITS).high == 20
+    assert wider.why.endswith("its model takes 4,000); trial 3, the fastest then, drew num_workers=5 of 0-5 and "
+                              "waited on data 20% of its time: num_workers range 0-10")
+    # near the top is enough (4 of 5: three quarters or more)
+    near = [base, row(1, 2, rate=1_500.0, waits=0.5), row(3, 4, rate=2_900.0, waits=0.2)]
+    assert widened_range(2, 0, near, measured, 2, None, NO_LIMITS).high == 8
+    # it drew 8 of 0-10 since, still the fastest and still waiting: 16
+    again = widened_range(2, 0, [*rows, row(7, 8, rate=3_300.0, waits=0.15, of=10)], measured, 2, None, NO_LIMITS)
+    assert again.high == 16 and "trial 7, the fastest then, drew num_workers=8 of 0-10" in again.why
+    # 6 of 0-10 is not the top of the range it drew from (though 6 is past Little's 5)
+    assert widened_range(2, 0, [*rows, row(7, 6, rate=3_300.0, waits=0.15, of=10)], measured, 2, None,
+                         NO_LIMITS).high == 10
+    # a faster trial with fewer workers later does not narrow it (trial 7 led when it ran)
+    assert widened_range(2, 0, [*rows, row(7, 8, rate=3_300.0, waits=0.15, of=10),
+                                row(8, 3, rate=3_400.0, waits=0.3, of=16)], measured, 2, None, NO_LIMITS).high == 16
     # an epoch's batches still bound it, and the line says the doubling asked for more
     bounded = widened_range(2, 0, rows, measured, 2, None, {"an epoch's 8 batches at batch size 64": 8})
     assert bounded.high == 8 and bounded.why.endswith("(10 asked; an epoch's 8 batches at batch size 64 allows 8)")
@@ -109,7 +116,7 @@ def test_a_leader_at_the_top_of_the_range_that_waits_doubles_it() -> None:
 
 @pytest.mark.parametrize(("drawn", "rate", "waits", "why"), [
     (5, 2_900.0, 0.05, "it hardly waits on data: its workers keep up"),
-    (4, 2_900.0, 0.2, "it drew below the top: the range has room it did not use"),
+    (3, 2_900.0, 0.2, "it drew below the top quarter: the range has room it did not use"),
     (5, 1_000.0, 0.2, "it was not the fastest when it ran"),
 ])
 def test_the_range_stays_at_littles_law(drawn: int, rate: float, waits: float, why: str) -> None:
