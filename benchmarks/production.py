@@ -56,6 +56,10 @@ CASES = [
     # as written, but glibc's malloc keeping freed memory: the level each process draws at its
     # start (benchmarks/RESULTS.md, "Noise") is then no longer mostly page faults
     ("mnist, malloc_retain", f"{ROOT / 'runners' / 'mnist.py'}:train", Config(malloc_retain=True)),
+    # the jpeg runner at the best point of its sweep on a 2-core host (RESULTS.md, Reach): its items
+    # wait on storage and decode in 24 workers, so interleaved.py cannot take it
+    ("jpeg, batch 2x, 24 workers", f"{ROOT / 'runners' / 'jpeg.py'}:train",
+     Config(batch_size="2x", lr_scaling="linear", num_workers=24, persistent_workers=True, prefetch_factor=4)),
 ]
 SAMPLES_LINE = re.compile(r"autotune: ([\d,]+) samples/s over the last")
 

@@ -16,6 +16,7 @@ For each target (the shipped runners, and a loader whose items wait like network
     python benchmarks/reach.py                       # about 45 minutes on a 2-core CPU
     python benchmarks/reach.py --targets io --trials 6 --repeats 1   # a smoke run
     python benchmarks/reach.py --targets jpeg --studies 3   # three studies' winners, side by side
+    python benchmarks/reach.py --targets jpeg --studies 3 --sweep-from benchmarks/reach-jpeg.json
 """
 
 from __future__ import annotations
@@ -43,14 +44,17 @@ from autotune._runner import Budget, new_tag
 TARGETS: dict[str, tuple[str, dict[str, list[Any]]]] = {
     "io": (f"{ROOT / 'tests' / 'fixtures' / 'io_train.py'}:train",
            {"batch_size": ["1x", "2x", "4x", "8x"], "num_workers": [0, 4, 8, 16, 32, 48, 64]}),
-    # malloc_retain where the host's allocations churn (a small model's short steps)
+    # every runner's grid crosses malloc_retain: it is in the default space, and it moved
+    # mnist by a median 1.18x (RESULTS.md, Reach)
     "mnist": (f"{ROOT / 'runners' / 'mnist.py'}:train",
               {"batch_size": ["1x", "2x", "4x", "8x"], "num_workers": [0, 1, 2, 4], "amp": ["off", "bf16"],
                "malloc_retain": [False, True]}),
     "jpeg": (f"{ROOT / 'runners' / 'jpeg.py'}:train",
-             {"batch_size": ["1x", "2x", "4x"], "num_workers": [0, 2, 4, 8, 16, 24, 32], "amp": ["off", "bf16"]}),
+             {"batch_size": ["1x", "2x", "4x"], "num_workers": [0, 2, 4, 8, 16, 24, 32], "amp": ["off", "bf16"],
+              "malloc_retain": [False, True]}),
     "charlm": (f"{ROOT / 'runners' / 'charlm.py'}:train",
-               {"batch_size": ["1x", "2x", "4x", "8x"], "num_workers": [0, 1, 2], "amp": ["off", "bf16"]}),
+               {"batch_size": ["1x", "2x", "4x", "8x"], "num_workers": [0, 1, 2], "amp": ["off", "bf16"],
+                "malloc_retain": [False, True]}),
     # the model-side knobs instead of bf16, which this runner's CPU size does not use well
     "resnet": (f"{ROOT / 'runners' / 'resnet.py'}:train",
                {"batch_size": ["1x", "2x", "4x"], "num_workers": [0, 2, 4], "channels_last": [False, True],
@@ -119,16 +123,21 @@ def one_target(name: str, args: argparse.Namespace, warm: WarmWorker, logs: Path
         studies.append(said)
 
     started = time.monotonic()
-    # every point's loss judged as a study judges its trials: against a baseline measured as a
-    # study measures its own (until its loss has fallen), at the same seed; a point the study
-    # would refuse (a 4x batch that learns too little per sample) is never the sweep's best
-    base = one_trial(target, Config(), TURN_BUDGET.learning(), logs, warm=warm)
-    sweep = []
-    for config in grid(axes):
-        measured, outcome = rate(target, config, SWEEP_BUDGET, warm, logs, reference=base)
-        sweep.append((config, measured, outcome))
-        print(f"{name} sweep {changed(config.set_values())}: {measured or 0:,.0f} {outcome}", file=sys.stderr)
-    sweep_wall = time.monotonic() - started
+    earlier = swept(args.sweep_from, name) if args.sweep_from else None
+    if earlier:  # (its points are ranked as they were; the turns below measure its best two again)
+        sweep = [(Config(**c), r, o) for c, r, o in earlier["sweep"]]
+        sweep_wall = earlier["sweep_wall"]
+    else:
+        # every point's loss judged as a study judges its trials: against a baseline measured as a
+        # study measures its own (until its loss has fallen), at the same seed; a point the study
+        # would refuse (a 4x batch that learns too little per sample) is never the sweep's best
+        base = one_trial(target, Config(), TURN_BUDGET.learning(), logs, warm=warm)
+        sweep = []
+        for config in grid(axes):
+            measured, outcome = rate(target, config, SWEEP_BUDGET, warm, logs, reference=base)
+            sweep.append((config, measured, outcome))
+            print(f"{name} sweep {changed(config.set_values())}: {measured or 0:,.0f} {outcome}", file=sys.stderr)
+        sweep_wall = time.monotonic() - started
     ranked = sorted((s for s in sweep if s[1]), key=lambda s: s[1], reverse=True)
     tricks = Config(**{**all_tricks().set_values(), **MODEL_TRICKS.get(name, {})})
     contenders = {"code as written": Config(), "all tricks on": tricks, **winners}
@@ -142,10 +151,21 @@ def one_target(name: str, args: argparse.Namespace, warm: WarmWorker, logs: Path
                 runs[label].append(measured)
             print(f"{name} {label} run {turn + 1}: {measured or 0:,.0f}", file=sys.stderr)
     return {"target": name, "studies": studies, "sweep_wall": sweep_wall, "sweep_window_s": SWEEP_BUDGET.window_s,
+            "sweep_from": str(args.sweep_from) if earlier else None,
             "sweep_points": len(sweep), "sweep_failed": sum(1 for s in sweep if not s[1]),
             "sweep_diverged": sum(1 for s in sweep if s[2] == "diverged"), "sweep_judged": True,
             "configs": {k: v.set_values() for k, v in contenders.items()},
             "runs": runs, "sweep": [(c.set_values(), r, o) for c, r, o in sweep]}
+
+
+def swept(path: Path, name: str) -> dict[str, Any]:
+    """The sweep of ``name`` in an earlier run's raw figures (``--sweep-from``)."""
+    for res in json.loads(path.read_text())["results"]:
+        if res["target"] == name:
+            if not res.get("sweep_judged"):
+                sys.exit(f"{path}: its {name} sweep judged no loss; sweep again")
+            return res
+    sys.exit(f"{path}: no sweep of {name} in it")
 
 
 def render(results: list[dict[str, Any]], args: argparse.Namespace, where: str) -> str:
@@ -187,7 +207,8 @@ def render(results: list[dict[str, Any]], args: argparse.Namespace, where: str) 
         notes.append(f"- **{res['target']}**: " + ", ".join(f"study `{s['study']}` in {s['wall'] / 60:.1f} min"
                                                              for s in studies)
                      + f"; sweep of {res['sweep_points']} points in {res['sweep_wall'] / 60:.1f} min "
-                     f"({sweep_outcomes(res)}); goal {goal:.0%}: {verdict}.")
+                     + (f"(taken from `{Path(res['sweep_from']).name}`) " if res.get("sweep_from") else "")
+                     + f"({sweep_outcomes(res)}); goal {goal:.0%}: {verdict}.")
         for s in studies:
             who = f"study `{s['study']}`" if len(studies) > 1 else "the study"
             notes += [f"  - {who} said: {line}" for line in s["findings"]]
@@ -220,6 +241,9 @@ def main() -> None:
                         help="default studies per target, each its own winner in the turns: one study's luck is "
                              "not the search's")
     parser.add_argument("--store", type=Path, default=ROOT / "mlflow")
+    parser.add_argument("--sweep-from", type=Path,
+                        help="an earlier run's raw figures (same machine): take each target's sweep from them instead "
+                             "of sweeping again; the turns still measure its best two beside the studies' winners")
     parser.add_argument("--from-json", type=Path, nargs="+",
                         help="render the table again from runs' raw figures (one file per run, in order)")
     args = parser.parse_args()
