@@ -11,10 +11,10 @@ Little's law counts the workers that feed the model on average, each as fast as 
 alone. In training they share the CPUs with the model, and a batch that comes late holds up
 the ones behind it, so more may help: when the fastest trial so far drew the top of the
 range (``TOP_SHARE`` of it or more) and still waited on data (``TOP_WAITS`` of its time), the
-range widens to twice what it drew. On the
-jpeg runner on a 2-core host, all three 16-trial studies' winners sat at the top of the range
-Little's law set (6, 7 and 10), and the sweep's best, 2x batches with as many workers as an
-epoch has batches (24), ran 9-36% faster than they did (benchmarks/RESULTS.md, Reach).
+range widens to twice what it drew. On the jpeg runner on a 2-core host, all three 16-trial
+studies' winners sat at the top of the range Little's law set (6, 7 and 10), and the sweep's
+best, 2x batches with as many workers as an epoch has batches (24), ran 9-36% faster than they
+did (benchmarks/RESULTS.md, Reach).
 
 The range only widens, and it comes from the study's records, so every tuner on a
 study agrees on it. It is bounded by the RAM budget (at the PSS one worker was

@@ -1,6 +1,6 @@
 """A training function that runs another one and counts its optimizer steps in a shared file,
 for ``benchmarks/interleaved.py``: the same wrapper in a trial and in production, so whatever
-it costs falls on both alike. Light on purpose (no torch, no autotune import of its own).
+it costs falls on both alike. Light on purpose (no torch; the target is loaded by ``autotune._worker.load_target``).
 
 The function it runs is named by ``AUTOTUNE_BENCH_TARGET`` (``path.py:function``), the file
 it counts in by ``AUTOTUNE_BENCH_COUNTER``: three native unsigned 64-bit numbers, the steps
@@ -11,11 +11,9 @@ parent). A reader in another process sees them through the page cache.
 
 from __future__ import annotations
 
-import importlib.util
 import mmap
 import os
 import struct
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -54,12 +52,8 @@ class _Counted:
 
 def train(run: Any) -> None:
     """The target of ``AUTOTUNE_BENCH_TARGET`` on ``run``, its steps counted."""
-    module, _, func = os.environ[TARGET_ENV].rpartition(":")
-    spec = importlib.util.spec_from_file_location("counted_target", module)
-    target = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(Path(module).parent))
-    sys.modules["counted_target"] = target
-    spec.loader.exec_module(target)
+    from autotune._worker import load_target  # (loaded as a trial loads it, both sides alike)
+
     with open(os.environ[COUNTER_ENV], "r+b") as f:
         counter = mmap.mmap(f.fileno(), COUNT.size)
-    getattr(target, func)(_Counted(run, counter))
+    load_target(os.environ[TARGET_ENV])(_Counted(run, counter))
