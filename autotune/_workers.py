@@ -9,8 +9,9 @@ busy are CPU-bound: more than the cores cannot help, and the range stays.
 
 Little's law counts the workers that feed the model on average, each as fast as it was
 alone. In training they share the CPUs with the model, and a batch that comes late holds up
-the ones behind it, so more may help: when the fastest trial so far drew the top of the
-range (``TOP_SHARE`` of it or more) and still waited on data (``TOP_WAITS`` of its time), the
+the ones behind it, so more may help: when the fastest trial so far (or one within
+``LEAD_WITHIN`` of it: one run's figure is that noisy here) drew the top of the range
+(``TOP_SHARE`` of it or more) and still waited on data (``TOP_WAITS`` of its time), the
 range widens to twice what it drew. On the jpeg runner on a 2-core host, all three 16-trial
 studies' winners sat at the top of the range Little's law set (6, 7 and 10), and the sweep's
 best, 2x batches with as many workers as an epoch has batches (24), ran 9-36% faster than they
@@ -43,6 +44,11 @@ WAITING_BELOW = 0.5
 #: the top of (``TOP_SHARE`` of its high end or more) widens to twice what it drew.
 TOP_WAITS = 0.1
 TOP_SHARE = 0.75
+#: How far below the fastest believed trial before it a trial may be and still count as
+#: leading: one run's figure moves by about that between runs of one config on these
+#: machines (a jpeg study's winner at 9 of 0-10 workers read 652 samples/s against an
+#: earlier trial's 694, 6% less, and its range never widened).
+LEAD_WITHIN = 0.1
 #: Open files a DataLoader worker may hold (its pipes, and shared-memory batches in flight).
 FILES_PER_WORKER = 16
 #: Processes the tuner, its worker and the user's own helpers may need beside the loader's.
@@ -157,16 +163,23 @@ class WorkerRange:
     why: str
 
 
-def leaders(rows: Iterable[Any]) -> list[Any]:
-    """The trials that were the fastest so far when they ran: in trial order, each believed
-    one faster than every believed one before it. Rows added later never change who led
+def leads(rows: Iterable[Any]) -> list[tuple[Any, float]]:
+    """The trials that led when they ran, each with how far it was below the fastest believed
+    one before it (0.0 when it was the fastest): in trial order, each believed one within
+    ``LEAD_WITHIN`` of every believed one before it. Rows added later never change who led
     before them, so what this says only grows with the study."""
     found, fastest = [], 0.0
     for row in sorted(rows, key=lambda r: r.number):
-        if row.reliable and row.samples_per_s > fastest:
-            found.append(row)
-            fastest = row.samples_per_s
+        if row.reliable and row.samples_per_s >= (1.0 - LEAD_WITHIN) * fastest:
+            found.append((row, max(0.0, 1.0 - row.samples_per_s / fastest) if fastest else 0.0))
+        if row.reliable:
+            fastest = max(fastest, row.samples_per_s)
     return found
+
+
+def leaders(rows: Iterable[Any]) -> list[Any]:
+    """The rows of ``leads``."""
+    return [row for row, _ in leads(rows)]
 
 
 def widened_range(high: int, low: int, rows: Iterable[Any], ceilings: Ceilings, cpus: int,
@@ -190,15 +203,17 @@ def widened_range(high: int, low: int, rows: Iterable[Any], ceilings: Ceilings, 
                    f"{most.loader:,.0f} samples/s from {who}, using {most.cpus_used:.1f} of {cpus} CPUs; "
                    f"its model takes {most.wanted:,.0f})")
     # (against the range each drew from, as Optuna recorded it: a leader's verdict never changes)
-    topped = [r for r in leaders(rows) if isinstance(r.sampled.get("num_workers"), int) and r.workers_high
+    topped = [(r, behind) for r, behind in leads(rows)
+              if isinstance(r.sampled.get("num_workers"), int) and r.workers_high
               and r.sampled["num_workers"] >= max(1, TOP_SHARE * r.workers_high)
               and r.metrics.get("data_wait_frac", 0.0) >= TOP_WAITS]
     if topped:
-        lead = max(topped, key=lambda r: r.sampled["num_workers"])
+        lead, behind = max(topped, key=lambda rb: rb[0].sampled["num_workers"])
         drawn = lead.sampled["num_workers"]
         if 2 * drawn > new:
             new = 2 * drawn
-            why.append(f"trial {lead.number}, the fastest then, drew num_workers={drawn} of {low}-{lead.workers_high} "
+            then = f"within {behind:.0%} of the fastest then" if behind >= 0.005 else "the fastest then"
+            why.append(f"trial {lead.number}, {then}, drew num_workers={drawn} of {low}-{lead.workers_high} "
                        f"and waited on data {lead.metrics['data_wait_frac']:.0%} of its time")
     if new <= high:
         return None

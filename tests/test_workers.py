@@ -22,6 +22,7 @@ from autotune._workers import (
     epoch_samples,
     evidence,
     leaders,
+    leads,
     limits,
     useful_workers,
     widened_range,
@@ -85,6 +86,10 @@ def test_leaders_are_the_fastest_so_far_in_trial_order() -> None:
     assert [r.number for r in leaders([*rows, row(6, 1, rate=350.0)])] == [0, 1, 4]
     doubted = dataclasses.replace(rows[4], doubt="noisy")
     assert [r.number for r in leaders([*rows[:4], doubted])] == [0, 1]
+    # within LEAD_WITHIN (10%) of the fastest before it leads too, as far below it as it was;
+    # the fastest is still trial 4's 400 after it: 7 (364 = 91%) leads, 8 (355 = 89%) does not
+    close = [*rows, row(7, 9, rate=364.0), row(8, 9, rate=355.0)]
+    assert [(r.number, round(behind, 2)) for r, behind in leads(close)] == [(0, 0), (1, 0), (4, 0), (7, 0.09)]
 
 
 def test_a_leader_at_the_top_of_the_range_that_waits_widens_it() -> None:
@@ -109,6 +114,9 @@ def test_a_leader_at_the_top_of_the_range_that_waits_widens_it() -> None:
     # a faster trial with fewer workers later does not narrow it (trial 7 led when it ran)
     assert widened_range(2, 0, [*rows, row(7, 8, rate=3_300.0, waits=0.15, of=10),
                                 row(8, 3, rate=3_400.0, waits=0.3, of=16)], measured, 2, None, NO_LIMITS).high == 16
+    # a leader within 10% of the fastest before it widens it too, and the line says how close
+    close = widened_range(2, 0, [*rows, row(7, 8, rate=2_700.0, waits=0.15, of=10)], measured, 2, None, NO_LIMITS)
+    assert close.high == 16 and "trial 7, within 7% of the fastest then, drew num_workers=8 of 0-10" in close.why
     # an epoch's batches still bound it, and the line says the doubling asked for more
     bounded = widened_range(2, 0, rows, measured, 2, None, {"an epoch's 8 batches at batch size 64": 8})
     assert bounded.high == 8 and bounded.why.endswith("(10 asked; an epoch's 8 batches at batch size 64 allows 8)")
@@ -118,6 +126,7 @@ def test_a_leader_at_the_top_of_the_range_that_waits_widens_it() -> None:
     (5, 2_900.0, 0.05, "it hardly waits on data: its workers keep up"),
     (3, 2_900.0, 0.2, "it drew below the top quarter: the range has room it did not use"),
     (5, 1_000.0, 0.2, "it was not the fastest when it ran"),
+    (5, 1_340.0, 0.2, "it ran 11% below the fastest before it: past the noise of one run"),
 ])
 def test_the_range_stays_at_littles_law(drawn: int, rate: float, waits: float, why: str) -> None:
     base = row(0, 0, rate=800.0)
