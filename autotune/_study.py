@@ -334,6 +334,7 @@ class StudyRunner:
         self._interrupt = threading.Event()
         self._signum: int | None = None
         self._settled_by: int | None = None  # the trial whose loader knobs are held, once noted
+        self._holding: dict[str, str] = {}  # why the last sampled trial's held knobs were held, by knob
         self._busy = False  # the last wait for a quiet machine timed out: look once, not wait
         self._noted: set[str] = set()  # notes said once per tuner
         # The slots' shared count of own trials taken, and the wait before confirming.
@@ -792,6 +793,7 @@ class StudyRunner:
         trial.set_user_attr(ATTR_OWNER, self._owner)
         rerun, retry = attrs.get(ATTR_CONFIRMS), attrs.get(ATTR_RETRIES)
         baseline = rerun is None and bool(attrs.get(ATTR_BASELINE))
+        holding: dict[str, str] = {}
         if rerun is not None or retry is not None:
             config = Config(**attrs.get(ATTR_SAMPLED, {}))
         elif baseline:
@@ -799,6 +801,7 @@ class StudyRunner:
         else:
             space = self._space_now(found)
             config = space.sample(trial, self._settled(found), self._useful_workers(found, space))
+            holding = self._holding
         base = found.base.first if found.base else None
         # Every trial trains from the baseline's seed (common random numbers): the same initial
         # weights and data order, so the loss verdict compares configs, not seeds. On jpeg, a
@@ -815,6 +818,7 @@ class StudyRunner:
             tags["autotune.confirms"] = str(rerun)
         if retry is not None:
             tags["autotune.retries"] = str(retry)
+        tags.update({f"autotune.held.{knob}": why for knob, why in holding.items()})  # (the MLflow UI shows why)
         run_id = self.tracker.start_trial(self.experiment_id, self.parent_id, trial.number,
                                           config.set_values(), tags)
         trial.set_user_attr(ATTR_RUN, run_id)
@@ -918,9 +922,30 @@ class StudyRunner:
 
     def _settled(self, found: Standing) -> dict[str, Any]:
         """The knobs not to sample now: ``held_loader_knobs`` for the best trial (holding and
-        releasing said once each), and the model knobs when the function never hands its
-        model to ``run.model`` (its baseline ran without them)."""
-        return {**self._model_held(found), **self._loader_held(found)}
+        releasing said once each), the model knobs when the function never hands its
+        model to ``run.model`` (its baseline ran without them), and ``amp`` at the one
+        precision this machine does not run far slower than another (``autotune._precision``)."""
+        self._holding = {}
+        return {**self._model_held(found), **self._loader_held(found), **self._precision_held(found)}
+
+    def _precision_held(self, found: Standing) -> dict[str, Any]:
+        from autotune._precision import KNOB, precision_hold
+        from autotune._space import Choice
+
+        domain = self.space.domains.get(KNOB)
+        if not isinstance(domain, Choice):
+            return {}
+
+        def believed(row: TrialRow) -> bool:  # a pruned or diverged figure was never doubted: judge it here
+            return row.doubt is None and doubt(row.metrics, "", self.options.max_load,
+                                                self.options.max_spread) is None
+
+        hold = precision_hold(found.rows, domain.values(), believed)
+        if hold is None:
+            return {}
+        self._note_once(hold.why, f"precision-{hold.value}")
+        self._holding[KNOB] = hold.why
+        return {KNOB: hold.value}
 
     def _model_held(self, found: Standing) -> dict[str, Any]:
         from autotune._knobs import MODEL_KNOBS
