@@ -334,7 +334,6 @@ class StudyRunner:
         self._interrupt = threading.Event()
         self._signum: int | None = None
         self._settled_by: int | None = None  # the trial whose loader knobs are held, once noted
-        self._holding: dict[str, str] = {}  # why the last sampled trial's held knobs were held, by knob
         self._busy = False  # the last wait for a quiet machine timed out: look once, not wait
         self._noted: set[str] = set()  # notes said once per tuner
         # The slots' shared count of own trials taken, and the wait before confirming.
@@ -611,6 +610,8 @@ class StudyRunner:
             self._measure_again(row, slot)
         if recorded and row.outcome == Outcome.DIVERGED.value and not row.baseline and row.confirms is None:
             self._retry_lr(row, found)
+        if recorded and row.reliable and not row.baseline and row.confirms is None:
+            self._more_workers(row, found)
         if recorded and row.baseline and row.confirms is None and row.measured:
             self._note_baseline_curve(row)
         if row.baseline and row.outcome not in (Outcome.COMPLETE.value, Outcome.INTERRUPTED.value):
@@ -695,6 +696,31 @@ class StudyRunner:
                            f"the code's) with lr_scaling {scaling}, but ran at {rate:,.0f} samples/s, past the "
                            f"best so far ({best:,.0f}): its config runs again with lr_scaling {step} (its speed "
                            "does not depend on the lr)")
+
+    def _more_workers(self, row: TrialRow, found: Standing) -> None:
+        """A leading trial that still waits on data with fewer workers than could help: enqueue
+        its config again with more (``autotune._workers.more_workers``), while this tuner has
+        trials of its own left, once per trial however many tuners see it, and say so."""
+        from autotune._space import IntRange
+        from autotune._workers import epoch_samples, more_workers, useful_workers
+
+        domain = self._space_now(found).domains.get("num_workers")
+        if not isinstance(domain, IntRange):
+            return
+        useful = useful_workers(row.sampled.get("batch_size"), self._base_batch_size(found), epoch_samples(found.rows))
+        more = more_workers(row, found.rows, found.ceilings, found.ceilings.cpus or self.fingerprint.cpus,
+                            domain.high, useful)
+        if more is None:
+            return
+        params = {k: v for k, v in {**row.sampled, "num_workers": more.workers}.items() if v is not None}
+        if any(r.sampled == params for r in found.rows):
+            return  # drawn already
+        with self._turn:
+            left = self._taken < self.options.trials
+        if not left or self._interrupt.is_set() or not claim(self.study, f"more-workers-{row.number}"):
+            return
+        self.study.enqueue_trial(params)
+        self.reporter.note(more.why)
 
     def _enqueue_again(self, row: TrialRow, found: Standing) -> None:
         """Owe the study an interrupted baseline or re-run again (a sampled trial is not owed)."""
@@ -800,8 +826,8 @@ class StudyRunner:
             config = Config()
         else:
             space = self._space_now(found)
-            config = space.sample(trial, self._settled(found), self._useful_workers(found, space))
-            holding = self._holding
+            held, holding = self._settled(found)
+            config = space.sample(trial, held, self._useful_workers(found, space))
         base = found.base.first if found.base else None
         # Every trial trains from the baseline's seed (common random numbers): the same initial
         # weights and data order, so the loss verdict compares configs, not seeds. On jpeg, a
@@ -920,21 +946,23 @@ class StudyRunner:
 
         return cap
 
-    def _settled(self, found: Standing) -> dict[str, Any]:
+    def _settled(self, found: Standing) -> tuple[dict[str, Any], dict[str, str]]:
         """The knobs not to sample now: ``held_loader_knobs`` for the best trial (holding and
         releasing said once each), the model knobs when the function never hands its
         model to ``run.model`` (its baseline ran without them), and ``amp`` at the one
-        precision this machine does not run far slower than another (``autotune._precision``)."""
-        self._holding = {}
-        return {**self._model_held(found), **self._loader_held(found), **self._precision_held(found)}
+        precision this machine does not run far slower than another (``autotune._precision``).
+        Also why, by knob, for the trial's MLflow tags (``autotune.held.<knob>``; the amp hold's
+        for now: the others are said in the terminal)."""
+        precision, why = self._precision_held(found)
+        return {**self._model_held(found), **self._loader_held(found), **precision}, why
 
-    def _precision_held(self, found: Standing) -> dict[str, Any]:
+    def _precision_held(self, found: Standing) -> tuple[dict[str, Any], dict[str, str]]:
         from autotune._precision import KNOB, precision_hold
         from autotune._space import Choice
 
         domain = self.space.domains.get(KNOB)
         if not isinstance(domain, Choice):
-            return {}
+            return {}, {}
 
         def believed(row: TrialRow) -> bool:  # a pruned or diverged figure was never doubted: judge it here
             return row.doubt is None and doubt(row.metrics, "", self.options.max_load,
@@ -942,10 +970,9 @@ class StudyRunner:
 
         hold = precision_hold(found.rows, domain.values(), believed)
         if hold is None:
-            return {}
+            return {}, {}
         self._note_once(hold.why, f"precision-{hold.value}")
-        self._holding[KNOB] = hold.why
-        return {KNOB: hold.value}
+        return {KNOB: hold.value}, {KNOB: hold.why}
 
     def _model_held(self, found: Standing) -> dict[str, Any]:
         from autotune._knobs import MODEL_KNOBS
