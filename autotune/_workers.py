@@ -17,6 +17,12 @@ studies' winners sat at the top of the range Little's law set (6, 7 and 10), and
 best, 2x batches with as many workers as an epoch has batches (24), ran 9-36% faster than they
 did (benchmarks/RESULTS.md, Reach).
 
+A range only bounds the draws: on jpeg, with the range widened to 0-34 and an epoch of 24
+batches at the winner's batch size, three studies' winners drew 24, 18 and 19 workers, and
+the 18 and 19 ran 9-11% slower than 24 in turns. So a trial that leads, still waits on data
+and drew fewer workers than could help runs again with twice as many (``more_workers``), up
+to the range's high end and an epoch's batches at its batch size, once per trial.
+
 The range only widens, and it comes from the study's records, so every tuner on a
 study agrees on it. It is bounded by the RAM budget (at the PSS one worker was
 seen to add) and by the process and open-file limits, and by the batches of an
@@ -180,6 +186,38 @@ def leads(rows: Iterable[Any]) -> list[tuple[Any, float]]:
 def leaders(rows: Iterable[Any]) -> list[Any]:
     """The rows of ``leads``."""
     return [row for row, _ in leads(rows)]
+
+
+@dataclasses.dataclass(frozen=True)
+class MoreWorkers:
+    """A leading trial's config to run again with ``workers`` workers, and the line that says why."""
+
+    workers: int
+    why: str
+
+
+def more_workers(row: Any, rows: Iterable[Any], ceilings: Ceilings, cpus: int, high: int,
+                 useful: int | None) -> MoreWorkers | None:
+    """``row``'s config with twice the workers it drew, when ``row`` leads (``leads``), waited on
+    data ``TOP_WAITS`` of its time or more, and the study's loaders wait (``evidence``): at
+    most ``high`` (the range now) and ``useful`` (an epoch's batches at its batch size); None
+    when that adds none."""
+    rows = list(rows)
+    drawn = row.sampled.get("num_workers")
+    waits = row.metrics.get("data_wait_frac", 0.0)
+    led = {r.number: behind for r, behind in leads(rows)}
+    if not isinstance(drawn, int) or drawn < 1 or row.number not in led or waits < TOP_WAITS \
+            or not evidence(rows, ceilings, cpus):
+        return None
+    bounds = {"the range's high end": high, **({"an epoch's batches at its batch size": useful} if useful else {})}
+    bound = min(bounds.items(), key=lambda kv: kv[1])
+    workers = min(2 * drawn, bound[1])
+    if workers <= drawn:
+        return None
+    then = f"within {led[row.number]:.0%} of the fastest then" if led[row.number] >= 0.005 else "the fastest then"
+    capped = f" ({bound[0]}, {bound[1]})" if workers < 2 * drawn else ""
+    return MoreWorkers(workers, f"trial {row.number}, {then}, drew num_workers={drawn} and waited on data "
+                                f"{waits:.0%} of its time: its config runs again with num_workers={workers}{capped}")
 
 
 def widened_range(high: int, low: int, rows: Iterable[Any], ceilings: Ceilings, cpus: int,

@@ -24,6 +24,7 @@ from autotune._workers import (
     leaders,
     leads,
     limits,
+    more_workers,
     useful_workers,
     widened_range,
     worker_ram,
@@ -315,3 +316,58 @@ def test_a_run_says_what_its_loader_reads() -> None:
                                                                   "batched_fetch": True}
     assert facts(Subset(plain, [1, 2]))["batched_fetch"] is False
     assert facts(Stream(), batch_size=4) == {"name": "Stream", "epoch_batches": None}
+
+
+def test_a_leader_that_waits_runs_again_with_twice_its_workers_up_to_an_epochs_batches() -> None:
+    # the loader waits (800 samples/s from the main process, 0.1 of 2 CPUs); trial 3 leads,
+    # drew 9 workers and waited on data 40% of its time
+    base = row(0, 0, rate=200.0)
+    measured = ceilings((base, 800.0, 1e-4, 4_000.0))
+    rows = [base, row(1, 4, rate=900.0, waits=0.5, of=34), row(3, 9, rate=1_600.0, waits=0.4, of=34)]
+    more = more_workers(rows[2], rows, measured, 2, high=34, useful=None)
+    assert more.workers == 18
+    assert more.why == ("trial 3, the fastest then, drew num_workers=9 and waited on data 40% of its time: "
+                        "its config runs again with num_workers=18")
+    # an epoch of 24 batches at its batch size, or the range, bounds it, and the line says which
+    rows[2] = row(3, 18, rate=1_600.0, waits=0.4, of=34)
+    assert more_workers(rows[2], rows, measured, 2, high=34, useful=24).why.endswith(
+        "num_workers=24 (an epoch's batches at its batch size, 24)")
+    assert more_workers(rows[2], rows, measured, 2, high=20, useful=24).workers == 20
+    # within 10% of the fastest before it counts as leading
+    close = [*rows, row(5, 6, rate=1_500.0, waits=0.3, of=34)]
+    assert more_workers(close[3], close, measured, 2, high=34, useful=None).why.startswith(
+        "trial 5, within 6% of the fastest then, drew num_workers=6")
+
+
+@pytest.mark.parametrize(("drawn", "rate", "waits", "cpu", "useful", "why"), [
+    (9, 1_000.0, 0.4, 1e-4, None, "it did not lead: 1,000 against 1,600 before it"),
+    (9, 1_700.0, 0.05, 1e-4, None, "it hardly waits on data"),
+    (9, 1_700.0, 0.4, 1.2e-3, None, "the loaders are CPU-bound: more than the cores cannot help"),
+    (24, 1_700.0, 0.4, 1e-4, 24, "it drew as many as an epoch has batches"),
+    (0, 1_700.0, 0.4, 1e-4, None, "it drew no workers: the range's rule covers it"),
+])
+def test_no_more_workers(drawn: int, rate: float, waits: float, cpu: float, useful: int | None, why: str) -> None:
+    base = row(0, 0, rate=200.0)
+    rows = [base, row(1, 4, rate=1_600.0, waits=0.5, of=34), row(2, drawn, rate=rate, waits=waits, of=34)]
+    assert more_workers(rows[2], rows, ceilings((base, 800.0, cpu, 4_000.0)), 2, high=34, useful=useful) is None, why
+
+
+def test_a_leader_that_waits_on_data_runs_again_with_more_workers(tmp_path: Path) -> None:
+    """A real study on the waiting loader, workers drawn from 1-3: its first draw leads (the
+    baseline reads in the main process) and waits on data; unless it drew the top, its config
+    runs next with twice its workers (at most 3), and says so."""
+    space = tmp_path / "few.yaml"
+    space.write_text("knobs: {num_workers: {low: 1, high: 3}}\n")
+    fixture = Path(__file__).parent / "fixtures" / "io_train.py"
+    done = autotune("run", f"{fixture}:train", "--trials", "3", "--study", "io", "--space", str(space),
+                    "--warmup", "0.3", "--window", "0.4", "--windows", "2", "--ceiling-windows", "1",
+                    "--confirm", "0", "--prune", "0", "--seed", "0", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stderr.split())
+    trials = load_study(tmp_path / "mlflow", "io").get_trials()
+    drawn = trials[1].params["num_workers"]
+    assert drawn < 3, drawn  # (seed 0 draws below the top: else the rule goes untested)
+    more = min(2 * drawn, 3)
+    assert (f"trial 1, the fastest then, drew num_workers={drawn} and waited on data" in said
+            and f"its config runs again with num_workers={more}" in said), said
+    assert trials[2].params["num_workers"] == more and trials[2].user_attrs["config"]["num_workers"] == more
