@@ -713,6 +713,8 @@ class StudyRunner:
         if more is None:
             return
         params = {k: v for k, v in {**row.sampled, "num_workers": more.workers}.items() if v is not None}
+        if useful and isinstance(params.get("prefetch_factor"), int):  # (as _useful_workers bounds its draws)
+            params["prefetch_factor"] = min(params["prefetch_factor"], max(1, math.ceil(useful / more.workers)))
         if any(r.sampled == params for r in found.rows):
             return  # drawn already
         with self._turn:
