@@ -83,7 +83,7 @@ VARIANTS = {"monitor-slowed": "trial, the monitor at 0.2 Hz", "cold": "trial, sp
 SETTLE_S = 0.1
 #: Cases whose time goes to computing (indices into ``production.CASES``): a loader that waits
 #: on a timer (the I/O-bound case) would see its waits elapse while stopped.
-CPU_BOUND = [0, 1, 2, 4]
+CPU_BOUND = [0, 1, 2, 4, 6]
 
 
 def case_env(target: str, counter: Path) -> dict[str, str]:

@@ -60,6 +60,10 @@ CASES = [
     # wait on storage and decode in 24 workers, so interleaved.py cannot take it
     ("jpeg, batch 2x, 24 workers", f"{ROOT / 'runners' / 'jpeg.py'}:train",
      Config(batch_size="2x", lr_scaling="linear", num_workers=24, persistent_workers=True, prefetch_factor=4)),
+    # the ResNet runner (its CPU size) with the model-side knob its studies pick here, and workers
+    # that decode and augment (no storage latency: interleaved.py can take it)
+    ("resnet, channels_last, 2 workers", f"{ROOT / 'runners' / 'resnet.py'}:train",
+     Config(channels_last=True, num_workers=2, persistent_workers=True, prefetch_factor=4)),
 ]
 SAMPLES_LINE = re.compile(r"autotune: ([\d,]+) samples/s over the last")
 
