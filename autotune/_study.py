@@ -6,7 +6,6 @@ import contextlib
 import dataclasses
 import itertools
 import json
-import math
 import os
 import signal
 import threading
@@ -702,7 +701,7 @@ class StudyRunner:
         its config again with more (``autotune._workers.more_workers``), while this tuner has
         trials of its own left, once per trial however many tuners see it, and say so."""
         from autotune._space import IntRange
-        from autotune._workers import epoch_samples, more_workers, useful_workers
+        from autotune._workers import epoch_samples, more_workers, prefetch_high, useful_workers
 
         domain = self._space_now(found).domains.get("num_workers")
         if not isinstance(domain, IntRange):
@@ -714,7 +713,7 @@ class StudyRunner:
             return
         params = {k: v for k, v in {**row.sampled, "num_workers": more.workers}.items() if v is not None}
         if useful and isinstance(params.get("prefetch_factor"), int):  # (as _useful_workers bounds its draws)
-            params["prefetch_factor"] = min(params["prefetch_factor"], max(1, math.ceil(useful / more.workers)))
+            params["prefetch_factor"] = min(params["prefetch_factor"], prefetch_high(useful, more.workers))
         if any(r.sampled == params for r in found.rows):
             return  # drawn already
         with self._turn:
@@ -917,7 +916,7 @@ class StudyRunner:
         ``prefetch_factor`` only up to the batches each of those workers has in an epoch
         (the loader asks for at most an epoch's batches ahead); each said once."""
         from autotune._space import IntRange
-        from autotune._workers import epoch_samples, useful_workers
+        from autotune._workers import epoch_samples, prefetch_high, useful_workers
 
         samples, base = epoch_samples(found.rows), self._base_batch_size(found)
         if samples is None:
@@ -937,7 +936,7 @@ class StudyRunner:
                                     "rest would sit idle", "epoch-workers")
                 return batches
             if name == "prefetch_factor" and isinstance(workers, int) and workers > 0:
-                most = max(1, math.ceil(batches / min(workers, batches)))
+                most = prefetch_high(batches, workers)
                 if most < domain.high:
                     self._note_once(f"prefetch_factor drawn up to an epoch's batches per worker (e.g. {batches} "
                                     f"batches at batch size {size} over {workers} workers: {most}): the loader "

@@ -183,9 +183,15 @@ def leads(rows: Iterable[Any]) -> list[tuple[Any, float]]:
     return found
 
 
-def leaders(rows: Iterable[Any]) -> list[Any]:
-    """The rows of ``leads``."""
-    return [row for row, _ in leads(rows)]
+def led_when(behind: float) -> str:
+    """How a leader of ``leads`` stood when it ran, for a line: "the fastest then", or how close."""
+    return f"within {behind:.0%} of the fastest then" if behind >= 0.005 else "the fastest then"
+
+
+def prefetch_high(batches: int, workers: int) -> int:
+    """The most ``prefetch_factor`` can ask of ``workers`` for an epoch of ``batches``: the
+    loader never asks for more than an epoch ahead."""
+    return max(1, math.ceil(batches / min(workers, batches)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,9 +220,8 @@ def more_workers(row: Any, rows: Iterable[Any], ceilings: Ceilings, cpus: int, h
     workers = min(2 * drawn, bound[1])
     if workers <= drawn:
         return None
-    then = f"within {led[row.number]:.0%} of the fastest then" if led[row.number] >= 0.005 else "the fastest then"
     capped = f" ({bound[0]}, {bound[1]})" if workers < 2 * drawn else ""
-    return MoreWorkers(workers, f"trial {row.number}, {then}, drew num_workers={drawn} and waited on data "
+    return MoreWorkers(workers, f"trial {row.number}, {led_when(led[row.number])}, drew num_workers={drawn} and waited on data "
                                 f"{waits:.0%} of its time: its config runs again with num_workers={workers}{capped}")
 
 
@@ -226,7 +231,7 @@ def widened_range(high: int, low: int, rows: Iterable[Any], ceilings: Ceilings, 
     """The range's new high end, if what the loaders measured asks for more than ``high``
     (``caps``: the limits, by default this machine's and the RAM budget's; ``also``: more
     of them, such as an epoch's batches at the space's smallest batch size): Little's law
-    on the loader that asks for most, then twice the workers any of the study's ``leaders``
+    on the loader that asks for most, then twice the workers any of the study's ``leads``
     drew at the top of that range while it waited on data ``TOP_WAITS`` of its time or more."""
     rows = list(rows)
     seen = evidence(rows, ceilings, cpus)
@@ -250,8 +255,7 @@ def widened_range(high: int, low: int, rows: Iterable[Any], ceilings: Ceilings, 
         drawn = lead.sampled["num_workers"]
         if 2 * drawn > new:
             new = 2 * drawn
-            then = f"within {behind:.0%} of the fastest then" if behind >= 0.005 else "the fastest then"
-            why.append(f"trial {lead.number}, {then}, drew num_workers={drawn} of {low}-{lead.workers_high} "
+            why.append(f"trial {lead.number}, {led_when(behind)}, drew num_workers={drawn} of {low}-{lead.workers_high} "
                        f"and waited on data {lead.metrics['data_wait_frac']:.0%} of its time")
     if new <= high:
         return None

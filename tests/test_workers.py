@@ -21,7 +21,6 @@ from autotune._workers import (
     Evidence,
     epoch_samples,
     evidence,
-    leaders,
     leads,
     limits,
     more_workers,
@@ -82,11 +81,11 @@ def test_no_widening(loader: float, cpu: float, compute: float, why: str) -> Non
 def test_leaders_are_the_fastest_so_far_in_trial_order() -> None:
     rows = [row(0, 0, rate=100.0), row(1, 4, rate=300.0), row(2, 2, rate=200.0), row(3, 8, rate=250.0),
             row(4, 6, rate=400.0), row(5, 7)]  # (5: no figure)
-    assert [r.number for r in leaders(rows)] == [0, 1, 4]
+    assert [r.number for r, _ in leads(rows)] == [0, 1, 4]
     # a trial added later does not change who led before it
-    assert [r.number for r in leaders([*rows, row(6, 1, rate=350.0)])] == [0, 1, 4]
+    assert [r.number for r, _ in leads([*rows, row(6, 1, rate=350.0)])] == [0, 1, 4]
     doubted = dataclasses.replace(rows[4], doubt="noisy")
-    assert [r.number for r in leaders([*rows[:4], doubted])] == [0, 1]
+    assert [r.number for r, _ in leads([*rows[:4], doubted])] == [0, 1]
     # within LEAD_WITHIN (10%) of the fastest before it leads too, as far below it as it was;
     # the fastest is still trial 4's 400 after it: 7 (364 = 91%) leads, 8 (355 = 89%) does not
     close = [*rows, row(7, 9, rate=364.0), row(8, 9, rate=355.0)]
