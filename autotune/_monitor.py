@@ -17,21 +17,33 @@ from typing import Any
 #: a trial with 4 DataLoader workers on the 2-core CI machine, 2.6 ms with 32, CPU
 #: times included).
 INTERVAL = 0.1
-#: Seconds between exact (PSS) readings, which cost about 3 ms per process: RSS
-#: sums shared pages once per forked worker, so it over-counts (3x for a trial
-#: with 4 workers) and is only a cheap upper bound; PSS is read when that bound
-#: crosses the budget, when the floor is crossed, and this often for the record.
+#: Seconds between exact (PSS) readings at most, which cost about 3 ms per process and
+#: more with its memory (``PSS_SHARE``): RSS sums shared pages once per forked worker, so
+#: it over-counts (3x for a trial with 4 workers) and is only a cheap upper bound; PSS is
+#: read when that bound crosses the budget, when the floor is crossed, and this often for
+#: the record.
 PSS_EVERY = 1.0
 #: The machine keeps at least this share of its memory available: below it the
 #: running trial is killed, whatever its budget (other processes count too).
 AVAILABLE_FLOOR = 0.10
-#: Share of one CPU each of the tree's readings (RSS, PSS) may take. Their cost grows
-#: with every process in the trial's tree (psutil reads each one's /proc files), and
-#: what the monitor takes, the trial does not get, while in production nothing watches
-#: (issue 14, item 3): past this share the tree is read less often than ``INTERVAL`` and
-#: ``PSS_EVERY``. The machine's available memory (one read of /proc/meminfo) is read every
-#: ``INTERVAL`` whatever the tree, and a crossed floor reads the tree at once.
+#: Share of one CPU the tree's RSS readings may take. Their cost grows with every process
+#: in the trial's tree, and what the monitor takes, the trial does not get, while in
+#: production nothing watches (issue 14, item 3): past this share the tree is read less
+#: often than ``INTERVAL``. The machine's available memory (one read of /proc/meminfo) is
+#: read every ``INTERVAL`` whatever the tree, and a crossed floor reads the tree at once.
 MONITOR_SHARE = 0.02
+#: The same for the PSS readings, past ``PSS_EVERY``. A PSS reading walks the page
+#: tables of every process in the tree, in the kernel, while the trial runs: 20 ms for
+#: the ResNet runner's 0.9 GB tree on a 2-core host, so once a second it took 2% of a CPU
+#: and, with the RSS readings, the trial 1.7-2.2% of its steps (benchmarks/RESULTS.md,
+#: "Trial vs production, interleaved"). PSS is only the record (a reading past the RAM
+#: budget's RSS bound, or under the floor, is taken at once, whatever this share), so
+#: its share is a quarter of the RSS readings', and a tree whose RSS rose ``PSS_GROWTH``
+#: above its highest before the last PSS reading is read again as soon as ``PSS_EVERY``
+#: allows, so that a peak is not missed while memory climbs (RSS that swings with each
+#: step's allocations does not count as climbing).
+PSS_SHARE = 0.005
+PSS_GROWTH = 0.1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -387,7 +399,8 @@ class Monitor(Background):
 
         fired = False
         last_tree = last_pss = 0.0
-        tree_every, pss_every = INTERVAL, PSS_EVERY  # widened by what each reading costs (MONITOR_SHARE)
+        tree_every, pss_every = INTERVAL, PSS_EVERY  # widened by what each reading costs (*_SHARE)
+        top_rss = pss_rss = 0  # the tree's highest RSS so far; and up to the last PSS reading
         lowest = None  # available memory's low since the last sample, which records it
         while not self._stop.is_set():
             now = time.time()
@@ -398,13 +411,17 @@ class Monitor(Background):
                 spent = time.thread_time()
                 tree = read_tree(self._pid)
                 rss = tree.rss
+                top_rss = max(top_rss, rss)
                 sample = Sample(now, rss, None, lowest, self._cpu_reading(tree), *self._gpu_reading(tree.pids))
                 lowest = None
                 tree_every, last_tree = max(INTERVAL, (time.thread_time() - spent) / MONITOR_SHARE), now
-                if (bool(self._budget) and rss > self._budget) or under_floor or now - last_pss >= pss_every:
+                climbed = rss > (1 + PSS_GROWTH) * pss_rss and now - last_pss >= PSS_EVERY
+                if (bool(self._budget) and rss > self._budget) or under_floor or climbed \
+                        or now - last_pss >= pss_every:
                     spent = time.thread_time()
                     sample = dataclasses.replace(sample, ram=tree_memory(tree.pids))
-                    pss_every, last_pss = max(PSS_EVERY, (time.thread_time() - spent) / MONITOR_SHARE), now
+                    pss_every, last_pss = max(PSS_EVERY, (time.thread_time() - spent) / PSS_SHARE), now
+                    pss_rss = top_rss
                 self.samples.append(sample)
                 if not fired and self._on_limit and sample.ram is not None:
                     reason = self._limit_reason(sample.ram, available)

@@ -110,3 +110,38 @@ def test_the_process_tree_holds_every_descendant_read_either_way(monkeypatch) ->
     assert _monitor.process_tree(root.pid) == []
     monkeypatch.undo()
     assert _monitor.read_tree(root.pid) == _monitor.TreeReading((), 0.0, 0)
+
+
+def test_pss_is_read_again_when_memory_climbs_not_when_it_swings(monkeypatch) -> None:
+    """PSS readings walk the tree's page tables (20 ms for a 0.9 GB trial): past the first,
+    only a climb above the highest RSS seen reads it again before its share allows, and RSS
+    that swings with each step's allocations does not."""
+    from autotune import _monitor
+
+    monkeypatch.setattr(_monitor, "PSS_EVERY", 0.3)
+    monkeypatch.setattr(_monitor, "PSS_SHARE", 1e-9)  # no reading for the record alone
+    code = ("import time\n"
+            "print('ready', flush=True)\n"
+            "t0 = time.monotonic()\n"
+            "while time.monotonic() - t0 < 3.0:\n"  # swings by 100 MiB every 0.2 s
+            "    x = b'1' * (100 << 20); time.sleep(0.1); del x; time.sleep(0.1)\n"
+            "y = b'1' * (400 << 20)\n"  # then climbs to 400 MiB and holds
+            "print('up', flush=True)\n"
+            "time.sleep(30)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        with Monitor(proc.pid) as monitor:
+            swinging = time.time()
+            assert proc.stdout.readline() == "up\n"
+            climbed = time.time()
+            time.sleep(1.0)
+    finally:
+        proc.kill()
+        proc.wait()
+    readings = [(s.wall, s.ram) for s in monitor.samples if s.ram is not None]
+    assert len(monitor.samples) > 25  # the RSS readings went on at 10 Hz
+    # once the swing's top was seen (its first second), the swings read no PSS: about 7
+    # readings would fall in these 1.5 s if each swing up counted as a climb
+    assert len([w for w, _ in readings if swinging + 1.5 <= w < climbed]) <= 1, readings
+    assert readings[-1][0] >= climbed - 0.2 and readings[-1][1] > 380 * 2**20, readings
