@@ -700,18 +700,22 @@ class StudyRunner:
         """A leading trial that still waits on data with fewer workers than could help: enqueue
         its config again with more (``autotune._workers.more_workers``), while this tuner has
         trials of its own left, once per trial however many tuners see it, and say so."""
-        from autotune._space import IntRange
+        from autotune._space import Choice, IntRange
         from autotune._workers import epoch_samples, more_workers, prefetch_high, useful_workers
 
-        domain = self._space_now(found).domains.get("num_workers")
+        domains = self._space_now(found).domains
+        domain = domains.get("num_workers")
         if not isinstance(domain, IntRange):
             return
         useful = useful_workers(row.sampled.get("batch_size"), self._base_batch_size(found), epoch_samples(found.rows))
+        persist = domains.get("persistent_workers")
         more = more_workers(row, found.rows, found.ceilings, found.ceilings.cpus or self.fingerprint.cpus,
-                            domain.high, useful)
+                            domain.high, useful, can_persist=isinstance(persist, Choice) and True in persist.choices)
         if more is None:
             return
         params = {k: v for k, v in {**row.sampled, "num_workers": more.workers}.items() if v is not None}
+        if more.persistent:
+            params["persistent_workers"] = True
         if useful and isinstance(params.get("prefetch_factor"), int):  # (as _useful_workers bounds its draws)
             params["prefetch_factor"] = min(params["prefetch_factor"], prefetch_high(useful, more.workers))
         if any(r.sampled == params for r in found.rows):

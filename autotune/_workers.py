@@ -196,18 +196,27 @@ def prefetch_high(batches: int, workers: int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class MoreWorkers:
-    """A leading trial's config to run again with ``workers`` workers, and the line that says why."""
+    """A leading trial's config to run again with ``workers`` workers (and ``persistent``
+    workers where it drew them started anew each epoch), and the line that says why."""
 
     workers: int
     why: str
+    persistent: bool = False
 
 
 def more_workers(row: Any, rows: Iterable[Any], ceilings: Ceilings, cpus: int, high: int,
-                 useful: int | None) -> MoreWorkers | None:
+                 useful: int | None, can_persist: bool = True) -> MoreWorkers | None:
     """``row``'s config with twice the workers it drew, when ``row`` leads (``leads``), waited on
     data ``TOP_WAITS`` of its time or more, and the study's loaders wait (``evidence``): at
     most ``high`` (the range now) and ``useful`` (an epoch's batches at its batch size); None
-    when that adds none."""
+    when that adds none.
+
+    Where ``row`` drew ``persistent_workers=False`` (and the space has True: ``can_persist``),
+    the config also keeps its workers
+    across epochs: started anew each epoch, twice the workers cost twice the start-up
+    each epoch, and a climb along that line measures the restarts more than the workers
+    (a jpeg study's climb to 24 workers read 1,033 samples/s so, 1,900 with them kept;
+    benchmarks/RESULTS.md, Reach)."""
     rows = list(rows)
     drawn = row.sampled.get("num_workers")
     waits = row.metrics.get("data_wait_frac", 0.0)
@@ -221,8 +230,12 @@ def more_workers(row: Any, rows: Iterable[Any], ceilings: Ceilings, cpus: int, h
     if workers <= drawn:
         return None
     capped = f" ({bound[0]}, {bound[1]})" if workers < 2 * drawn else ""
+    persistent = can_persist and row.sampled.get("persistent_workers") is False
+    kept = " and persistent_workers=true (started anew each epoch, twice the workers restart twice the work)" \
+        if persistent else ""
     return MoreWorkers(workers, f"trial {row.number}, {led_when(led[row.number])}, drew num_workers={drawn} and waited on data "
-                                f"{waits:.0%} of its time: its config runs again with num_workers={workers}{capped}")
+                                f"{waits:.0%} of its time: its config runs again with num_workers={workers}{capped}{kept}",
+                       persistent)
 
 
 def widened_range(high: int, low: int, rows: Iterable[Any], ceilings: Ceilings, cpus: int,

@@ -332,6 +332,17 @@ def test_a_leader_that_waits_runs_again_with_twice_its_workers_up_to_an_epochs_b
     assert more_workers(rows[2], rows, measured, 2, high=34, useful=24).why.endswith(
         "num_workers=24 (an epoch's batches at its batch size, 24)")
     assert more_workers(rows[2], rows, measured, 2, high=20, useful=24).workers == 20
+    # a leader whose workers started anew each epoch keeps them too: twice the workers would
+    # otherwise restart twice the work each epoch
+    anew = row(3, 9, rate=1_600.0, waits=0.4, of=34)
+    anew.sampled["persistent_workers"] = False
+    more = more_workers(anew, [*rows[:2], anew], measured, 2, high=34, useful=None)
+    assert more.persistent and more.workers == 18
+    assert more.why.endswith("num_workers=18 and persistent_workers=true (started anew each epoch, "
+                             "twice the workers restart twice the work)")
+    kept = row(3, 9, rate=1_600.0, waits=0.4, of=34)
+    kept.sampled["persistent_workers"] = True
+    assert not more_workers(kept, [*rows[:2], kept], measured, 2, high=34, useful=None).persistent
     # within 10% of the fastest before it counts as leading
     close = [*rows, row(5, 6, rate=1_500.0, waits=0.3, of=34)]
     assert more_workers(close[3], close, measured, 2, high=34, useful=None).why.startswith(
@@ -370,3 +381,30 @@ def test_a_leader_that_waits_on_data_runs_again_with_more_workers(tmp_path: Path
     assert (f"trial 1, the fastest then, drew num_workers={drawn} and waited on data" in said
             and f"its config runs again with num_workers={more}" in said), said
     assert trials[2].params["num_workers"] == more and trials[2].user_attrs["config"]["num_workers"] == more
+
+
+def test_a_leader_whose_workers_restart_each_epoch_runs_again_with_them_kept(tmp_path: Path) -> None:
+    """As above, with persistent_workers drawn too: the run with twice the workers keeps them
+    across epochs where the leader drew them started anew, and says so."""
+    space = tmp_path / "few.yaml"
+    space.write_text("knobs: {num_workers: {low: 1, high: 3}, persistent_workers: [false]}\n")
+    fixture = Path(__file__).parent / "fixtures" / "io_train.py"
+    args = ("--trials", "3", "--space", str(space), "--warmup", "0.3", "--window", "0.4", "--windows", "2",
+            "--ceiling-windows", "1", "--confirm", "0", "--prune", "0", "--seed", "0")
+    done = autotune("run", f"{fixture}:train", "--study", "held", *args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    # a space that holds persistent_workers at false keeps it so: a single choice is not drawn
+    assert "persistent_workers=true" not in done.stderr
+    space.write_text("knobs: {num_workers: {low: 1, high: 3}, persistent_workers: [false, true]}\n")
+    done = autotune("run", f"{fixture}:train", "--study", "io", *args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stderr.split())
+    trials = load_study(tmp_path / "mlflow", "io").get_trials()
+    drawn = trials[1].params["num_workers"]
+    # (seed 0 draws below the top, workers started anew: else the rule goes untested)
+    assert drawn < 3 and trials[1].params["persistent_workers"] is False, trials[1].params
+    more = min(2 * drawn, 3)
+    assert trials[2].params == {**trials[1].params, "num_workers": more, "persistent_workers": True}
+    assert (f"its config runs again with num_workers={more}" in said
+            and "and persistent_workers=true (started anew each epoch, twice the workers restart twice the work)"
+            in said), said
