@@ -34,7 +34,8 @@ a loader that waits on a timer would see its waits elapse while stopped.
 
 ``--pair production production`` runs the same protocol on two production processes: the
 spread two identical processes show under it, for scale. ``--pair monitor-slowed production``
-(or ``cold``) measures a trial another way against production, to find where a cost comes from.
+(or ``cold``, or ``bare``) measures a trial another way against production, to find where a
+cost comes from.
 
     python benchmarks/interleaved.py                        # about 25 minutes on a 2-core CPU
     python benchmarks/interleaved.py --turns 1 --pairs 2    # a smoke run
@@ -53,6 +54,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -63,7 +65,7 @@ from production import CASES, geometric_mean_ci, monitor_slowed
 from autotune._export import render
 from autotune._monitor import _walk
 from autotune._pool import WarmWorker
-from autotune._runner import Budget, new_tag
+from autotune._runner import Budget, TrialSpec, build_command, new_tag
 
 COUNTED = f"{HERE / '_counted.py'}:train"
 #: Steps each process makes before the slices start (imports, the dataset, the first
@@ -74,9 +76,12 @@ WARM_STEPS = 200
 FIRST_BUDGET = Budget(windows=2, window_s=1.0, ceiling_windows=0, learn_windows=0)
 KINDS = ("trial", "production")
 #: Trials measured another way (``--pair``), to find where a cost of the trial comes from:
-#: the tuner's monitor reading once every 5 s (``production.monitor_slowed``), or the trial
-#: spawned as a new interpreter instead of forked from the warm worker.
-VARIANTS = {"monitor-slowed": "trial, the monitor at 0.2 Hz", "cold": "trial, spawned cold"}
+#: the tuner's monitor reading once every 5 s (``production.monitor_slowed``), the trial
+#: spawned as a new interpreter instead of forked from the warm worker, or the trial's
+#: worker alone (``bare``: spawned by this script, its events drained here; no tuner, no
+#: monitor, no warm worker: what the Trial costs in the training process itself).
+VARIANTS = {"monitor-slowed": "trial, the monitor at 0.2 Hz", "cold": "trial, spawned cold",
+            "bare": "trial's worker alone"}
 #: After a process is let run, this long before its slice's first step is read: the steps in
 #: a slice count from one that ended while it ran, and the time between its first and last
 #: step's end, so the signals' delivery and the wake-up fall outside both processes' figures.
@@ -113,6 +118,8 @@ def tuner(case: int, counter: Path, logs: Path, kind: str) -> None:
 def start(kind: str, case: int, counter: Path, folder: Path, yaml_path: Path) -> subprocess.Popen:
     _name, target, _config = CASES[case]
     new_counter(counter)
+    if kind == "bare":
+        return start_bare(case, counter, folder)
     if kind != "production":
         argv = [sys.executable, __file__, "--tuner", str(case), str(counter), str(folder), kind]
     else:
@@ -124,6 +131,29 @@ def start(kind: str, case: int, counter: Path, folder: Path, yaml_path: Path) ->
     log = open(folder / f"{kind}-{counter.stem}.log", "w")  # noqa: SIM115 (closed with the process's end)
     return subprocess.Popen(argv, env=case_env(target, counter), stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
+
+
+def start_bare(case: int, counter: Path, folder: Path) -> subprocess.Popen:
+    """The trial's worker (``python -m autotune._worker``) as the tuner would start it cold,
+    but by this script: its events go to a pipe a thread here drains."""
+    _name, target, config = CASES[case]
+    spec = TrialSpec(COUNTED, config, "cpu", Budget(windows=100_000, ceiling_windows=0, learn_windows=0))
+    read_fd, write_fd = os.pipe()
+    argv, env = build_command(spec, write_fd, case_env(target, counter), tag=new_tag())
+    log = open(folder / f"bare-{counter.stem}.log", "w")  # noqa: SIM115 (closed with the process's end)
+    try:
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
+                                start_new_session=True)
+    finally:
+        os.close(write_fd)
+
+    def drain() -> None:
+        with os.fdopen(read_fd, "rb") as events:
+            while events.read1(1 << 16):
+                pass
+
+    threading.Thread(target=drain, daemon=True).start()
+    return proc
 
 
 def tree(pid: int) -> list[int]:
@@ -224,7 +254,7 @@ def main() -> None:
     parser.add_argument("--slice", type=float, default=3.0, help="seconds each process runs at a time")
     parser.add_argument("--pair", nargs=2, default=list(KINDS), choices=[*KINDS, *VARIANTS],
                         help="the two compared (production production: the protocol's own spread; "
-                             "monitor-slowed, cold: trials measured another way)")
+                             "monitor-slowed, cold, bare: trials measured another way)")
     args = parser.parse_args()
     pair = tuple(args.pair)
     rows, raw = [], {}
