@@ -212,11 +212,10 @@ def more_workers(row: Any, rows: Iterable[Any], ceilings: Ceilings, cpus: int, h
     when that adds none.
 
     Where ``row`` drew ``persistent_workers=False`` (and the space has True: ``can_persist``),
-    the config also keeps its workers
-    across epochs: started anew each epoch, twice the workers cost twice the start-up
-    each epoch, and a climb along that line measures the restarts more than the workers
-    (a jpeg study's climb to 24 workers read 1,033 samples/s so, 1,900 with them kept;
-    benchmarks/RESULTS.md, Reach)."""
+    the config also keeps its workers across epochs: started anew each epoch, twice the
+    workers cost twice the start-up each epoch, and a climb along that line measures the
+    restarts more than the workers (a jpeg study's climb to 24 workers read 1,033 samples/s
+    so, 1,900 with them kept; benchmarks/RESULTS.md, Reach)."""
     rows = list(rows)
     drawn = row.sampled.get("num_workers")
     waits = row.metrics.get("data_wait_frac", 0.0)

@@ -74,6 +74,9 @@ WARM_STEPS = 200
 #: The unmeasured trial a turn's warm worker serves first, as a study's worker has served
 #: others before the one measured.
 FIRST_BUDGET = Budget(windows=2, window_s=1.0, ceiling_windows=0, learn_windows=0)
+#: The measured trial's budget: more windows than the slices last, no ceilings (the
+#: controller kills it when they are done).
+MEASURED_BUDGET = Budget(windows=100_000, ceiling_windows=0, learn_windows=0)
 KINDS = ("trial", "production")
 #: Trials measured another way (``--pair``), to find where a cost of the trial comes from:
 #: the tuner's monitor reading once every 5 s (``production.monitor_slowed``), the trial
@@ -109,7 +112,7 @@ def tuner(case: int, counter: Path, logs: Path, kind: str) -> None:
         one_trial(COUNTED, config, FIRST_BUDGET, logs, device="cpu", warm=warm)
         os.environ[COUNTER_ENV] = str(counter)
         with monitor_slowed() if kind == "monitor-slowed" else contextlib.nullcontext():
-            one_trial(COUNTED, config, Budget(windows=100_000, ceiling_windows=0, learn_windows=0), logs,
+            one_trial(COUNTED, config, MEASURED_BUDGET, logs,
                       device="cpu", warm=None if kind == "cold" else warm)
     finally:
         warm.close()
@@ -137,7 +140,7 @@ def start_bare(case: int, counter: Path, folder: Path) -> subprocess.Popen:
     """The trial's worker (``python -m autotune._worker``) as the tuner would start it cold,
     but by this script: its events go to a pipe a thread here drains."""
     _name, target, config = CASES[case]
-    spec = TrialSpec(COUNTED, config, "cpu", Budget(windows=100_000, ceiling_windows=0, learn_windows=0))
+    spec = TrialSpec(COUNTED, config, "cpu", MEASURED_BUDGET)
     read_fd, write_fd = os.pipe()
     argv, env = build_command(spec, write_fd, case_env(target, counter), tag=new_tag())
     log = open(folder / f"bare-{counter.stem}.log", "w")  # noqa: SIM115 (closed with the process's end)
