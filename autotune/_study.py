@@ -701,23 +701,25 @@ class StudyRunner:
         its config again with more (``autotune._workers.more_workers``), while this tuner has
         trials of its own left, once per trial however many tuners see it, and say so."""
         from autotune._space import Choice, IntRange
-        from autotune._workers import epoch_samples, more_workers, prefetch_high, useful_workers
+        from autotune._workers import climbed, epoch_samples, more_workers, useful_workers
 
         domains = self._space_now(found).domains
         domain = domains.get("num_workers")
         if not isinstance(domain, IntRange):
             return
-        useful = useful_workers(row.sampled.get("batch_size"), self._base_batch_size(found), epoch_samples(found.rows))
+        base, samples = self._base_batch_size(found), epoch_samples(found.rows)
+        drawn = row.sampled.get("batch_size")
+        useful = useful_workers(drawn, base, samples)
         persist = domains.get("persistent_workers")
+        smaller = self._smaller_batch(drawn, base, domains.get("batch_size"))
         more = more_workers(row, found.rows, found.ceilings, found.ceilings.cpus or self.fingerprint.cpus,
-                            domain.high, useful, can_persist=isinstance(persist, Choice) and True in persist.choices)
+                            domain.high, useful, can_persist=isinstance(persist, Choice) and True in persist.choices,
+                            smaller=None if smaller is None else (smaller, useful_workers(smaller, base, samples)))
         if more is None:
             return
-        params = {k: v for k, v in {**row.sampled, "num_workers": more.workers}.items() if v is not None}
-        if more.persistent:
-            params["persistent_workers"] = True
-        if useful and isinstance(params.get("prefetch_factor"), int):  # (as _useful_workers bounds its draws)
-            params["prefetch_factor"] = min(params["prefetch_factor"], prefetch_high(useful, more.workers))
+        if more.batch_size is not None:
+            useful = useful_workers(more.batch_size, base, samples)
+        params = climbed(row.sampled, more, useful)
         if any(r.sampled == params for r in found.rows):
             return  # drawn already
         with self._turn:
@@ -726,6 +728,19 @@ class StudyRunner:
             return
         self.study.enqueue_trial(params)
         self.reporter.note(more.why)
+
+    @staticmethod
+    def _smaller_batch(drawn: Any, base: int | None, domain: Any) -> Any:
+        """The largest of the space's batch sizes (``domain``, a Choice) below ``drawn`` in
+        samples, or None (none is, or either is unknown)."""
+        from autotune._space import Choice
+
+        size = batch_of(drawn, base) if drawn is not None else None
+        if not isinstance(domain, Choice) or size is None:
+            return None
+        below = [(batch_of(c, base), c) for c in domain.choices]
+        below = [(n, c) for n, c in below if n is not None and n < size]
+        return max(below, key=lambda nc: nc[0])[1] if below else None
 
     def _enqueue_again(self, row: TrialRow, found: Standing) -> None:
         """Owe the study an interrupted baseline or re-run again (a sampled trial is not owed)."""

@@ -349,6 +349,52 @@ def test_a_leader_that_waits_runs_again_with_twice_its_workers_up_to_an_epochs_b
         "trial 5, within 6% of the fastest then, drew num_workers=6")
 
 
+def test_a_leader_with_a_worker_per_batch_runs_again_at_a_smaller_batch_with_twice_its_workers() -> None:
+    # trial 3 leads and waits with 12 workers, as many as its epoch has batches (12 at 4x):
+    # at 2x an epoch has 24
+    base = row(0, 0, rate=200.0)
+    measured = ceilings((base, 800.0, 1e-4, 4_000.0))
+    leader = row(3, 12, rate=1_600.0, waits=0.4, of=48)
+    leader.sampled["batch_size"] = "4x"
+    rows = [base, row(1, 4, rate=900.0, waits=0.5, of=48), leader]
+    more = more_workers(leader, rows, measured, 2, high=48, useful=12, smaller=("2x", 24))
+    assert (more.workers, more.batch_size) == (24, "2x")
+    assert more.why == ("trial 3, the fastest then, drew num_workers=12 and waited on data 40% of its time, "
+                        "one per batch of its epoch at batch_size=4x: its config runs again at batch_size=2x "
+                        "with num_workers=24")
+    # bounded by the range and by an epoch at the smaller size, and the line says which
+    assert more_workers(leader, rows, measured, 2, high=48, useful=12, smaller=("2x", 20)).why.endswith(
+        "at batch_size=2x with num_workers=20 (an epoch's batches at that batch size, 20)")
+    # while its own epoch has batches for more workers, it climbs at its own batch size first
+    assert more_workers(leader, rows, measured, 2, high=48, useful=16, smaller=("2x", 32)).batch_size is None
+    # none smaller in the space, the range's top reached, or no more batches there: nothing
+    assert more_workers(leader, rows, measured, 2, high=48, useful=12) is None
+    assert more_workers(leader, rows, measured, 2, high=12, useful=12, smaller=("2x", 24)) is None
+    assert more_workers(leader, rows, measured, 2, high=48, useful=12, smaller=("2x", 12)) is None
+
+
+def test_a_climbed_config_drops_what_no_longer_applies() -> None:
+    from autotune._space import Choice
+    from autotune._study import StudyRunner
+    from autotune._workers import MoreWorkers, climbed
+
+    drawn = {"batch_size": "2x", "num_workers": 12, "lr_scaling": "linear", "prefetch_factor": 4,
+             "persistent_workers": False, "amp": "bf16"}
+    # at the code's own batch size no lr scaling applies; 24 workers ask at most 2 batches
+    # each of an epoch of 48
+    assert climbed(drawn, MoreWorkers(24, "", True, "1x"), 48) == {
+        "batch_size": "1x", "num_workers": 24, "prefetch_factor": 2, "persistent_workers": True, "amp": "bf16"}
+    assert climbed(drawn, MoreWorkers(24, ""), None) == {**drawn, "num_workers": 24}
+    # the next smaller batch size in the space, in samples (the code's own is 32)
+    sizes = Choice(("1x", 48, "4x", "2x"))
+    assert StudyRunner._smaller_batch("4x", 32, sizes) == "2x"
+    assert StudyRunner._smaller_batch("2x", 32, sizes) == 48
+    assert StudyRunner._smaller_batch(48, 32, sizes) == "1x"
+    assert StudyRunner._smaller_batch("1x", 32, sizes) is None
+    assert StudyRunner._smaller_batch("4x", None, sizes) is None
+    assert StudyRunner._smaller_batch(None, 32, sizes) is None
+
+
 @pytest.mark.parametrize(("drawn", "rate", "waits", "cpu", "useful", "why"), [
     (9, 1_000.0, 0.4, 1e-4, None, "it did not lead: 1,000 against 1,600 before it"),
     (9, 1_700.0, 0.05, 1e-4, None, "it hardly waits on data"),
@@ -408,3 +454,27 @@ def test_a_leader_whose_workers_restart_each_epoch_runs_again_with_them_kept(tmp
     assert (f"its config runs again with num_workers={more}" in said
             and "and persistent_workers=true (started anew each epoch, twice the workers restart twice the work)"
             in said), said
+
+
+def test_a_leader_with_a_worker_per_batch_runs_again_at_a_smaller_batch(tmp_path: Path) -> None:
+    """A real study on the waiting loader, at batches of 64x and 32x its code's 16 (an epoch of
+    4,096 samples: 4 and 8 batches), workers 4-8: its first draw takes as many workers as an
+    epoch has batches, leads and waits; its config runs next at the smaller batch size with
+    twice the workers, and says so. (The lr is not scaled in this space, and no loss is judged
+    here: the tolerance lets every config complete.)"""
+    space = tmp_path / "big.yaml"
+    space.write_text("knobs: {batch_size: [32x, 64x], num_workers: {low: 4, high: 8}}\n")
+    fixture = Path(__file__).parent / "fixtures" / "io_train.py"
+    done = autotune("run", f"{fixture}:train", "--trials", "3", "--study", "io", "--space", str(space),
+                    "--warmup", "0.3", "--window", "0.4", "--windows", "2", "--ceiling-windows", "1",
+                    "--confirm", "0", "--prune", "0", "--seed", "0", "--divergence-tolerance", "100", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stderr.split())
+    trials = load_study(tmp_path / "mlflow", "io").get_trials()
+    # (seed 0 draws the larger batch, at the 4 workers its epoch allows: else the rule goes untested)
+    assert trials[1].params == {"batch_size": "64x", "num_workers": 4}, trials[1].params
+    assert trials[2].params == {"batch_size": "32x", "num_workers": 8}, trials[2].params
+    assert trials[2].user_attrs["config"]["batch_size"] == 512
+    assert ("trial 1, the fastest then, drew num_workers=4 and waited on data" in said
+            and "one per batch of its epoch at batch_size=64x: its config runs again at batch_size=32x with "
+                "num_workers=8" in said), said
