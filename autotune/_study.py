@@ -711,15 +711,15 @@ class StudyRunner:
         drawn = row.sampled.get("batch_size")
         useful = useful_workers(drawn, base, samples)
         persist = domains.get("persistent_workers")
-        smaller = self._smaller_batch(drawn, base, domains.get("batch_size"))
+        below = self._smaller_batch(drawn, base, domains.get("batch_size"))
+        smaller = None if below is None else (below, useful_workers(below, base, samples))
         more = more_workers(row, found.rows, found.ceilings, found.ceilings.cpus or self.fingerprint.cpus,
                             domain.high, useful, can_persist=isinstance(persist, Choice) and True in persist.choices,
-                            smaller=None if smaller is None else (smaller, useful_workers(smaller, base, samples)))
+                            smaller=smaller)
         if more is None:
             return
-        if more.batch_size is not None:
-            useful = useful_workers(more.batch_size, base, samples)
-        params = climbed(row.sampled, more, useful)
+        # (an epoch's batches at the batch size it runs at: its own, or the smaller one)
+        params = climbed(row.sampled, more, useful if more.batch_size is None else smaller[1])
         if any(r.sampled == params for r in found.rows):
             return  # drawn already
         with self._turn:

@@ -2,7 +2,8 @@
 thread and the loop that reads the trial's events) alternately running and stopped (SIGSTOP on
 the tuner alone; the trial goes on), and the trainer's steps per second in each phase, counted
 by ``_counted.py``. Each round runs both phases (which first alternates); a round's figure is
-running over stopped. Prints the rounds and their geometric mean; writes nothing.
+running over stopped. Prints the rounds, their geometric mean and its 95% bootstrap interval
+(``production.geometric_mean_ci``); writes nothing.
 
 Unlike ``interleaved.py`` the trial is never stopped, so a loader that waits on a timer (the
 jpeg runner's storage latency) is measured as it runs. A runner that returns (jpeg's 100
@@ -15,7 +16,6 @@ epochs last about 77 s on a 2-core host) is started again until ``--rounds`` are
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import signal
 import statistics
@@ -25,6 +25,7 @@ from pathlib import Path
 
 import interleaved
 from _counted import read_counter
+from production import geometric_mean_ci
 
 #: After the tuner is stopped or let run, this long before a phase's first step is read.
 SETTLE_S = 0.2
@@ -75,9 +76,9 @@ def main() -> None:
         if len(ratios) >= args.rounds:
             break
         rounds_of(args.case, args.kind, args.phase, ratios, args.rounds)
-    mean = math.exp(statistics.mean(math.log(x) for x in ratios))
-    print(f"{len(ratios)} rounds: running over stopped, geometric mean {mean:.1%}, median "
-          f"{statistics.median(ratios):.1%}, SD {statistics.stdev(ratios):.3f}; running faster in "
+    mean, low, high = geometric_mean_ci(ratios)
+    print(f"{len(ratios)} rounds: running over stopped, geometric mean {mean:.1%} (95% CI {low:.1%}..{high:.1%}), "
+          f"median {statistics.median(ratios):.1%}, SD {statistics.stdev(ratios):.3f}; running faster in "
           f"{sum(x > 1 for x in ratios)}")
 
 
