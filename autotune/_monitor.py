@@ -44,12 +44,22 @@ MONITOR_SHARE = 0.02
 #: step's allocations does not count as climbing).
 PSS_SHARE = 0.005
 PSS_GROWTH = 0.1
+#: Seconds between walks of the trial's process tree at most. A walk finds the tree's
+#: processes through each of their threads' ``children`` files, which is most of what a
+#: reading costs: 1.2 of 1.9 ms on the jpeg runner's 25-process tree, whose main process has
+#: 26 threads (a queue feeder per DataLoader worker). Between walks a reading reads the
+#: processes it knows (0.4 ms) and holds no CPU reading (``Sample.cpu``: the foreign load
+#: starts from a walk, which misses no process); one of them gone makes it a walk. A process
+#: born between walks counts from the next one: its RAM, against the budget, up to this late
+#: (a crossed floor reads the tree at once).
+WALK_EVERY = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
 class Sample:
     """One reading. ``ram`` is the PSS of the whole process tree (DataLoader
-    workers included), read every ``PSS_EVERY`` s; None between those readings."""
+    workers included), read every ``PSS_EVERY`` s; None between those readings. ``cpu``
+    is read with each walk of the tree (``WALK_EVERY``); None between walks."""
 
     wall: float
     rss: int
@@ -153,6 +163,20 @@ def read_tree(pid: int) -> TreeReading:
     found = _walk(pid, reading)
     return TreeReading(tuple(child for child, _, _ in found), sum(cpu for _, cpu, _ in found),
                        sum(rss for _, _, rss in found))
+
+
+def read_known(pids: tuple[int, ...]) -> TreeReading | None:
+    """``read_tree`` of the processes ``pids`` alone, without looking for others (a third
+    of its cost); None once one of them is gone, or where the kernel has no ``/proc/N/stat``."""
+    if not _proc_children():
+        return None
+    cpu, rss = 0.0, 0
+    for pid in pids:
+        stat = _stat(pid)
+        if stat is None:
+            return None
+        cpu, rss = cpu + stat[0], rss + stat[1]
+    return TreeReading(pids, cpu, rss)
 
 
 def _walk(pid: int, read: Callable[[int], Any]) -> list:
@@ -398,8 +422,9 @@ class Monitor(Background):
         import psutil
 
         fired = False
-        last_tree = last_pss = 0.0
+        last_tree = last_pss = last_walk = 0.0
         tree_every, pss_every = INTERVAL, PSS_EVERY  # widened by what each reading costs (*_SHARE)
+        known: tuple[int, ...] = ()  # the tree's processes at the last walk
         top_rss = pss_rss = 0  # the tree's highest RSS so far; and up to the last PSS reading
         lowest = None  # available memory's low since the last sample, which records it
         while not self._stop.is_set():
@@ -409,10 +434,15 @@ class Monitor(Background):
             under_floor = available < self.floor
             if under_floor or now - last_tree >= tree_every:
                 spent = time.thread_time()
-                tree = read_tree(self._pid)
+                tree = read_known(known) if known and now - last_walk < WALK_EVERY and not under_floor else None
+                walked = tree is None
+                if walked:
+                    tree, last_walk = read_tree(self._pid), now
+                    known = tree.pids
                 rss = tree.rss
                 top_rss = max(top_rss, rss)
-                sample = Sample(now, rss, None, lowest, self._cpu_reading(tree), *self._gpu_reading(tree.pids))
+                sample = Sample(now, rss, None, lowest, self._cpu_reading(tree) if walked else None,
+                                *self._gpu_reading(tree.pids))
                 lowest = None
                 tree_every, last_tree = max(INTERVAL, (time.thread_time() - spent) / MONITOR_SHARE), now
                 climbed = rss > (1 + PSS_GROWTH) * pss_rss and now - last_pss >= PSS_EVERY

@@ -145,3 +145,53 @@ def test_pss_is_read_again_when_memory_climbs_not_when_it_swings(monkeypatch) ->
     # readings would fall in these 1.5 s if each swing up counted as a climb
     assert len([w for w, _ in readings if swinging + 1.5 <= w < climbed]) <= 1, readings
     assert readings[-1][0] >= climbed - 0.2 and readings[-1][1] > 380 * 2**20, readings
+
+
+def test_between_walks_the_known_processes_are_read_and_a_gone_or_new_one_is_found(monkeypatch) -> None:
+    """A reading walks the tree (each thread's children file) at most every ``WALK_EVERY``;
+    between walks it reads the processes it knows. One that is gone makes the next reading
+    a walk, and a child born meanwhile counts from the next walk."""
+    from autotune import _monitor
+
+    monkeypatch.setattr(_monitor, "WALK_EVERY", 60.0)  # while the first child lives: no walk but for it
+    monkeypatch.setattr(_monitor, "PSS_SHARE", 1e-9)  # PSS at PSS_EVERY only, out of the way
+    hold = ("'x = b\"1\" * (300 << 20); print(1, flush=True); import time; time.sleep(1.5)'")
+    code = ("import subprocess, sys, time\n"
+            f"child = subprocess.Popen([sys.executable, '-c', {hold}], stdout=subprocess.PIPE)\n"
+            "child.stdout.readline()\n"
+            "print('ready', flush=True)\n"
+            "child.wait()\n"
+            "print('gone', flush=True)\n"
+            "sys.stdin.readline()\n"
+            f"child = subprocess.Popen([sys.executable, '-c', {hold}], stdout=subprocess.PIPE)\n"
+            "child.stdout.readline()\n"
+            "print('born', flush=True)\n"
+            "time.sleep(30)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        with Monitor(proc.pid) as monitor:
+            assert proc.stdout.readline() == "gone\n"
+            gone = time.time()
+            time.sleep(0.5)
+            walks_then = [s for s in monitor.samples if s.cpu is not None]
+            monkeypatch.setattr(_monitor, "WALK_EVERY", 0.6)
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline() == "born\n"
+            born = time.time()
+            time.sleep(1.0)
+    finally:
+        proc.kill()
+        proc.wait()
+    # the first reading walked and found the child; its exit made the next reading a walk,
+    # which no longer holds it, and there was no other
+    assert len(walks_then) == 2, [s.wall - gone for s in walks_then]
+    assert walks_then[0].rss > 250 * 2**20 and walks_then[1].rss < 250 * 2**20
+    assert -0.1 < walks_then[1].wall - gone < 0.25
+    before = [s for s in monitor.samples if s.wall < gone - 0.15]
+    assert len(before) > 5 and all(s.rss > 250 * 2**20 for s in before)  # read between walks
+    # the second child is in the readings no later than a walk after its birth
+    counted = next(s.wall for s in monitor.samples if s.wall > gone + 0.3 and s.rss > 250 * 2**20)
+    assert counted - born < 0.6 + 0.3, (counted, born)
+    assert monitor.foreign_cpu(born) is not None
