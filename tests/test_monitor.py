@@ -125,7 +125,8 @@ def test_pss_is_read_again_when_memory_climbs_not_when_it_swings(monkeypatch) ->
             "t0 = time.monotonic()\n"
             "while time.monotonic() - t0 < 3.0:\n"  # swings by 100 MiB every 0.2 s
             "    x = b'1' * (100 << 20); time.sleep(0.1); del x; time.sleep(0.1)\n"
-            "y = b'1' * (400 << 20)\n"  # then climbs to 400 MiB and holds
+            "print('climbs', flush=True)\n"
+            "y = b'1' * (400 << 20)\n"  # then climbs to 400 MiB (over a second or more on a busy host) and holds
             "print('up', flush=True)\n"
             "time.sleep(30)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -133,6 +134,8 @@ def test_pss_is_read_again_when_memory_climbs_not_when_it_swings(monkeypatch) ->
         assert proc.stdout.readline() == "ready\n"
         with Monitor(proc.pid) as monitor:
             swinging = time.time()
+            assert proc.stdout.readline() == "climbs\n"
+            climbs = time.time()
             assert proc.stdout.readline() == "up\n"
             climbed = time.time()
             time.sleep(1.0)
@@ -143,7 +146,7 @@ def test_pss_is_read_again_when_memory_climbs_not_when_it_swings(monkeypatch) ->
     assert len(monitor.samples) > 25  # the RSS readings went on at 10 Hz
     # once the swing's top was seen (its first second), the swings read no PSS: about 7
     # readings would fall in these 1.5 s if each swing up counted as a climb
-    assert len([w for w, _ in readings if swinging + 1.5 <= w < climbed]) <= 1, readings
+    assert len([w for w, _ in readings if swinging + 1.5 <= w < climbs]) <= 1, readings
     assert readings[-1][0] >= climbed - 0.2 and readings[-1][1] > 380 * 2**20, readings
 
 
