@@ -112,6 +112,12 @@ def test_the_process_tree_holds_every_descendant_read_either_way(monkeypatch) ->
     assert _monitor.read_tree(root.pid) == _monitor.TreeReading((), 0.0, 0)
 
 
+def said(proc: subprocess.Popen, line: str) -> float:
+    """When ``proc`` printed ``line``, its next one."""
+    assert proc.stdout.readline() == line + "\n"
+    return time.time()
+
+
 def test_pss_is_read_again_when_memory_climbs_not_when_it_swings(monkeypatch) -> None:
     """PSS readings walk the tree's page tables (20 ms for a 0.9 GB trial): past the first,
     only a climb above the highest RSS seen reads it again before its share allows, and RSS
@@ -131,13 +137,10 @@ def test_pss_is_read_again_when_memory_climbs_not_when_it_swings(monkeypatch) ->
             "time.sleep(30)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
-        assert proc.stdout.readline() == "ready\n"
+        said(proc, "ready")
         with Monitor(proc.pid) as monitor:
             swinging = time.time()
-            assert proc.stdout.readline() == "climbs\n"
-            climbs = time.time()
-            assert proc.stdout.readline() == "up\n"
-            climbed = time.time()
+            climbs, climbed = said(proc, "climbs"), said(proc, "up")
             time.sleep(1.0)
     finally:
         proc.kill()
@@ -172,17 +175,15 @@ def test_between_walks_the_known_processes_are_read_and_a_gone_or_new_one_is_fou
             "time.sleep(30)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        assert proc.stdout.readline() == "ready\n"
+        said(proc, "ready")
         with Monitor(proc.pid) as monitor:
-            assert proc.stdout.readline() == "gone\n"
-            gone = time.time()
+            gone = said(proc, "gone")
             time.sleep(0.5)
             walks_then = [s for s in monitor.samples if s.cpu is not None]
             monkeypatch.setattr(_monitor, "WALK_EVERY", 0.6)
             proc.stdin.write("go\n")
             proc.stdin.flush()
-            assert proc.stdout.readline() == "born\n"
-            born = time.time()
+            born = said(proc, "born")
             time.sleep(1.0)
     finally:
         proc.kill()
