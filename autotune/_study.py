@@ -663,7 +663,9 @@ class StudyRunner:
     def _retry_lr(self, row: TrialRow, found: Standing) -> None:
         """A drawn config judged diverged that ran faster than the best so far: enqueue it
         again with the next ``lr_scaling`` (``autotune._guard.lr_retry``), while this tuner
-        has trials of its own left, and say so.
+        has trials of its own left, and say so. Not when a trial has drawn that config with
+        that ``lr_scaling`` already (another slot's or tuner's, running or done): two tuners
+        on the lr_train fixture ran it twice in 8 of 9 studies, once drawn and once retried.
 
         Its speed does not depend on its lr, so its other knobs are fast: without this, a
         study whose first fast draws diverged at batches past the user's (lr not scaled up
@@ -689,12 +691,19 @@ class StudyRunner:
             left = self._taken < self.options.trials
         if step is None or not left or self._interrupt.is_set():
             return
-        self.study.enqueue_trial({}, user_attrs={ATTR_RETRIES: first, ATTR_BASELINE: False,
-                                                 ATTR_SAMPLED: {**row.sampled, "lr_scaling": step}})
-        self.reporter.note(f"trial {row.number} diverged at batch size {size} ({size / row.base_batch_size:g}x "
-                           f"the code's) with lr_scaling {scaling}, but ran at {rate:,.0f} samples/s, past the "
-                           f"best so far ({best:,.0f}): its config runs again with lr_scaling {step} (its speed "
-                           "does not depend on the lr)")
+        wanted = {**row.sampled, "lr_scaling": step}
+        said = (f"trial {row.number} diverged at batch size {size} ({size / row.base_batch_size:g}x the code's) "
+                f"with lr_scaling {scaling}, but ran at {rate:,.0f} samples/s, past the best so far ({best:,.0f})")
+        # drawn by this tuner's sampler, another slot or another tuner: it is judged on its own
+        other = next((r for r in found.rows if r.sampled == wanted), None)
+        if other is not None:
+            self.reporter.note(f"{said}; its config with lr_scaling {step} "
+                               + ("runs already" if other.outcome in PENDING else "ran already")
+                               + f" (trial {other.number}): not run again")
+            return
+        self.study.enqueue_trial({}, user_attrs={ATTR_RETRIES: first, ATTR_BASELINE: False, ATTR_SAMPLED: wanted})
+        self.reporter.note(f"{said}: its config runs again with lr_scaling {step} (its speed does not depend "
+                           "on the lr)")
 
     def _more_workers(self, row: TrialRow, found: Standing) -> None:
         """A leading trial that still waits on data with fewer workers than could help: enqueue

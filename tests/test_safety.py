@@ -230,6 +230,50 @@ def test_a_fast_config_diverged_on_its_lr_runs_again_with_the_lr_scaled(tmp_path
     assert f"# loss: {words} (diverged past +50%)" in shown.stdout
 
 
+def test_a_diverged_config_is_not_retried_while_another_slot_runs_it_with_that_lr(tmp_path: Path) -> None:
+    """Two slots (``--jobs 2``): one runs 2x the batch with lr_scaling none, which diverges
+    though fast; the other runs the same config with linear, held at lr_train.py's gate
+    until the first is judged. Its retry would run that config a second time: the study
+    says so instead and enqueues nothing. The held trial holds its CPU's measuring turn,
+    so the tuner keeps to a host folder of its own (no other test's tuner waits on it)."""
+    target = f"{FIXTURE.parent / 'lr_train.py'}:train"
+    space = tmp_path / "lr.yaml"
+    space.write_text("knobs:\n  batch_size: [1x, 2x]\n  lr_scaling: [none, linear]\n")
+    args = ["--study", "lr", "--space", str(space), *FAST, "--warmup", "0.1", "--windows", "4", "--prune", "0"]
+    first = autotune("run", target, "--trials", "1", *args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    study = load_study(tmp_path / "mlflow", "lr")
+    for lr_scaling in ("none", "linear"):
+        study.enqueue_trial({"batch_size": "2x", "lr_scaling": lr_scaling})
+    gate, log = tmp_path / "gate", tmp_path / "tuner.log"
+    env = {"LR_GATE": str(gate), "AUTOTUNE_HOST_DIR": str(tmp_path / "host")}
+    with open(log, "w") as out:
+        tuner = subprocess.Popen(cli("run", target, "--trials", "3", "--jobs", "2", *args), cwd=tmp_path,
+                                 env=cli_env(env), stdout=subprocess.DEVNULL, stderr=out)
+    try:
+        deadline = time.monotonic() + 180
+        while not load_study(tmp_path / "mlflow", "lr").get_trials()[1].state.is_finished():
+            assert tuner.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        gate.write_text("open")
+        assert tuner.wait(timeout=180) == 0, log.read_text()
+    finally:
+        if tuner.poll() is None:
+            tuner.kill()
+            tuner.wait()
+    trials = load_study(tmp_path / "mlflow", "lr").get_trials()
+    diverged, held = trials[1], trials[2]
+    assert diverged.user_attrs["outcome"] == "diverged", diverged.user_attrs["reason"]
+    assert diverged.value > 1.5 * trials[0].value  # fast: its config was worth another lr
+    assert held.user_attrs["sampled"] == {"batch_size": "2x", "lr_scaling": "linear"}
+    assert held.user_attrs["outcome"] == "complete", held.user_attrs["reason"]
+    assert not [t.number for t in trials if "retries" in t.user_attrs]
+    said = " ".join(log.read_text().split())
+    assert (f"trial {diverged.number} diverged at batch size 16 (2x the code's) with lr_scaling none, but ran "
+            "at") in said
+    assert f"its config with lr_scaling linear runs already (trial {held.number}): not run again" in said
+
+
 def test_show_lists_every_outcome_with_its_reason(fault_study) -> None:
     cwd, _ = fault_study
     out = autotune("show", "--study", "faults", cwd=cwd)
