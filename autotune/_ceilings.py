@@ -151,9 +151,11 @@ class Bottleneck:
         cpu: The CPU roof (samples/s, see ``cpu_roof``), if both parts' CPU costs
             were measured.
         of_roof: samples/s over the lowest bound (None without a ceiling).
-        unreliable: The bounds the trial ran past beyond the noise (``compute``,
-            ``loader``, ``cpu``, ``main``): wrong, so left out of everything above.
+        unreliable: The bounds not used (``compute``, ``loader``, ``cpu``, ``main``):
+            those known wrong before (``doubted``), and those in :attr:`ran_past`.
         main: The main-thread roof (samples/s), measured on a GPU.
+        ran_past: The bounds the trial ran past beyond the noise: measured (a value
+            was compared), and shown wrong by this trial.
     """
 
     verdict: str
@@ -165,6 +167,7 @@ class Bottleneck:
     of_roof: float | None = None
     unreliable: tuple[str, ...] = ()
     main: float | None = None
+    ran_past: tuple[str, ...] = ()
 
     @property
     def limit(self) -> str | None:
@@ -225,8 +228,9 @@ def bottleneck(samples_per_s: float, data_wait: float, compute: float | None,
     """
     bounds = {"compute": compute, "loader": loader, "cpu": cpu, "main": main}
     notes = {name: f"the {BOUND_NAMES[name]} ({why})" for name, why in (doubted or {}).items()}
-    notes.update({name: f"the {BOUND_NAMES[name]} ({v:,.0f} samples/s, the trial ran at {samples_per_s / v:.0%} of it)"
-                  for name, v in bounds.items() if v and samples_per_s > v * (1 + noise)})
+    past = {name: f"the {BOUND_NAMES[name]} ({v:,.0f} samples/s, the trial ran at {samples_per_s / v:.0%} of it)"
+            for name, v in bounds.items() if v and samples_per_s > v * (1 + noise)}
+    notes.update(past)
     unreliable = tuple(notes)
     wrong = "; unreliable, not used: " + ", ".join(notes.values()) if notes else ""
     compute, loader, cpu, main = (None if name in unreliable else v for name, v in bounds.items())
@@ -247,11 +251,12 @@ def bottleneck(samples_per_s: float, data_wait: float, compute: float | None,
                   "on that one thread)")
     if data_wait < DATA_WAIT_HIGH:
         return Bottleneck(Verdict.COMPUTE.value, efficiency, compute, loader,
-                          f"{head}: compute-bound, {waits}{shared}{wrong}", cpu, of_roof, unreliable, main)
+                          f"{head}: compute-bound, {waits}{shared}{wrong}", cpu, of_roof, unreliable, main,
+                          tuple(past))
     why = f"{head}: data-bound, {waits}"
     if loader is not None and compute is not None and loader < compute:
         why += f": the loader alone makes {loader:,.0f} samples/s"
     elif loader is not None:
         why += f", though the loader alone makes {loader:,.0f} samples/s: loading and compute do not overlap"
     return Bottleneck(Verdict.DATA.value, efficiency, compute, loader, why + shared + wrong, cpu, of_roof,
-                      unreliable, main)
+                      unreliable, main, tuple(past))

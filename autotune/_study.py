@@ -26,6 +26,7 @@ from autotune._guard import (
     lr_retry,
     prune_reason,
 )
+from autotune._judge import checked_ceilings
 from autotune._knobs import batch_of, show_value
 from autotune._monitor import Background
 from autotune._noise import (
@@ -34,7 +35,6 @@ from autotune._noise import (
     QUIET_WAIT_S,
     REMEASURES,
     SPREAD_MAX,
-    ceiling_doubt,
     doubt,
     is_noisy,
 )
@@ -1074,7 +1074,8 @@ class StudyRunner:
                for k, v in result.resolved.items() if k not in sampled}
         derived.update(own, own_knobs=",".join(own) or "-")
         metrics, tags = dict(result.metrics), {}
-        own = self._checked_ceilings(trial.number, result, ceilings)
+        own = checked_ceilings(trial.number, result.outcome, result.reason, result.metrics, result.resolved,
+                               result.ceilings, ceilings, self.options.max_load, self.options.max_spread)
         why = doubt(metrics, result.reason, self.options.max_load, self.options.max_spread) \
             if result.outcome == Outcome.COMPLETE and "samples_per_s" in metrics else None
         if why:
@@ -1148,34 +1149,6 @@ class StudyRunner:
                 continue
             params[name] = [optuna.distributions.distribution_to_json(dist), value]
         return params
-
-    def _checked_ceilings(self, number: int, result: TrialResult, ceilings: Ceilings) -> list[dict[str, Any]]:
-        """The trial's own ceiling entries, each marked with a ``doubt`` when others loaded the
-        CPUs while it was measured or the trial ran past it beyond the noise; and a
-        ``distrust`` entry for each ceiling of the study it ran past. Either way the
-        ceiling is not used, and the next trial with its key measures it again."""
-        from autotune._ceilings import ceiling_key
-        from autotune._knobs import Part
-
-        own = [dict(entry) for entry in result.ceilings]
-        for entry in own:
-            entry["doubt"] = ceiling_doubt(entry, self.options.max_load)
-        sps = result.metrics.get("samples_per_s")
-        if result.outcome != Outcome.COMPLETE or not sps or doubt(result.metrics, result.reason,
-                                                                   self.options.max_load, self.options.max_spread):
-            return own  # a figure not believed proves no ceiling wrong
-        mine = {e["part"]: e for e in own if not e["doubt"]}
-        for part in bottleneck_of(result.metrics, result.resolved, ceilings, own).unreliable:
-            if part not in (Part.COMPUTE.value, Part.LOADER.value):
-                continue  # the CPU roof is derived from the two: it is said unreliable, not re-measured
-            if part in mine:
-                mine[part]["doubt"] = f"trial {number} ran at {sps / mine[part]['samples_per_s']:.0%} of it"
-            else:
-                value = ceilings.get(Part(part), result.resolved)
-                own.append({"part": part, "key": ceiling_key(Part(part), result.resolved),
-                            "distrust": f"trial {number} ran at {sps / value:.0%} of the {value:,.0f} "
-                                        "other trials measured"})
-        return own
 
     def _apply(self, record: Mapping[str, Any]) -> bool:
         """Put a pending result in Optuna, then MLflow; False if another tuner closed the
