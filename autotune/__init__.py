@@ -31,9 +31,9 @@ def __getattr__(name: str):
 
         return getattr(_api, name)
     if name in ("BaselineFailed", "Reporter"):
-        from autotune import _study
+        from autotune import _options
 
-        return getattr(_study, name)
+        return getattr(_options, name)
     if name == "StoreDown":
         from autotune._stores import StoreDown
 

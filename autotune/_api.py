@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 from autotune._config import ConfigError
 from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION
 from autotune._noise import FOREIGN_LOAD_MAX, QUIET_WAIT_S, REMEASURES, SPREAD_MAX
-from autotune._runner import TRIAL_TAG_ENV, Budget
+from autotune._launch import Budget, TRIAL_TAG_ENV
 from autotune._stores import STORE_PATIENCE_S
-from autotune._study import DEFAULT_STORE
+from autotune._options import DEFAULT_STORE
 
 if TYPE_CHECKING:
     import optuna
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from autotune._records import TrialRow
     from autotune._run import Recipe
     from autotune._standing import Standing
-    from autotune._study import Reporter
+    from autotune._options import Reporter
 
 #: Trials ``tune`` runs when not told (the baseline first, if the study has none).
 TRIALS = 12
@@ -120,13 +120,14 @@ class Result:
         """Every trial as a plain-text table: number, outcome, samples/s, speedup, the knobs
         that varied, the reason (no pandas needed)."""
         from autotune._knobs import show_value
+        from autotune._records import kind_label
 
         rows = self._found.rows
         keys = self._found.varied_knobs()
         best = self._found.best
         head = ["#", "outcome", "samples/s", "speedup", *keys, "reason"]
         body = [[f"{r.number}{' *' if best and r.number == best.number else ''}",
-                 r.outcome + (" (baseline)" if r.baseline else ""),
+                 r.outcome + (f" ({kind_label(r)})" if kind_label(r) else ""),
                  f"{r.samples_per_s:,.0f}" if r.samples_per_s else "-",
                  f"{r.speedup:.2f}x" if r.speedup else "-",
                  *(show_value(r.config.get(k, "-")) for k in keys),
@@ -151,7 +152,7 @@ class Result:
         from autotune._knobs import KNOBS
 
         rows = self.rows
-        figures = ["number", "baseline", "winner", "confirms", "outcome", "samples_per_s", "speedup", "doubt",
+        figures = ["number", "kind", "of", "baseline", "winner", "outcome", "samples_per_s", "speedup", "doubt",
                    "data_wait", "foreign_cpu", "bottleneck", "efficiency"]
         knobs = [k for k in KNOBS if any(k in r["config"] for r in rows)]
         out = io.StringIO()
@@ -179,12 +180,15 @@ class Result:
 
 
 def row_dict(row: TrialRow, found: Standing) -> dict[str, Any]:
-    """One trial as plain data: what ``Result.rows`` and ``show --json`` give."""
+    """One trial as plain data: what ``Result.rows`` and ``show --json`` give. ``kind`` says why it
+    ran (``baseline``, ``sampled``, ``confirm``, ``remeasure``, ``retry``, ``more_workers``,
+    ``smaller_batch``), ``of`` the trial whose config it runs again or starts from, ``baseline``
+    whether it runs the code as written (the baseline or a re-run of it)."""
     bound = row.bottleneck
     best = found.best
     return {
-        "number": row.number, "baseline": row.baseline, "outcome": row.outcome, "reason": row.reason,
-        "winner": bool(best and row.number == best.number), "confirms": row.confirms,
+        "number": row.number, "kind": row.kind.value, "of": row.of, "baseline": row.baseline,
+        "outcome": row.outcome, "reason": row.reason, "winner": bool(best and row.number == best.number),
         "samples_per_s": row.samples_per_s, "speedup": row.speedup, "doubt": row.doubt,
         "data_wait": row.metrics.get("data_wait_frac"), "foreign_cpu": row.metrics.get("foreign_cpu"),
         "bottleneck": bound.verdict if bound else None, "efficiency": bound.efficiency if bound else None,
@@ -317,8 +321,9 @@ def _run(target: str, limits: Mapping[str, Any], *, trials: int, space: str, stu
     from autotune._probe import probe
     from autotune._slots import devices_of, plan_slots
     from autotune._space import load_space
-    from autotune._stores import check_folder
-    from autotune._study import Reporter, StudyOptions, StudyRunner, open_storage  # noqa: F811
+    from autotune._stores import check_folder, open_storage
+    from autotune._options import Reporter, StudyOptions  # noqa: F811
+    from autotune._study import StudyRunner
     from autotune._tracking import Tracker
     from autotune._tracking import tracking_uri as default_uri
     from autotune._target import check_target

@@ -1,8 +1,8 @@
-"""Confirmation (DESIGN 4.6): the top configs are run again; the winner is chosen on
+"""Confirmation: the top configs are run again; the winner is chosen on
 the median of its runs, and a difference inside the run-to-run noise is no win.
 
-A config's runs are its first trial and the trials that re-ran it (their
-``confirms`` attr names the first). "A beats B" needs every run of A to be faster
+A config's runs are its first trial and the trials that ran it again (a ``confirm`` or
+``remeasure``, whose ``of`` names the first). "A beats B" needs every run of A to be faster
 than every run of B: with 3 runs each, that happens by chance with probability
 1/20 when A and B are equally fast (the exact one-sided Mann-Whitney test at
 U = 0), and it needs no assumption about how the noise is distributed.
@@ -24,9 +24,9 @@ if TYPE_CHECKING:
 
 #: Feasible configs re-run at the end of a study, besides the baseline.
 CONFIRM_TOP = 3
-#: Outcomes of trials not yet ended: Optuna's WAITING (enqueued) and RUNNING states.
-#: A trial not finished yet: enqueued (waiting to be claimed), or running.
-PENDING = (WAITING, RUNNING)
+#: Outcomes of trials not finished yet: Optuna's WAITING (enqueued, waiting to be claimed) and
+#: RUNNING states.
+UNFINISHED = (WAITING, RUNNING)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,13 +60,13 @@ class Group:
     @property
     def feasible(self) -> bool:
         """It ran to the end every time (runs the tuner interrupted do not count)."""
-        ended = [r for r in self.runs if r.outcome not in (Outcome.INTERRUPTED.value, *PENDING)]
+        ended = [r for r in self.runs if r.outcome not in (Outcome.INTERRUPTED.value, *UNFINISHED)]
         return bool(self.rates) and all(r.outcome == Outcome.COMPLETE.value for r in ended)
 
     @property
     def pending(self) -> int:
         """Runs enqueued or running now (re-runs another tuner may be measuring)."""
-        return sum(1 for r in self.runs if r.outcome in PENDING)
+        return sum(1 for r in self.runs if r.outcome in UNFINISHED)
 
     @property
     def median(self) -> float:
@@ -104,16 +104,16 @@ def group_runs(rows: Sequence[TrialRow]) -> list[Group]:
     """The study's trials grouped by config (by first trial number, in order).
 
     A config is one group however it came to run again: a re-run names its first
-    trial (``confirms``), and a sampled trial that drew a config already run joins
+    trial (``of``), and a sampled trial that drew a config already run joins
     that config's group, so that each config has one answer.
     """
     firsts: dict[int, list[TrialRow]] = {}
     seen: dict[str, int] = {}  # sampled config -> its first trial
     alias: dict[int, int] = {}  # a trial that drew a config again -> that config's first
     for row in rows:
-        if row.confirms is not None:
-            key = alias.get(row.confirms, row.confirms)
-        elif row.sampled and row.outcome not in PENDING:  # an enqueued trial has drawn nothing yet
+        if row.kind.repeats:
+            key = alias.get(row.of, row.of)
+        elif row.sampled and row.outcome not in UNFINISHED:  # an enqueued trial has drawn nothing yet
             key = seen.setdefault(json.dumps(row.sampled, sort_keys=True), row.number)
             if key != row.number:
                 alias[row.number] = key
@@ -178,7 +178,7 @@ def decide(groups: Sequence[Group]) -> Decision:
 
 def _only_noisy(group: Group) -> bool:
     """Ran to the end every time, but others slowed every run: worth measuring again."""
-    ended = [r for r in group.runs if r.outcome not in (Outcome.INTERRUPTED.value, *PENDING)]
+    ended = [r for r in group.runs if r.outcome not in (Outcome.INTERRUPTED.value, *UNFINISHED)]
     return not group.rates and bool(ended) and all(r.measured and is_noisy(r.doubt) for r in ended)
 
 

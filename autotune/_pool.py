@@ -20,7 +20,7 @@ of its own. A warm worker therefore has a tag of the tuner's form
 tuner kills every process carrying it except the warm worker itself: with one
 trial at a time per warm worker, those are that trial's leftovers. A warm worker
 exits when its tuner closes the socket or dies (end of file), and the sweep for a
-gone tuner's processes (``autotune._runner.sweep_orphans``) catches it as well.
+gone tuner's processes (``autotune._watch.sweep_orphans``) catches it as well.
 
 A trial that sets an environment knob read when torch starts cannot be forked from
 a process that has torch already: it is spawned cold (``takes``). So is every
@@ -39,7 +39,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 
-from autotune._runner import worker_environ
+from autotune._launch import worker_environ
 
 #: Seconds a spawn waits for the warm worker to finish its imports before the trial
 #: is spawned cold instead (the imports take 1-2 s; a warm worker this slow is not).
@@ -60,7 +60,7 @@ class WarmWorker:
     Args:
         environ: The environment trials start from (the tuner's); the warm worker
             is started with it plus what every worker gets (``worker_environ``).
-        tag: Its tag (``autotune._runner.TRIAL_TAG_ENV``), which its trials share.
+        tag: Its tag (``autotune._watch.TRIAL_TAG_ENV``), which its trials share.
         cpus: Its slot's CPUs (``autotune._slots``): it pins itself to them before
             torch starts, and its trials inherit the mask when forked.
     """

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from autotune._ceilings import CEILING_NOISE, Bottleneck, Ceilings, bottleneck, cpu_roof
+from autotune._kinds import Kind
 from autotune._outcome import RUNNING, Outcome, headline
 
 if TYPE_CHECKING:
@@ -15,16 +16,20 @@ if TYPE_CHECKING:
 #: Characters of a reason kept in Optuna's user attrs (its headline always).
 REASON_LIMIT = 2000
 
-# Optuna user attrs of a trial (the MLflow run holds the same facts).
+# Optuna user attrs of a trial (the MLflow run holds the same facts). ``baseline``: it runs the
+# user's code as written (the baseline trial, or a re-run of it).
 ATTR_BASELINE, ATTR_OUTCOME, ATTR_REASON = "baseline", "outcome", "reason"
 ATTR_METRICS, ATTR_CONFIG, ATTR_RUN = "metrics", "config", "mlflow_run_id"
 ATTR_BASE_BATCH, ATTR_LR, ATTR_LOSSES = "base_batch_size", "lr", "losses"
 # Who runs a trial, for resuming after a tuner was killed: the tuner process
 # (host, pid, start time), its worker process group, and a heartbeat.
 ATTR_OWNER, ATTR_WORKER, ATTR_HEARTBEAT = "owner", "worker", "heartbeat"
-# The config as sampled (relative values kept, so a re-run samples nothing), the
-# first trial a confirmation re-runs, and the ceilings the trial measured.
-ATTR_SAMPLED, ATTR_CONFIRMS, ATTR_CEILINGS = "sampled", "confirms", "ceilings"
+# The config as sampled (relative values kept, so a re-run samples nothing), and the
+# ceilings the trial measured.
+ATTR_SAMPLED, ATTR_CEILINGS = "sampled", "ceilings"
+#: Why a trial runs (``autotune._kinds.Kind``), and the trial whose config it runs again or
+#: starts from (a re-run's first trial, a retry's diverged config, a climb's leader).
+ATTR_KIND, ATTR_OF = "kind", "of"
 #: The name of the study's objective in Optuna (``set_metric_names``): what each trial's value is.
 OBJECTIVE = "samples_per_s"
 #: Study user attr: the MLflow parent run (set last by the tuner that creates the study).
@@ -34,9 +39,6 @@ ATTR_SLOT = "slot"
 #: Why a complete trial's figure is not believed (``autotune._noise.doubt``), and, on a
 #: trial that measures a noisy one again, which attempt it is (1, 2, ...).
 ATTR_DOUBT, ATTR_REMEASURE = "doubt", "remeasure"
-#: On a trial that runs a diverged trial's config with another lr_scaling: that config's
-#: first trial (``autotune._guard.lr_retry``).
-ATTR_RETRIES = "retries"
 #: A trial's loss curve (``autotune._guard.loss_curve``): the baseline's judges every trial's.
 ATTR_CURVE = "curve"
 #: What a trial's loader read (``autotune._run.dataset_facts``): its class, its batches per
@@ -61,7 +63,7 @@ class TrialRow:
     speedup: float | None
     losses: list[tuple[float, float]] = dataclasses.field(default_factory=list)
     sampled: dict[str, Any] = dataclasses.field(default_factory=dict)
-    confirms: int | None = None
+    kind: Kind = Kind.SAMPLED
     bottleneck: Bottleneck | None = None
     slot: dict[str, Any] = dataclasses.field(default_factory=dict)
     doubt: str | None = None
@@ -70,7 +72,7 @@ class TrialRow:
     run_id: str | None = None  # its MLflow run
     dataset: dict[str, Any] = dataclasses.field(default_factory=dict)
     lr: float | None = None  # the lr run.optimizer set (None: the function passes it none)
-    retries: int | None = None  # ATTR_RETRIES
+    of: int | None = None  # ATTR_OF
     seed: int | None = None  # ATTR_SEED (None: a study from before it was recorded)
     workers_high: int | None = None  # the num_workers range's high end when it drew (None: not drawn)
 
@@ -102,11 +104,26 @@ def row_of(trial: optuna.trial.FrozenTrial, ceilings: Ceilings) -> TrialRow:
         bound = bottleneck_of(metrics, config, ceilings, attrs.get(ATTR_CEILINGS, []))
     return TrialRow(trial.number, bool(attrs.get(ATTR_BASELINE)), outcome, attrs.get(ATTR_REASON, ""),
                     metrics, config, attrs.get(ATTR_BASE_BATCH), None,
-                    [tuple(p) for p in attrs.get(ATTR_LOSSES, [])], attrs.get(ATTR_SAMPLED, {}),
-                    attrs.get(ATTR_CONFIRMS), bound, attrs.get(ATTR_SLOT, {}), attrs.get(ATTR_DOUBT),
-                    attrs.get(ATTR_REMEASURE, 0), [tuple(c) for c in attrs.get(ATTR_CURVE, [])],
-                    attrs.get(ATTR_RUN), attrs.get(ATTR_DATASET) or {}, attrs.get(ATTR_LR), attrs.get(ATTR_RETRIES),
-                    attrs.get(ATTR_SEED), getattr(trial.distributions.get("num_workers"), "high", None))
+                    losses=[tuple(p) for p in attrs.get(ATTR_LOSSES, [])], sampled=attrs.get(ATTR_SAMPLED, {}),
+                    kind=kind_of(attrs), bottleneck=bound, slot=attrs.get(ATTR_SLOT, {}), doubt=attrs.get(ATTR_DOUBT),
+                    remeasure=attrs.get(ATTR_REMEASURE, 0), curve=[tuple(c) for c in attrs.get(ATTR_CURVE, [])],
+                    run_id=attrs.get(ATTR_RUN), dataset=attrs.get(ATTR_DATASET) or {}, lr=attrs.get(ATTR_LR),
+                    of=attrs.get(ATTR_OF), seed=attrs.get(ATTR_SEED),
+                    workers_high=getattr(trial.distributions.get("num_workers"), "high", None))
+
+
+def kind_of(attrs: Mapping[str, Any]) -> Kind:
+    """A trial's kind from its user attrs: a trial ``ask`` made, with none yet, is sampled."""
+    return Kind(attrs.get(ATTR_KIND, Kind.SAMPLED.value))
+
+
+def kind_label(row: TrialRow, of: bool = True) -> str:
+    """How a table names a trial's kind: ``baseline``, ``confirm of 0``, ``retry of 3``; empty for a
+    sampled one (most trials). ``of=False`` leaves out a repeat's first trial (where the table
+    marks it ``(= 0)``)."""
+    if row.kind is Kind.SAMPLED:
+        return ""
+    return row.kind.label + (f" of {row.of}" if row.of is not None and (of or not row.kind.repeats) else "")
 
 
 def run_name(row: TrialRow, winner: bool) -> str:
@@ -118,7 +135,7 @@ def run_name(row: TrialRow, winner: bool) -> str:
     if row.outcome != Outcome.COMPLETE.value and (winner or row.baseline):
         what += f", {row.outcome}"
     speed = f" {row.speedup:.2f}x" if row.speedup and row.outcome == Outcome.COMPLETE.value else ""
-    again = f" (= trial {row.confirms})" if row.confirms is not None else ""
+    again = f" (= trial {row.of})" if row.kind.repeats else ""
     doubt = f" ({row.doubt.partition(':')[0]})" if row.doubt else ""
     return f"trial-{row.number}: {what}{speed}{doubt}{again}"
 
@@ -159,11 +176,15 @@ def trial_note(number: int, outcome: Outcome, reason: str, doubt: str | None, sa
     against the baseline's at the time, its loss against the baseline's (``loss``: its
     ``loss_excess`` and ``loss_tolerance``, said where the reason does not), its bottleneck;
     one paragraph a person reads."""
-    what = ("the baseline: your code as written" if attrs.get(ATTR_BASELINE)
-            else f"trial {attrs[ATTR_CONFIRMS]}'s config again" if attrs.get(ATTR_CONFIRMS) is not None
-            else f"trial {attrs[ATTR_RETRIES]}'s config, which diverged, with lr_scaling "
-                 f"{attrs[ATTR_SAMPLED].get('lr_scaling')}" if attrs.get(ATTR_RETRIES) is not None
-            else "a config the study drew")
+    kind, of = kind_of(attrs), attrs.get(ATTR_OF)
+    what = {Kind.BASELINE: "the baseline: your code as written",
+            Kind.SAMPLED: "a config the study drew",
+            Kind.CONFIRM: f"trial {of}'s config again, to confirm it",
+            Kind.REMEASURE: f"trial {of}'s config again, measured on a quiet machine",
+            Kind.RETRY: f"trial {of}'s config, which diverged, with lr_scaling "
+                        f"{attrs.get(ATTR_SAMPLED, {}).get('lr_scaling')}",
+            Kind.MORE_WORKERS: f"trial {of}'s config with more DataLoader workers",
+            Kind.SMALLER_BATCH: f"trial {of}'s config at a smaller batch size with more DataLoader workers"}[kind]
     parts = [f"Trial {number} ({what}): {outcome.value}."]
     if samples_per_s:
         parts.append(f"{samples_per_s:,.0f} samples/s" + (f", {samples_per_s / baseline:.2f}x the baseline's "

@@ -16,10 +16,10 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from autotune._confirm import PENDING
+from autotune._confirm import UNFINISHED
 from autotune._knobs import KNOBS, show_value
 from autotune._outcome import Outcome, headline
-from autotune._records import LOSS_LEGEND, loss_cell
+from autotune._records import LOSS_LEGEND, kind_label, loss_cell
 
 if TYPE_CHECKING:
     from autotune._records import TrialRow
@@ -108,7 +108,7 @@ def _trials_table(found: Standing) -> str:
     lines = ["<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
     for r in rows:
         again = f" (= {first_of[r.number]})" if first_of.get(r.number, r.number) != r.number else ""
-        label = ("baseline " if r.baseline else "") + str(r.number) + again
+        label = " ".join(filter(None, [str(r.number), kind_label(r, of=False)])) + again
         wait = r.metrics.get("data_wait_frac")
         cells = [(label, ""), (r.outcome + (f" ({r.doubt.partition(':')[0]})" if r.doubt else ""), r.outcome),
                  (f"{r.samples_per_s:,.0f}" if r.samples_per_s else "-", "num"),
@@ -123,7 +123,7 @@ def _trials_table(found: Standing) -> str:
     lines.append("</table><p class='dim'>Bold: the winner. (= N): trial N's config again (a confirmation or a "
                  "re-measure). A figure marked noisy or short is shown, never ranked. "
                  f"{LOSS_LEGEND[0].upper()}{LOSS_LEGEND[1:]}.</p>")
-    failed = [r for r in rows if r.outcome not in (Outcome.COMPLETE.value, *PENDING)]
+    failed = [r for r in rows if r.outcome not in (Outcome.COMPLETE.value, *UNFINISHED)]
     if failed:
         lines.append(f"<p>{len(failed)} trial(s) did not complete: "
                      + "; ".join(f"{r.number} <span class='{r.outcome}'>{_e(r.outcome)}</span>" for r in failed)

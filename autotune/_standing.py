@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from autotune._ceilings import Ceilings, Verdict, loader_only
-from autotune._confirm import PENDING, Decision, Group, baseline_group, decide, group_runs
+from autotune._ceilings import Ceilings, Verdict
+from autotune._confirm import UNFINISHED, Decision, Group, baseline_group, decide, group_runs
 from autotune._knobs import KNOBS, show_value
 from autotune._outcome import Outcome
 from autotune._records import ATTR_CEILINGS, TrialRow, loss_against_baseline, row_of
@@ -58,20 +58,17 @@ class Standing:
 
 
 
-def held_loader_knobs(best: TrialRow | None, knobs: Iterable[str]) -> dict[str, Any]:
-    """The loader-only knobs among ``knobs`` to hold at ``best``'s sampled values (None:
-    the user's own), once ``best`` is compute-bound at high efficiency: more loader
-    trials cannot buy much then. Empty otherwise."""
-    if best is None or best.bottleneck is None or not best.bottleneck.settled:
-        return {}
-    return {name: best.sampled.get(name) for name in knobs if loader_only(name)}
-
-
 def standing(study: optuna.Study) -> Standing:
     """Every trial as a row, grouped by config, and the winner (see ``Standing``)."""
     trials = study.get_trials(deepcopy=False)
     ceilings = Ceilings(entry for t in trials for entry in t.user_attrs.get(ATTR_CEILINGS, []))
-    rows = [row_of(t, ceilings) for t in trials]
+    return standing_of([row_of(t, ceilings) for t in trials], ceilings)
+
+
+def standing_of(rows: Sequence[TrialRow], ceilings: Ceilings) -> Standing:
+    """The standing of ``rows`` (in trial order) and the study's ``ceilings``: each row's
+    speedup filled in, the groups, the decision."""
+    rows = list(rows)
     groups = group_runs(rows)
     base = baseline_group(groups)
     if base is not None and base.rates:
@@ -104,7 +101,7 @@ def throughput_figure(name: str, found: Standing):
     fig = Figure(figsize=(8, 4.4), dpi=110)
     ax = fig.subplots()
     rows = found.rows
-    finished = [r for r in rows if r.outcome not in PENDING]
+    finished = [r for r in rows if r.outcome not in UNFINISHED]
     done = [r for r in finished if r.samples_per_s]
     kinds = {"baseline": ("tab:gray", [r for r in done if r.baseline and r.reliable]),
              "believed": ("tab:blue", [r for r in done if not r.baseline and r.reliable]),
@@ -189,7 +186,7 @@ def findings(found: Standing) -> list[str]:
                      f"{fastest.first.number} ({found.speedup(fastest):.2f}x, {_runs(fastest)}), "
                      f"has runs as slow as the baseline's fastest")
     if win.confirmed and (base is None or base.confirmed):
-        lines.append(f"runs: {_runs(win)}" + (f"; the baseline's: {_runs(base)}" if base is not win else ""))
+        lines.append(f"runs: {_runs(win)}" + (f"; the baseline's: {_runs(base)}" if base not in (None, win) else ""))
     else:
         lines.append("runs: one each, not confirmed by re-runs (--confirm 0, or the study stopped "
                      "first); ± is half the spread of its windows")

@@ -6,7 +6,7 @@ A store that stops answering costs time, never a finished measurement:
   failing for less than ``--store-patience`` (``Patience``; the Optuna storage is
   wrapped whole by ``patient_storage``, the MLflow client call by call);
 - a trial's result is written to the store folder before either store is
-  updated (``Pending``), and removed once both hold it: a tuner that stops on a
+  updated (``Spool``), and removed once both hold it: a tuner that stops on a
   dead store, or is killed midway, leaves it there, and the next tuner on the
   study replays it before anything else;
 - a store still failing after the patience stops the tuner with one line naming
@@ -29,6 +29,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
+
+from autotune._config import ConfigError
 
 #: Default seconds a store may keep failing before the tuner stops (exit 3).
 STORE_PATIENCE_S = 300.0
@@ -186,8 +188,8 @@ def check_folder(folder: Path, store: str) -> None:
                                f"{MIN_FREE_BYTES / 2**20:.0f} MiB or more", 0.0)
 
 
-class Pending:
-    """Trial results written to the store folder before the stores get them.
+class Spool:
+    """Trial results written to the store folder (``STORE/pending``) before the stores get them.
 
     One JSON file per trial (``<folder>/<study>/trial-<n>.json``), written whole
     (a temporary file renamed) so a kill never leaves half of one.
@@ -216,3 +218,68 @@ class Pending:
     @staticmethod
     def done(path: Path) -> None:
         path.unlink(missing_ok=True)
+
+
+def _rdb_storage(url: str, engine_kwargs: dict[str, Any] | None, attempts: int = 5):
+    """Optuna's RDB storage; tuners starting together on a new database race through its
+    schema creation (a duplicate key in ``alembic_version``): the losers retry once the
+    winner's tables are there."""
+    import optuna
+    import sqlalchemy.exc
+
+    for attempt in range(attempts - 1):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
+            time.sleep(0.5 + attempt)
+    return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+
+
+#: How to get the driver SQLAlchemy picks for a plain URL of each backend.
+DRIVER_HINTS = {"postgresql": "pip install 'autotune[postgres]'"}
+
+
+def open_storage(store: Path, url: str | None, patience: float | None = None,
+                 on_wait: Callable[[str], None] | None = None):
+    """An Optuna storage: ``url`` (an RDB URL, or a journal file), else a journal in ``store``.
+
+    Nothing is created when the URL is bad or its driver is missing. With
+    ``patience``, every call that fails for want of the database (a restart, a
+    full disk) is retried for up to that many seconds (``autotune._stores``).
+
+    Raises:
+        ConfigError: naming the storage (password hidden) when it cannot be opened or reached.
+    """
+    import optuna
+    from optuna.storages.journal import JournalFileBackend
+
+    shown = url
+    try:
+        if url and "://" in url:
+            from sqlalchemy.engine import make_url
+
+            parsed = make_url(url)
+            shown = parsed.render_as_string(hide_password=True)
+            try:
+                parsed.get_dialect().import_dbapi()
+            except ImportError as exc:
+                hint = DRIVER_HINTS.get(parsed.get_backend_name(), f"install a driver for {parsed.drivername}")
+                raise ConfigError(f"--storage {shown!r}: the database driver is not installed ({exc}); "
+                                  f"{hint}") from None
+            # A server that does not answer should fail in seconds, not hang the tuner; a
+            # pooled connection that a server restart broke is replaced, not used.
+            kwargs = ({"connect_args": {"connect_timeout": 10}, "pool_pre_ping": True}
+                      if parsed.get_backend_name() in ("postgresql", "mysql") else None)
+            storage = _rdb_storage(url, kwargs)
+        else:
+            path = Path(url) if url else store / "optuna.journal"
+            shown = str(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            storage = optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+        if patience is None:
+            return storage
+        return patient_storage(storage, Patience(f"the study storage {shown}", patience, on_wait=on_wait))
+    except ConfigError:
+        raise
+    except Exception as exc:  # every failure here means: no study can start
+        raise ConfigError(f"--storage {shown!r}: cannot be opened: {first_line(exc)}") from None

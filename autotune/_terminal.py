@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from autotune._kinds import Kind
 from autotune._knobs import show_value
 from autotune._outcome import Outcome, headline
 from autotune._records import signed_share
@@ -78,15 +79,20 @@ class Progress:
             self._status.start()
         self._status.update(text)
 
-    def trial_started(self, number: int, index: int, total: int, config, rerun: int | None = None,
-                      share: str | None = None) -> None:
+    def trial_started(self, number: int, index: int, total: int, config, share: str | None = None,
+                      kind: Kind = Kind.SAMPLED, of: int | None = None) -> None:
         from rich.markup import escape
 
         knobs = " ".join(f"{k}={show_value(v)}" for k, v in config.set_values().items()) or "baseline"
-        what = f"trial {number} = trial {rerun} again" if rerun is not None else f"trial {number}"
+        if kind.repeats:
+            what = f"trial {number} = trial {of} again"
+        elif kind in (Kind.SAMPLED, Kind.BASELINE):
+            what = f"trial {number}"
+        else:
+            what = f"trial {number} ({kind.label} of {of})"
         where = f" [{share}]" if share else ""
         with self._lock:
-            self._heads[number] = escape(f"[{'confirm ' if rerun is not None else ''}{index + 1}/{total}] "
+            self._heads[number] = escape(f"[{kind.value + ' ' if kind.repeats else ''}{index + 1}/{total}] "
                                          f"{what}{where}: {knobs}")
             self._states[number] = "(starting)"
             self._draw()

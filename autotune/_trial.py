@@ -16,15 +16,12 @@ from autotune._ceilings import CACHED_BATCHES, ceiling_key
 from autotune._config import Config
 from autotune._guard import judged_span, mean_over
 from autotune._knobs import Part
+from autotune._proctree import tree_cpu_s
 from autotune._run import Run, _batch_len
+from autotune._window import Window, compile_s
 
 #: Batches after which a loader ceiling window may close at a quarter of its length.
 QUICK_LOADER_BATCHES = 32
-
-#: Pieces a window's loss is reported in (``curve`` in its event): each the mean loss of
-#: consecutive steps and the samples they span, so that two runs' losses can be
-#: compared over the same samples however their windows fall (``autotune._guard``).
-CURVE_CHUNKS = 16
 
 #: Seconds between a trial's ``progress`` events: the parent's stall detector
 #: (DESIGN 5) needs a sign of life, and a clock read per step costs nothing.
@@ -41,7 +38,6 @@ EPOCH_WINDOWS = 2.0
 #: A window aligned to epochs closes anyway past this many ``window_s`` (epochs that
 #: grew longer than they were).
 ALIGNED_MAX = 3.0
-
 
 
 class Phase(enum.Enum):
@@ -77,10 +73,11 @@ class Trial(Run):
     once per window.
 
     Each window also reports its loss curve: the step losses (kept on the device,
-    read with the window's) in ``CURVE_CHUNKS`` pieces, each with the samples it
-    spans, so that divergence is judged on the same samples for every config. The
-    warmup reports its curve too: a config several times the baseline's speed can
-    pass the samples the baseline's windows reached while it warms up.
+    read with the window's) in ``CURVE_CHUNKS`` pieces (``autotune._window``), each
+    with the samples it spans, so that divergence is judged on the same samples for
+    every config. The warmup reports its curve too: a config several times the
+    baseline's speed can pass the samples the baseline's windows reached while it
+    warms up.
 
     With ``learn_windows`` (the baseline), it measures up to that many windows more
     while its loss over its judged span is above ``learn_to`` times its warmup's.
@@ -108,15 +105,12 @@ class Trial(Run):
         self._ceiling_index = 0
         self._replayed = 0
         self._cached: collections.deque = collections.deque(maxlen=CACHED_BATCHES)
-        self._loss_sum = None
-        self._loss_steps = 0
         self._step = 0
         self._seen = 0  # samples consumed since the first batch: the x axis of loss comparisons
         self._phase = Phase.WARMUP
         self._windows_done = 0
         self._reset_window(time.perf_counter())
-        self._started = self._window_start
-        self._beat = self._window_start
+        self._started = self._beat = self._win.start
         self._announced = False
         self._batch_samples = 0  # of the batch the user's step is training on
         self._compiling = False  # run.model compiled the model: its first steps compile it
@@ -134,22 +128,12 @@ class Trial(Run):
         hook = module.register_forward_pre_hook(first_call)
         return module
 
-    def _compile_s(self) -> float:
-        """What compiling cost the warmup: its steps' time past as many typical (median) steps.
-        The first forward and backward compile; CUDA graphs are recorded over the next few."""
-        times = sorted(self._step_times)
-        return max(0.0, sum(times) - len(times) * times[len(times) // 2]) if times else 0.0
-
     def _after_step(self, loss: Any) -> None:
         if not self._announced:  # a step with no batch from run.batches: nothing would be measured
             raise RuntimeError("run.step() ran before any batch came from run.batches(loader): autotune "
                                "measures the loop through it; iterate `for batch in run.batches(loader):`")
-        loss = loss.detach().float()
-        self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
-        self._loss_steps += 1
-        if self._phase in (Phase.WARMUP, Phase.MEASURE):  # its curve: where each step ends, its loss
-            self._step_losses.append(loss)
-            self._step_ends.append(self._seen + self._batch_samples)
+        curve = self._phase in (Phase.WARMUP, Phase.MEASURE)  # its curve: where each step ends, its loss
+        self._win.add_loss(loss.detach().float(), self._seen + self._batch_samples if curve else None)
 
     def batches(self, loader: Iterable[Any]) -> Iterator[Any]:
         epoch_t0 = time.perf_counter()
@@ -183,40 +167,28 @@ class Trial(Run):
             it.close()
 
     def _reset_window(self, now: float) -> None:
-        self._window_start = now
-        if self._phase.ceiling is not None:  # a ceiling's window: what it costs the CPUs, too
-            from autotune._monitor import tree_cpu_s
-
-            self._win_cpu = tree_cpu_s()
-        self._win_thread = time.thread_time()  # the CPU time of the thread running the loop
-        self._win_steps = 0
-        self._win_samples = 0
-        self._win_wait = 0.0
-        self._step_times: list[float] = []
-        self._loss_sum = None
-        self._loss_steps = 0
-        self._step_losses: list[Any] = []
-        self._step_ends: list[int] = []
+        """Start a window at ``now``: a ceiling's counts what it costs the CPUs, too."""
+        self._win = Window(now, tree_cpu_s() if self._phase.ceiling is not None else None)
 
     def _count(self, batch: Any, waited: float, t0: float) -> None:
         now = time.perf_counter()
         samples = _batch_len(batch)
         self._step += 1
-        self._win_steps += 1
-        self._win_samples += samples
-        self._win_wait += waited
+        self._win.steps += 1
+        self._win.samples += samples
+        self._win.wait += waited
         self._beat_if_due(now)
         if self._phase == Phase.COMPUTE:
             if self._window_due(now):
                 self._close_ceiling_window(Part.COMPUTE)
             return
         self._seen += samples
-        self._step_times.append(now - t0)
+        self._win.step_times.append(now - t0)
         if self._phase == Phase.WARMUP:
             if self._warm(now) and not self._aligned():
                 self._end_warmup()
         elif self._window_due(now) and (not self._aligned()
-                                        or now - self._window_start >= ALIGNED_MAX * self._window_s):
+                                        or now - self._win.start >= ALIGNED_MAX * self._window_s):
             self._end_window()
 
     def _aligned(self) -> bool:
@@ -241,11 +213,11 @@ class Trial(Run):
         self._sync()
         self._phase = Phase.MEASURE
         self._pending = [part for part in (Part.COMPUTE, Part.LOADER) if self._wants(part)]
-        loss = self._read_loss()
+        loss = self._win.loss()
         self._warmup_loss = loss
         self._emit("warmup", steps=self._step, seconds=time.perf_counter() - self._started,
-                   samples=self._win_samples, samples_seen=self._seen, loss=loss, curve=self._curve(),
-                   **({"compile_s": self._compile_s()} if self._compiling else {}))
+                   samples=self._win.samples, samples_seen=self._seen, loss=loss, curve=self._win.curve(self._seen),
+                   **({"compile_s": compile_s(self._win.step_times)} if self._compiling else {}))
         self._reset_window(time.perf_counter())
         self._stop_if_nonfinite(loss)
 
@@ -271,13 +243,7 @@ class Trial(Run):
             self._emit("progress", step=self._step)
 
     def _window_due(self, now: float) -> bool:
-        return self._win_steps >= self._min_window_steps and now - self._window_start >= self._window_s
-
-    def _read_loss(self) -> float | None:
-        """The mean loss since the last read: one device read, at a window edge (already synced)."""
-        if self._loss_sum is None:
-            return None
-        return self._loss_sum.item() / self._loss_steps
+        return self._win.steps >= self._min_window_steps and now - self._win.start >= self._window_s
 
     @staticmethod
     def _stop_if_nonfinite(loss: float | None) -> None:
@@ -288,38 +254,21 @@ class Trial(Run):
     def _close_window(self) -> float | None:
         self._sync()
         now = time.perf_counter()
-        loss = self._read_loss()
+        loss = self._win.loss()
         extra = {}
         if self.device.type == "cuda":
             import torch
 
             extra["gpu_mem_peak"] = torch.cuda.max_memory_allocated(self.device)
-        curve = self._curve()
+        curve = self._win.curve(self._seen)
         self._chunks.extend(curve)
-        self._emit("window", index=self._windows_done, steps=self._win_steps,
-                   samples=self._win_samples, samples_seen=self._seen, seconds=now - self._window_start,
-                   data_wait=self._win_wait, loss=loss, step_times=self._step_times,
-                   curve=curve, wall=time.time(), main_thread_s=time.thread_time() - self._win_thread, **extra)
+        self._emit("window", index=self._windows_done, steps=self._win.steps,
+                   samples=self._win.samples, samples_seen=self._seen, seconds=now - self._win.start,
+                   data_wait=self._win.wait, loss=loss, step_times=self._win.step_times,
+                   curve=curve, wall=time.time(), main_thread_s=time.thread_time() - self._win.thread, **extra)
         self._windows_done += 1
         self._reset_window(now)
         return loss
-
-    def _curve(self) -> list[list[float]]:
-        """The window's step losses in up to ``CURVE_CHUNKS`` pieces: ``[start, end, mean loss,
-        steps]``, samples from the first batch (one device read; the device is synced)."""
-        if not self._step_losses:
-            return []
-        import torch
-
-        losses = torch.stack(self._step_losses).tolist()
-        ends = self._step_ends
-        start = self._seen - self._win_samples
-        curve, n = [], len(losses)
-        for i in range(min(CURVE_CHUNKS, n)):
-            lo, hi = i * n // min(CURVE_CHUNKS, n), (i + 1) * n // min(CURVE_CHUNKS, n)
-            begin = start if lo == 0 else ends[lo - 1]
-            curve.append([begin, ends[hi - 1], sum(losses[lo:hi]) / (hi - lo), hi - lo])
-        return curve
 
     # -- ceilings -------------------------------------------------------------------
 
@@ -339,14 +288,13 @@ class Trial(Run):
         self._reset_window(time.perf_counter())
 
     def _close_ceiling_window(self, part: Part) -> None:
-        from autotune._monitor import tree_cpu_s
         from autotune._probe import usable_cpus
 
         self._sync()
         now = time.perf_counter()
         self._emit("ceiling", part=part.value, key=ceiling_key(part, self.resolved()),
-                   index=self._ceiling_index, steps=self._win_steps, samples=self._win_samples,
-                   seconds=now - self._window_start, cpu_s=tree_cpu_s() - self._win_cpu, cpus=usable_cpus(),
+                   index=self._ceiling_index, steps=self._win.steps, samples=self._win.samples,
+                   seconds=now - self._win.start, cpu_s=tree_cpu_s() - self._win.cpu, cpus=usable_cpus(),
                    wall=time.time())
         self._ceiling_index += 1
         self._reset_window(now)
@@ -382,12 +330,12 @@ class Trial(Run):
                         self._sync()
                         self._reset_window(time.perf_counter())
                     continue
-                self._win_steps += 1
-                self._win_samples += _batch_len(batch)
-                elapsed = now - self._window_start
+                self._win.steps += 1
+                self._win.samples += _batch_len(batch)
+                elapsed = now - self._win.start
                 # A fast loader is timed over a quarter window: its rate is precise by then.
                 if self._window_due(now) or (elapsed >= self._window_s / 4
-                                             and self._win_steps >= QUICK_LOADER_BATCHES):
+                                             and self._win.steps >= QUICK_LOADER_BATCHES):
                     self._close_ceiling_window(Part.LOADER)  # the last one raises BudgetSpent
         finally:
             for extra in epochs[1:]:
@@ -395,7 +343,7 @@ class Trial(Run):
 
     def finish(self) -> None:
         """Close a last partial window if the function returned mid-window."""
-        if self._phase == Phase.MEASURE and self._win_steps >= self._min_window_steps \
+        if self._phase == Phase.MEASURE and self._win.steps >= self._min_window_steps \
                 and self._windows_done < self._windows:
             self._close_window()
         self._emit("end", steps=self._step, windows=self._windows_done,

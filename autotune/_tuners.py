@@ -29,8 +29,17 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autotune._config import ConfigError
+from autotune._kinds import baseline_request
+from autotune._optuna_io import set_system_attr, system_attrs
+from autotune._queue import write
+from autotune._records import ATTR_HEARTBEAT, ATTR_OWNER, ATTR_PARENT, ATTR_WORKER, OBJECTIVE
+
 if TYPE_CHECKING:
     import optuna
+
+    from autotune._probe import Fingerprint
+    from autotune._tracking import Tracker
 
 #: Seconds between heartbeats (a tuner's, and its running trial's).
 HEARTBEAT_S = 30.0
@@ -39,14 +48,14 @@ HEARTBEAT_S = 30.0
 STALE_AFTER_S = 4 * HEARTBEAT_S
 #: Study system attr key prefix of the tuner registry (one entry per tuner process).
 TUNER_KEY = "autotune:tuner:"
-#: Marker studies (one per claimed job) are named ``<study><CLAIM_MARK><job>``;
-#: ``show``, ``export`` and the study lists skip them.
-CLAIM_MARK = "::autotune-claim:"
+#: Seconds a tuner joining a new study waits for its founder to finish setting it
+#: up (the MLflow parent run) before doing it itself.
+SETUP_WAIT_S = 120.0
 #: Names the folder where this host's tuners register and take turns on CPUs (``HostRegistry``).
 HOST_DIR_ENV = "AUTOTUNE_HOST_DIR"
 
 
-class Phase(str, enum.Enum):
+class TunerPhase(str, enum.Enum):
     """Where a tuner is: its own trials, the confirmation re-runs, or gone."""
 
     SAMPLING = "sampling"
@@ -124,44 +133,62 @@ def found_or_join(storage, name: str, sampler) -> tuple[optuna.Study, bool]:
         return optuna.load_study(study_name=name, storage=storage, sampler=sampler), False
 
 
-def claim(study: optuna.Study, job: str) -> bool:
-    """Whether this tuner is the one to do ``job`` (once per study and job name).
+class Joined:
+    """A study this tuner takes part in: its Optuna study, MLflow experiment and parent run."""
 
-    The claim is the creation of a marker study: it succeeds once. Markers stay
-    (an empty study each) so a tuner that crashed mid-job cannot let a second
-    one do it again; a later round of the job names a new job.
+    def __init__(self, study: optuna.Study, experiment_id: str, parent_id: str) -> None:
+        self.study, self.experiment_id, self.parent_id = study, experiment_id, parent_id
+
+
+def join(storage, name: str, sampler, target: str, space: str, fingerprint: Fingerprint, tracker: Tracker,
+         say: Callable[[str], None]) -> Joined:
+    """Found study ``name`` or join it; the founder sets it up (``set_up``), a joiner waits for
+    that, and does it itself if the founder died first (its baseline is then asked for by the
+    first tuner that finds none).
+
+    Raises:
+        ConfigError: the study tunes another target.
     """
-    import optuna
+    study, founder = found_or_join(storage, name, sampler)
+    if founder:
+        set_up(study, target, space, fingerprint, tracker, baseline=True)
+    else:
+        deadline = time.monotonic() + SETUP_WAIT_S
+        while ATTR_PARENT not in study.user_attrs:
+            if time.monotonic() > deadline:
+                say(f"study {name}: the tuner that created it did not set it up within {SETUP_WAIT_S:.0f} s; "
+                    "setting it up here")
+                set_up(study, target, space, fingerprint, tracker, baseline=False)
+                break
+            time.sleep(0.5)
+    known = study.user_attrs.get("target")
+    if known and known != target:
+        raise ConfigError(f"--study {name!r} tunes {known}, not {target}; give another --study name")
+    experiment_id = tracker.experiment(name)
+    return Joined(study, experiment_id, tracker.parent_run(experiment_id, study.user_attrs[ATTR_PARENT], {}))
 
-    try:
-        optuna.create_study(study_name=f"{study.study_name}{CLAIM_MARK}{job}", storage=study._storage)
-        return True
-    except optuna.exceptions.DuplicatedStudyError:
-        return False
 
+def set_up(study: optuna.Study, target: str, space: str, fingerprint: Fingerprint, tracker: Tracker,
+           baseline: bool) -> None:
+    """Record what the study tunes, ask for its baseline, start its MLflow parent run.
 
-def is_marker(study_name: str) -> bool:
-    """Whether a study is a claim marker, not a user's study."""
-    return CLAIM_MARK in study_name
-
-
-def claim_waiting(study: optuna.Study, want: Callable[[optuna.trial.FrozenTrial], bool]) -> optuna.Trial | None:
-    """Claim the oldest enqueued trial that ``want`` accepts; None if there is none left.
-
-    As ``Study.ask`` pops its queue: WAITING becomes RUNNING for one claimer only.
+    The parent run's id goes last: tuners joining the study wait for it.
     """
-    import optuna
+    import dataclasses
+    import warnings
 
-    storage = study._storage
-    for frozen in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
-        if not want(frozen):
-            continue
-        try:
-            if storage.set_trial_state_values(frozen._trial_id, state=optuna.trial.TrialState.RUNNING):
-                return optuna.Trial(study, frozen._trial_id)
-        except optuna.exceptions.UpdateFinishedTrialError:
-            continue
-    return None
+    study.set_user_attr("target", target)
+    study.set_user_attr("space", space)
+    study.set_user_attr("fingerprint", {**dataclasses.asdict(fingerprint), "summary": fingerprint.summary()})
+    with warnings.catch_warnings():  # "experimental" since Optuna 3.2, and only ours to know
+        warnings.simplefilter("ignore")
+        study.set_metric_names([OBJECTIVE])  # what optuna-dashboard and its plots call the value
+    if baseline:
+        write(study, baseline_request())
+    experiment_id = tracker.experiment(study.study_name)
+    parent = tracker.parent_run(experiment_id, None, {"autotune.study": study.study_name, "autotune.target": target,
+                                                      "autotune.fingerprint": fingerprint.summary()})
+    study.set_user_attr(ATTR_PARENT, parent)
 
 
 class Registry:
@@ -174,13 +201,13 @@ class Registry:
     def __init__(self, study: optuna.Study, me: Mapping[str, Any]) -> None:
         self._study, self.me = study, dict(me)
         self.key = f"{TUNER_KEY}{me['host']}:{me['pid']}:{me['started']}"
-        self._phase, self._beat, self._ended = Phase.SAMPLING, 0, ""
+        self._phase, self._beat, self._ended = TunerPhase.SAMPLING, 0, ""
 
     def _write(self) -> None:
         entry = {**self.me, "phase": self._phase.value, "beat": self._beat, "ended": self._ended}
-        self._study._storage.set_study_system_attr(self._study._study_id, self.key, entry)
+        set_system_attr(self._study, self.key, entry)
 
-    def enter(self, phase: Phase, ended: str = "") -> None:
+    def enter(self, phase: TunerPhase, ended: str = "") -> None:
         """Record this tuner's phase (and, when done, how it ended)."""
         self._phase, self._ended = phase, ended
         self._write()
@@ -191,13 +218,47 @@ class Registry:
 
     def others(self) -> list[dict[str, Any]]:
         """Every other tuner's entry (live or not)."""
-        attrs = self._study._storage.get_study_system_attrs(self._study._study_id)
+        attrs = system_attrs(self._study)
         return [v for k, v in attrs.items() if k.startswith(TUNER_KEY) and k != self.key]
 
-    def live_others(self, liveness: Liveness, phases: tuple[Phase, ...]) -> list[dict[str, Any]]:
+    def live_others(self, liveness: Liveness, phases: tuple[TunerPhase, ...]) -> list[dict[str, Any]]:
         """Other tuners in one of ``phases`` that are not known to be gone."""
         return [t for t in self.others() if t.get("phase") in {p.value for p in phases}
                 and liveness.stale(f"tuner {t['host']}:{t['pid']}:{t['started']}", t, t.get("beat")) is None]
+
+
+def stale_trials(study: optuna.Study, liveness: Liveness) -> list[tuple[optuna.trial.FrozenTrial, str]]:
+    """The trials gone tuners left RUNNING, each with the reason to close it as ``interrupted``.
+
+    A stale trial's worker processes are killed first where they run on this host (found by
+    process group and by the trial's tag), and the reason says how many.
+    """
+    import optuna
+
+    from autotune._reap import kill_orphans
+
+    found = []
+    for frozen in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        attrs = frozen.user_attrs
+        why = liveness.stale(f"trial {frozen.number}", attrs.get(ATTR_OWNER), attrs.get(ATTR_HEARTBEAT))
+        if why is None:
+            continue
+        worker = attrs.get(ATTR_WORKER)
+        killed = 0
+        if worker and attrs.get(ATTR_OWNER, {}).get("host") == liveness.host:
+            killed = kill_orphans(worker["pid"], worker["started"], worker.get("tag"))
+        found.append((frozen, f"left RUNNING: {why}; closed by pid {os.getpid()} on {liveness.host}"
+                              + (f", which killed {killed} orphaned worker process(es)" if killed else "")))
+    return found
+
+
+def neighbours_line(neighbours: Sequence[Mapping[str, Any]]) -> str:
+    """What a tuner says when other tuners run on its host (``HostRegistry.join``)."""
+    return (f"{len(neighbours)} other tuner(s) run on this host ("
+            + "; ".join(f"pid {n['pid']}: study {n['study']} on {n['cpus']}" for n in neighbours)
+            + "): their trials and these take turns on each CPU (beside another, a trial read 9% of alone on "
+            f"2 cores), and the RAM budget is split {1 + len(neighbours)} ways. One tuner with --jobs N runs "
+            "trials at once, each on CPUs of its own")
 
 
 def describe(tuners: list[Mapping[str, Any]]) -> str:

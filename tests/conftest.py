@@ -34,7 +34,7 @@ TAG = "AUTOTUNE_TEST_TAG"
 
 def tagged(value: str, variable: str = TAG) -> list:
     """Live (non-zombie) processes whose environment carries ``variable=value`` (by default
-    this test's tag; a trial's tag is ``autotune._runner.TRIAL_TAG_ENV``)."""
+    this test's tag; a trial's tag is ``autotune._watch.TRIAL_TAG_ENV``)."""
     import psutil
 
     found = []

@@ -78,7 +78,7 @@ def test_a_function_of_a_module_is_named_by_its_module() -> None:
 
 def test_tune_inside_its_own_trial_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
     """A script without the ``__main__`` guard would start a study in every trial."""
-    from autotune._runner import TRIAL_TAG_ENV
+    from autotune._launch import TRIAL_TAG_ENV
 
     monkeypatch.setenv(TRIAL_TAG_ENV, "some-trial")
     with pytest.raises(RuntimeError, match='if __name__ == "__main__"'):

@@ -7,13 +7,16 @@ import dataclasses
 import pytest
 
 from autotune._confirm import Group, beats, decide, group_runs, plan
+from autotune._kinds import Kind
 from autotune._records import TrialRow
 
 
 def row(number: int, sps: float | None, outcome: str = "complete", *, baseline: bool = False,
         confirms: int | None = None, doubt: str | None = None) -> TrialRow:
     metrics = {"samples_per_s": sps} if sps is not None else {}
-    return TrialRow(number, baseline, outcome, "", metrics, {}, None, None, confirms=confirms, doubt=doubt)
+    kind = Kind.BASELINE if baseline else Kind.SAMPLED if confirms is None else Kind.CONFIRM
+    return TrialRow(number, baseline, outcome, "", metrics, {}, None, None, kind=kind,
+                    of=confirms, doubt=doubt)
 
 
 NOISY = "noisy: other processes used 48% of its CPUs while it measured (over 20%)"

@@ -229,19 +229,24 @@ def test_confirmation_re_runs_the_top_configs_and_the_baseline(tmp_path: Path) -
     # trials 1 and 2 (all the feasible non-baseline configs: fewer than 3) and the
     # baseline, once more each, the baseline last
     assert [t.number for t in trials] == [0, 1, 2, 3, 4, 5]
-    confirms = [t.user_attrs.get("confirms") for t in trials]
-    assert confirms[:3] == [None, None, None] and sorted(confirms[3:5]) == [1, 2] and confirms[5] == 0
+    kinds = [(t.user_attrs["kind"], t.user_attrs.get("of")) for t in trials]
+    assert kinds[:3] == [("baseline", None), ("sampled", None), ("sampled", None)]
+    assert sorted(kinds[3:5]) == [("confirm", 1), ("confirm", 2)] and kinds[5] == ("confirm", 0)
     assert "confirming: 3 re-runs" in out.stderr
     for t in trials[3:]:
-        first = trials[t.user_attrs["confirms"]]
+        first = trials[t.user_attrs["of"]]
         assert t.user_attrs["sampled"] == first.user_attrs["sampled"]  # the same config again ...
         assert t.user_attrs["config"] == first.user_attrs["config"]
-        assert not t.user_attrs["baseline"]  # ... not a baseline, and not sampled: its first's params
+        # ... a baseline where it runs the code as written, and not sampled: its first's params
+        assert t.user_attrs["baseline"] == first.user_attrs["baseline"]
         assert t.params == first.params and t.distributions == first.distributions
     _, runs = mlflow_runs(tmp_path / "mlflow", "c")
-    tagged = {r.data.tags["autotune.trial"]: r.data.tags.get("autotune.confirms") for r in runs
-              if "autotune.trial" in r.data.tags}
-    assert tagged == {str(t.number): (str(c) if c is not None else None) for t, c in zip(trials, confirms)}
+    tagged = {r.data.tags["autotune.trial"]: (r.data.tags["autotune.kind"], r.data.tags.get("autotune.of"),
+                                               r.data.tags["autotune.baseline"])
+              for r in runs if "autotune.trial" in r.data.tags}
+    assert tagged == {str(t.number): (kind, None if of is None else str(of), str(t.user_attrs["baseline"]).lower())
+                      for t, (kind, of) in zip(trials, kinds)}
+    assert tagged["5"] == ("confirm", "0", "true")  # the baseline's re-run is a baseline too
     # the winner is chosen on medians of 2 runs, said in the summary and the export
     found = standing(study)
     assert all(len(g.rates) == 2 for g in found.groups)

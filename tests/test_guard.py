@@ -231,7 +231,8 @@ def test_a_config_gets_the_same_verdict_fast_or_slow(tmp_path) -> None:
     from pathlib import Path
 
     from autotune._config import Config
-    from autotune._runner import Budget, TrialSpec, run_trial
+    from autotune._launch import Budget, TrialSpec
+    from autotune._watch import run_trial
 
     tiny = f"{Path(__file__).parent / 'fixtures' / 'tiny_train.py'}:train"
     budget = Budget(warmup_steps=2, warmup_s=0.2, window_s=0.25, windows=4, ceiling_windows=0)

@@ -87,7 +87,8 @@ def test_a_trial_with_malloc_retain_applies_it_in_its_worker(tmp_path, retained:
     # a real trial, forked from a warm worker as a study runs it; the function frees and takes
     # 20 MiB again once its batches have started, and prints the faults that took
     from autotune._pool import WarmWorker
-    from autotune._runner import Budget, TrialSpec, new_tag, run_trial
+    from autotune._launch import Budget, new_tag, TrialSpec
+    from autotune._watch import run_trial
 
     log = tmp_path / "trial.log"
     spec = TrialSpec(target=f"{FIXTURES / 'tiny_train.py'}:train_reports_heap_faults",

@@ -16,7 +16,8 @@ import pytest
 from helpers import cli, cli_env, seed_store
 from servers import PrivateCluster, _without_test_tag
 
-from autotune._tuners import CLAIM_MARK, HOST_DIR_ENV, TUNER_KEY
+from autotune._queue import CLAIM_MARK
+from autotune._tuners import HOST_DIR_ENV, TUNER_KEY
 
 TARGET = f"{Path(__file__).parent / 'fixtures' / 'team_train.py'}:train"
 FAST = ["--warmup", "0.2", "--window", "0.3", "--windows", "2", "--ceiling-windows", "0", "--seed", "0",
@@ -111,18 +112,18 @@ def check_invariants(url: str, tracking_uri: str, name: str, tuners: int, own_tr
     # unique trial numbers, all ended
     assert [t.number for t in trials] == list(range(len(trials)))
     assert all(t.state.is_finished() for t in trials), [(t.number, t.state) for t in trials]
-    firsts = [t for t in trials if "confirms" not in t.user_attrs]
+    firsts = [t for t in trials if t.user_attrs["kind"] not in ("confirm", "remeasure")]
     assert len(firsts) == own_trials
     # one baseline
     assert sum(bool(t.user_attrs.get("baseline")) for t in firsts) == 1
     # one confirmation plan, each re-run claimed once: every planned config got exactly `confirm`
     # (a run measured again because it was noisy is not one of them, and follows a noisy run)
-    reruns = Counter(t.user_attrs["confirms"] for t in trials
-                     if "confirms" in t.user_attrs and not t.user_attrs.get("remeasure"))
+    reruns = Counter(t.user_attrs["of"] for t in trials if t.user_attrs["kind"] == "confirm")
     assert reruns and set(reruns.values()) == {confirm}, reruns
-    for again in (t for t in trials if t.user_attrs.get("remeasure")):
+    for again in (t for t in trials if t.user_attrs["kind"] == "remeasure"):
+        assert again.user_attrs["remeasure"] >= 1
         assert any((t.user_attrs.get("doubt") or "").startswith("noisy") and t.number < again.number
-                   and again.user_attrs["confirms"] in (t.number, t.user_attrs.get("confirms")) for t in trials)
+                   and again.user_attrs["of"] in (t.number, t.user_attrs.get("of")) for t in trials)
     assert firsts[0].number in reruns  # the baseline is among them
     markers = [s.study_name for s in optuna.get_all_study_summaries(storage_of(url)) if s.study_name.startswith(name + CLAIM_MARK)]
     assert len([m for m in markers if "confirm-after-" in m]) == 1, markers
@@ -348,8 +349,8 @@ def test_two_tuners_retry_a_diverged_config_once_at_the_baselines_seed(postgres:
     diverged = trials[1]
     assert diverged.params == {"batch_size": "2x", "lr_scaling": "none"}
     assert diverged.user_attrs["outcome"] == "diverged", diverged.user_attrs["reason"]
-    retries = [t for t in trials if t.user_attrs.get("retries") is not None]
-    assert [t.user_attrs["retries"] for t in retries] == [diverged.number], outputs
+    retries = [t for t in trials if t.user_attrs["kind"] == "retry"]
+    assert [t.user_attrs["of"] for t in retries] == [diverged.number], outputs
     retry, = retries
     assert retry.number == 4 and len(trials) == 5
     assert retry.params == {"batch_size": "2x", "lr_scaling": "linear"}

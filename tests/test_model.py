@@ -9,7 +9,8 @@ import torch
 
 from helpers import autotune, load_study
 from autotune import Config, Outcome, Recipe
-from autotune._runner import Budget, TrialSpec, run_trial
+from autotune._launch import Budget, TrialSpec
+from autotune._watch import run_trial
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "model_train.py"
 FAST = Budget(warmup_s=0.2, window_s=0.3, windows=2, ceiling_windows=0)

@@ -17,7 +17,8 @@ import pytest
 from conftest import tagged
 from autotune import Config, Outcome
 from autotune._pool import WarmWorker
-from autotune._runner import TRIAL_TAG_ENV, Budget, TrialSpec, new_tag, run_trial
+from autotune._launch import Budget, new_tag, TRIAL_TAG_ENV, TrialSpec
+from autotune._watch import run_trial
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAST = Budget(warmup_s=0.2, window_s=0.3, windows=2, ceiling_windows=0)
@@ -137,7 +138,7 @@ def test_a_dead_warm_worker_means_cold_trials(tmp_path: Path, warm: WarmWorker) 
 
 def test_the_warm_worker_ends_with_its_tuner(tmp_path: Path) -> None:
     # a tuner (this script) that starts a warm worker, waits until it is ready, then is killed
-    script = ("import os, sys, time\nfrom autotune._pool import WarmWorker\nfrom autotune._runner import new_tag\n"
+    script = ("import os, sys, time\nfrom autotune._pool import WarmWorker\nfrom autotune._launch import new_tag\n"
               "w = WarmWorker(os.environ, new_tag())\nassert w._wait_ready()\nprint(w.pid, flush=True)\n"
               "time.sleep(300)\n")
     tuner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)

@@ -21,7 +21,9 @@ from autotune import Config, Outcome
 from autotune._events import FD_ENV
 from autotune._ceilings import CACHED_BATCHES, bottleneck, ceiling_key
 from autotune._knobs import Part
-from autotune._runner import TRIAL_TAG_ENV, Budget, TrialSpec, build_command, kill_orphans, run_trial, sweep_orphans
+from autotune._launch import Budget, build_command, TRIAL_TAG_ENV, TrialSpec
+from autotune._reap import kill_orphans, sweep_orphans
+from autotune._watch import run_trial
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tiny_train.py"
 ESCAPING = FIXTURE.with_name("escaping_train.py")
@@ -542,7 +544,7 @@ Extension modules: numpy.core._multiarray_umath, torch._C (total: 2)"""
 
 
 def test_log_tail_keeps_the_crashing_threads_stack() -> None:
-    from autotune._runner import log_tail
+    from autotune._figures import log_tail
 
     assert log_tail(FAULTHANDLER_REPORT) == (
         "Fatal Python error: Segmentation fault\n"
@@ -552,7 +554,7 @@ def test_log_tail_keeps_the_crashing_threads_stack() -> None:
 
 
 def test_log_tail_without_a_native_crash_is_the_last_lines() -> None:
-    from autotune._runner import log_tail
+    from autotune._figures import log_tail
 
     text = "\n".join(f"line {i}" for i in range(30))
     assert log_tail(text, lines=3) == "line 27\nline 28\nline 29"

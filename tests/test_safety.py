@@ -24,7 +24,9 @@ from helpers import autotune, cli, cli_env, load_study, mlflow_runs, seed_store
 from autotune import Config, Outcome
 from autotune._outcome import headline
 from autotune._records import signed_share
-from autotune._runner import Budget, TrialSpec, kill_orphans, run_trial
+from autotune._launch import Budget, TrialSpec
+from autotune._reap import kill_orphans
+from autotune._watch import run_trial
 from autotune._tracking import RUN_STATUS
 
 FIXTURE = Path(__file__).parent / "fixtures" / "faulty_train.py"
@@ -196,7 +198,7 @@ def test_a_fast_config_diverged_on_its_lr_runs_again_with_the_lr_scaled(tmp_path
     assert diverged.user_attrs["outcome"] == "diverged", diverged.user_attrs["reason"]
     assert "over the same samples" in diverged.user_attrs["reason"]  # worse, not nan: more lr
     assert diverged.value > 1.5 * base.value  # fast: its config is worth another lr
-    assert retry.user_attrs["retries"] == diverged.number
+    assert (retry.user_attrs["kind"], retry.user_attrs["of"]) == ("retry", diverged.number)
     assert retry.user_attrs["sampled"] == {"batch_size": "2x", "lr_scaling": "linear"}
     assert retry.params == {"batch_size": "2x", "lr_scaling": "linear"}  # the sampler learns from it
     assert retry.user_attrs["outcome"] == "complete", retry.user_attrs["reason"]
@@ -208,7 +210,7 @@ def test_a_fast_config_diverged_on_its_lr_runs_again_with_the_lr_scaled(tmp_path
     assert "its config runs again with lr_scaling linear" in said
     _, runs = mlflow_runs(tmp_path / "mlflow", "lr")
     run = next(r for r in runs if r.data.tags.get("autotune.trial") == str(retry.number))
-    assert run.data.tags["autotune.retries"] == str(diverged.number)
+    assert (run.data.tags["autotune.kind"], run.data.tags["autotune.of"]) == ("retry", str(diverged.number))
     assert f"trial {diverged.number}'s config, which diverged, with lr_scaling linear" in \
         run.data.tags["mlflow.note.content"]
     # How near the tolerance the complete retry's loss came, wherever a user looks: its metrics,
@@ -267,7 +269,7 @@ def test_a_diverged_config_is_not_retried_while_another_slot_runs_it_with_that_l
     assert diverged.value > 1.5 * trials[0].value  # fast: its config was worth another lr
     assert held.user_attrs["sampled"] == {"batch_size": "2x", "lr_scaling": "linear"}
     assert held.user_attrs["outcome"] == "complete", held.user_attrs["reason"]
-    assert not [t.number for t in trials if "retries" in t.user_attrs]
+    assert not [t.number for t in trials if t.user_attrs["kind"] == "retry"]
     said = " ".join(log.read_text().split())
     assert (f"trial {diverged.number} diverged at batch size 16 (2x the code's) with lr_scaling none, but ran "
             "at") in said

@@ -14,7 +14,7 @@ from conftest import TAG
 from helpers import cli, cli_env, load_study, mlflow_runs, seed_store
 
 from autotune import Config, ConfigError
-from autotune._runner import TRIAL_TAG_ENV, TrialSpec, build_command
+from autotune._launch import build_command, TRIAL_TAG_ENV, TrialSpec
 from autotune._slots import CPUS_ENV, Slot, cpu_list, devices_of, plan_slots
 
 

@@ -10,8 +10,10 @@ import pytest
 from autotune import KNOBS
 from autotune._ceilings import Ceilings, bottleneck
 from autotune._confirm import decide, group_runs
+from autotune._kinds import Kind
 from autotune._records import TrialRow, loss_against_baseline, loss_cell, signed_share
-from autotune._standing import Standing, findings, held_loader_knobs
+from autotune._space_now import held_loader_knobs
+from autotune._standing import Standing, findings
 
 
 def row(number: int, sps: float, *, baseline: bool = False, confirms: int | None = None,
@@ -19,7 +21,8 @@ def row(number: int, sps: float, *, baseline: bool = False, confirms: int | None
         window_spread: float = 0.1, doubt: str | None = None) -> TrialRow:
     bound = bottleneck(sps, wait, sps / efficiency, None)
     return TrialRow(number, baseline, "complete", "", {"samples_per_s": sps, "samples_per_s_spread": window_spread},
-                    {}, None, None, sampled=sampled or {}, confirms=confirms, bottleneck=bound, doubt=doubt)
+                    {}, None, None, sampled=sampled or {}, bottleneck=bound, doubt=doubt,
+                    kind=Kind.BASELINE if baseline else Kind.SAMPLED if confirms is None else Kind.CONFIRM, of=confirms)
 
 
 def standing_of(*rows: TrialRow) -> Standing:
@@ -175,3 +178,13 @@ def test_a_compiled_winner_says_what_compiling_cost_and_when_it_pays_back() -> N
     # per sample it saves 1/100 - 1/200 = 0.005 s: 30 s back after 6,000 samples, 93.75 steps of 64
     assert lines[-1] == ("compile: torch.compile took 30.0 s before the first step (kept out of the figures); "
                          "it pays back after 94 steps of 64 samples")
+
+
+def test_findings_of_a_confirmed_winner_in_a_study_whose_baseline_never_measured() -> None:
+    # the baseline crashed (or every run of it was interrupted): no baseline group, and the
+    # confirmed winner is said without one (this raised AttributeError; found by
+    # tests/unit/test_properties.py)
+    crashed = dataclasses.replace(row(0, 100, baseline=True), outcome="crashed", metrics={}, bottleneck=None)
+    found = standing_of(crashed, row(1, 150, sampled={"a": 1}), row(2, 140, confirms=1))
+    assert found.base is None and found.decision.winner.confirmed
+    assert findings(found)[1] == "runs: median of 2 runs (1, 2), ±3%"  # (150 - 140) / 145 / 2

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import autotune
 
-from autotune._stores import MIN_FREE_BYTES, Patience, Pending, StoreDown, check_folder, patient_storage, transient
+from autotune._stores import MIN_FREE_BYTES, Patience, Spool, StoreDown, check_folder, patient_storage, transient
 
 
 class Clock:
@@ -153,7 +153,7 @@ def test_the_optuna_storage_is_retried_call_by_call(tmp_path: Path) -> None:
 
 
 def test_pending_results_are_written_whole_and_read_oldest_first(tmp_path: Path) -> None:
-    pending = Pending(tmp_path, "s")
+    pending = Spool(tmp_path, "s")
     assert pending.all() == []
     for number in (10, 2):
         pending.write(number, {"number": number})

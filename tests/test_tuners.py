@@ -10,8 +10,8 @@ import optuna
 import pytest
 from optuna.storages.journal import JournalFileBackend
 
-from autotune._tuners import (STALE_AFTER_S, HostRegistry, Liveness, Phase, Registry, claim, claim_waiting,
-                              found_or_join, is_marker)
+from autotune._queue import claim, claim_waiting, is_marker
+from autotune._tuners import STALE_AFTER_S, HostRegistry, Liveness, Registry, TunerPhase, found_or_join
 
 HERE = "here"
 
@@ -106,14 +106,14 @@ def test_the_registry_holds_each_tuner_once_with_its_phase(tmp_path: Path) -> No
     study, _ = found_or_join(journal(tmp_path), "s", None)
     me = Registry(study, {"host": HERE, "pid": 1, "started": 1.0})
     you = Registry(study, {"host": "there", "pid": 2, "started": 2.0})
-    me.enter(Phase.SAMPLING)
-    you.enter(Phase.CONFIRMING)
+    me.enter(TunerPhase.SAMPLING)
+    you.enter(TunerPhase.CONFIRMING)
     me.beat()
     alive = Liveness(HERE, alive=lambda pid, started: True)
-    assert [t["pid"] for t in me.live_others(alive, (Phase.CONFIRMING,))] == [2]
-    assert me.live_others(alive, (Phase.SAMPLING,)) == []
-    you.enter(Phase.DONE, "finished")
-    assert me.live_others(alive, (Phase.SAMPLING, Phase.CONFIRMING)) == []
+    assert [t["pid"] for t in me.live_others(alive, (TunerPhase.CONFIRMING,))] == [2]
+    assert me.live_others(alive, (TunerPhase.SAMPLING,)) == []
+    you.enter(TunerPhase.DONE, "finished")
+    assert me.live_others(alive, (TunerPhase.SAMPLING, TunerPhase.CONFIRMING)) == []
     assert [(t["pid"], t["beat"]) for t in you.others()] == [(1, 1)]
 
 

@@ -374,7 +374,7 @@ def test_a_leader_with_a_worker_per_batch_runs_again_at_a_smaller_batch_with_twi
 
 def test_a_climbed_config_drops_what_no_longer_applies() -> None:
     from autotune._space import Choice
-    from autotune._study import StudyRunner
+    from autotune._planner import smaller_batch
     from autotune._workers import MoreWorkers, climbed
 
     drawn = {"batch_size": "2x", "num_workers": 12, "lr_scaling": "linear", "prefetch_factor": 4,
@@ -386,12 +386,12 @@ def test_a_climbed_config_drops_what_no_longer_applies() -> None:
     assert climbed(drawn, MoreWorkers(24, ""), None) == {**drawn, "num_workers": 24}
     # the next smaller batch size in the space, in samples (the code's own is 32)
     sizes = Choice(("1x", 48, "4x", "2x"))
-    assert StudyRunner._smaller_batch("4x", 32, sizes) == "2x"
-    assert StudyRunner._smaller_batch("2x", 32, sizes) == 48
-    assert StudyRunner._smaller_batch(48, 32, sizes) == "1x"
-    assert StudyRunner._smaller_batch("1x", 32, sizes) is None
-    assert StudyRunner._smaller_batch("4x", None, sizes) is None
-    assert StudyRunner._smaller_batch(None, 32, sizes) is None
+    assert smaller_batch("4x", 32, sizes) == "2x"
+    assert smaller_batch("2x", 32, sizes) == 48
+    assert smaller_batch(48, 32, sizes) == "1x"
+    assert smaller_batch("1x", 32, sizes) is None
+    assert smaller_batch("4x", None, sizes) is None
+    assert smaller_batch(None, 32, sizes) is None
 
 
 @pytest.mark.parametrize(("drawn", "rate", "waits", "cpu", "useful", "why"), [

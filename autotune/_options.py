@@ -1,0 +1,86 @@
+"""What a study is asked to do (``StudyOptions``), who hears how it goes (``Reporter``), and
+how it stops when the user's code as written does not run (``BaselineFailed``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION
+from autotune._kinds import Kind
+from autotune._launch import Budget
+from autotune._noise import FOREIGN_LOAD_MAX, QUIET_WAIT_S, REMEASURES, SPREAD_MAX
+from autotune._stores import STORE_PATIENCE_S
+
+if TYPE_CHECKING:
+    from autotune._config import Config
+    from autotune._records import TrialRow
+    from autotune._standing import Standing
+
+#: Default store folder (relative to where autotune runs): the Optuna journal,
+#: the MLflow database and artifacts, and the trials' logs.
+DEFAULT_STORE = Path("mlflow")
+#: Share of the RAM available at the start that one trial's processes may use.
+RAM_BUDGET_FRACTION = 0.75
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyOptions:
+    """What ``autotune run`` was asked to do."""
+
+    target: str
+    trials: int = 12
+    study: str | None = None
+    storage: str | None = None
+    tracking_uri: str | None = None
+    store: Path = DEFAULT_STORE
+    device: str = "auto"
+    budget: Budget = Budget()
+    ram_budget: int | None = None
+    seed: int | None = None
+    tolerance: float = DIVERGENCE_TOLERANCE
+    prune: float = PRUNE_FRACTION
+    confirm: int = 2
+    store_patience: float = STORE_PATIENCE_S
+    max_load: float = FOREIGN_LOAD_MAX
+    remeasure: int = REMEASURES
+    quiet_wait: float = QUIET_WAIT_S
+    max_spread: float = SPREAD_MAX
+
+
+class Reporter:
+    """Receives a study's progress (the CLI draws it; the default ignores it)."""
+
+    def note(self, line: str) -> None:
+        """A line worth showing once (capability drops, paths)."""
+
+    def trial_started(self, number: int, index: int, total: int, config: Config,  # type: ignore[valid-type]
+                      share: str | None = None, kind: Kind = Kind.SAMPLED, of: int | None = None) -> None:
+        """Trial ``index`` of ``total`` of this invocation is starting, of ``kind`` (its ``of``:
+        the trial whose config it runs again or starts from); on ``share`` of the host, with
+        ``--jobs``."""
+
+    def event(self, event: Mapping[str, Any]) -> None:
+        """An event from a running worker (``event["trial"]`` says whose)."""
+
+    def trial_done(self, row: TrialRow, found: Standing, seconds_left: float) -> None:
+        """A trial ended; ``found`` is the study's standing with it (its winner so far)."""
+
+
+class BaselineFailed(RuntimeError):
+    """The user's code as written does not run, so no trial can: stop the study."""
+
+
+def baseline_failed(row: TrialRow) -> BaselineFailed:
+    """The error that stops a study whose baseline ``row`` ended without a figure."""
+    return BaselineFailed(f"the baseline (trial {row.number}: your code as written) ended as "
+                          f"{row.outcome}; every trial would fail the same way:\n{row.reason}")
+
+
+def default_study_name(target: str) -> str:
+    """``runners/mnist.py:train`` -> ``mnist``; another function name is appended."""
+    module, _, func = target.rpartition(":")
+    stem = Path(module).stem if module.endswith(".py") else module.rsplit(".", 1)[-1]
+    return stem if func == "train" else f"{stem}.{func}"

@@ -1,0 +1,171 @@
+"""The space as of now: what the next draw may take, from what the study measured so far.
+
+The space a user gives is where a study starts. As trials come in, the study widens an
+``auto`` worker range (``autotune._workers``), draws the int knobs only up to what an epoch
+can use, and holds knobs that measuring has settled: the loader knobs once the best trial
+is compute-bound at high efficiency, the model knobs when the function never hands its
+model to ``run.model``, and ``amp`` at the one precision this machine does not run far
+slower than another (``autotune._precision``). Pure functions of the standing; each
+returns what it decided and the line that says so (``Line``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from autotune._ceilings import loader_only
+from autotune._kinds import Line
+from autotune._knobs import MODEL_KNOBS, batch_of, show_value
+from autotune._noise import doubt
+from autotune._space import Cap, Choice, IntRange, Space
+from autotune._workers import epoch_samples, prefetch_high, useful_workers, widened_range
+
+if TYPE_CHECKING:
+    from autotune._records import TrialRow
+    from autotune._standing import Standing
+
+
+def base_batch_size(found: Standing) -> int | None:
+    """The batch size the user's code passes (every trial's loader reports the same)."""
+    return next((r.base_batch_size for r in found.rows if r.base_batch_size), None)
+
+
+def space_now(space: Space, found: Standing, cpus: int, ram_budget: int | None) -> tuple[Space, Line | None]:
+    """``space``, with an ``auto`` worker range widened as far as the measured loaders ask
+    (``autotune._workers.widened_range``), and the line that says so (said once per range)."""
+    domain = space.domains.get("num_workers")
+    if not isinstance(domain, IntRange) or not domain.auto:
+        return space, None
+    # At the space's smallest batch size an epoch has the most batches: no more workers help.
+    epoch = {}
+    samples, base = epoch_samples(found.rows), base_batch_size(found)
+    sizes = space.domains.get("batch_size")
+    counts = {b: useful_workers(b, base, samples) for b in (sizes.values() if sizes else (None,))}
+    if all(counts.values()):
+        size, most = max(counts.items(), key=lambda kv: kv[1])
+        epoch[f"an epoch's {most} batches at batch size {batch_of(size, base)}"] = most
+    wider = widened_range(domain.high, domain.low, [r for r in found.rows if r.measured], found.ceilings,
+                          found.ceilings.cpus or cpus, ram_budget, also=epoch)
+    if wider is None:
+        return space, None
+    return space.with_high("num_workers", wider.high), Line(wider.why, f"workers-{wider.high}")
+
+
+def draw_caps(found: Standing, space: Space, say: Callable[[Line], None]) -> Cap | None:
+    """Draw ``num_workers`` only up to the batches of an epoch at the batch size drawn
+    (a worker makes whole batches; ``Run.dataloader`` would clamp the rest), and
+    ``prefetch_factor`` only up to the batches each of those workers has in an epoch
+    (the loader asks for at most an epoch's batches ahead). ``say`` hears each cap that
+    bites, as a line to say once. None before any trial reported its epoch."""
+    samples, base = epoch_samples(found.rows), base_batch_size(found)
+    if samples is None:
+        return None
+
+    def cap(name: str, values: Mapping[str, Any]) -> int | None:
+        batches = useful_workers(values.get("batch_size"), base, samples)  # an epoch's, at this size
+        workers = values.get("num_workers")
+        domain = space.domains.get(name)  # (as widened)
+        if batches is None or not isinstance(domain, IntRange):
+            return None
+        size = batch_of(values.get("batch_size"), base)
+        if name == "num_workers":
+            if batches < domain.high:
+                say(Line(f"num_workers drawn up to the batches of an epoch ({samples:,} samples; {batches} "
+                         f"batches at batch size {size}): past one worker per batch, the rest would sit idle",
+                         "epoch-workers"))
+            return batches
+        if name == "prefetch_factor" and isinstance(workers, int) and workers > 0:
+            most = prefetch_high(batches, workers)
+            if most < domain.high:
+                say(Line(f"prefetch_factor drawn up to an epoch's batches per worker (e.g. {batches} batches at "
+                         f"batch size {size} over {workers} workers: {most}): the loader never asks for more "
+                         "than an epoch ahead, so a larger one holds nothing more", "epoch-prefetch"))
+            return most
+        return None
+
+    return cap
+
+
+@dataclasses.dataclass(frozen=True)
+class Holds:
+    """The knobs not to sample now, and why.
+
+    Attributes:
+        values: Knob to the value it is held at (None: the user's own).
+        why: Knob to why, for the trial's MLflow tags (``autotune.held.<knob>``): the
+            precision hold's (the others are said in the terminal).
+        lines: What to say about them (each once per its key).
+        settled_by: The trial whose loader knobs are held (None: none are), which the
+            next call takes as ``settled_by``: holding and lifting are said once each.
+    """
+
+    values: dict[str, Any]
+    why: dict[str, str]
+    lines: tuple[Line, ...]
+    settled_by: int | None
+
+
+def holds(found: Standing, space: Space, settled_by: int | None, max_load: float, max_spread: float) -> Holds:
+    """The holds of the space now (see the module): the model knobs, the loader knobs and
+    ``amp``. ``settled_by``: the trial whose loader hold was last said (None: none)."""
+    model, model_line = _model_hold(found, space)
+    loader, settled, loader_line = _loader_hold(found, space, settled_by)
+    precision, precision_why = _precision_hold(found, space, max_load, max_spread)
+    lines = [line for line in (model_line, loader_line) if line]
+    if precision_why:
+        lines.append(Line(precision_why, f"precision-{precision['amp']}"))
+    return Holds({**model, **loader, **precision}, {"amp": precision_why} if precision_why else {},
+                 tuple(lines), settled)
+
+
+def _precision_hold(found: Standing, space: Space, max_load: float,
+                    max_spread: float) -> tuple[dict[str, Any], str | None]:
+    from autotune._precision import KNOB, precision_hold
+
+    domain = space.domains.get(KNOB)
+    if not isinstance(domain, Choice):
+        return {}, None
+
+    def believed(row: TrialRow) -> bool:  # a pruned or diverged figure was never doubted: judge it here
+        return row.doubt is None and doubt(row.metrics, "", max_load, max_spread) is None
+
+    hold = precision_hold(found.rows, domain.values(), believed)
+    return ({}, None) if hold is None else ({KNOB: hold.value}, hold.why)
+
+
+def _model_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
+    tuned = [name for name in MODEL_KNOBS if name in space.domains]
+    base = found.base.first if found.base else None
+    if not tuned or base is None or not base.config or any(name in base.config for name in MODEL_KNOBS):
+        return {}, None
+    return dict.fromkeys(tuned), Line(f"{' and '.join(tuned)} not tuned: your function does not hand its model "
+                                      "to run.model(...) (model = run.model(Net()) lets them act)", "model-knobs")
+
+
+def _loader_hold(found: Standing, space: Space, settled_by: int | None) -> tuple[dict[str, Any], int | None,
+                                                                                 Line | None]:
+    """The loader-only knobs held at the best trial's values once it is compute-bound at high
+    efficiency (``held_loader_knobs``); the line when the hold starts, moves or is lifted."""
+    best = found.best
+    held = held_loader_knobs(best, space.domains)
+    if held and best.number != settled_by:
+        knobs = ", ".join(f"{k}={'as in your code' if v is None else show_value(v)}" for k, v in held.items())
+        return held, best.number, Line(f"loader knobs held at trial {best.number}'s ({knobs}): it is "
+                                       f"compute-bound at {best.bottleneck.efficiency:.0%} of its data-on-device "
+                                       "ceiling")
+    if not held and settled_by is not None:
+        now = f"the best is trial {best.number}, " if best is not None and best.number != settled_by else ""
+        return held, None, Line(f"loader knobs sampled again: {now}not compute-bound at high efficiency "
+                                f"(trial {settled_by}'s hold is lifted)")
+    return held, settled_by, None
+
+
+def held_loader_knobs(best: TrialRow | None, knobs: Mapping[str, Any]) -> dict[str, Any]:
+    """The loader-only knobs among ``knobs`` to hold at ``best``'s sampled values (None:
+    the user's own), once ``best`` is compute-bound at high efficiency: more loader
+    trials cannot buy much then. Empty otherwise."""
+    if best is None or best.bottleneck is None or not best.bottleneck.settled:
+        return {}
+    return {name: best.sampled.get(name) for name in knobs if loader_only(name)}

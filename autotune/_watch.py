@@ -1,0 +1,211 @@
+"""Run one trial: launch its worker, read its events, watch its limits, classify its end."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import select
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune._events import EventReader
+from autotune._figures import add_foreign_load, log_tail, overheads, summarize, summarize_ceilings, window_series
+from autotune._guard import (
+    DIVERGENCE_TOLERANCE,
+    Chunk,
+    Comparison,
+    Point,
+    judge_loss,
+    judged_curve,
+    loss_curve,
+    loss_history,
+)
+from autotune._launch import TrialSpec, launch
+from autotune._monitor import Monitor, nvml_handle
+from autotune._outcome import Outcome, classify
+from autotune._reap import kill_group, kill_processes
+
+if TYPE_CHECKING:
+    from autotune._launch import Launcher
+
+
+@dataclasses.dataclass
+class TrialResult:
+    """What one worker did."""
+
+    outcome: Outcome
+    reason: str
+    metrics: dict[str, float]
+    series: dict[str, list[float]]
+    windows: list[dict[str, Any]]
+    resolved: dict[str, Any]
+    base_batch_size: int | None
+    lr: float | None
+    log_path: Path
+    losses: list[Point] = dataclasses.field(default_factory=list)
+    ceilings: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: Its loss curve (``autotune._guard.loss_curve``): the baseline's judges the study's trials.
+    curve: list[Chunk] = dataclasses.field(default_factory=list)
+    #: What its loader read (``autotune._run.dataset_facts``): batches per epoch, batched fetch.
+    dataset: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: Its loss against the baseline's as the divergence verdict compared them, complete or
+    #: diverged (None: no baseline to judge by, nothing shared with it, or stopped before its
+    #: end). Also in :attr:`metrics` where finite: ``loss_excess``, and the ``loss_tolerance``
+    #: it was held to.
+    judged: Comparison | None = None
+
+
+#: Events that show the training loop is alive (the stall clock restarts on each).
+_PROGRESS = frozenset({"resolved", "progress", "warmup", "window", "ceiling"})
+
+#: A reason to stop a running trial now: the outcome it ends with, and why.
+Stop = tuple[Outcome, str]
+
+
+def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
+              on_event: Callable[[dict[str, Any]], Stop | None] | None = None, *,
+              interrupt: threading.Event | None = None, reference: Sequence[Point] = (),
+              tolerance: float = DIVERGENCE_TOLERANCE, floor: int | None = None,
+              reference_curve: Sequence[Chunk] = (), warm: Launcher | None = None) -> TrialResult:
+    """Run one worker to its end and classify it. Never raises for the trial's own faults.
+
+    The worker runs in its own process group, which is killed when the trial ends
+    (however it ends), so no DataLoader worker outlives it; so is every process
+    carrying the trial's tag (``TRIAL_TAG_ENV``), which catches those that left
+    the group with ``setsid``. It is also killed, as
+    ``timeout``, when it has no batch after ``budget.startup_s``, no finished step
+    for ``budget.stall_s`` or runs past the deadline; as ``oom_host`` when the
+    monitor sees the RAM budget or the machine's floor crossed.
+
+    Args:
+        spec: What to run.
+        log_path: Where the worker's stdout and stderr go.
+        ram_budget: Bytes its process tree may use.
+        on_event: Gets every event (and a first ``spawned`` one with the pid and the
+            tag, which ``kill_orphans`` takes); a verdict it returns (pruned,
+            diverged) stops the trial with that outcome.
+        interrupt: Set from elsewhere (a signal handler) to stop the trial as
+            ``interrupted``.
+        reference: The baseline's loss history, to judge divergence.
+        reference_curve: The baseline's loss curve: divergence is judged on the same
+            samples in both (``autotune._guard.divergence``).
+        tolerance: See ``autotune._guard.divergence``.
+        floor: Available-memory floor in bytes (default: the monitor's).
+        warm: The slot's warm worker (``autotune._pool``): the worker is forked from it
+            when it can be, else spawned cold (``autotune._launch.launch``).
+    """
+    read_fd, write_fd = os.pipe()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    spawned = time.monotonic()  # the spans (``overheads``) start here: the spawn's own cost counts
+    with open(log_path, "wb") as log:
+        proc, tag = launch(spec, log.fileno(), write_fd, warm)
+    os.close(write_fd)
+    killed: list[Stop] = []
+
+    def kill(outcome: Outcome, reason: str) -> None:
+        if not killed:
+            killed.append((outcome, reason))
+        kill_group(proc.pid)
+
+    def judge(event: dict[str, Any]) -> None:
+        verdict = on_event(event) if on_event else None
+        if verdict:
+            kill(*verdict)
+
+    gpu = nvml_handle(int(spec.device.partition(":")[2] or 0), os.environ) \
+        if spec.device.startswith("cuda") else None
+    events: dict[str, Any] = {}
+    windows: list[dict[str, Any]] = []
+    ceilings: list[dict[str, Any]] = []
+    reader = EventReader()
+    budget = spec.budget
+    started = time.time()
+    alive = time.monotonic()
+    # Seconds from the spawn to each kind's first event, and to the exit. An event counts from the
+    # worker's stamp (``at``, see ``EventWriter``), not from when this loop read it: a loaded
+    # machine can delay the read past the next event.
+    arrived: dict[str, float] = {}
+    step = 0
+    # Compiling (torch.compile's first forward and backward) finishes no step: while it runs the
+    # stall clock allows budget.compile_s, and the deadline moves by what it took.
+    compiling: float | None = None
+    stall_limit, compiled_s = budget.stall_s, 0.0
+    judge({"event": "spawned", "pid": proc.pid, "tag": tag})
+    try:
+        with Monitor(proc.pid, ram_budget, lambda why: kill(Outcome.OOM_HOST, why), gpu, floor,
+                     cpus=spec.cpus, on_error=lambda why: kill(Outcome.CRASHED, why)) as monitor:
+            while True:
+                exited = proc.poll() is not None
+                if exited and "exit" not in arrived:
+                    arrived["exit"] = time.monotonic() - spawned
+                ready, _, _ = select.select([read_fd], [], [], 0 if exited else 0.1)
+                data = os.read(read_fd, 1 << 16) if ready else b""
+                now = time.monotonic()
+                for event in reader.feed(data):
+                    events[event["event"]] = event
+                    arrived.setdefault(event["event"], event.get("at", now) - spawned)
+                    if event["event"] == "compiling":  # torch.compile at the first forward: no step
+                        compiling, stall_limit = now, max(budget.stall_s, budget.compile_s)
+                    elif event["event"] in _PROGRESS:
+                        alive, step = now, event.get("step", step)
+                        if compiling is not None:  # the deadline moves by what compiling took
+                            compiled_s += now - compiling
+                            compiling, stall_limit = None, budget.stall_s
+                    if event["event"] in ("window", "ceiling"):
+                        add_foreign_load(event, monitor)
+                        (windows if event["event"] == "window" else ceilings).append(event)
+                    judge(event)
+                if exited and not data:
+                    break
+                if exited or killed:
+                    continue
+                if interrupt is not None and interrupt.is_set():
+                    kill(Outcome.INTERRUPTED, "the tuner was interrupted (Ctrl-C or SIGTERM)")
+                elif "resolved" not in events and now - spawned > budget.startup_s:
+                    kill(Outcome.TIMEOUT, f"startup: no batch after {budget.startup_s:.0f} s "
+                                          "(imports, the dataset, DataLoader workers starting)")
+                elif "resolved" in events and now - alive > stall_limit:
+                    kill(Outcome.TIMEOUT, f"stalled: no step finished for {stall_limit:.0f} s"
+                                          + (" while torch.compile compiled the model (--compile-timeout)"
+                                             if compiling else "")
+                                          + (f" (the last report was at step {step})" if step else ""))
+                elif now - spawned > budget.deadline() + compiled_s:
+                    kill(Outcome.TIMEOUT, f"deadline: still running after {budget.deadline() + compiled_s:.0f} s"
+                                          + (f" ({compiled_s:.0f} s of it compiling)" if compiled_s else ""))
+    finally:
+        kill_group(proc.pid)  # orphaned DataLoader workers, or everything on Ctrl-C
+        proc.wait()
+        os.close(read_fd)
+        # those that left the group; the group's dying members are waited for
+        kill_processes((), tag, spare=warm.pid if warm is not None else None)
+    if monitor.problems:  # handled, and said: in the log and the reason
+        with open(log_path, "a") as log:
+            log.writelines(f"autotune: {line}\n" for line in monitor.problems)
+    stderr_tail = log_tail(log_path.read_text(errors="replace"))
+    metrics = summarize(windows, monitor, started, events)
+    metrics.update(overheads(arrived))
+    measured = summarize_ceilings(ceilings)
+    losses = loss_history(events.get("warmup"), windows)
+    curve = judged_curve(events.get("warmup"), windows)
+    memory_low = metrics.get("available_min", float("inf")) < 2 * monitor.floor
+    outcome, reason = classify(proc.returncode, killed[0] if killed else None, events.get("error"),
+                               windows, stderr_tail, history=losses, reference=reference,
+                               tolerance=tolerance, memory_low=memory_low, expected_windows=budget.windows,
+                               reference_curve=reference_curve, curve=curve,
+                               batches=events["end"].get("steps") if "end" in events else None)
+    if monitor.problems and not killed:
+        reason = "\n".join(filter(None, [reason, *monitor.problems]))
+    # Kept for the trials the verdict judged (those that ran to their end), not for one stopped
+    # early (pruned, timed out, crashed), whose partial loss was never held against the tolerance.
+    judged = judge_loss(reference, losses, reference_curve, curve) \
+        if (reference or reference_curve) and outcome in (Outcome.COMPLETE, Outcome.DIVERGED) else None
+    if judged is not None and math.isfinite(judged.excess):
+        metrics.update(loss_excess=judged.excess, loss_tolerance=tolerance)
+    final = events.get("end") or events.get("resolved") or {}
+    return TrialResult(outcome, reason, metrics, window_series(windows, monitor), windows,
+                       final.get("config", {}), final.get("base_batch_size"), final.get("lr"), log_path,
+                       losses, measured, loss_curve(windows), final.get("dataset") or {}, judged)

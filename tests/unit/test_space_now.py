@@ -1,0 +1,83 @@
+"""The space as of now (autotune._space_now): widening, caps and holds from a hand-built standing."""
+
+from __future__ import annotations
+
+from standings import ceilings_of, standing, trial
+
+from autotune._kinds import Line
+from autotune._space import Choice, IntRange, Space
+from autotune._space_now import draw_caps, holds, space_now
+
+LOADER = {"num_workers": 0, "batch_size": 16}
+SPACE = Space("s", {"num_workers": IntRange(0, 2, auto=True), "batch_size": Choice(("1x", "2x")),
+                    "prefetch_factor": IntRange(1, 8), "amp": Choice(("off", "bf16"))})
+
+
+def test_an_auto_worker_range_widens_as_far_as_a_waiting_loader_asks_and_says_so_once_per_range() -> None:
+    # the main process alone reads 800 samples/s using 0.1 of 2 CPUs; the model takes 20,000
+    found = standing(trial(0, 700.0, config=LOADER), ceilings=ceilings_of((LOADER, 20_000.0, 800.0, None, 1e-4)))
+    wider, line = space_now(SPACE, found, cpus=2, ram_budget=None)
+    assert wider.domains["num_workers"].high == 25 and line.once == "workers-25"
+    assert line.text.startswith("workers wait 92% of their time (trial 0's loader alone: 800 samples/s")
+    # an epoch of 96 samples has 6 batches at the smallest batch size: no more workers help
+    epoch = standing(trial(0, 700.0, config=LOADER, dataset={"epoch_batches": 6}),
+                     ceilings=found.ceilings)
+    assert space_now(SPACE, epoch, 2, None)[0].domains["num_workers"].high == 6
+    # a range not marked auto, or a loader that keeps its CPUs busy, stays as it is
+    fixed = Space("s", {"num_workers": IntRange(0, 2)})
+    assert space_now(fixed, found, 2, None) == (fixed, None)
+    busy = standing(trial(0, 700.0, config=LOADER), ceilings=ceilings_of((LOADER, 20_000.0, 800.0, None, 1.2e-3)))
+    assert space_now(SPACE, busy, 2, None) == (SPACE, None)
+
+
+def test_int_knobs_are_drawn_up_to_what_an_epoch_can_use_and_each_cap_is_said_once() -> None:
+    said: list[Line] = []
+    found = standing(trial(0, 700.0, config=LOADER, dataset={"epoch_batches": 6}))  # 96 samples
+    cap = draw_caps(found, Space("s", {**SPACE.domains, "num_workers": IntRange(0, 8)}), said.append)
+    assert cap("num_workers", {"batch_size": "2x"}) == 3  # 3 batches of 32
+    assert cap("prefetch_factor", {"batch_size": "1x", "num_workers": 2}) == 3  # 6 batches over 2 workers
+    assert cap("prefetch_factor", {"batch_size": "1x", "num_workers": 0}) is None
+    assert [line.once for line in said] == ["epoch-workers", "epoch-prefetch"]
+    assert draw_caps(standing(trial(0, 700.0)), SPACE, said.append) is None  # no epoch seen yet
+
+
+def settled(efficiency: float) -> object:
+    """Trial 1 leads, compute-bound at ``efficiency`` of its compute ceiling."""
+    config = {"num_workers": 2, "batch_size": 32, "prefetch_factor": 4}
+    rows = [trial(0, 500.0, config=LOADER), trial(1, 1000.0 * efficiency, config=config, waits=0.01,
+                                                  sampled={"num_workers": 2, "prefetch_factor": 4, "batch_size": "2x"})]
+    return standing(*rows, ceilings=ceilings_of((config, 1000.0, 5000.0, None, None), (LOADER, 600.0, 5000.0, None, None)))
+
+
+def test_loader_knobs_are_held_at_a_settled_best_and_the_hold_is_said_when_it_starts_and_lifts() -> None:
+    held = holds(settled(0.95), SPACE, None, max_load=1.0, max_spread=1000.0)
+    assert held.values == {"num_workers": 2, "prefetch_factor": 4} and held.settled_by == 1
+    assert [line.text for line in held.lines] == [
+        "loader knobs held at trial 1's (num_workers=2, prefetch_factor=4): it is compute-bound at 95% of its "
+        "data-on-device ceiling"]
+    again = holds(settled(0.95), SPACE, 1, 1.0, 1000.0)
+    assert again.values == held.values and again.lines == ()  # said once
+    lifted = holds(settled(0.8), SPACE, 1, 1.0, 1000.0)  # loading costs it 20% now
+    assert lifted.values == {} and lifted.settled_by is None
+    assert [line.text for line in lifted.lines] == [
+        "loader knobs sampled again: not compute-bound at high efficiency (trial 1's hold is lifted)"]
+
+
+def test_model_knobs_are_held_when_the_code_never_hands_its_model_to_run_model() -> None:
+    space = Space("m", {"channels_last": Choice((False, True)), "compile": Choice(("off", "default"))})
+    found = standing(trial(0, 500.0, config={"batch_size": 16}))  # its config names no model knob
+    held = holds(found, space, None, 1.0, 1000.0)
+    assert held.values == {"channels_last": None, "compile": None}
+    assert held.lines[0].once == "model-knobs" and "run.model(Net())" in held.lines[0].text
+    uses = standing(trial(0, 500.0, config={"batch_size": 16, "channels_last": False}))
+    assert holds(uses, space, None, 1.0, 1000.0).values == {}
+
+
+def test_amp_is_held_at_the_one_precision_not_far_slower_and_a_noisy_figure_does_not_count() -> None:
+    rows = [trial(0, 1000.0, config={"amp": "off"})]
+    rows += [trial(n, 300.0, sampled={"amp": "bf16"}) for n in (1, 2, 3)]
+    held = holds(standing(*rows), SPACE, None, 1.0, 1000.0)
+    assert held.values == {"amp": "off"} and held.why["amp"].startswith("amp held at off: its 3 bf16 trials")
+    # one of the three slowed by others (load over --max-load): two are not enough
+    loaded = [*rows[:3], trial(3, 300.0, sampled={"amp": "bf16"}, foreign_cpu=0.6)]
+    assert holds(standing(*loaded), SPACE, None, 0.2, 1000.0).values == {}
