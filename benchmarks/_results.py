@@ -1,5 +1,6 @@
 """What every benchmark script shares: the machine line, medians with spread, and
-writing one Markdown section of ``benchmarks/RESULTS.md``."""
+writing one Markdown section of a topic's page, ``benchmarks/results/<topic>.md``, with its
+raw figures and plots in ``benchmarks/data/<topic>/``."""
 
 from __future__ import annotations
 
@@ -13,20 +14,36 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-#: Names the results file when it is not ``benchmarks/RESULTS.md`` (the harness's
-#: ``--results``, e.g. ``RESULTS-gpu.md`` on a GPU host); read by every script it runs.
+#: One results page per topic: ``results/<topic>.md``.
+PAGES = HERE / "results"
+#: Each topic's raw figures (JSON) and plots (PNG): ``data/<topic>/``.
+DATA = HERE / "data"
+#: Names one page that every topic's figures go to instead of their own (the harness's
+#: ``--results``, e.g. ``results/gpu.md`` on a GPU host); read by every script it runs.
 RESULTS_ENV = "AUTOTUNE_BENCH_RESULTS"
 
 
-def results_path() -> Path:
-    """The Markdown file the figures go to."""
-    return Path(os.environ.get(RESULTS_ENV) or HERE / "RESULTS.md")
+def results_path(topic: str) -> Path:
+    """The page a topic's figures go to: ``results/<topic>.md``, or the one page named by
+    ``AUTOTUNE_BENCH_RESULTS``."""
+    named = os.environ.get(RESULTS_ENV)
+    return Path(named) if named else PAGES / f"{topic}.md"
 
 
-def figure_path(name: str, ext: str = ".png") -> Path:
-    """A figure (or raw data) file beside the results, suffixed like it: ``runners-gpu.png``."""
-    results = results_path()
-    return results.parent / f"{name}{results.stem.removeprefix('RESULTS')}{ext}"
+def data_path(topic: str, name: str, ext: str = ".png") -> Path:
+    """A raw-figures or plot file of a topic: ``data/<topic>/<name><ext>``. With one page named
+    by ``AUTOTUNE_BENCH_RESULTS``, in the folder of that page's name and suffixed with it
+    (``results/gpu.md``: ``data/gpu/runners-gpu.png``). The folder is made."""
+    named = os.environ.get(RESULTS_ENV)
+    stem = Path(named).stem if named else None
+    folder = DATA / (stem or topic)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{name}{'-' + stem if stem else ''}{ext}"
+
+
+def link(topic: str, path: Path) -> str:
+    """``path`` as the page of ``topic`` links to it (relative, with forward slashes)."""
+    return Path(os.path.relpath(path, results_path(topic).resolve().parent)).as_posix()
 
 
 def spread(values: list[float], fmt: str) -> str:
@@ -37,7 +54,7 @@ def spread(values: list[float], fmt: str) -> str:
 def machine() -> str:
     """The machine the figures come from, as the study fingerprint names it (with the date),
     plus the host CPU and its vector extensions: two "2-CPU AMD EPYC" VMs of this project
-    differed in bf16 on the CPU by a factor of 6 (RESULTS.md, runners)."""
+    differed in bf16 on the CPU by a factor of 6 (benchmarks/RESULTS.md, "Two hosts, one name")."""
     from autotune._probe import probe
 
     fp = probe("auto")
@@ -66,7 +83,8 @@ def one_trial(target: str, config: Any, budget: Any, logs: Path, *, device: Any 
     it completed; otherwise a RuntimeError, or with ``strict=False`` its result all the same and
     a line on stderr saying why."""
     from autotune._probe import probe
-    from autotune._runner import TrialSpec, run_trial
+    from autotune._launch import TrialSpec
+    from autotune._watch import run_trial
 
     spec = TrialSpec(target, config, device or probe("auto").device, budget, seed=seed)
     judged = {"reference": reference.losses, "reference_curve": reference.curve} if reference else {}
@@ -81,14 +99,27 @@ def one_trial(target: str, config: Any, budget: Any, logs: Path, *, device: Any 
     return result
 
 
-def write_section(heading: str, body: str) -> None:
-    """Replace the section under ``## heading`` in the results file, or append it."""
-    results = results_path()
+def write_section(topic: str, heading: str, body: str) -> None:
+    """Replace the section under ``## heading`` on the topic's page, or append it (the page's
+    history runs oldest first, so a new run lands at its end)."""
+    results = results_path(topic)
     section = f"## {heading}\n\n{body.strip()}\n"
-    text = results.read_text() if results.exists() else "# Benchmark results\n\n"
-    pattern = re.compile(rf"## {re.escape(heading)}\n.*?(?=\n## |\Z)", re.S)
+    text = results.read_text() if results.exists() else f"# {heading}\n\n"
+    pattern = re.compile(rf"^## {re.escape(heading)}\n.*?(?=^## |\Z)", re.DOTALL | re.MULTILINE)
     if pattern.search(text):
-        text = pattern.sub(lambda _: section, text)
+        text = pattern.sub(lambda _: section + "\n", text, count=1).rstrip() + "\n"
     else:
         text = text.rstrip() + "\n\n" + section
+    results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text(text)
+
+
+def read_section(topic: str, heading: str) -> str | None:
+    """The body of the last section on the topic's page headed ``## heading``, or headed
+    ``## heading (DATE...)`` as the page's history keeps older runs; None if there is none."""
+    results = results_path(topic)
+    if not results.exists():
+        return None
+    found = re.findall(rf"^## {re.escape(heading)}(?: \([^\n]*\))?\n(.*?)(?=^## |\Z)", results.read_text(),
+                       re.DOTALL | re.MULTILINE)
+    return found[-1] if found else None

@@ -6,7 +6,7 @@ seeds (seed noise alone), configs that train the same model differently (bigger
 batches with each lr scaling, bf16, loader workers) and configs expected to break
 it (very large batches with linear lr scaling). Each is one real trial with the
 default budget, compared with the reference by ``autotune._guard.compare``. Writes
-the "Divergence tolerance" section of ``benchmarks/RESULTS.md``.
+the "Divergence tolerance" section of ``benchmarks/results/divergence.md``.
 
     python benchmarks/divergence.py
 """
@@ -23,7 +23,8 @@ from _results import ROOT, machine, write_section
 
 from autotune import Config
 from autotune._guard import DIVERGENCE_TOLERANCE, compare, first_nonfinite
-from autotune._runner import Budget, TrialSpec, run_trial
+from autotune._launch import Budget, TrialSpec
+from autotune._watch import run_trial
 
 RUNNERS = ["mnist", "charlm", "jpeg"]
 #: name -> (config, what it is meant to show)
@@ -95,7 +96,7 @@ def main() -> None:
         "",
         READING,
     ])
-    write_section("Divergence tolerance", body)
+    write_section("divergence", "Divergence tolerance", body)
     print(body)
 
 

@@ -4,11 +4,11 @@
 # 1. the GPU tests (pytest -m gpu);
 # 2. the harness's runners part on the MNIST and the loader-bound (jpeg) runners,
 #    one runner at a time (a failure in one keeps the other's figures), then the
-#    GPU table rendered from both (benchmarks/RESULTS-gpu.md, runners-gpu.png);
+#    GPU table rendered from both (benchmarks/results/gpu.md, data/gpu/runners-gpu.png);
 # 3. the MNIST runner's whole 5-epoch runs, defaults vs the tuned recipe.
 # Logs, the raw figures and the studies' exports are copied to OUT_DIR as each step
-# ends. WHEEL_DIR: wheels of what the host lacks (Optuna, MLflow's client: see
-# shared/gpu-host/wheelhouse.sh), installed into a scratch folder first.
+# ends. WHEEL_DIR: wheels of what the host lacks (Optuna, MLflow's client), installed
+# into a scratch folder first.
 # Knobs: TRIALS (20), REPEATS (3), EPOCH_REPEATS (3).
 set -uo pipefail
 out=${1:?usage: bash benchmarks/gpu.sh OUT_DIR [WHEEL_DIR]}
@@ -23,7 +23,7 @@ else
   export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 fi
 store=${STORE:-/tmp/autotune-gpu-store}
-results=benchmarks/RESULTS-gpu.md
+results=benchmarks/results/gpu.md
 save() { cp -f "$@" "$out"/ 2>/dev/null; true; }
 step() { echo "== $(date +%T) $*" | tee -a "$out/steps.txt"; }
 
@@ -39,11 +39,11 @@ for runner in mnist jpeg; do
   python3 benchmarks/harness.py --only runners --runners "$runner" --trials "${TRIALS:-20}" \
     --repeats "${REPEATS:-3}" --store "$store" --results "$results" > "$out/harness-$runner.log" 2>&1
   echo "harness $runner exit $?" | tee -a "$out/steps.txt"
-  save benchmarks/runners-"$runner"-gpu.json "$store/harness-cli.log" "$store"/exports/*.yaml
+  save benchmarks/data/gpu/runners-"$runner"-gpu.json "$store/harness-cli.log" "$store"/exports/*.yaml
 done
 step "render the GPU table"
-python3 benchmarks/harness.py --from-json benchmarks/runners-*-gpu.json --results "$results" >> "$out/steps.txt" 2>&1
-save "$results" benchmarks/runners-gpu.png
+python3 benchmarks/harness.py --from-json benchmarks/data/gpu/runners-*-gpu.json --results "$results" >> "$out/steps.txt" 2>&1
+save "$results" benchmarks/data/gpu/runners-gpu.png
 
 recipe=$(ls -t "$store"/exports/bench-mnist-*.yaml 2>/dev/null | head -1)
 if [ -n "$recipe" ]; then

@@ -1,11 +1,14 @@
 """The benchmark harness: what autotune buys, how close it gets to the machine's limits,
 how fast its search gets there, and what the tuner itself costs.
 
-One command regenerates ``benchmarks/RESULTS.md`` (and its plots) on this machine:
+One command regenerates five pages of ``benchmarks/results/`` on this machine, one per part
+(``runners.md``, ``search.md``, ``overhead.md``, ``divergence.md``, ``watchdogs.md``: each part's
+section is replaced, or appended at the page's end), with the raw figures and plots in
+``benchmarks/data/<part>/``:
 
     python benchmarks/harness.py                  # every part (about 45 min on a 2-core CPU)
     python benchmarks/harness.py --only runners   # parts: runners search overhead divergence watchdogs
-    python benchmarks/harness.py --only runners --runners mnist jpeg --results benchmarks/RESULTS-gpu.md
+    python benchmarks/harness.py --only runners --runners mnist jpeg --results benchmarks/results/gpu.md
 
 - **runners**: for each runner, a real study (``autotune run``, default budget and
   confirmation), then PyTorch's defaults, "all tricks on" and the study's winner,
@@ -35,14 +38,26 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _results import HERE, RESULTS_ENV, ROOT, figure_path, machine, one_trial, results_path, spread, write_section
+from _results import (
+    DATA,
+    HERE,
+    RESULTS_ENV,
+    ROOT,
+    data_path,
+    link,
+    machine,
+    one_trial,
+    results_path,
+    spread,
+    write_section,
+)
 
 from autotune import Config
 from autotune._ceilings import bottleneck, cpu_roof
-from autotune._runner import Budget
+from autotune._launch import Budget
 
 RUNNERS = ["mnist", "jpeg", "charlm"]
-PARTS = ["runners", "search", "overhead", "divergence", "watchdogs"]
+PARTS = ["runners", "search", "overhead", "divergence", "watchdogs"]  # each part's topic (page) too
 #: The small space of the search-efficiency part (on the MNIST runner).
 SEARCH_SPACE = HERE / "search_space.yaml"
 SEARCH_RUNNER = "mnist"
@@ -149,7 +164,7 @@ def runners_part(args: argparse.Namespace) -> list[dict[str, Any]]:
                                                    if r.metrics.get("overhead_s")]})
     # Every run's figures, so the table can be rendered again (--from-json) without re-measuring.
     raw = {"machine": machine(), "trials": args.trials, "repeats": args.repeats, "results": results}
-    figure_path(f"runners-{'-'.join(args.runners)}", ".json").write_text(
+    data_path("runners", f"runners-{'-'.join(args.runners)}", ".json").write_text(
         json.dumps(raw, indent=1, default=str) + "\n")
     write_runners(results, args)
     return results
@@ -198,9 +213,9 @@ def write_runners(results: list[dict[str, Any]], args: argparse.Namespace, where
             notes.append("  - no config beat the code as written beyond the noise, so the tuned row runs "
                          "the defaults again: its distance from the first row is this machine's "
                          "run-to-run noise")
-    plot = figure_path("runners")
-    lines += ["", *notes, "", f"![samples/s per config, with the ceilings]({plot.name})"]
-    write_section("Runners: defaults, all tricks on, tuned, and the ceilings", "\n".join(lines))
+    plot = data_path("runners", "runners")
+    lines += ["", *notes, "", f"![samples/s per config, with the ceilings]({link('runners', plot)})"]
+    write_section("runners", "Runners: defaults, all tricks on, tuned, and the ceilings", "\n".join(lines))
     plot_runners(results, plot, where or machine())
 
 
@@ -285,12 +300,12 @@ def search_part(args: argparse.Namespace) -> None:
         f"{random[-1]:,.0f} ({random[-1] / best:.0%}) |",
         "",
         "Trials count the baseline. Each grid point was measured once, so the grid's best carries "
-        "the run-to-run noise too (see Overhead); a tuner run can land above it.",
+        "the run-to-run noise too (see [Overhead](overhead.md)); a tuner run can land above it.",
         "",
-        f"![best so far per trial]({figure_path('search').name})",
+        f"![best so far per trial]({link('search', data_path('search', 'search'))})",
     ]
-    write_section("Search efficiency", "\n".join(lines))
-    plot_search(curves, random, best, figure_path("search"))
+    write_section("search", "Search efficiency", "\n".join(lines))
+    plot_search(curves, random, best, data_path("search", "search"))
 
 
 def best_so_far(values: list[float]) -> list[float]:
@@ -344,7 +359,7 @@ def plot_search(curves: dict[int, list[float]], random: list[float], best: float
 
 def overhead_part(args: argparse.Namespace) -> None:
     from autotune._pool import WarmWorker
-    from autotune._runner import new_tag
+    from autotune._launch import new_tag
 
     logs = args.store / "harness-logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -358,7 +373,7 @@ def overhead_part(args: argparse.Namespace) -> None:
         "from the slot's warm worker, which imported torch once (`autotune._pool`), as a study does. "
         "*spawn*: to the worker's first event (interpreter, autotune); *import*: torch and the runner's "
         "module; *set-up*: the runner's own code up to its first batch (dataset, model, loader); "
-        "*teardown*: last event to exit. Goals: spawn + import < 0.5 s (issue 14), spread < 5%.",
+        "*teardown*: last event to exit. Goals: spawn + import < 0.5 s, spread < 5%.",
         "",
         "| runner | start | spawn s | import s | set-up s | teardown s | fixed overhead s | trial wall s "
         "| samples/s | spread (max-min)/median |",
@@ -388,7 +403,7 @@ def overhead_part(args: argparse.Namespace) -> None:
         f"{spread([r * 100 for r in ratios], '.1f')}% (goal: > 99%). The same bookkeeping on an empty "
         f"step costs {spread([t * 1e6 for t in per_step], '.1f')} µs per step.",
     ]
-    write_section("Overhead", "\n".join(lines))
+    write_section("overhead", "Overhead", "\n".join(lines))
 
 
 INSTRUMENT_STEPS = 300
@@ -464,7 +479,7 @@ def script(name: str) -> None:
 
 
 def log_to_mlflow(args: argparse.Namespace, results: list[dict[str, Any]] | None) -> None:
-    """The harness run in MLflow: RESULTS.md and the plots, and one child run per runner config."""
+    """The harness run in MLflow: the pages it wrote and their plots, and one child run per runner config."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     from mlflow.entities import Metric, Param
 
@@ -488,9 +503,13 @@ def log_to_mlflow(args: argparse.Namespace, results: list[dict[str, Any]] | None
             client.log_batch(child, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
                              params=[Param(k, str(v)) for k, v in res["configs"][label].items()])
             client.set_terminated(child)
-    client.log_artifact(parent, str(results_path()))
-    for png in results_path().parent.glob(figure_path("*").name):
-        client.log_artifact(parent, str(png))
+    for page in dict.fromkeys(results_path(part) for part in args.only):
+        if page.exists():
+            client.log_artifact(parent, str(page))
+    named = os.environ.get(RESULTS_ENV)
+    for folder in [DATA / Path(named).stem] if named else [DATA / part for part in args.only]:
+        for png in sorted(folder.glob("*.png")):
+            client.log_artifact(parent, str(png))
     client.set_terminated(parent)
 
 
@@ -505,14 +524,16 @@ def main() -> None:
     parser.add_argument("--instrument-repeats", type=int, default=7)
     parser.add_argument("--store", type=Path, default=ROOT / "mlflow",
                         help="autotune store for the studies and the MLflow runs")
-    parser.add_argument("--results", type=Path, default=HERE / "RESULTS.md",
-                        help="the Markdown file to write (figures go beside it, suffixed like it: "
-                             "RESULTS-gpu.md -> runners-gpu.png)")
+    parser.add_argument("--results", type=Path,
+                        help="one Markdown page for every part instead of each part's own in benchmarks/results/ "
+                             "(raw figures and plots then go to benchmarks/data/ under the page's name, "
+                             "suffixed with it: results/gpu.md -> data/gpu/runners-gpu.png)")
     parser.add_argument("--from-json", type=Path, nargs="+", metavar="RAW",
                         help="render the runners table again from runners-*.json files written earlier "
-                             "(one machine), measuring nothing")
+                             "(one machine; e.g. benchmarks/data/runners/), measuring nothing")
     args = parser.parse_args()
-    os.environ[RESULTS_ENV] = str(args.results.resolve())  # for divergence.py and watchdogs.py too
+    if args.results:
+        os.environ[RESULTS_ENV] = str(args.results.resolve())  # for divergence.py and watchdogs.py too
     if args.from_json:
         raws = [json.loads(path.read_text()) for path in args.from_json]
         args.trials, args.repeats = raws[0]["trials"], raws[0]["repeats"]

@@ -1,10 +1,11 @@
 """Trial vs production, interleaved: what a trial costs the training it measures, with the
-machine's drift taken out (issue 14, item 3). Writes the "Trial vs production, interleaved"
-section of ``benchmarks/RESULTS.md``.
+machine's drift taken out. Writes the "Trial vs production, interleaved" section of
+``benchmarks/results/trial-vs-production.md``, and the raw slices to
+``benchmarks/data/trial-vs-production/interleaved-<cases>[-<pair>].json``.
 
 ``production.py`` compares a trial's samples/s with production's, each in its own process,
 one after the other. On this 2-core VM a process's speed moves by 20-40% over tens of
-seconds (RESULTS.md, "Noise"), so the ratio of two such rates needs many turns to say
+seconds (benchmarks/results/levels.md), so the ratio of two such rates needs many turns to say
 anything within 3%. Here both run in the same seconds instead. In each turn:
 
 - **trial**: a tuner process as a study has it (a warm worker that has already served one
@@ -62,13 +63,13 @@ import time
 from pathlib import Path
 
 from _counted import COUNTER_ENV, TARGET_ENV, new_counter, read_counter
-from _results import HERE, figure_path, machine, one_trial, spread, write_section
-from production import CASES, geometric_mean_ci, monitor_slowed
+from _results import HERE, data_path, machine, one_trial, spread, write_section
+from production import CASES, TOPIC, geometric_mean_ci, monitor_slowed
 
 from autotune._export import render
-from autotune._monitor import _walk
+from autotune._proctree import _walk
 from autotune._pool import WarmWorker
-from autotune._runner import Budget, TrialSpec, build_command, new_tag
+from autotune._launch import Budget, build_command, new_tag, TrialSpec
 
 COUNTED = f"{HERE / '_counted.py'}:train"
 #: Steps each process makes before the slices start (imports, the dataset, the first
@@ -277,7 +278,7 @@ def main() -> None:
     become_subreaper()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # (the finally clauses kill what is left)
     suffix = "-".join(map(str, args.cases)) + ("" if pair == KINDS else "-" + "-".join(pair))
-    raw_path = figure_path(f"interleaved-{suffix}", ".json")
+    raw_path = data_path(TOPIC, f"interleaved-{suffix}", ".json")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         warm = WarmWorker(os.environ, new_tag())
@@ -313,13 +314,13 @@ def main() -> None:
         f"a time ({args.pairs} pairs of slices), the other one and its whole tree stopped; a slice counts the "
         "steps between the first and the last that ended in it, over the time between them. *per turn*: the "
         "first one's steps per running second over the second one's; their geometric mean over the turns "
-        "with a 95% bootstrap interval. Goal (issue 14): the trial within 3% of production.",
+        "with a 95% bootstrap interval. Goal: the trial within 3% of production.",
         "",
         "| case | compared | turns | samples/s (medians of the turns) | per turn | mean (95% CI) |",
         "|---|---|---|---|---|---|",
         *rows,
     ])
-    write_section("Trial vs production, interleaved", body)
+    write_section(TOPIC, "Trial vs production, interleaved", body)
     print(body)
 
 

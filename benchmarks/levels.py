@@ -9,7 +9,8 @@ to CPUs), to see whether thread placement decides a run's level; with ``--retain
 run first tells glibc's malloc to keep freed memory (``autotune._malloc.retain``, the
 ``malloc_retain`` knob), to see whether the heap's give-back-and-fault-again decides it.
 
-It prints, and records in ``levels.json``: the spread of windows inside each run, the spread
+It prints, and records in ``benchmarks/data/levels/levels.json`` (``levels-retained.json``
+with ``--retain``): the spread of windows inside each run, the spread
 of the runs' medians, and how alike two runs in a row are (per group, the correlation of
 each run's median with the next one's; near 0 when each process draws its level anew, near
 1 when the machine drifts slowly and neighbours share it).
@@ -28,7 +29,7 @@ import statistics
 import subprocess
 import sys
 
-from _results import ROOT, figure_path, machine
+from _results import ROOT, data_path, machine
 
 #: The child: the runner's dataset and model, the loop as a user writes it, per-window rates on stdout.
 LOOP = """
@@ -133,7 +134,7 @@ def main() -> None:
             # within the group: with --bind the runs alternate, and a correlation across both
             # groups would measure that alternation, not the machine's drift
             summary[label]["lag1_correlation"] = lag_correlation(medians)
-    figure_path("levels-retained" if args.retain else "levels", ".json").write_text(json.dumps(
+    data_path("levels", "levels-retained" if args.retain else "levels", ".json").write_text(json.dumps(
         {"machine": machine(), "args": vars(args), "summary": summary, "runs": runs}, indent=1) + "\n")
     print(json.dumps(summary, indent=1))
 

@@ -1,5 +1,5 @@
 """Many tuners on one study: what sharing costs, and what a store outage loses. Writes the
-"Many tuners" section of RESULTS.md.
+"Many tuners" section of ``benchmarks/results/many-tuners.md``.
 
 Everything is real: ``autotune run`` processes on the MNIST runner, a PostgreSQL database
 per study and an ``mlflow server`` backed by PostgreSQL (``tests/servers.py``).
@@ -528,7 +528,7 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
     total = time.monotonic() - started
     body = section(plan, settings, drills, total, args.quick, rev)
-    write_section("Many tuners", body)
+    write_section("many-tuners", "Many tuners", body)
     print(body)
 
 

@@ -10,7 +10,8 @@ done on the device. Runs alternate between the configs.
 
     python benchmarks/mnist_epochs.py --recipe mlflow/exports/STUDY.yaml      # 5 epochs, 3 runs each
 
-Writes the "MNIST, whole runs" section of the results file (``--results``).
+Writes the "MNIST, whole runs" section of ``benchmarks/results/mnist-epochs.md``, or of the page
+named by ``--results`` (``benchmarks/gpu.sh``: ``benchmarks/results/gpu.md``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from _results import HERE, RESULTS_ENV, ROOT, machine, spread, write_section
+from _results import RESULTS_ENV, ROOT, machine, spread, write_section
 
 #: MNIST's training set: the 5,000 shipped digits are repeated to this many items per epoch.
 MNIST_TRAIN = 60_000
@@ -60,7 +61,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--size", type=int, default=MNIST_TRAIN, help="items per epoch")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
+    parser.add_argument("--results", type=Path, help="the page to write (default: benchmarks/results/mnist-epochs.md)")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: one timed run in this process
     args = parser.parse_args()
     if args.one is not None:
@@ -68,7 +69,8 @@ def main() -> None:
         return
     if args.recipe is None or not args.recipe.is_file():
         parser.error(f"--recipe: no such file {args.recipe}; export one with `autotune export -o FILE`")
-    os.environ[RESULTS_ENV] = str(args.results.resolve())
+    if args.results:
+        os.environ[RESULTS_ENV] = str(args.results.resolve())
     configs = {"PyTorch defaults": "", "tuned": str(args.recipe.resolve())}
     seconds: dict[str, list[float]] = {label: [] for label in configs}
     for turn in range(args.repeats):
@@ -101,7 +103,7 @@ def main() -> None:
         f"The published claim: about 43 s with default loading, under 10 s with pinned memory and "
         f"workers (4.3x or more). Here: {base:.1f} s and {tuned:.1f} s, {base / tuned:.2f}x.",
     ]
-    write_section("MNIST, whole runs: defaults vs tuned", "\n".join(lines))
+    write_section("mnist-epochs", "MNIST, whole runs: defaults vs tuned", "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Numbers on a busy machine: what a CPU hog on one core does to a trial's figures, and
 whether a study still exports the quiet study's winner. Writes the "Noise" section of
-``benchmarks/RESULTS.md`` (issue 13).
+``benchmarks/results/noise.md``.
 
 1. One config (the MNIST runner as written, the default budget with its ceilings) run
    ``N`` times on the quiet machine and ``N`` times beside a hog
@@ -16,7 +16,7 @@ whether a study still exports the quiet study's winner. Writes the "Noise" secti
 
     python benchmarks/noise.py                 # about 45 minutes on a 2-core CPU
     python benchmarks/noise.py --quick         # a smoke run, about 10 minutes
-    python benchmarks/noise.py --studies-only  # part 3 again, parts 1-2 kept from RESULTS.md
+    python benchmarks/noise.py --studies-only  # part 3 again, parts 1-2 kept from the page's last Noise section
 """
 
 from __future__ import annotations
@@ -31,14 +31,15 @@ import threading
 import time
 from pathlib import Path
 
-from _results import ROOT, machine, results_path, spread, write_section
+from _results import ROOT, machine, read_section, spread, write_section
 
 from autotune import Config
 from autotune._ceilings import Ceilings
 from autotune._guard import DIVERGENCE_TOLERANCE, compare, judged_span, mean_over
 from autotune._noise import doubt
 from autotune._records import bottleneck_of
-from autotune._runner import Budget, TrialSpec, run_trial
+from autotune._launch import Budget, TrialSpec
+from autotune._watch import run_trial
 
 TARGET = f"{ROOT / 'runners' / 'mnist.py'}:train"
 HOG = [sys.executable, "-c", "while True: pass"]
@@ -258,10 +259,12 @@ def main() -> None:
     n = 3 if args.quick else 10
     trials, confirm, quiet_runs = (6, 1, 1) if args.quick else (12, 2, 2)
     if args.studies_only:
-        kept = results_path().read_text().split("## Noise\n", 1)[1].split("\n## ", 1)[0]
+        kept = read_section("noise", "Noise")
+        if kept is None:
+            parser.error("--studies-only: the page has no Noise section to keep parts 1-2 from; run without it")
         head = kept.split("**Whole studies**", 1)[0].rstrip()
         part3 = studies(trials, confirm, quiet_runs, (40.0, 100.0) if args.quick else (60.0, 200.0))
-        write_section("Noise", f"""{head}
+        write_section("noise", "Noise", f"""{head}
 
 **Whole studies** (`autotune run runners/mnist.py:train --trials {trials} --confirm {confirm} --seed 0`; run
 on their own with `--studies-only`, {time.strftime('%Y-%m-%d')}):
@@ -273,7 +276,7 @@ on their own with `--studies-only`, {time.strftime('%Y-%m-%d')}):
         part1, _ = repeats(n, logs)
         part2 = borderline(n, logs)
     part3 = studies(trials, confirm, quiet_runs, (40.0, 100.0) if args.quick else (60.0, 200.0))
-    write_section("Noise", f"""Machine: {machine()}. `python benchmarks/noise.py{' --quick' if args.quick else ''}`.
+    write_section("noise", "Noise", f"""Machine: {machine()}. `python benchmarks/noise.py{' --quick' if args.quick else ''}`.
 The hog is `taskset -c 0 python3 -c 'while True: pass'`; foreign load is the share of the trial's
 CPUs that processes outside the trial and its tuner used while it measured (`foreign_cpu`); a trial
 is noisy above `--max-load` (20%) or with windows spread over 100%.

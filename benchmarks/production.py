@@ -1,6 +1,7 @@
 """Trial = production: a config's samples/s measured by a trial against the same training
-function run in production with that config's YAML (issue 14, item 3). Writes the
-"Trial vs production" section of ``benchmarks/RESULTS.md``.
+function run in production with that config's YAML. Writes the "Trial vs production" section
+of ``benchmarks/results/trial-vs-production.md``, and each case's turns to
+``benchmarks/data/trial-vs-production/production-<cases>.json``.
 
 For each case, one unmeasured trial (the warm-up; production runs its YAML), then turns, each
 in an order shuffled per turn (so that a drift of the machine, and a place in the turn, fall on
@@ -36,13 +37,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _results import ROOT, figure_path, machine, one_trial, spread, write_section
+from _results import ROOT, data_path, machine, one_trial, spread, write_section
 
 from autotune import Config, _monitor
 from autotune._export import render
 from autotune._pool import WarmWorker
-from autotune._runner import Budget, new_tag
+from autotune._launch import Budget, new_tag
 
+#: The page and raw-figures folder (benchmarks/results/, benchmarks/data/) this and interleaved.py write.
+TOPIC = "trial-vs-production"
 IO = ROOT / "tests" / "fixtures" / "io_train.py"
 #: (name, target, config): the runners as written and with a tuned-like config, and a
 #: loader whose items wait like network reads, fed by many more workers than cores.
@@ -54,9 +57,9 @@ CASES = [
     ("I/O-bound loader, 32 workers", f"{IO}:train",
      Config(num_workers=32, persistent_workers=True, prefetch_factor=4)),
     # as written, but glibc's malloc keeping freed memory: the level each process draws at its
-    # start (benchmarks/RESULTS.md, "Noise") is then no longer mostly page faults
+    # start (benchmarks/results/levels.md) is then no longer mostly page faults
     ("mnist, malloc_retain", f"{ROOT / 'runners' / 'mnist.py'}:train", Config(malloc_retain=True)),
-    # the jpeg runner at the best point of its sweep on a 2-core host (RESULTS.md, Reach): its items
+    # the jpeg runner at the best point of its sweep on a 2-core host (benchmarks/results/reach.md): its items
     # wait on storage and decode in 24 workers, so interleaved.py cannot take it
     ("jpeg, batch 2x, 24 workers", f"{ROOT / 'runners' / 'jpeg.py'}:train",
      Config(batch_size="2x", lr_scaling="linear", num_workers=24, persistent_workers=True, prefetch_factor=4)),
@@ -176,7 +179,7 @@ def main() -> None:
                                             f"| {ratio_cells(values, production)} |")
         finally:
             warm.close()
-    figure_path("production-" + ("-".join(map(str, args.cases)) if args.cases else "all"), ".json").write_text(
+    data_path(TOPIC, "production-" + ("-".join(map(str, args.cases)) if args.cases else "all"), ".json").write_text(
         json.dumps({"machine": machine(), "args": vars(args), "turns": raw}, indent=1) + "\n")
     command = f"`python benchmarks/production.py --pairs {args.pairs}"
     if args.variants:
@@ -192,7 +195,7 @@ def main() -> None:
             "|---|---|---|---|---|",
             *variant_rows,
         ])
-        write_section("Trial vs production: where the gap is", body)
+        write_section(TOPIC, "Trial vs production: where the gap is", body)
         print(body)
         return
     body = "\n".join([
@@ -203,13 +206,13 @@ def main() -> None:
         f"the tuner's monitor watching; {args.windows} windows of {args.window:.0f} s, median) and the same "
         "function in production (`train(autotune.load(yaml, report_every="
         f"{args.window:.0f}))` in its own process; the median of {args.windows} reports after the first). "
-        "Goal (issue 14): within 3%.",
+        "Goal: within 3%.",
         "",
         "| case | trial samples/s | production samples/s | trial / production (medians) | per pair |",
         "|---|---|---|---|---|",
         *rows,
     ])
-    write_section("Trial vs production", body)
+    write_section(TOPIC, "Trial vs production", body)
     print(body)
 
 

@@ -1,5 +1,6 @@
-"""Reach: how close the default study's winner comes to the best this machine allows
-(issue 14), not only to its own ceilings. Writes the "Reach" section of ``benchmarks/RESULTS.md``.
+"""Reach: how close the default study's winner comes to the best this machine allows, not only
+to its own ceilings. Writes the "Reach" section of ``benchmarks/results/reach.md``, and the raw
+figures to ``benchmarks/data/reach/reach-<targets>.json``.
 
 For each target (the shipped runners, and a loader whose items wait like network reads):
 
@@ -16,7 +17,7 @@ For each target (the shipped runners, and a loader whose items wait like network
     python benchmarks/reach.py                       # about 45 minutes on a 2-core CPU
     python benchmarks/reach.py --targets io --trials 6 --repeats 1   # a smoke run
     python benchmarks/reach.py --targets jpeg --studies 3   # three studies' winners, side by side
-    python benchmarks/reach.py --targets jpeg --studies 3 --sweep-from benchmarks/reach-jpeg.json
+    python benchmarks/reach.py --targets jpeg --studies 3 --sweep-from benchmarks/data/reach/reach-jpeg.json
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _results import ROOT, figure_path, machine, one_trial, spread, write_section
+from _results import ROOT, data_path, machine, one_trial, spread, write_section
 from harness import all_tricks, changed, cli, load
 
 from autotune import Config
 from autotune._pool import WarmWorker
-from autotune._runner import Budget, new_tag
+from autotune._launch import Budget, new_tag
 
 #: name -> (target, the grid's axes). Workers reach 32x the cores on the waiting loader, 16x on jpeg
 #: (whose items wait on storage too).
@@ -45,7 +46,7 @@ TARGETS: dict[str, tuple[str, dict[str, list[Any]]]] = {
     "io": (f"{ROOT / 'tests' / 'fixtures' / 'io_train.py'}:train",
            {"batch_size": ["1x", "2x", "4x", "8x"], "num_workers": [0, 4, 8, 16, 32, 48, 64]}),
     # every runner's grid crosses malloc_retain: it is in the default space, and it moved
-    # mnist by a median 1.18x (RESULTS.md, Reach)
+    # mnist by a median 1.18x (benchmarks/results/reach.md)
     "mnist": (f"{ROOT / 'runners' / 'mnist.py'}:train",
               {"batch_size": ["1x", "2x", "4x", "8x"], "num_workers": [0, 1, 2, 4], "amp": ["off", "bf16"],
                "malloc_retain": [False, True]}),
@@ -70,7 +71,7 @@ SWEEP_FIXED = {"persistent_workers": True, "prefetch_factor": 4}
 #: 2026-11-25 used 1 s windows (their JSON has no ``sweep_window_s``).
 SWEEP_BUDGET = Budget(warmup_s=1.0, window_s=1.5, windows=3, ceiling_windows=0)
 TURN_BUDGET = Budget(ceiling_windows=0)
-#: The issue's goal: the study's winner over the sweep's best.
+#: The goal: the study's winner at this share of the sweep's best or more.
 GOALS = {"io": 0.80}
 GOAL = 0.95
 
@@ -183,7 +184,7 @@ def render(results: list[dict[str, Any]], args: argparse.Namespace, where: str) 
         "workers with `persistent_workers` and `prefetch_factor: 4`, batches above 1x with linear lr "
         f"scaling); then the code as written, all tricks on, the study's winner and the sweep's two "
         f"best points, {args.repeats} times in turns with the default budget. *share*: the median over "
-        "the best median of the sweep's points. Goal (issue 14): the study's winner at 80% or more of "
+        "the best median of the sweep's points. Goal: the study's winner at 80% or more of "
         "the sweep's best on the waiting loader (`io`), 95% or more on the shipped runners.",
         "",
         "| target | config | knobs | samples/s | share of sweep's best |",
@@ -250,7 +251,7 @@ def main() -> None:
     if args.from_json:
         raws = [json.loads(path.read_text()) for path in args.from_json]
         machines = dict.fromkeys(raw["machine"] for raw in raws)  # the same machine, on the days it ran
-        write_section("Reach", render([res for raw in raws for res in raw["results"]], args, " / ".join(machines)))
+        write_section("reach", "Reach", render([res for raw in raws for res in raw["results"]], args, " / ".join(machines)))
         return
     args.store.mkdir(parents=True, exist_ok=True)
     logs = args.store / "reach-logs"
@@ -261,12 +262,12 @@ def main() -> None:
         for name in args.targets:
             results.append(one_target(name, args, warm, logs))
             raw = {"machine": machine(), "args": vars(args) | {"store": str(args.store)}, "results": results}
-            figure_path(f"reach-{'-'.join(args.targets)}", ".json").write_text(
+            data_path("reach", f"reach-{'-'.join(args.targets)}", ".json").write_text(
                 json.dumps(raw, indent=1, default=str) + "\n")
     finally:
         warm.close()
     body = render(results, args, machine())
-    write_section("Reach", body)
+    write_section("reach", "Reach", body)
     print(body)
 
 

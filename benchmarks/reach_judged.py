@@ -1,4 +1,5 @@
-"""How far the study's loss verdict moves with the seed, on jpeg (raw figures ``reach-jpeg-seeds.json``).
+"""How far the study's loss verdict moves with the seed, on jpeg (raw figures
+``benchmarks/data/reach/reach-jpeg-seeds.json``; the reading is on ``benchmarks/results/reach.md``).
 
 A study judges each config's loss against the baseline's over the same samples and
 refuses one more than 50% worse. Early in training the seed alone moves the loss a lot,
@@ -20,12 +21,13 @@ import math
 import os
 import sys
 
-from _results import ROOT, figure_path, machine
+from _results import ROOT, data_path, machine
 
 from autotune import Config
 from autotune._guard import DIVERGENCE_TOLERANCE
 from autotune._pool import WarmWorker
-from autotune._runner import Budget, TrialSpec, new_tag, run_trial
+from autotune._launch import Budget, new_tag, TrialSpec
+from autotune._watch import run_trial
 
 TARGET = f"{ROOT / 'runners' / 'jpeg.py'}:train"
 LOADER = {"num_workers": 16, "persistent_workers": True, "prefetch_factor": 4}
@@ -70,7 +72,7 @@ def main() -> None:
                           f"{result.outcome.value}", file=sys.stderr)
     finally:
         warm.close()
-    figure_path("reach-jpeg-seeds", ".json").write_text(json.dumps(
+    data_path("reach", "reach-jpeg-seeds", ".json").write_text(json.dumps(
         {"machine": machine(), "tolerance": DIVERGENCE_TOLERANCE, "other_seed": f"baseline's + {OTHER}",
          "runs": runs}, indent=1) + "\n")
 

@@ -1,5 +1,5 @@
 """How heavy `autotune ui` is: seconds until its page answers, then its process tree's
-processes and RSS (benchmarks/RESULTS.md, "UI weight").
+processes and RSS (benchmarks/results/ui-weight.md).
 
     python benchmarks/ui_weight.py PORT COMMAND...    # e.g. 5072 autotune ui --port 5072
 """

@@ -1,5 +1,5 @@
 """How quickly the watchdogs act: RAM overshoot past the budget and the floor, and the
-time a hang takes to be killed. Writes the "Watchdogs" section of RESULTS.md.
+time a hang takes to be killed. Writes the "Watchdogs" section of ``benchmarks/results/watchdogs.md``.
 
 Each figure is the median over ``--repeats`` real trials of the fault-injection
 function in tests/fixtures (a RAM hog that touches 256 MiB per step; a main loop
@@ -22,7 +22,8 @@ from _results import ROOT, machine, spread, write_section
 
 from autotune import Config
 from autotune._monitor import INTERVAL, PSS_EVERY
-from autotune._runner import Budget, TrialSpec, run_trial
+from autotune._launch import Budget, TrialSpec
+from autotune._watch import run_trial
 
 TARGET = f"{ROOT / 'tests' / 'fixtures' / 'faulty_train.py'}:train"
 HOG, HANG = Config(num_workers=4), Config(num_workers=3)
@@ -74,7 +75,7 @@ def main() -> None:
         f"| hang killed this long after stall_s (3 s) of silence | {spread(stall_late, '.2f')} s |",
         f"| outcomes | {', '.join(sorted(set(outcomes)))} |",
     ])
-    write_section("Watchdogs", body)
+    write_section("watchdogs", "Watchdogs", body)
     print(body)
 
 
