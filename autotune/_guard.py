@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 #: How much worse than the baseline's loss, at matched samples, a trial's loss
 #: may be before it counts as diverged: 0.5 = 50%. Measured on the three runners
-#: (benchmarks/RESULTS.md, "Divergence tolerance"): another seed moves it by 6%
+#: (benchmarks/results/divergence.md): another seed moves it by 6%
 #: at most; configs that train the same way (4x batch with linear lr scaling,
 #: bf16, loader workers) by +17% at most; a blown-up lr by +2400%. In between,
 #: a 4x batch without lr scaling costs +34% to +122%: past 50%, a config needs
@@ -26,10 +26,10 @@ DIVERGENCE_TOLERANCE = 0.5
 SCALE_FLOOR = 0.1
 
 #: A trial is pruned when its fastest window so far is under this share of the
-#: best complete trial's samples/s. One config's samples/s varies by up to ±13%
-#: between runs on the CPU machine (benchmarks/RESULTS.md: the mnist baseline,
-#: 3,076 to 3,978 across 3 studies), so half the best is far outside the noise:
-#: no plausible measurement makes such a trial the winner.
+#: best complete trial's samples/s. One config's runs on the 2-core CPU machine spread
+#: 16-25% (each process draws its speed level at its start: benchmarks/results/levels.md),
+#: so half the best is far outside the noise: no plausible measurement makes such a
+#: trial the winner.
 PRUNE_FRACTION = 0.5
 #: Windows a trial measures before it may be pruned: one window can be a fluke
 #: (a cache filling, a neighbour's burst).
@@ -67,8 +67,8 @@ def learned_share(tolerance: float = DIVERGENCE_TOLERANCE) -> float:
     before divergence can be judged against it: there, a config whose loss stays where the
     baseline's started (it learns nothing: shuffled labels, a dead lr) is ``2 * tolerance``
     worse, twice past the tolerance. On a slow machine the baseline reaches fewer samples in
-    its windows, and its loss may not have fallen that far yet (issue 13: shuffled labels
-    passed as complete when the baseline had measured 1,024 samples).
+    its windows, and its loss may not have fallen that far yet (shuffled labels once passed
+    as complete when the baseline had measured 1,024 samples).
 
     >>> learned_share(0.5)
     0.5
@@ -252,7 +252,7 @@ def lr_retry(scaling: str | None, ratio: float, exploded: bool, tried: Collectio
     inf) for a smaller one. Each step at most once per config (``tried``), within the space
     (``allowed``). A loss too high at ``linear`` gets no smaller lr: on the jpeg runner both
     such tries (4x: 68% worse at linear, then 95% at sqrt, 126% at none) were trials spent
-    for nothing (benchmarks/RESULTS.md, "Reach").
+    for nothing (benchmarks/results/reach.md).
 
     Args:
         scaling: The diverged run's ``lr_scaling``.

@@ -25,7 +25,7 @@ from autotune._slots import CPUS_ENV
 
 #: The worker's environment names its trial here. Every process it starts inherits it,
 #: whatever its session or parent, so the trial's processes can be found after they
-#: called ``setsid`` or were reparented to PID 1 (issue 12, point 4).
+#: called ``setsid`` or were reparented to PID 1 (a helper that daemonises itself).
 TRIAL_TAG_ENV = "AUTOTUNE_TRIAL_TAG"
 
 

@@ -7,7 +7,7 @@ allocates tensors of the same sizes every step, so a process can fall into handi
 same pages back and faulting them in again each step. On the 2-core CI machine a plain
 MNIST loop did so 16k to 141k times a second (a median 9% of its CPU time in the kernel),
 as much as each process's history happened to decide, and the runs that faulted more were
-the slower ones (benchmarks/RESULTS.md, "Noise"). Told to keep what it frees, malloc serves
+the slower ones (benchmarks/results/levels.md). Told to keep what it frees, malloc serves
 every step from memory it already holds: no faults, and a median 9% faster there.
 
 The price is RAM: the heap stays at its peak instead of shrinking between steps (the

@@ -29,15 +29,15 @@ PSS_EVERY = 1.0
 AVAILABLE_FLOOR = 0.10
 #: Share of one CPU the tree's RSS readings may take. Their cost grows with every process
 #: in the trial's tree, and what the monitor takes, the trial does not get, while in
-#: production nothing watches (issue 14, item 3): past this share the tree is read less
+#: production nothing watches: past this share the tree is read less
 #: often than ``INTERVAL``. The machine's available memory (one read of /proc/meminfo) is
 #: read every ``INTERVAL`` whatever the tree, and a crossed floor reads the tree at once.
 MONITOR_SHARE = 0.02
 #: The same for the PSS readings, past ``PSS_EVERY``. A PSS reading walks the page
 #: tables of every process in the tree, in the kernel, while the trial runs: 20 ms for
 #: the ResNet runner's 0.9 GB tree on a 2-core host, so once a second it took 2% of a CPU
-#: and, with the RSS readings, the trial 1.7-2.2% of its steps (benchmarks/RESULTS.md,
-#: "Trial vs production, interleaved"). PSS is only the record (a reading past the RAM
+#: and, with the RSS readings, the trial 1.7-2.2% of its steps (benchmarks/results/
+#: trial-vs-production.md). PSS is only the record (a reading past the RAM
 #: budget's RSS bound, or under the floor, is taken at once, whatever this share), so
 #: its share is a quarter of the RSS readings', and a tree whose RSS rose ``PSS_GROWTH``
 #: above its highest before the last PSS reading is read again as soon as ``PSS_EVERY``

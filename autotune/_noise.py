@@ -19,10 +19,10 @@ from collections.abc import Callable, Mapping
 #: Share of a trial's CPUs (or of its GPU) that other processes may take during its
 #: windows before its figure counts as noisy. A CPU-bound process on one core of
 #: this project's 2-core machine takes 50%, and the trial then reads 30-90% of its
-#: quiet figure (benchmarks/RESULTS.md, "Noise"); a quiet machine reads 0-5%.
+#: quiet figure (benchmarks/results/noise.md); a quiet machine reads 0-5%.
 FOREIGN_LOAD_MAX = 0.2
 #: (max - min) / median of a trial's window rates above which its median means
-#: little: windows of 545, 122, 166 and 2,293 samples/s (issue 13) spread 6.5.
+#: little: one trial measured windows of 545, 122, 166 and 2,293 samples/s, a spread of 6.1.
 SPREAD_MAX = 1.0
 #: Times a noisy trial is measured again at most (each once the machine is quiet).
 REMEASURES = 2

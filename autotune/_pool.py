@@ -1,8 +1,8 @@
 """A warm worker: one process per slot with torch imported, from which each trial is forked.
 
 A trial used to pay for a new interpreter, autotune and ``import torch`` (1.7-2.1 s
-of its 3.6-3.9 s fixed cost on a 2-core host, benchmarks/RESULTS.md "Overhead"),
-every time (issue 14, item 6). The tuner now starts one *warm worker* per slot
+of its 3.6-3.9 s fixed cost on a 2-core host, benchmarks/results/overhead.md),
+every time. The tuner now starts one *warm worker* per slot
 (``python -m autotune._pool``): it imports torch and the worker's modules, never
 touches CUDA, and waits. For each trial the tuner sends the worker's payload and
 environment over a Unix socket, with the trial's log and event-pipe descriptors

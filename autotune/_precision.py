@@ -3,7 +3,7 @@
 Precision acts on nearly every step the model takes, so its cost multiplies whatever
 the other knobs do. On a CPU without native bf16 (AVX2, no ``avx512_bf16``) bf16
 autocast ran jpeg about 4x and the ResNet runner about 8x slower than fp32
-(benchmarks/RESULTS.md, Reach), and a 16-trial study that drew bf16 in 11 of its
+(benchmarks/results/reach.md), and a 16-trial study that drew bf16 in 11 of its
 trials (its first ten draws are random) spent them on configs that could not win.
 
 So once ``DOMINATED_AFTER`` trials of one ``amp`` value have a believed figure (complete,

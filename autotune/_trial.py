@@ -24,7 +24,7 @@ from autotune._window import Window, compile_s
 QUICK_LOADER_BATCHES = 32
 
 #: Seconds between a trial's ``progress`` events: the parent's stall detector
-#: (DESIGN 5) needs a sign of life, and a clock read per step costs nothing.
+#: (``Budget.stall_s``) needs a sign of life, and a clock read per step costs nothing.
 PROGRESS_S = 1.0
 
 #: Where an epoch lasts at most this many windows, the warmup and every window end on an

@@ -131,6 +131,6 @@ if __name__ == "__main__":
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip the interpreter's shutdown: with torch loaded it takes about 0.5 s here
-    # (benchmarks/RESULTS.md, per-trial overhead), and the parent kills the process
+    # (benchmarks/results/overhead.md), and the parent kills the process
     # group anyway, so nothing needs an orderly exit.
     os._exit(code)

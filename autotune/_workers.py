@@ -15,7 +15,7 @@ the ones behind it, so more may help: when the fastest trial so far (or one with
 range widens to twice what it drew. On the jpeg runner on a 2-core host, all three 16-trial
 studies' winners sat at the top of the range Little's law set (6, 7 and 10), and the sweep's
 best, 2x batches with as many workers as an epoch has batches (24), ran 9-36% faster than they
-did (benchmarks/RESULTS.md, Reach).
+did (benchmarks/results/reach.md).
 
 A range only bounds the draws: on jpeg, with the range widened to 0-34 and an epoch of 24
 batches at the winner's batch size, three studies' winners drew 24, 18 and 19 workers, and
@@ -226,7 +226,7 @@ def more_workers(row: Any, rows: Iterable[Any], ceilings: Ceilings, cpus: int, h
     the config also keeps its workers across epochs: started anew each epoch, twice the
     workers cost twice the start-up each epoch, and a climb along that line measures the
     restarts more than the workers (a jpeg study's climb to 24 workers read 1,033 samples/s
-    so, 1,900 with them kept; benchmarks/RESULTS.md, Reach)."""
+    so, 1,900 with them kept; benchmarks/results/reach.md)."""
     rows = list(rows)
     drawn = row.sampled.get("num_workers")
     waits = row.metrics.get("data_wait_frac", 0.0)

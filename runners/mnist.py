@@ -118,7 +118,7 @@ def train(run: autotune.Run, *, epochs: int = 200) -> None:
         epochs: Passes over the 5,000 digits (78 steps each at batch 64). 200 see a
             million samples, as 17 epochs of MNIST's 60,000 would: enough that a
             tuned trial on a fast GPU (90,000 samples/s on an H100) measures all its
-            windows before the run ends (20 did not: benchmarks/RESULTS-gpu.md).
+            windows before the run ends (20 did not: benchmarks/results/gpu.md).
     """
     model = Net().to(run.device)
     loader = run.dataloader(make_dataset(), batch_size=64, shuffle=True, drop_last=True)

@@ -1,4 +1,4 @@
-"""run.model and the model-side knobs (issue 14, item 4): channels_last, compile, in real
+"""run.model and the model-side knobs: channels_last, compile, in real
 trials, in production (Recipe), and in a study whose function never calls run.model."""
 
 from __future__ import annotations

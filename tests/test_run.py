@@ -375,7 +375,7 @@ def _windows_measured(loss_after_warmup: float, **learning) -> list[dict]:
 
 def test_the_baseline_measures_on_while_its_loss_has_not_fallen() -> None:
     """A baseline whose loss stays at its warmup's measures its extra windows: against its
-    first windows alone a config that learns nothing would pass (issue 13)."""
+    first windows alone a config that learns nothing would pass."""
     assert len(_windows_measured(1.0, learn_windows=3, learn_to=0.5)) == 5
     assert len(_windows_measured(0.6, learn_windows=3, learn_to=0.5)) == 5
     assert len(_windows_measured(0.4, learn_windows=3, learn_to=0.5)) == 2  # learned: as planned
