@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune._records import TrialRow
-    from autotune._run import Recipe
+    from autotune._handles import Recipe
     from autotune._standing import Standing
     from autotune._options import Reporter
 

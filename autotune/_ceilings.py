@@ -1,6 +1,6 @@
 """The two ceilings of a config, and what they say about a trial: efficiency and bottleneck.
 
-A trial measures them in its own process after its windows (``autotune._run``):
+A trial measures them in its own process after its windows (``autotune._handles``):
 
 - **compute**: the same training loop fed a few of its own batches, cached on the
   device and replayed: no loading, no copy. Nothing with these compute knobs

@@ -8,7 +8,7 @@ from typing import Any
 
 from autotune._config import Config, ConfigError, read_yaml
 from autotune._knobs import KNOBS, Stage, show_value, unknown_knob_message
-from autotune._run import Recipe
+from autotune._handles import Recipe
 
 #: The one key of an export that is not a knob: the batch size the lr was written for.
 BASE_BATCH_KEY = "base_batch_size"

@@ -1,5 +1,5 @@
 """Launching a trial's worker: its command and environment (pure), and the two launchers
-behind one interface: a warm worker forks it (``autotune._pool``), else a new interpreter
+behind one interface: a warm worker forks it (``autotune._warm``), else a new interpreter
 starts it (cold).
 
 What every worker needs to start (its budget, its spec) is here too: pure data.
@@ -115,7 +115,7 @@ class TrialSpec:
 
 def worker_environ(environ: Mapping[str, str], tag: str) -> dict[str, str]:
     """What every trial worker's interpreter starts with, cold or warm
-    (``autotune._pool``): unbuffered output, this package importable, and its tag."""
+    (``autotune._warm``): unbuffered output, this package importable, and its tag."""
     env = dict(environ)
     env[TRIAL_TAG_ENV] = tag
     env["PYTHONUNBUFFERED"] = "1"
@@ -155,7 +155,7 @@ def build_command(spec: TrialSpec, event_fd: int, environ: Mapping[str, str],
     payload = {"target": spec.target, "config": spec.config.set_values(), "device": device,
                "budget": spec.budget.worker_args(), "seed": spec.seed,
                "known_ceilings": {part: list(keys) for part, keys in spec.known_ceilings.items()}}
-    return [python, "-m", "autotune._worker", json.dumps(payload)], env
+    return [python, "-m", "autotune._trial_main", json.dumps(payload)], env
 
 
 

@@ -26,7 +26,7 @@ from autotune._noise import is_noisy
 from autotune._outcome import Outcome
 from autotune._space import Choice, IntRange, Space
 from autotune._space_now import base_batch_size
-from autotune._workers import climbed, epoch_samples, more_workers, useful_workers
+from autotune._loader_workers import climbed, epoch_samples, more_workers, useful_workers
 
 if TYPE_CHECKING:
     from autotune._records import TrialRow
@@ -175,7 +175,7 @@ def retry_lr(row: TrialRow, found: Standing, space: Space, trials_left: bool) ->
 
 def climb(row: TrialRow, found: Standing, space: Space, cpus: int) -> Request | None:
     """A leading trial that still waits on data with fewer workers than could help: its
-    config again with more (``autotune._workers.more_workers``), or at the next smaller
+    config again with more (``autotune._loader_workers.more_workers``), or at the next smaller
     batch size where it has a worker per batch already; once per trial, however many
     tuners see it (``Request.once``). None when the result was drawn already."""
     domains = space.domains

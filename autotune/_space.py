@@ -61,7 +61,7 @@ class IntRange:
     log: bool = False
     step: int = 1
     #: ``high: auto``: the study widens ``high`` when measurement shows more helps
-    #: (``autotune._workers``).
+    #: (``autotune._loader_workers``).
     auto: bool = False
 
     def values(self) -> tuple[Any, ...]:

@@ -1,7 +1,7 @@
 """The space as of now: what the next draw may take, from what the study measured so far.
 
 The space a user gives is where a study starts. As trials come in, the study widens an
-``auto`` worker range (``autotune._workers``), draws the int knobs only up to what an epoch
+``auto`` worker range (``autotune._loader_workers``), draws the int knobs only up to what an epoch
 can use, and holds knobs that measuring has settled: the loader knobs once the best trial
 is compute-bound at high efficiency, the model knobs when the function never hands its
 model to ``run.model``, and ``amp`` at the one precision this machine does not run far
@@ -20,7 +20,7 @@ from autotune._kinds import Line
 from autotune._knobs import MODEL_KNOBS, batch_of, show_value
 from autotune._noise import doubt
 from autotune._space import Cap, Choice, IntRange, Space
-from autotune._workers import epoch_samples, prefetch_high, useful_workers, widened_range
+from autotune._loader_workers import epoch_samples, prefetch_high, useful_workers, widened_range
 
 if TYPE_CHECKING:
     from autotune._records import TrialRow
@@ -34,7 +34,7 @@ def base_batch_size(found: Standing) -> int | None:
 
 def space_now(space: Space, found: Standing, cpus: int, ram_budget: int | None) -> tuple[Space, Line | None]:
     """``space``, with an ``auto`` worker range widened as far as the measured loaders ask
-    (``autotune._workers.widened_range``), and the line that says so (said once per range)."""
+    (``autotune._loader_workers.widened_range``), and the line that says so (said once per range)."""
     domain = space.domains.get("num_workers")
     if not isinstance(domain, IntRange) or not domain.auto:
         return space, None

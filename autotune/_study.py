@@ -132,10 +132,10 @@ class StudyRunner:
         this was its last tuner) and ``interrupted_by`` names the signal. A second
         one raises KeyboardInterrupt at once.
         """
-        from autotune._pool import WarmWorker
+        from autotune._warm import WarmWorker
 
         self._started = time.monotonic()
-        # One warm worker per slot (autotune._pool), started first: its imports overlap the
+        # One warm worker per slot (autotune._warm), started first: its imports overlap the
         # tuner's own set-up, and every trial of the slot is forked from it.
         self._warm = {slot.index: WarmWorker(os.environ, new_tag(), slot.cpus) for slot in self.slots}
         try:

@@ -17,7 +17,7 @@ from autotune._config import Config
 from autotune._guard import judged_span, mean_over
 from autotune._knobs import Part
 from autotune._proctree import tree_cpu_s
-from autotune._run import Run, _batch_len
+from autotune._handles import Run, _batch_len
 from autotune._window import Window, compile_s
 
 #: Batches after which a loader ceiling window may close at a quarter of its length.

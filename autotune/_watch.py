@@ -50,7 +50,7 @@ class TrialResult:
     ceilings: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     #: Its loss curve (``autotune._guard.loss_curve``): the baseline's judges the study's trials.
     curve: list[Chunk] = dataclasses.field(default_factory=list)
-    #: What its loader read (``autotune._run.dataset_facts``): batches per epoch, batched fetch.
+    #: What its loader read (``autotune._handles.dataset_facts``): batches per epoch, batched fetch.
     dataset: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: Its loss against the baseline's as the divergence verdict compared them, complete or
     #: diverged (None: no baseline to judge by, nothing shared with it, or stopped before its
@@ -95,7 +95,7 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
             samples in both (``autotune._guard.divergence``).
         tolerance: See ``autotune._guard.divergence``.
         floor: Available-memory floor in bytes (default: the monitor's).
-        warm: The slot's warm worker (``autotune._pool``): the worker is forked from it
+        warm: The slot's warm worker (``autotune._warm``): the worker is forked from it
             when it can be, else spawned cold (``autotune._launch.launch``).
     """
     read_fd, write_fd = os.pipe()

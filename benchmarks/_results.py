@@ -77,7 +77,7 @@ def host_cpu() -> str:
 def one_trial(target: str, config: Any, budget: Any, logs: Path, *, device: Any = None, seed: int = 0,
               warm: Any = None, strict: bool = True, reference: Any = None) -> Any:
     """One real trial of ``target`` (``path.py:function``) under ``config``, as a study runs
-    it: forked from ``warm`` (an ``autotune._pool.WarmWorker``) or, with None, spawned cold; on
+    it: forked from ``warm`` (an ``autotune._warm.WarmWorker``) or, with None, spawned cold; on
     ``device`` (None: what ``--device auto`` picks); its loss judged against ``reference`` (a
     baseline's ``TrialResult``, as a study judges its trials) if given. Its ``TrialResult`` if
     it completed; otherwise a RuntimeError, or with ``strict=False`` its result all the same and

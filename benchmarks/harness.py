@@ -103,7 +103,7 @@ def all_tricks() -> Config:  # type: ignore[valid-type]
 def measure(runner: str, config: Config, logs: Path, budget: Budget = Budget(), seed: int = 0,  # noqa: B008
             warm=None) -> dict[str, Any]:
     """One real trial (both ceilings measured, none known); its figures. ``warm``: the
-    ``autotune._pool.WarmWorker`` to fork it from, as a study does; None spawns it cold."""
+    ``autotune._warm.WarmWorker`` to fork it from, as a study does; None spawns it cold."""
     result = one_trial(target(runner), config, budget, logs, seed=seed, warm=warm)
     figures = dict(result.metrics)
     for entry in result.ceilings:
@@ -358,7 +358,7 @@ def plot_search(curves: dict[int, list[float]], random: list[float], best: float
 
 
 def overhead_part(args: argparse.Namespace) -> None:
-    from autotune._pool import WarmWorker
+    from autotune._warm import WarmWorker
     from autotune._launch import new_tag
 
     logs = args.store / "harness-logs"
@@ -369,8 +369,8 @@ def overhead_part(args: argparse.Namespace) -> None:
         "",
         f"**Per-trial fixed overhead and run-to-run spread**: PyTorch's defaults, {args.overhead_runs} "
         "trials per runner and start, cold and warm in turns, default budget, no ceilings; median "
-        "(min..max). *cold*: a new interpreter per trial (`python -m autotune._worker`); *warm*: forked "
-        "from the slot's warm worker, which imported torch once (`autotune._pool`), as a study does. "
+        "(min..max). *cold*: a new interpreter per trial (`python -m autotune._trial_main`); *warm*: forked "
+        "from the slot's warm worker, which imported torch once (`autotune._warm`), as a study does. "
         "*spawn*: to the worker's first event (interpreter, autotune); *import*: torch and the runner's "
         "module; *set-up*: the runner's own code up to its first batch (dataset, model, loader); "
         "*teardown*: last event to exit. Goals: spawn + import < 0.5 s, spread < 5%.",

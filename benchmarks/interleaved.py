@@ -68,7 +68,7 @@ from production import CASES, TOPIC, geometric_mean_ci, monitor_slowed
 
 from autotune._export import render
 from autotune._proctree import _walk
-from autotune._pool import WarmWorker
+from autotune._warm import WarmWorker
 from autotune._launch import Budget, build_command, new_tag, TrialSpec
 
 COUNTED = f"{HERE / '_counted.py'}:train"
@@ -143,7 +143,7 @@ def start(kind: str, case: int, counter: Path, folder: Path, yaml_path: Path) ->
 
 
 def start_bare(case: int, counter: Path, folder: Path) -> subprocess.Popen:
-    """The trial's worker (``python -m autotune._worker``) as the tuner would start it cold,
+    """The trial's worker (``python -m autotune._trial_main``) as the tuner would start it cold,
     but by this script: its events go to a pipe a thread here drains."""
     _name, target, config = CASES[case]
     spec = TrialSpec(COUNTED, config, "cpu", MEASURED_BUDGET)

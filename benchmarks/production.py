@@ -41,7 +41,7 @@ from _results import ROOT, data_path, machine, one_trial, spread, write_section
 
 from autotune import Config, _monitor
 from autotune._export import render
-from autotune._pool import WarmWorker
+from autotune._warm import WarmWorker
 from autotune._launch import Budget, new_tag
 
 #: The page and raw-figures folder (benchmarks/results/, benchmarks/data/) this and interleaved.py write.

@@ -37,7 +37,7 @@ from _results import ROOT, data_path, machine, one_trial, spread, write_section
 from harness import all_tricks, changed, cli, load
 
 from autotune import Config
-from autotune._pool import WarmWorker
+from autotune._warm import WarmWorker
 from autotune._launch import Budget, new_tag
 
 #: name -> (target, the grid's axes). Workers reach 32x the cores on the waiting loader, 16x on jpeg

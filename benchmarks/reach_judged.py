@@ -25,7 +25,7 @@ from _results import ROOT, data_path, machine
 
 from autotune import Config
 from autotune._guard import DIVERGENCE_TOLERANCE
-from autotune._pool import WarmWorker
+from autotune._warm import WarmWorker
 from autotune._launch import Budget, new_tag, TrialSpec
 from autotune._watch import run_trial
 

@@ -86,7 +86,7 @@ def test_a_recipe_without_it_leaves_glibc_alone(tmp_path) -> None:
 def test_a_trial_with_malloc_retain_applies_it_in_its_worker(tmp_path, retained: bool) -> None:
     # a real trial, forked from a warm worker as a study runs it; the function frees and takes
     # 20 MiB again once its batches have started, and prints the faults that took
-    from autotune._pool import WarmWorker
+    from autotune._warm import WarmWorker
     from autotune._launch import Budget, new_tag, TrialSpec
     from autotune._watch import run_trial
 

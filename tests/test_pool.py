@@ -1,4 +1,4 @@
-"""The warm worker (autotune._pool): trials forked from a process with torch imported
+"""The warm worker (autotune._warm): trials forked from a process with torch imported
 behave as trials spawned cold: outcome, exit status, environment, leftovers, seeds."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from conftest import tagged
 from autotune import Config, Outcome
-from autotune._pool import WarmWorker
+from autotune._warm import WarmWorker
 from autotune._launch import Budget, new_tag, TRIAL_TAG_ENV, TrialSpec
 from autotune._watch import run_trial
 
@@ -138,7 +138,7 @@ def test_a_dead_warm_worker_means_cold_trials(tmp_path: Path, warm: WarmWorker) 
 
 def test_the_warm_worker_ends_with_its_tuner(tmp_path: Path) -> None:
     # a tuner (this script) that starts a warm worker, waits until it is ready, then is killed
-    script = ("import os, sys, time\nfrom autotune._pool import WarmWorker\nfrom autotune._launch import new_tag\n"
+    script = ("import os, sys, time\nfrom autotune._warm import WarmWorker\nfrom autotune._launch import new_tag\n"
               "w = WarmWorker(os.environ, new_tag())\nassert w._wait_ready()\nprint(w.pid, flush=True)\n"
               "time.sleep(300)\n")
     tuner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)

@@ -17,7 +17,7 @@ from autotune._ceilings import Ceilings, ceiling_key
 from autotune._knobs import Part
 from autotune._records import TrialRow
 from autotune._space import IntRange, load_space
-from autotune._workers import (
+from autotune._loader_workers import (
     Evidence,
     epoch_samples,
     evidence,
@@ -375,7 +375,7 @@ def test_a_leader_with_a_worker_per_batch_runs_again_at_a_smaller_batch_with_twi
 def test_a_climbed_config_drops_what_no_longer_applies() -> None:
     from autotune._space import Choice
     from autotune._planner import smaller_batch
-    from autotune._workers import MoreWorkers, climbed
+    from autotune._loader_workers import MoreWorkers, climbed
 
     drawn = {"batch_size": "2x", "num_workers": 12, "lr_scaling": "linear", "prefetch_factor": 4,
              "persistent_workers": False, "amp": "bf16"}

@@ -1,4 +1,4 @@
-"""The trial worker: ``python -m autotune._worker SPEC_JSON``, one process per trial.
+"""The trial worker: ``python -m autotune._trial_main SPEC_JSON``, one process per trial.
 
 Environment knobs were set by the parent before this process started (so before
 torch); this module sets backend flags and seeds, imports the user's function and

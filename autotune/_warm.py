@@ -3,13 +3,13 @@
 A trial used to pay for a new interpreter, autotune and ``import torch`` (1.7-2.1 s
 of its 3.6-3.9 s fixed cost on a 2-core host, benchmarks/results/overhead.md),
 every time. The tuner now starts one *warm worker* per slot
-(``python -m autotune._pool``): it imports torch and the worker's modules, never
+(``python -m autotune._warm``): it imports torch and the worker's modules, never
 touches CUDA, and waits. For each trial the tuner sends the worker's payload and
 environment over a Unix socket, with the trial's log and event-pipe descriptors
 (``SCM_RIGHTS``); the warm worker forks, and the child becomes a new session, takes
 the descriptors, the environment and the working folder, reseeds Python's and
 NumPy's generators (a fork would otherwise hand every trial the same streams) and
-runs ``autotune._worker.main`` as a cold worker would. The user's module and set-up
+runs ``autotune._trial_main.main`` as a cold worker would. The user's module and set-up
 still run per trial, in the child. The warm worker reaps the child and reports its
 exit status, so the tuner sees the same return code as from ``subprocess.Popen``.
 
@@ -71,7 +71,7 @@ class WarmWorker:
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "autotune._pool", str(theirs.fileno()), ",".join(map(str, cpus))],
+                [sys.executable, "-m", "autotune._warm", str(theirs.fileno()), ",".join(map(str, cpus))],
                 env=self.environ,
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 pass_fds=(theirs.fileno(),), start_new_session=True)  # Ctrl-C is the tuner's to handle
@@ -93,7 +93,7 @@ class WarmWorker:
         return all(env.get(name) == self.environ.get(name) for name in startup)
 
     def spawn(self, payload: str, env: Mapping[str, str], log_fd: int, event_fd: int) -> ForkedTrial | None:
-        """Fork a trial that runs ``autotune._worker.main([payload])`` with ``env``, its
+        """Fork a trial that runs ``autotune._trial_main.main([payload])`` with ``env``, its
         stdout and stderr on ``log_fd`` and its events on ``event_fd``. None when the
         warm worker is not usable (it failed to start, or died): spawn the trial cold."""
         if not self._wait_ready():
@@ -188,7 +188,7 @@ def _serve(sock: socket.socket, cpus: set[int]) -> None:
     import torch._dynamo  # noqa: F401
 
     import autotune._trial  # noqa: F401
-    import autotune._worker  # noqa: F401
+    import autotune._trial_main  # noqa: F401
 
     sock.send(json.dumps({"ready": True}).encode())
     while True:
@@ -250,7 +250,7 @@ def _child(sock: socket.socket, request: dict, fds: Sequence[int]) -> None:
         os.chdir(request["cwd"])
         _reseed()
         sys.argv = [sys.argv[0], request["payload"]]
-        from autotune._worker import main
+        from autotune._trial_main import main
 
         code = main([request["payload"]])
     except BaseException:  # never back into the warm worker's loop
