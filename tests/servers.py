@@ -10,11 +10,18 @@ Fixtures (registered in ``conftest.py``):
   and name experiments uniquely since every test sees the same store.
 * ``own_mlflow_server`` (function): a server of the test's own, free to ``stop()`` and
   ``start()`` (to play the team's server restarting); stopped after the test.
+
+The servers die with the test process that started them, even when it is killed with SIGKILL
+(a time limit) and no teardown runs: each is started under a watchdog (:func:`start_watched`)
+that kills them when it is gone. Their PostgreSQL connections end with them; the databases such
+a process created are dropped by the next session (:meth:`PgServer.drop_stale_databases`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
+import json
 import os
 import pwd
 import shutil
@@ -26,7 +33,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +60,219 @@ def _unavailable(reason: str):
     if os.environ.get("CI") == "true":
         pytest.fail(f"{reason} (CI=true: PostgreSQL tests must run, not skip)", pytrace=False)
     pytest.skip(reason)
+
+
+def _watchdog(config: str) -> None:
+    """The watchdog's whole program: :func:`start_watched` runs this source, then
+    ``_watchdog(sys.argv[1])``, with ``python -I -c``.
+
+    Started by :func:`start_watched`, in a session of its own. ``config`` (JSON) holds
+    ``watch``: the test process's pid, then (under pytest-xdist) its parent's; ``command``: the
+    server to run, or null; ``cleanup``: commands to run, then ``remove``: folders to delete,
+    once the test process is gone.
+
+    * It becomes a child subreaper: whatever the server starts stays its descendant, even a
+      process that starts a session of its own or whose parent exits.
+    * The test process is gone when this process's parent pid changes (the kernel reparents
+      the children of a process when it exits, SIGKILL included), or, under pytest-xdist, when
+      the worker's parent pid does. It also watches them with pidfds, to wake at once.
+    * Then it SIGKILLs all its descendants, runs ``cleanup``, deletes ``remove`` and exits.
+    * With a command: SIGTERM and SIGINT (a stop() signalling the server's process group) are
+      for the server; when the server exits, the watchdog SIGKILLs what is left of its
+      descendants and exits with the server's code (128 + N for signal N). The server gets
+      PR_SET_PDEATHSIG SIGKILL: a SIGKILL of the watchdog itself still takes the server's
+      first process along (though not what that one started).
+    * Without one: it waits; SIGTERM ends it at once, with no cleanup.
+
+    Only the standard library, and nothing from outside this function: it runs from its source.
+    """
+    import ctypes
+    import itertools
+    import json
+    import os
+    import select
+    import shutil
+    import signal
+    import subprocess
+    import time
+
+    config = json.loads(config)
+    watch, command = config["watch"], config["command"]
+    me = os.getpid()
+    stop_requested = []
+    signal.signal(signal.SIGTERM, lambda *_: stop_requested.append(True))
+    signal.signal(signal.SIGINT, lambda *_: stop_requested.append(True))
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_read, False)
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)  # a signal (SIGCHLD above all) wakes the select below
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        libc = None
+    pidfds = []
+    for pid in watch:
+        try:
+            pidfds.append(os.pidfd_open(pid))
+        except (OSError, AttributeError):
+            pass  # no pidfds here: the 0.2 s poll below still notices
+
+    def parent_of(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                return int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def watched_alive():
+        # Checked after opening the pidfds: a pid reused since then cannot pass for the original.
+        return os.getppid() == watch[0] and all(
+            parent_of(child) == parent for child, parent in itertools.pairwise(watch))
+
+    def descendants():
+        children = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as stat:
+                        fields = stat.read().rsplit(")", 1)[1].split()
+                except (OSError, IndexError):
+                    continue
+                if fields[0] not in "ZX":  # a zombie has no children left and is dead
+                    children.setdefault(int(fields[1]), []).append(int(entry))
+        found, todo = [], [me]
+        while todo:
+            kids = children.get(todo.pop(), [])
+            found += kids
+            todo += kids
+        return found
+
+    exits = {}
+
+    def reap():
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            exits[pid] = status
+
+    def kill_descendants():
+        for _ in range(200):  # repeated: one may fork while the others die
+            victims = descendants()
+            if not victims:
+                return
+            for pid in victims:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.01)
+            reap()
+
+    def orphaned():
+        kill_descendants()
+        for argv in config["cleanup"]:
+            try:
+                subprocess.run(argv, stdin=subprocess.DEVNULL, timeout=60, check=False)
+            except (OSError, subprocess.SubprocessError):
+                pass
+        for folder in config["remove"]:
+            shutil.rmtree(folder, ignore_errors=True)
+        os._exit(1)
+
+    if not watched_alive():
+        orphaned()
+    server = None
+    if command is not None:
+        server = os.fork()
+        if server == 0:  # the server: default signals, and it dies with the watchdog
+            try:
+                for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+                    signal.signal(signum, signal.SIG_DFL)
+                if libc is not None:
+                    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+                if os.getppid() == me:  # else the watchdog died before prctl: do not start
+                    os.execvp(command[0], command)
+            finally:
+                os._exit(127)
+    while True:
+        try:
+            select.select([wake_read, *pidfds], [], [], 0.2)
+        except InterruptedError:
+            pass
+        try:
+            while os.read(wake_read, 512):
+                pass
+        except BlockingIOError:
+            pass
+        reap()
+        if not watched_alive():
+            orphaned()
+        if server is None and stop_requested:
+            os._exit(0)
+        if server in exits:
+            kill_descendants()
+            status = exits[server]
+            os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status)
+                     else 128 + os.WTERMSIG(status))
+
+
+#: Carries the watchdog's program (see :func:`start_watched`).
+_WATCHDOG_ENV = "AUTOTUNE_TEST_WATCHDOG_PROGRAM"
+
+
+def _watched_pids() -> list[int]:
+    """This process, and under pytest-xdist its parent too: killing the controller ends the
+    session even where a worker lingers."""
+    return [os.getpid(), *([os.getppid()] if os.environ.get("PYTEST_XDIST_WORKER") else [])]
+
+
+def start_watched(command: Sequence[str] | None, *, env: Mapping[str, str],
+                  cleanup: Sequence[Sequence[str]] = (), remove: Sequence[str | Path] = (),
+                  **popen: object) -> subprocess.Popen:
+    """Start ``command`` under a watchdog (:func:`_watchdog`) that kills it and all it starts
+    when this process is gone, even killed with SIGKILL.
+
+    The watchdog is returned; it leads a new session and process group, which the server joins,
+    so ``os.killpg(proc.pid, SIGTERM)`` stops the server as before, and ``proc`` exits with the
+    server's code once the server has exited. With ``command=None`` it only waits to run
+    ``cleanup`` and delete ``remove`` after this process is gone; SIGTERM it when done.
+    ``popen`` goes to :class:`subprocess.Popen` (stdout, stderr...).
+    """
+    config = {"watch": _watched_pids(), "command": None if command is None else list(command),
+              "cleanup": [list(argv) for argv in cleanup], "remove": [str(f) for f in remove]}
+    program = f"{inspect.getsource(_watchdog)}\nimport sys\n_watchdog(sys.argv[1])\n"
+    # The program travels in the environment, and leaves it before the server starts: ps then
+    # shows a short command line, with the server's in the config. -I: only the standard
+    # library, whatever PYTHONPATH the server's environment sets.
+    return subprocess.Popen(
+        [sys.executable, "-I", "-c", f"import os; exec(os.environ.pop({_WATCHDOG_ENV!r}))",
+         json.dumps(config)],
+        env={**env, _WATCHDOG_ENV: program}, stdin=subprocess.DEVNULL, start_new_session=True,
+        **popen)
+
+
+def _process_identity(pid: int) -> str | None:
+    """``<boot id>/<pid namespace>/<pid>/<start time>``, which names one process for as long as
+    the machine runs (a reused pid starts later); None where ``pid`` is not running (or there
+    is no /proc)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.stat("/proc/self/ns/pid")
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    start = stat.rsplit(")", 1)[1].split()[19]  # field 22, counted from the state (field 3)
+    return f"{boot}/{namespace.st_dev}:{namespace.st_ino}/{pid}/{start}"
+
+
+#: A test database's comment: this, then the identity of the process that created it.
+_CREATED_BY = "autotune test database, created by "
 
 
 def _database_name(url: str) -> str:
@@ -98,13 +318,60 @@ class PgServer:
         return None
 
     def create_database(self) -> str:
-        """Create an empty database named ``autotune_<random hex>``; return its URL."""
+        """Create an empty database named ``autotune_<random hex>``; return its URL.
+
+        Its comment names this process, for :meth:`drop_stale_databases` to drop it should this
+        process be killed before it drops it.
+        """
         from psycopg import sql
 
         name = f"autotune_{uuid.uuid4().hex[:12]}"
+        creator = _process_identity(os.getpid())
         with self.connect() as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            if creator is not None:
+                conn.execute(sql.SQL("COMMENT ON DATABASE {} IS {}").format(
+                    sql.Identifier(name), sql.Literal(_CREATED_BY + creator)))
         return self.url(name)
+
+    def drop_stale_databases(self) -> list[str]:
+        """Drop the test databases whose creator is gone: killed before it dropped them.
+
+        Only those created by a process of this machine and pid namespace (the one in their
+        comment, see :meth:`create_database`) that no longer runs; others' are left alone.
+        FORCE: a leftover server of the dead process may still hold connections.
+
+        Returns:
+            The names of the databases dropped.
+        """
+        import psycopg
+        from psycopg import sql
+
+        mine = _process_identity(os.getpid())
+        if mine is None:
+            return []
+        here = mine.rsplit("/", 2)[0]
+        with self.connect() as conn:
+            rows = conn.execute("SELECT datname, shobj_description(oid, 'pg_database')"
+                                " FROM pg_database").fetchall()
+        stale = []
+        for name, comment in rows:
+            if not (comment or "").startswith(_CREATED_BY):
+                continue
+            creator = comment[len(_CREATED_BY):]
+            where, _, rest = creator.rpartition("/")[0].rpartition("/")
+            if where != here or not rest.isdigit():
+                continue  # another machine's or container's: whether it runs is not known here
+            if _process_identity(int(rest)) != creator:
+                stale.append(name)
+        dropped = []
+        for name in stale:
+            # Another session may drop it at the same time.
+            with contextlib.suppress(psycopg.Error), self.connect() as conn:
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                    sql.Identifier(name)))
+                dropped.append(name)
+        return dropped
 
     def drop_database(self, url: str) -> None:
         """Drop the database at ``url``, closing whatever still holds a connection to it.
@@ -132,6 +399,8 @@ class PrivateCluster:
     """A throwaway PostgreSQL cluster in a folder of its own, on a free port.
 
     initdb refuses to run as root, so as root every command runs as the ``postgres`` OS user.
+    pg_ctl detaches the server from this process; a watchdog (:func:`start_watched`) stops it
+    (immediate) and deletes the folder if this process dies before ``stop()``.
 
     Args:
         env: The environment of ``initdb``, ``pg_ctl`` and so of the server they start.
@@ -142,6 +411,7 @@ class PrivateCluster:
         self.port = free_port()
         self.folder: Path | None = None
         self._as_user: list[str] = []
+        self._reaper: subprocess.Popen | None = None
 
     def problem(self) -> str | None:
         """Why this cluster cannot be started here, or None."""
@@ -166,6 +436,11 @@ class PrivateCluster:
             os.chown(self.folder, user.pw_uid, user.pw_gid)
             self._as_user = ["runuser", "-u", "postgres", "--"]
         data = self.folder / "data"
+        # Before initdb: a process killed at any point leaves neither the server nor the folder.
+        self._reaper = start_watched(
+            None, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            cleanup=[[*self._as_user, "pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop"]],
+            remove=[self.folder])
         self._run("initdb", "-D", str(data), "-U", "postgres", "--auth=trust", "--no-sync",
                   "-E", "UTF8")
         # The socket goes in the folder: the default /var/run/postgresql may not be writable.
@@ -194,6 +469,10 @@ class PrivateCluster:
             self._run("pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop")
         shutil.rmtree(self.folder, ignore_errors=True)
         self.folder = None
+        if self._reaper is not None:  # nothing left for it to do
+            self._reaper.terminate()
+            self._reaper.wait()
+            self._reaper = None
 
     def _run(self, *command: str) -> None:
         done = subprocess.run([*self._as_user, *command], env=self.env, capture_output=True,
@@ -275,17 +554,21 @@ class MlflowServer:
         with self.log.open("a") as log:
             log.write(f"--- {time.strftime('%H:%M:%S')} start: {' '.join(self.command())}\n")
             log.flush()
-            # Its own session, so stop() can signal the uvicorn child too.
-            self._proc = subprocess.Popen(self.command(), env=self.env, stdin=subprocess.DEVNULL,
-                                          stdout=log, stderr=subprocess.STDOUT,
-                                          start_new_session=True)
+            # Under a watchdog that leads a session and process group of its own, which the
+            # server and its uvicorn child join: stop() signals them all, and they die with
+            # this process even if it is killed.
+            self._proc = start_watched(self.command(), env=self.env, stdout=log,
+                                       stderr=subprocess.STDOUT)
         self._wait_ready()
 
     def stop(self) -> None:
-        """Terminate the server's whole process group and wait for it; a no-op if not running."""
+        """Terminate the server's whole process group and wait for it; a no-op if not running.
+
+        The watchdog ignores the SIGTERM and exits once the server has.
+        """
         if self._proc is None:
             return
-        pgid = self._proc.pid  # a session leader's pid is its group id
+        pgid = self._proc.pid  # the watchdog leads the session: its pid is the group id
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGTERM)
         try:
@@ -345,6 +628,7 @@ def postgres_server() -> Iterator[PgServer]:
     machine = PgServer(PG_HOST, PG_PORT)
     problem = machine.problem()
     if problem is None:
+        machine.drop_stale_databases()  # those of a session killed before its teardown
         yield machine
         return
     with socket.socket() as sock:
