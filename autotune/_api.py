@@ -7,28 +7,25 @@ checks, the same study.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import os
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune._config import ConfigError
 from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION
+from autotune._launch import TRIAL_TAG_ENV, Budget
 from autotune._noise import FOREIGN_LOAD_MAX, QUIET_WAIT_S, REMEASURES, SPREAD_MAX
-from autotune._launch import Budget, TRIAL_TAG_ENV
-from autotune._stores import STORE_PATIENCE_S
 from autotune._options import DEFAULT_STORE
+from autotune._result import Result
+from autotune._stores import STORE_PATIENCE_S
 
 if TYPE_CHECKING:
-    import optuna
-
-    from autotune._records import TrialRow
-    from autotune._handles import Recipe
-    from autotune._standing import Standing
     from autotune._options import Reporter
+    from autotune._space import Space
 
 #: Trials ``tune`` runs when not told (the baseline first, if the study has none).
 TRIALS = 12
@@ -37,169 +34,6 @@ CONFIRM = 2
 #: The shipped space a study searches when not told.
 SPACE = "default"
 _BUDGET = Budget()
-
-
-@dataclasses.dataclass(frozen=True)
-class Result:
-    """What a study found: its winner, the speedup, every trial.
-
-    The same figures as the ``run`` summary, ``show`` and the export header: a
-    config's median over its runs (its confirmations), the baseline 1.00x.
-
-    Attributes:
-        study: The study's name.
-        findings: The summary's lines: the winner and its speedup, how sure, the bottleneck.
-        interrupted_by: The signal that stopped the study early (``"SIGINT"``), or None.
-    """
-
-    study: str
-    findings: tuple[str, ...]
-    interrupted_by: str | None
-    _found: Standing = dataclasses.field(repr=False)
-    _export: str | None = dataclasses.field(repr=False)
-
-    @classmethod
-    def of(cls, study: optuna.Study, interrupted_by: str | None = None, found: Standing | None = None) -> Result:
-        """The result of a study as its storage holds it now (or as ``found`` read it)."""
-        from autotune._standing import export_text, findings, standing
-
-        found = found or standing(study)
-        text = export_text(study, found) if found.best is not None else None
-        return cls(study.study_name, tuple(findings(found)), interrupted_by, found, text)
-
-    @property
-    def winner(self) -> Recipe | None:
-        """The winning config as ``autotune.load`` gives it from the export (None: no winner)."""
-        if self._export is None:
-            return None
-        import yaml
-
-        from autotune._export import recipe_from_mapping
-
-        return recipe_from_mapping(yaml.safe_load(self._export), f"study {self.study}'s export")
-
-    @property
-    def config(self) -> dict[str, Any]:
-        """The winner's knobs as it ran them (empty: no winner)."""
-        best = self._found.best
-        return dict(best.config) if best else {}
-
-    @property
-    def samples_per_s(self) -> float | None:
-        """The winner's samples/s: the median of its runs."""
-        win = self._found.decision.winner
-        return win.median if win and win.rates else None
-
-    @property
-    def baseline_samples_per_s(self) -> float | None:
-        """The baseline's (your code as written) samples/s: the median of its runs."""
-        base = self._found.base
-        return base.median if base and base.rates else None
-
-    @property
-    def speedup(self) -> float | None:
-        """The winner's samples/s over the baseline's (None: either has no believed figure)."""
-        win = self._found.decision.winner
-        return self._found.speedup(win) if win else None
-
-    @property
-    def spread(self) -> float | None:
-        """± on the winner's figure: half the spread of its runs (of its windows, when it ran once)."""
-        win = self._found.decision.winner
-        if win is None:
-            return None
-        spread = win.spread if win.confirmed else win.lead.metrics.get("samples_per_s_spread", 0.0)
-        return spread / 2
-
-    @property
-    def rows(self) -> list[dict[str, Any]]:
-        """Every trial as a plain dict (``show --json`` prints these)."""
-        return [row_dict(r, self._found) for r in self._found.rows]
-
-    def table(self) -> str:
-        """Every trial as a plain-text table: number, outcome, samples/s, speedup, the knobs
-        that varied, the reason (no pandas needed)."""
-        from autotune._knobs import show_value
-        from autotune._records import kind_label
-
-        rows = self._found.rows
-        keys = self._found.varied_knobs()
-        best = self._found.best
-        head = ["#", "outcome", "samples/s", "speedup", *keys, "reason"]
-        body = [[f"{r.number}{' *' if best and r.number == best.number else ''}",
-                 r.outcome + (f" ({kind_label(r)})" if kind_label(r) else ""),
-                 f"{r.samples_per_s:,.0f}" if r.samples_per_s else "-",
-                 f"{r.speedup:.2f}x" if r.speedup else "-",
-                 *(show_value(r.config.get(k, "-")) for k in keys),
-                 _first_line(r.doubt or r.reason)] for r in rows]
-        widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
-        return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip()
-                         for line in [head, *body])
-
-    def as_dict(self) -> dict[str, Any]:
-        """The study as plain data: its findings, the winner's figures, every trial (``show --json``)."""
-        best = self._found.best
-        return {"study": self.study, "findings": list(self.findings),
-                "winner": best.number if best else None, "speedup": self.speedup, "spread": self.spread,
-                "samples_per_s": self.samples_per_s, "baseline_samples_per_s": self.baseline_samples_per_s,
-                "config": self.config, "export": self._export, "trials": self.rows}
-
-    def csv(self) -> str:
-        """Every trial as CSV: its figures, then a column per knob (as it ran), then the reason."""
-        import csv
-        import io
-
-        from autotune._knobs import KNOBS
-
-        rows = self.rows
-        figures = ["number", "kind", "of", "baseline", "winner", "outcome", "samples_per_s", "speedup", "doubt",
-                   "data_wait", "foreign_cpu", "bottleneck", "efficiency"]
-        knobs = [k for k in KNOBS if any(k in r["config"] for r in rows)]
-        out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow([*figures, *knobs, "reason"])
-        for r in rows:
-            writer.writerow([*("" if r[f] is None else r[f] for f in figures),
-                             *("" if r["config"].get(k) is None else r["config"][k] for k in knobs), r["reason"]])
-        return out.getvalue()
-
-    def export(self, path: str | Path) -> Path:
-        """Write the winner as the YAML ``autotune.load`` reads; return the path.
-
-        Raises:
-            ValueError: the study has no winner (its first finding says why).
-        """
-        if self._export is None:
-            raise ValueError(f"study {self.study} has nothing to export: {self.findings[0]}")
-        path = Path(path)
-        path.write_text(self._export)
-        return path
-
-    def __str__(self) -> str:
-        return f"study {self.study}: " + "\n  ".join(self.findings)
-
-
-def row_dict(row: TrialRow, found: Standing) -> dict[str, Any]:
-    """One trial as plain data: what ``Result.rows`` and ``show --json`` give. ``kind`` says why it
-    ran (``baseline``, ``sampled``, ``confirm``, ``remeasure``, ``retry``, ``more_workers``,
-    ``smaller_batch``), ``of`` the trial whose config it runs again or starts from, ``baseline``
-    whether it runs the code as written (the baseline or a re-run of it)."""
-    bound = row.bottleneck
-    best = found.best
-    return {
-        "number": row.number, "kind": row.kind.value, "of": row.of, "baseline": row.baseline,
-        "outcome": row.outcome, "reason": row.reason, "winner": bool(best and row.number == best.number),
-        "samples_per_s": row.samples_per_s, "speedup": row.speedup, "doubt": row.doubt,
-        "data_wait": row.metrics.get("data_wait_frac"), "foreign_cpu": row.metrics.get("foreign_cpu"),
-        "bottleneck": bound.verdict if bound else None, "efficiency": bound.efficiency if bound else None,
-        "config": dict(row.config), "sampled": dict(row.sampled), "metrics": dict(row.metrics),
-    }
-
-
-def _first_line(text: str | None) -> str:
-    from autotune._outcome import headline
-
-    return headline(text or "")
 
 
 def target_of(target: str | Callable[..., Any]) -> str:
@@ -316,32 +150,57 @@ def _run(target: str, limits: Mapping[str, Any], *, trials: int, space: str, stu
          storage: str | None, store: Path, tracking_uri: str | None, device: str, jobs: int,
          timeout: float | None, ram_budget: float | None, seed: int | None,
          progress: bool | Reporter) -> Result:
-    import signal
-
-    from autotune._probe import probe
-    from autotune._slots import devices_of, plan_slots
+    from autotune._launch import new_tag
+    from autotune._probe import usable_cpus
+    from autotune._slots import plan_slots
     from autotune._space import load_space
-    from autotune._stores import check_folder, open_storage
-    from autotune._options import Reporter, StudyOptions  # noqa: F811
-    from autotune._study import StudyRunner
-    from autotune._tracking import Tracker
-    from autotune._tracking import tracking_uri as default_uri
     from autotune._target import check_target
+    from autotune._warm import WarmWorker
 
     target_notes = check_target(target)  # before anything is created: bad input raises here
     loaded = load_space(space)
+    # The slots' warm workers first: their imports (torch, 2-3 s) overlap the probe and the stores'
+    # set-up instead of holding up the first trial. A slot's CPUs do not depend on its device.
+    cpus = sorted(os.sched_getaffinity(0))[:usable_cpus()]
+    warm = {slot.index: WarmWorker(os.environ, new_tag(), slot.cpus) for slot in plan_slots(jobs, cpus, ["cpu"])}
+    try:
+        return _study(target, target_notes, loaded, limits, warm, cpus, trials=trials, study=study, storage=storage,
+                      store=store, tracking_uri=tracking_uri, device=device, jobs=jobs, timeout=timeout,
+                      ram_budget=ram_budget, seed=seed, progress=progress)
+    finally:
+        for worker in warm.values():
+            worker.close()
+
+
+def _study(target: str, target_notes: list[str], loaded: Space, limits: Mapping[str, Any], warm: Mapping[int, Any],
+           cpus: list[int], *, trials: int, study: str | None, storage: str | None, store: Path,
+           tracking_uri: str | None, device: str, jobs: int, timeout: float | None, ram_budget: float | None,
+           seed: int | None, progress: bool | Reporter) -> Result:
+    import signal
+
+    from autotune._options import Reporter, StudyOptions  # noqa: F811
+    from autotune._probe import probe_forked
+    from autotune._slots import devices_of, plan_slots
+    from autotune._stores import check_folder, open_storage
+    from autotune._study import StudyRunner
+    from autotune._tracking import Tracker
+    from autotune._tracking import tracking_uri as default_uri
+
     devices = [device]
     if device == "cuda" or "," in device:
         import torch
 
         devices = devices_of(device, torch.cuda.device_count())
-    try:
-        fingerprint = probe(devices[0])
+    # The stores' libraries are imported while the probe waits for the warm worker's torch: the
+    # two imports overlap (on the 2-core CI machine a 2-trial study took 7.8 s instead of 9.0, medians of 4).
+    threading.Thread(target=_import_stores, name="autotune-import", daemon=True).start()
+    try:  # in a process forked from the first slot's warm worker, which has torch already
+        fingerprint = probe_forked(warm[0], devices[0], len(cpus))
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     if devices == [device]:
         devices = [fingerprint.device]
-    slots = plan_slots(jobs, sorted(os.sched_getaffinity(0))[:fingerprint.cpus], devices)
+    slots = plan_slots(jobs, cpus, devices)
     restricted, notes = loaded.restrict(fingerprint)
     if progress is True:
         from autotune._terminal import Progress
@@ -364,7 +223,7 @@ def _run(target: str, limits: Mapping[str, Any], *, trials: int, space: str, stu
     backend = open_storage(store, storage, options.store_patience, reporter.note)
     tracker = Tracker(default_uri(store, tracking_uri), store / "artifacts", options.store_patience, reporter.note)
     try:
-        runner = StudyRunner(options, fingerprint, restricted, tracker, reporter, backend, slots)
+        runner = StudyRunner(options, fingerprint, restricted, tracker, reporter, backend, slots, warm)
         reporter.note(f"study {runner.name} on {fingerprint.summary()}; space {loaded.name}; "
                       f"RAM budget {runner.ram_budget / 2**30:.1f} GiB" + (" per trial" if jobs > 1 else ""))
         if jobs > 1:
@@ -380,6 +239,14 @@ def _run(target: str, limits: Mapping[str, Any], *, trials: int, space: str, stu
 
         print_summary(runner.name, found, store)
     return result
+
+
+def _import_stores() -> None:
+    import contextlib
+
+    with contextlib.suppress(Exception):  # (an import that fails raises where it is used)
+        import mlflow  # noqa: F401
+        import optuna  # noqa: F401
 
 
 #: The defaults ``autotune run`` shows: ``tune``'s own (one source for both).

@@ -175,12 +175,17 @@ class Launcher(Protocol):
 
     tag: str
     pid: int
+    #: The environment its workers start from (``worker_environ``).
+    environ: Mapping[str, str]
 
     def takes(self, env: Mapping[str, str]) -> bool:
         """Whether it can start a worker with this environment."""
 
     def spawn(self, payload: str, env: Mapping[str, str], log_fd: int, event_fd: int) -> Process | None:
         """Start the worker; None when it cannot now (the caller starts it cold)."""
+
+    def close(self) -> None:
+        """End it (it starts no more workers)."""
 
 
 def launch(spec: TrialSpec, log_fd: int, event_fd: int, warm: Launcher | None = None) -> tuple[Process, str]:

@@ -24,7 +24,8 @@ def show_table(result, wide: bool) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from autotune._records import LOSS_LEGEND, loss_cell
+    from autotune._kinds import Kind
+    from autotune._records import LOSS_LEGEND, kind_label, loss_cell
 
     found = result._found
     rows, best = found.rows, found.best
@@ -40,6 +41,8 @@ def show_table(result, wide: bool) -> None:
         m, bound = r.metrics, r.bottleneck
         mark = " *" if best is not None and r.number == best.number else ""
         again = f" (= {first_of[r.number]})" if first_of.get(r.number, r.number) != r.number else ""
+        if r.kind not in (Kind.SAMPLED, Kind.BASELINE, Kind.CONFIRM):  # a remeasure, retry or climb
+            again = f" ({kind_label(r, of=False)})" + again
         doubted = f" ({r.doubt.partition(':')[0]})" if r.doubt else ""
         more = (f"{bound.of_roof:.0%} {bound.limit}" if bound and bound.of_roof is not None else "-",
                 f"{max(m.get('foreign_cpu', 0), m.get('foreign_gpu', 0)):.0%}" if "foreign_cpu" in m else "-",

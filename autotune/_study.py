@@ -17,6 +17,7 @@ import itertools
 import os
 import threading
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from autotune._config import Config
@@ -60,6 +61,7 @@ from autotune._watch import run_trial
 if TYPE_CHECKING:
     import optuna
 
+    from autotune._launch import Launcher
     from autotune._probe import Fingerprint
     from autotune._space import Space
     from autotune._tracking import Tracker
@@ -78,7 +80,7 @@ class StudyRunner:
 
     def __init__(self, options: StudyOptions, fingerprint: Fingerprint, space: Space,
                  tracker: Tracker, reporter: Reporter | None = None, storage=None,
-                 slots: list[Slot] | None = None) -> None:
+                 slots: list[Slot] | None = None, warm: Mapping[int, Launcher] | None = None) -> None:
         import optuna
 
         self.options, self.fingerprint, self.space = options, fingerprint, space
@@ -106,7 +108,7 @@ class StudyRunner:
         self.recorder = Recorder(self.study, tracker, joined.experiment_id, joined.parent_id,
                                  Spool(options.store / "pending", self.name), space, self.reporter.note,
                                  options.store / "trials" / self.name, options.max_load, options.max_spread)
-        self._warm: dict = {}  # slot index -> its WarmWorker, while run() runs
+        self._warm = dict(warm or {})  # slot index -> its warm worker (autotune._warm), started early
         self._started = 0.0
         self._holding = threading.Lock()  # the slots' threads draw configs at once
         self._settled_by: int | None = None  # the trial whose loader knobs are held, once said
@@ -135,9 +137,11 @@ class StudyRunner:
         from autotune._warm import WarmWorker
 
         self._started = time.monotonic()
-        # One warm worker per slot (autotune._warm), started first: its imports overlap the
-        # tuner's own set-up, and every trial of the slot is forked from it.
-        self._warm = {slot.index: WarmWorker(os.environ, new_tag(), slot.cpus) for slot in self.slots}
+        # One warm worker per slot (autotune._warm), if the caller started none: every trial
+        # of the slot is forked from it.
+        for slot in self.slots:
+            if slot.index not in self._warm:
+                self._warm[slot.index] = WarmWorker(os.environ, new_tag(), slot.cpus)
         try:
             self.recorder.replay()  # before recover(): a trial whose result waits here is not stale
             self.recover()  # kills the processes of the trials it closes, and says so in their reason

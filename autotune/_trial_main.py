@@ -83,11 +83,29 @@ def _log_line(kind: str, e: dict[str, Any]) -> str | None:
     return None
 
 
+def probe_machine(spec: dict[str, Any], emit: EventWriter) -> int:
+    """The machine's fingerprint (``autotune._probe.probe``), sent as a ``probe`` event: asked of
+    a process forked from a warm worker, which has imported torch already."""
+    import dataclasses
+
+    from autotune._probe import probe
+
+    try:
+        found = probe(spec["probe"], cpus=spec["cpus"])
+    except ValueError as exc:  # a device this machine does not have: said by the tuner
+        emit("probe", error=str(exc))
+        return 2
+    emit("probe", fingerprint=dataclasses.asdict(found))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     # A segfault or abort in native code (a DataLoader collate, a CUDA kernel launch)
     # then leaves the Python stack in the trial log, which the crash reason quotes.
     faulthandler.enable()
     spec = json.loads((argv or sys.argv[1:])[0])
+    if "probe" in spec:
+        return probe_machine(spec, EventWriter(int(os.environ[FD_ENV])))
     emit = _Logged(EventWriter(int(os.environ[FD_ENV])))
     print(f"autotune: trial worker pid {os.getpid()}: {spec['target']} on {spec['device']}, seed {spec['seed']}, "
           f"config {spec['config'] or '(your code as written)'}", flush=True)
