@@ -154,11 +154,13 @@ def _run(target: str, limits: Mapping[str, Any], *, trials: int, space: str, stu
     from autotune._probe import usable_cpus
     from autotune._slots import plan_slots
     from autotune._space import load_space
+    from autotune._stores import check_folder
     from autotune._target import check_target
     from autotune._warm import WarmWorker
 
     target_notes = check_target(target)  # before anything is created: bad input raises here
     loaded = load_space(space)
+    check_folder(store, f"the store folder {store}")  # read-only or full: said before anything starts
     # The slots' warm workers first: their imports (torch, 2-3 s) overlap the probe and the stores'
     # set-up instead of holding up the first trial. A slot's CPUs do not depend on its device.
     cpus = sorted(os.sched_getaffinity(0))[:usable_cpus()]
@@ -181,7 +183,7 @@ def _study(target: str, target_notes: list[str], loaded: Space, limits: Mapping[
     from autotune._options import Reporter, StudyOptions  # noqa: F811
     from autotune._probe import probe_forked
     from autotune._slots import devices_of, plan_slots
-    from autotune._stores import check_folder, open_storage
+    from autotune._stores import open_storage
     from autotune._study import StudyRunner
     from autotune._tracking import Tracker
     from autotune._tracking import tracking_uri as default_uri
@@ -218,7 +220,6 @@ def _study(target: str, target_notes: list[str], loaded: Space, limits: Mapping[
                            limits["divergence_tolerance"], limits["prune"], limits["confirm"],
                            limits["store_patience"], limits["max_load"], limits["remeasure"],
                            limits["quiet_wait"], limits["max_spread"])
-    check_folder(store, f"the store folder {store}")  # read-only or full: said before anything starts
     # the storage before the tracking store: a bad URL creates nothing
     backend = open_storage(store, storage, options.store_patience, reporter.note)
     tracker = Tracker(default_uri(store, tracking_uri), store / "artifacts", options.store_patience, reporter.note)

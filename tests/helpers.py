@@ -10,6 +10,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+#: The tests' folder, their fixtures (real training functions) and the repository.
+TESTS = Path(__file__).resolve().parent
+FIXTURES = TESTS / "fixtures"
+ROOT = TESTS.parent
+
 _TEMPLATE: list[Path] = []  # the session's empty MLflow store, made on first use
 
 

@@ -141,6 +141,9 @@ def test_a_leader_that_waits_on_data_runs_again_with_more_workers_once() -> None
     assert more == Request(Kind.MORE_WORKERS, {"num_workers": 18, "persistent_workers": True}, 3, more.why,
                            once="more-workers-3", enqueue_params=True)
     assert more.why.startswith("trial 3, the fastest then, drew num_workers=9 and waited on data 40%")
+    # a space that holds persistent_workers at false keeps it so: a single choice is not drawn
+    held = Space("w", {"num_workers": IntRange(0, 34), "persistent_workers": Choice((False,))})
+    assert climb(leader, found, held, cpus=2).config == {"num_workers": 18, "persistent_workers": False}
     # drawn already by someone: not asked again
     drawn = trial(4, None, "running", sampled={"num_workers": 18, "persistent_workers": True})
     assert climb(leader, standing(*found.rows, drawn, ceilings=found.ceilings), WORKERS, 2) is None

@@ -129,3 +129,25 @@ def test_a_stale_trial_is_closed_once(recorder: Recorder) -> None:
     assert closed.state.name == "FAIL" and closed.user_attrs["outcome"] == "interrupted"
     assert closed.user_attrs["reason"] == "left RUNNING: its tuner is gone"
     assert recorder.tracker.client.get_run(run_id).info.status == "KILLED"
+
+
+def test_a_study_whose_baseline_is_never_believed_closes_its_parent_run_with_no_speedup(recorder: Recorder,
+                                                                                       tmp_path: Path) -> None:
+    # (the finish once crashed here reading the median of the baseline's believed runs: none)
+    from standings import standing as standing_of_rows
+    from standings import trial
+
+    from autotune._finish import figures, parent_record
+
+    noisy = "noisy: other processes used 70% of its CPUs while it measured (over 60%)"
+    found = standing_of_rows(trial(0, 900.0, doubt=noisy), trial(1, 1200.0, sampled={"num_workers": 2}))
+    assert found.base is not None and not found.base.rates and found.best.number == 1
+    record = parent_record(recorder.study, found, "finished", tuners=1)
+    assert record.metrics["best_samples_per_s"] == 1200.0
+    assert "best_speedup" not in record.metrics and "baseline_samples_per_s" not in record.metrics
+    assert record.tags["autotune.result"].startswith(
+        "trial 1, 1,200 samples/s, ±2%; no speedup: unreliable baseline, every run of it was noisy")
+    recorder.close_parent(record, figures(recorder.study, found), "FINISHED")
+    parent = recorder.tracker.client.get_run(recorder.parent_id)
+    assert parent.info.status == "FINISHED" and parent.data.metrics["best_samples_per_s"] == 1200.0
+    assert "best_speedup" not in parent.data.metrics

@@ -1,18 +1,21 @@
-"""The training function checked from its source before any trial spawns, and user files read
-as UTF-8 with duplicate keys refused: each mistake a one-line ConfigError naming file and line."""
+"""The training function checked from its source before any trial spawns (autotune._target)."""
 
 from __future__ import annotations
 
-import subprocess
+
 import textwrap
+
 from pathlib import Path
 
 import pytest
-from helpers import cli, cli_env
+
 
 from autotune import ConfigError
+
 from autotune._config import read_yaml
+
 from autotune._target import check_target
+
 
 LOOP = """
     for x, y in run.batches(loader):
@@ -58,14 +61,6 @@ def test_a_host_sync_per_step_is_named_with_its_line(tmp_path: Path) -> None:
     notes = check_target(target(tmp_path, source))
     assert len(notes) == 1  # the one in the loop; the one after it costs nothing per step
     assert "user_train.py, line 4: loss.item() inside the loop over run.batches(loader)" in notes[0]
-
-
-def test_the_cli_answers_before_spawning_a_trial(tmp_path: Path) -> None:
-    bad = target(tmp_path, "def train():\n    pass\n")
-    done = subprocess.run(cli("run", bad), cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and "takes no argument" in done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1
-    assert not (tmp_path / "mlflow").exists()
 
 
 def test_user_files_must_be_utf8_and_keys_unique(tmp_path: Path) -> None:

@@ -15,12 +15,13 @@ import psutil
 import pytest
 
 from conftest import tagged
+from helpers import FIXTURES
+
 from autotune import Config, Outcome
 from autotune._warm import WarmWorker
 from autotune._launch import Budget, new_tag, TRIAL_TAG_ENV, TrialSpec
 from autotune._watch import run_trial
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAST = Budget(warmup_s=0.2, window_s=0.3, windows=2, ceiling_windows=0)
 
 

@@ -14,9 +14,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import autotune, load_study, mlflow_runs
+from helpers import autotune, FIXTURES, load_study, mlflow_runs
 
-FIXTURE = Path(__file__).parent / "fixtures" / "cli_train.py"
+FIXTURE = FIXTURES / "cli_train.py"
 TARGET = f"{FIXTURE}:train"
 # Pruning off: these tests count complete trials (tests/test_safety.py prunes).
 FAST = ["--warmup", "0.2", "--window", "0.3", "--windows", "2", "--seed", "0", "--prune", "0", "--confirm", "0"]

@@ -7,7 +7,8 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
+
+from helpers import FIXTURES
 
 from autotune._config import Config
 from autotune._launch import Budget, TrialSpec
@@ -15,7 +16,7 @@ from autotune._monitor import Monitor
 from autotune._outcome import Outcome
 from autotune._watch import run_trial
 
-TINY = str(Path(__file__).parent / "fixtures" / "tiny_train.py")
+TINY = str(FIXTURES / "tiny_train.py")
 BUDGET = Budget(warmup_steps=2, warmup_s=0.2, window_s=0.3, windows=3, ceiling_windows=1)
 
 

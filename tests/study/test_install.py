@@ -17,10 +17,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import cli_env, load_study
+from helpers import cli_env, FIXTURES, load_study, ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURE = Path(__file__).parent / "fixtures" / "cli_train.py"
+FIXTURE = FIXTURES / "cli_train.py"
 
 
 @pytest.fixture(scope="module")

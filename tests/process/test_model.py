@@ -1,5 +1,4 @@
-"""run.model and the model-side knobs: channels_last, compile, in real
-trials, in production (Recipe), and in a study whose function never calls run.model."""
+"""run.model and the model-side knobs in real trials: channels_last, compile."""
 
 from __future__ import annotations
 
@@ -7,12 +6,18 @@ from pathlib import Path
 
 import torch
 
-from helpers import autotune, load_study
+from helpers import FIXTURES
+
 from autotune import Config, Outcome, Recipe
+
 from autotune._launch import Budget, TrialSpec
+
 from autotune._watch import run_trial
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "model_train.py"
+
+FIXTURE = FIXTURES / "model_train.py"
+
+
 FAST = Budget(warmup_s=0.2, window_s=0.3, windows=2, ceiling_windows=0)
 
 
@@ -83,16 +88,3 @@ def test_a_recipe_applies_the_model_knobs_in_production() -> None:
     x, y = next(iter(recipe.batches(loader)))
     assert x.is_contiguous(memory_format=torch.channels_last) and y.dim() == 1  # labels as they were
     assert recipe.resolved()["channels_last"] is True
-
-
-def test_a_study_does_not_tune_the_model_knobs_of_a_function_that_never_calls_run_model(tmp_path: Path) -> None:
-    space = tmp_path / "model.yaml"
-    space.write_text("knobs:\n  channels_last: [false, true]\n  compile: [\"off\", default]\n  batch_size: [1x, 2x]\n")
-    done = autotune("run", f"{FIXTURE}:train_without_model", "--trials", "3", "--study", "nomodel",
-                    "--space", str(space), "--warmup", "0.2", "--window", "0.3", "--windows", "2",
-                    "--ceiling-windows", "0", "--confirm", "0", "--prune", "0", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    said = " ".join((done.stdout + done.stderr).split())
-    assert said.count("channels_last and compile not tuned: your function does not hand its model to run.model") == 1
-    sampled = [t.params for t in load_study(tmp_path / "mlflow", "nomodel").get_trials()[1:]]
-    assert sampled and all(set(p) == {"batch_size"} for p in sampled), sampled

@@ -1,41 +1,53 @@
-"""The safety layer end to end: a real study of faulty configs, a killed tuner resumed,
-Ctrl-C, unreachable stores, the RAM floor, and the stale-trial rules.
-
-Every outcome is read back from both stores: the Optuna journal and the MLflow
-SQLite database in ``tmp_path``. The autouse fixture in conftest.py checks that no
-process a test started outlives it.
-"""
+"""A study that outlives what goes wrong: every outcome recorded in both stores, a diverged fast config retried, the tuner killed or interrupted and resumed."""
 
 from __future__ import annotations
 
-import os
+
 import re
+
 import signal
+
 import subprocess
+
 import time
+
 import uuid
+
 from pathlib import Path
 
 import psutil
-import pytest
-from conftest import TAG, tagged
-from helpers import autotune, cli, cli_env, load_study, mlflow_runs, seed_store
 
-from autotune import Config, Outcome
+import pytest
+
+from conftest import TAG, tagged
+
+from helpers import autotune, cli, cli_env, FIXTURES, load_study, mlflow_runs, seed_store
+
+from autotune import Outcome
+
 from autotune._outcome import headline
+
 from autotune._records import signed_share
-from autotune._launch import Budget, TrialSpec
-from autotune._reap import kill_orphans
-from autotune._watch import run_trial
+
+
 from autotune._tracking import RUN_STATUS
 
-FIXTURE = Path(__file__).parent / "fixtures" / "faulty_train.py"
+
+FIXTURE = FIXTURES / "faulty_train.py"
+
+
 TARGET = f"{FIXTURE}:train"
+
+
 FAST = ["--warmup", "0.2", "--window", "0.3", "--windows", "3", "--seed", "0", "--confirm", "0", "--ceiling-windows", "0"]
+
+
 #: The fault each num_workers value injects (see faulty_train.py), in the order they
 #: are enqueued: the healthy 1 first, so that the slow 7 has a best to be pruned against.
 FAULTS = {1: "complete", 7: "pruned", 0: "diverged", 2: "crashed", 3: "timeout", 4: "oom_host",
           5: "crashed", 6: "oom_gpu", 8: "diverged"}
+
+
 #: Optuna's state per fault: a diverged trial with a measured speed is COMPLETE with its
 #: constraint violated (the sampler learns from it); one that went nan in its warmup
 #: has no speed to tell, so it FAILs; the rest fail, but the pruned.
@@ -232,50 +244,6 @@ def test_a_fast_config_diverged_on_its_lr_runs_again_with_the_lr_scaled(tmp_path
     assert f"# loss: {words} (diverged past +50%)" in shown.stdout
 
 
-def test_a_diverged_config_is_not_retried_while_another_slot_runs_it_with_that_lr(tmp_path: Path) -> None:
-    """Two slots (``--jobs 2``): one runs 2x the batch with lr_scaling none, which diverges
-    though fast; the other runs the same config with linear, held at lr_train.py's gate
-    until the first is judged. Its retry would run that config a second time: the study
-    says so instead and enqueues nothing. The held trial holds its CPU's measuring turn,
-    so the tuner keeps to a host folder of its own (no other test's tuner waits on it)."""
-    target = f"{FIXTURE.parent / 'lr_train.py'}:train"
-    space = tmp_path / "lr.yaml"
-    space.write_text("knobs:\n  batch_size: [1x, 2x]\n  lr_scaling: [none, linear]\n")
-    args = ["--study", "lr", "--space", str(space), *FAST, "--warmup", "0.1", "--windows", "4", "--prune", "0"]
-    first = autotune("run", target, "--trials", "1", *args, cwd=tmp_path)
-    assert first.returncode == 0, first.stderr
-    study = load_study(tmp_path / "mlflow", "lr")
-    for lr_scaling in ("none", "linear"):
-        study.enqueue_trial({"batch_size": "2x", "lr_scaling": lr_scaling})
-    gate, log = tmp_path / "gate", tmp_path / "tuner.log"
-    env = {"LR_GATE": str(gate), "AUTOTUNE_HOST_DIR": str(tmp_path / "host")}
-    with open(log, "w") as out:
-        tuner = subprocess.Popen(cli("run", target, "--trials", "3", "--jobs", "2", *args), cwd=tmp_path,
-                                 env=cli_env(env), stdout=subprocess.DEVNULL, stderr=out)
-    try:
-        deadline = time.monotonic() + 180
-        while not load_study(tmp_path / "mlflow", "lr").get_trials()[1].state.is_finished():
-            assert tuner.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
-        gate.write_text("open")
-        assert tuner.wait(timeout=180) == 0, log.read_text()
-    finally:
-        if tuner.poll() is None:
-            tuner.kill()
-            tuner.wait()
-    trials = load_study(tmp_path / "mlflow", "lr").get_trials()
-    diverged, held = trials[1], trials[2]
-    assert diverged.user_attrs["outcome"] == "diverged", diverged.user_attrs["reason"]
-    assert diverged.value > 1.5 * trials[0].value  # fast: its config was worth another lr
-    assert held.user_attrs["sampled"] == {"batch_size": "2x", "lr_scaling": "linear"}
-    assert held.user_attrs["outcome"] == "complete", held.user_attrs["reason"]
-    assert not [t.number for t in trials if t.user_attrs["kind"] == "retry"]
-    said = " ".join(log.read_text().split())
-    assert (f"trial {diverged.number} diverged at batch size 16 (2x the code's) with lr_scaling none, but ran "
-            "at") in said
-    assert f"its config with lr_scaling linear runs already (trial {held.number}): not run again" in said
-
-
 def test_show_lists_every_outcome_with_its_reason(fault_study) -> None:
     cwd, _ = fault_study
     out = autotune("show", "--study", "faults", cwd=cwd)
@@ -291,9 +259,6 @@ def test_the_run_prints_each_outcome_as_it_happens(fault_study) -> None:
     _, output = fault_study
     for outcome in set(FAULTS.values()):
         assert outcome in output
-
-
-# -- the tuner itself killed, interrupted, or given bad stores -------------------------------
 
 
 def start_tuner(cwd: Path, *args: str) -> subprocess.Popen:
@@ -389,38 +354,8 @@ def test_unreachable_study_storage_fails_before_any_trial(tmp_path: Path, url: s
     assert not (tmp_path / "mlflow" / "trials").exists()  # no trial ran
 
 
-# -- the RAM floor, stale trials, orphans: smaller pieces ---------------------------------------
-
-
-def test_the_floor_of_available_memory_stops_a_hog(tmp_path: Path) -> None:
-    # A floor 600 MiB under what is available now: the hog (64 MiB a step) crosses it
-    # long before the generous budget; the machine itself keeps its default 10% floor.
-    floor = psutil.virtual_memory().available - 600 * 2**20
-    spec = TrialSpec(TARGET, Config(num_workers=4), budget=Budget(warmup_s=0.2, window_s=0.3, windows=3))
-    result = run_trial(spec, tmp_path / "hog.log", ram_budget=64 * 2**30, floor=floor)
-    assert result.outcome is Outcome.OOM_HOST
-    assert "the machine's available memory fell to" in result.reason
-    assert floor - result.metrics["available_min"] < 2**30  # caught soon after crossing it
-
-
-def test_the_default_floor_is_a_tenth_of_the_machine() -> None:
-    from autotune._monitor import AVAILABLE_FLOOR, Monitor
-
-    assert AVAILABLE_FLOOR == 0.10
-    assert Monitor(os.getpid()).floor == int(psutil.virtual_memory().total * 0.10)
-
-
-def test_kill_orphans_kills_the_whole_group() -> None:
-    leader = subprocess.Popen(["sh", "-c", "sleep 300 & sleep 300 & wait"], start_new_session=True)
-    time.sleep(0.5)
-    started = psutil.Process(leader.pid).create_time()
-    assert kill_orphans(leader.pid, started) == 3  # the shell and its two sleeps
-    leader.wait(timeout=5)
-    assert kill_orphans(leader.pid, started) == 0
-
-
 def test_a_baseline_that_never_gets_a_batch_stops_the_study(tmp_path: Path) -> None:
-    hangs = f"{Path(__file__).parent / 'fixtures' / 'tiny_train.py'}:train_hangs_in_setup"
+    hangs = f"{FIXTURES / 'tiny_train.py'}:train_hangs_in_setup"
     out = autotune("run", hangs, "--trials", "3", "--startup-timeout", "3", *FAST, cwd=tmp_path)
     assert out.returncode == 1
     assert "ended as timeout" in out.stderr and "startup: no batch after 3 s" in out.stderr

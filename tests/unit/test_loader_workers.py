@@ -1,22 +1,32 @@
-"""How many DataLoader workers can help: the worker range from measured loaders."""
+"""How many DataLoader workers can help (autotune._loader_workers): the worker range from measured loaders, and the climb of a leader that waits."""
 
 from __future__ import annotations
 
 import dataclasses
+
 import warnings
+
 from pathlib import Path
+
 from types import SimpleNamespace
 
 import pytest
+
 import torch
-from helpers import autotune, load_study
+
+
 from torch.utils.data import TensorDataset
 
 from autotune import Config, Run
+
 from autotune._ceilings import Ceilings, ceiling_key
+
 from autotune._knobs import Part
+
 from autotune._records import TrialRow
+
 from autotune._space import IntRange, load_space
+
 from autotune._loader_workers import (
     Evidence,
     epoch_samples,
@@ -28,6 +38,7 @@ from autotune._loader_workers import (
     widened_range,
     worker_ram,
 )
+
 
 NO_LIMITS: dict[str, int] = {}
 
@@ -245,43 +256,6 @@ def test_the_search_draws_no_more_workers_than_an_epoch_has_batches(tmp_path: Pa
     assert trial.distributions["num_workers"].high == 10
 
 
-def test_a_study_on_a_waiting_loader_widens_its_worker_range(tmp_path: Path) -> None:
-    space = tmp_path / "auto.yaml"
-    space.write_text("knobs: {batch_size: [1x, 8x], num_workers: {low: 0, high: auto}, "
-                     "prefetch_factor: {low: 1, high: 8}}\n")
-    fixture = Path(__file__).parent / "fixtures" / "io_train.py"
-    done = autotune("run", f"{fixture}:train", "--trials", "3", "--study", "io", "--space", str(space),
-                    "--warmup", "0.3", "--window", "0.4", "--windows", "2", "--ceiling-windows", "1",
-                    "--confirm", "0", "--prune", "0", "--seed", "0", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    said = " ".join(done.stderr.split())  # the live output wraps at the terminal's width
-    # from the baseline's loader (the main process) or the next trial's
-    assert "workers wait" in said, said
-    high = int(said.split("num_workers range 0-")[1].split()[0].rstrip(")"))
-    assert high > 2 * 2  # past the cores: one process reads ~1,000 samples/s, the model takes far more
-    trials = load_study(tmp_path / "mlflow", "io").get_trials()
-    # the range stops at an epoch's 256 batches of 16 (1x); at 8x an epoch has 32, and no trial draws more
-    assert high <= 256
-    # (the range may widen again as more loaders are measured: each trial drew from the range of its time)
-    ranges = [(t.params["batch_size"], t.distributions["num_workers"].high) for t in trials[1:]]
-    assert all(high <= top <= 256 for size, top in ranges if size == "1x"), ranges
-    assert all(min(high, 32) <= top <= 32 for size, top in ranges if size == "8x"), ranges
-    assert any(size == "8x" for size, _ in ranges), ranges  # (seed 0 draws it: else the line goes untested)
-    if high > 32:  # (the usual case: one process reads ~1,000 samples/s, the model takes far more)
-        assert ("num_workers drawn up to the batches of an epoch (4,096 samples; 32 batches at batch size 128)"
-                in said), said
-    # prefetch_factor is drawn up to an epoch's batches per worker: more asks for nothing more
-    bounded = [(t.params["num_workers"], t.distributions["prefetch_factor"].high, 4_096 // (
-        16 if t.params["batch_size"] == "1x" else 128)) for t in trials[1:] if "prefetch_factor" in t.params]
-    assert all(top == min(8, -(-batches // workers)) for workers, top, batches in bounded), bounded
-    if any(top < 8 for _, top, _ in bounded):
-        assert "prefetch_factor drawn up to an epoch's batches per worker" in said, said
-    # every trial's loader said what it reads: 4,096 samples in its batches (16 or 128), one by one
-    facts = [(t.user_attrs["config"]["batch_size"], t.user_attrs["dataset"]) for t in trials]
-    assert all(seen == {"name": "SlowReads", "epoch_batches": 4_096 // size, "batched_fetch": False}
-               for size, seen in facts), facts
-
-
 class Batched(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return 10
@@ -405,75 +379,3 @@ def test_no_more_workers(drawn: int, rate: float, waits: float, cpu: float, usef
     base = row(0, 0, rate=200.0)
     rows = [base, row(1, 4, rate=1_600.0, waits=0.5, of=34), row(2, drawn, rate=rate, waits=waits, of=34)]
     assert more_workers(rows[2], rows, ceilings((base, 800.0, cpu, 4_000.0)), 2, high=34, useful=useful) is None, why
-
-
-def test_a_leader_that_waits_on_data_runs_again_with_more_workers(tmp_path: Path) -> None:
-    """A real study on the waiting loader, workers drawn from 1-3: its first draw leads (the
-    baseline reads in the main process) and waits on data; unless it drew the top, its config
-    runs next with twice its workers (at most 3), and says so."""
-    space = tmp_path / "few.yaml"
-    space.write_text("knobs: {num_workers: {low: 1, high: 3}}\n")
-    fixture = Path(__file__).parent / "fixtures" / "io_train.py"
-    done = autotune("run", f"{fixture}:train", "--trials", "3", "--study", "io", "--space", str(space),
-                    "--warmup", "0.3", "--window", "0.4", "--windows", "2", "--ceiling-windows", "1",
-                    "--confirm", "0", "--prune", "0", "--seed", "0", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    said = " ".join(done.stderr.split())
-    trials = load_study(tmp_path / "mlflow", "io").get_trials()
-    drawn = trials[1].params["num_workers"]
-    assert drawn < 3, drawn  # (seed 0 draws below the top: else the rule goes untested)
-    more = min(2 * drawn, 3)
-    assert (f"trial 1, the fastest then, drew num_workers={drawn} and waited on data" in said
-            and f"its config runs again with num_workers={more}" in said), said
-    assert trials[2].params["num_workers"] == more and trials[2].user_attrs["config"]["num_workers"] == more
-
-
-def test_a_leader_whose_workers_restart_each_epoch_runs_again_with_them_kept(tmp_path: Path) -> None:
-    """As above, with persistent_workers drawn too: the run with twice the workers keeps them
-    across epochs where the leader drew them started anew, and says so."""
-    space = tmp_path / "few.yaml"
-    space.write_text("knobs: {num_workers: {low: 1, high: 3}, persistent_workers: [false]}\n")
-    fixture = Path(__file__).parent / "fixtures" / "io_train.py"
-    args = ("--trials", "3", "--space", str(space), "--warmup", "0.3", "--window", "0.4", "--windows", "2",
-            "--ceiling-windows", "1", "--confirm", "0", "--prune", "0", "--seed", "0")
-    done = autotune("run", f"{fixture}:train", "--study", "held", *args, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    # a space that holds persistent_workers at false keeps it so: a single choice is not drawn
-    assert "persistent_workers=true" not in done.stderr
-    space.write_text("knobs: {num_workers: {low: 1, high: 3}, persistent_workers: [false, true]}\n")
-    done = autotune("run", f"{fixture}:train", "--study", "io", *args, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    said = " ".join(done.stderr.split())
-    trials = load_study(tmp_path / "mlflow", "io").get_trials()
-    drawn = trials[1].params["num_workers"]
-    # (seed 0 draws below the top, workers started anew: else the rule goes untested)
-    assert drawn < 3 and trials[1].params["persistent_workers"] is False, trials[1].params
-    more = min(2 * drawn, 3)
-    assert trials[2].params == {**trials[1].params, "num_workers": more, "persistent_workers": True}
-    assert (f"its config runs again with num_workers={more}" in said
-            and "and persistent_workers=true (started anew each epoch, twice the workers restart twice the work)"
-            in said), said
-
-
-def test_a_leader_with_a_worker_per_batch_runs_again_at_a_smaller_batch(tmp_path: Path) -> None:
-    """A real study on the waiting loader, at batches of 64x and 32x its code's 16 (an epoch of
-    4,096 samples: 4 and 8 batches), workers 4-8: its first draw takes as many workers as an
-    epoch has batches, leads and waits; its config runs next at the smaller batch size with
-    twice the workers, and says so. (The lr is not scaled in this space, and no loss is judged
-    here: the tolerance lets every config complete.)"""
-    space = tmp_path / "big.yaml"
-    space.write_text("knobs: {batch_size: [32x, 64x], num_workers: {low: 4, high: 8}}\n")
-    fixture = Path(__file__).parent / "fixtures" / "io_train.py"
-    done = autotune("run", f"{fixture}:train", "--trials", "3", "--study", "io", "--space", str(space),
-                    "--warmup", "0.3", "--window", "0.4", "--windows", "2", "--ceiling-windows", "1",
-                    "--confirm", "0", "--prune", "0", "--seed", "0", "--divergence-tolerance", "100", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    said = " ".join(done.stderr.split())
-    trials = load_study(tmp_path / "mlflow", "io").get_trials()
-    # (seed 0 draws the larger batch, at the 4 workers its epoch allows: else the rule goes untested)
-    assert trials[1].params == {"batch_size": "64x", "num_workers": 4}, trials[1].params
-    assert trials[2].params == {"batch_size": "32x", "num_workers": 8}, trials[2].params
-    assert trials[2].user_attrs["config"]["batch_size"] == 512
-    assert ("trial 1, the fastest then, drew num_workers=4 and waited on data" in said
-            and "one per batch of its epoch at batch_size=64x: its config runs again at batch_size=32x with "
-                "num_workers=8" in said), said

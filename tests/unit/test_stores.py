@@ -1,19 +1,19 @@
-"""Stores that blip: which failures are waited out, for how long, and results kept on disk
-until both stores hold them. The real outages (a tracking server stopped, PostgreSQL
-restarted) are in test_many_tuners.py."""
+"""Stores that blip (autotune._stores): which failures are waited out, for how long, and results spooled until both stores hold them. The real outages are in tests/study/test_many_tuners.py."""
 
 from __future__ import annotations
 
 import errno
-import os
+
+
 import sqlite3
-import subprocess
+
+
 from pathlib import Path
 
 import pytest
-from helpers import autotune
 
-from autotune._stores import MIN_FREE_BYTES, Patience, Spool, StoreDown, check_folder, patient_storage, transient
+
+from autotune._stores import Patience, Spool, StoreDown, patient_storage, transient
 
 
 class Clock:
@@ -161,52 +161,3 @@ def test_pending_results_are_written_whole_and_read_oldest_first(tmp_path: Path)
     assert not list((tmp_path / "s").glob("*.tmp"))
     pending.done(pending.all()[0][0])
     assert [r["number"] for _, r in pending.all()] == [10]
-
-
-@pytest.fixture
-def tmpfs(tmp_path: Path):
-    """Mounts a tmpfs (a real full or read-only disk) under tmp_path; needs root, else skips."""
-    mounted = []
-
-    def mount(name: str, options: str) -> Path:
-        folder = tmp_path / name
-        folder.mkdir()
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True,
-                              text=True)
-        if done.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-        mounted.append(folder)
-        return folder
-
-    yield mount
-    for folder in mounted:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
-
-
-def test_a_full_store_folder_is_found_before_any_trial(tmpfs, tmp_path: Path) -> None:
-    tiny_tmpfs = tmpfs("small", "size=2m")
-    assert MIN_FREE_BYTES > 2 * 2**20
-    with pytest.raises(StoreDown, match=r"has 2 MiB free; a study needs 64 MiB or more"):
-        check_folder(tiny_tmpfs / "mlflow", "the store folder x")
-    assert not (tiny_tmpfs / "mlflow").exists()  # checked where it would be made, not made
-    target = f"{Path(__file__).parent / 'fixtures' / 'tiny_train.py'}:train"
-    out = autotune("run", target, "--store", str(tiny_tmpfs / "mlflow"), "--trials", "1", cwd=tmp_path)
-    assert out.returncode == 3, out.stderr
-    assert "Traceback" not in out.stderr
-    assert out.stderr.strip().splitlines()[-1].startswith(
-        f"autotune: stopped: the store folder {tiny_tmpfs / 'mlflow'} is unusable: ")
-    assert not (tiny_tmpfs / "mlflow" / "mlflow.db").exists()  # nothing half-made
-
-
-def test_a_read_only_store_folder_is_found_before_any_trial(tmpfs, tmp_path: Path) -> None:
-    if os.geteuid() == 0:  # root writes through permissions: a read-only mount is the real thing
-        ro = tmpfs("ro", "ro,size=1m")
-    else:
-        ro = tmp_path / "ro"
-        ro.mkdir(mode=0o555)
-    with pytest.raises(StoreDown, match=r"cannot write in .*: \[Errno (30|13)\]"):
-        check_folder(ro, "the store folder ro")
-    target = f"{Path(__file__).parent / 'fixtures' / 'tiny_train.py'}:train"
-    out = autotune("run", target, "--store", str(ro), "--trials", "1", cwd=tmp_path, timeout=120)
-    assert out.returncode == 3 and "Traceback" not in out.stderr, out.stderr
-    assert "cannot write in" in out.stderr

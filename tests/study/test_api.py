@@ -10,12 +10,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import cli_env
+from helpers import cli_env, FIXTURES
 
 import autotune
 from autotune import ConfigError
 
-FIXTURE = Path(__file__).parent / "fixtures" / "tiny_train.py"
+FIXTURE = FIXTURES / "tiny_train.py"
 QUICK = dict(warmup=0.2, window=0.3, windows=2, ceiling_windows=0, confirm=0, max_load=1.0, max_spread=1000.0)
 
 

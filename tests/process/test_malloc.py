@@ -10,14 +10,14 @@ import os
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import pytest
 from fixtures.heap_rounds import PAGES
 
+from helpers import FIXTURES
+
 from autotune import Config, Recipe, _malloc
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 def _thp() -> str:

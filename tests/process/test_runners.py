@@ -10,9 +10,11 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from helpers import ROOT
+
 import autotune
 
-RUNNERS = Path(__file__).resolve().parent.parent / "runners"
+RUNNERS = ROOT / "runners"
 
 
 def _load(name: str):

@@ -1,0 +1,116 @@
+"""Production: a Recipe loaded from an export trains with it, warns about what this machine cannot honour, and reports its speed."""
+
+from __future__ import annotations
+
+
+from pathlib import Path
+
+import pytest
+
+
+from autotune import Config, Recipe
+
+from autotune._export import load, render
+
+
+def test_a_run_resolved_config_round_trips(tmp_path: Path) -> None:
+    """What a real Run reports is what an export holds and a load restores."""
+    import torch
+    from torch.utils.data import TensorDataset
+
+    run = Recipe(Config(batch_size="2x", num_workers=0, lr_scaling="linear", prefetch="thread"), "cpu")
+    run.dataloader(TensorDataset(torch.zeros(8, 2)), batch_size=4)
+    run.optimizer(torch.optim.SGD, [torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    path = tmp_path / "best.yaml"
+    path.write_text(render(run.resolved(), 4, []))
+    again = load(path, device="cpu")
+    assert again.config.batch_size == 8  # 2x the code's 4
+    again.dataloader(TensorDataset(torch.zeros(8, 2)), batch_size=4)
+    assert again.resolved() == run.resolved()
+
+
+def test_recipe_warns_when_the_code_batch_size_changed(tmp_path: Path) -> None:
+    import torch
+    from torch.utils.data import TensorDataset
+
+    path = tmp_path / "best.yaml"
+    path.write_text(render({"batch_size": 128, "lr_scaling": "linear"}, 64, []))
+    recipe = load(path, device="cpu")
+    with pytest.warns(UserWarning, match=r"tuned with batch_size=64 .* now passes 32"):
+        loader = recipe.dataloader(TensorDataset(torch.zeros(256, 2)), batch_size=32)
+    assert loader.batch_size == 128
+
+
+def test_load_drops_what_this_machine_cannot_honour_and_names_it(tmp_path: Path, capsys) -> None:
+    """An H100's export on this CPU machine: the CUDA-only values dropped with one warning
+    naming each, another warning for the other machine; the rest kept."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("checks a CPU machine's view of a GPU export")
+    path = tmp_path / "best.yaml"
+    path.write_text(render({"batch_size": 64, "num_workers": 8, "pin_memory": True, "prefetch": "cuda_stream",
+                            "amp": "fp16", "cuda_alloc_conf": "expandable_segments:True"}, 32, ["header"],
+                           {"device": "cuda:0", "gpu": "NVIDIA H100 80GB HBM3", "cpus": 16, "torch": "2.13.0"},
+                           "study s: trial 7, 3.10x the baseline"))
+    with pytest.warns(UserWarning) as caught:
+        recipe = load(path)
+    said = [str(w.message) for w in caught]
+    assert any("cannot honour pin_memory=true (needs CUDA" in m and "prefetch=cuda_stream" in m
+               and "amp=fp16" in m and "cuda_alloc_conf=expandable_segments:True" in m for m in said), said
+    assert any("was measured on another machine (device cuda:0 there, cpu here; gpu NVIDIA H100 80GB HBM3 "
+               "there, none here" in m for m in said), said
+    assert recipe.config == Config(batch_size=64, num_workers=8)
+    assert recipe.origin == f"{path} (study s: trial 7, 3.10x the baseline)"
+    # it says once, on its first batch, what it trains with
+    from torch.utils.data import TensorDataset
+
+    loader = recipe.dataloader(TensorDataset(torch.zeros(256, 2)), batch_size=32, num_workers=0)
+    for _ in range(2):
+        list(recipe.batches(loader))
+    err = capsys.readouterr().err
+    assert err.count("autotune: training with ") == 1 and "study s: trial 7" in err and "batch_size=64" in err
+
+
+def test_a_recipe_reports_samples_per_s_when_asked(capsys) -> None:
+    import torch
+    from torch.utils.data import TensorDataset
+
+    recipe = load(device="cpu", report_every=0.01, quiet=True)
+    loader = recipe.dataloader(TensorDataset(torch.zeros(4096, 2)), batch_size=1)
+    for _ in recipe.batches(loader):
+        pass
+    err = capsys.readouterr().err
+    assert "autotune: training with" not in err
+    assert "samples/s over the last" in err
+
+
+def test_a_recipe_reports_across_epochs_shorter_than_its_period(capsys) -> None:
+    import time
+
+    import torch
+    from torch.utils.data import TensorDataset
+
+    recipe = load(device="cpu", report_every=0.2, quiet=True)
+    loader = recipe.dataloader(TensorDataset(torch.zeros(8, 2)), batch_size=4)
+    started = time.perf_counter()
+    epochs = 0
+    while time.perf_counter() - started < 0.5:  # epochs of 2 batches, each far under 0.2 s
+        for _ in recipe.batches(loader):
+            time.sleep(0.01)
+        epochs += 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if "samples/s over the last" in line]
+    assert epochs > 10 and len(lines) >= 2  # about one a 0.2 s, the count carried from epoch to epoch
+    # 4 samples per 10 ms at most: under 400 samples/s, never more than the loop made
+    assert all(float(line.split()[1].replace(",", "")) <= 400 for line in lines), lines
+
+
+def test_the_same_machine_loads_its_export_silently(tmp_path: Path, recwarn) -> None:
+    from autotune._probe import probe
+
+    here = probe("cpu")
+    path = tmp_path / "best.yaml"
+    path.write_text(render({"num_workers": 2}, None, [], {"device": "cpu", "gpu": None, "cpus": here.cpus,
+                                                          "torch": here.torch}))
+    assert load(path, device="cpu", quiet=True).config == Config(num_workers=2)
+    assert not [w for w in recwarn if issubclass(w.category, UserWarning)]
