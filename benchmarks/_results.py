@@ -54,7 +54,7 @@ def spread(values: list[float], fmt: str) -> str:
 def machine() -> str:
     """The machine the figures come from, as the study fingerprint names it (with the date),
     plus the host CPU and its vector extensions: two "2-CPU AMD EPYC" VMs of this project
-    differed in bf16 on the CPU by a factor of 6 (benchmarks/RESULTS.md, "Two hosts, one name")."""
+    differed in bf16 on the CPU by a factor of 6 (results/reach.md, the jpeg runs on each host)."""
     from autotune._probe import probe
 
     fp = probe("auto")

@@ -59,7 +59,7 @@ from autotune._launch import Budget
 RUNNERS = ["mnist", "jpeg", "charlm"]
 PARTS = ["runners", "search", "overhead", "divergence", "watchdogs"]  # each part's topic (page) too
 #: The small space of the search-efficiency part (on the MNIST runner).
-SEARCH_SPACE = HERE / "search_space.yaml"
+SEARCH_SPACE = HERE / "data" / "search" / "search_space.yaml"
 SEARCH_RUNNER = "mnist"
 #: A trial within this share of the grid's best counts as having found it.
 NEAR_BEST = 0.95

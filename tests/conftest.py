@@ -8,13 +8,29 @@ import pytest
 
 # Imported so that every test sees the real-server fixtures (PostgreSQL, MLflow server).
 from servers import mlflow_server, own_mlflow_server, postgres, postgres_server  # noqa: F401
+from tuners import launch  # noqa: F401  (a fixture: tuners of one study, started and stopped)
 
 # Set at import time, before any test imports mlflow (its telemetry reads this).
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 
+#: Run order by folder: whole studies first, then real processes, then the rules. Three
+#: processes share the suite (pytest-xdist); the long tests started last were the tail one
+#: process ran alone while the others had finished.
+ORDER = ("study", "process", "unit")
+#: The longest test files, started first of all (each over 40 s of one CPU on the 2-core CI machine).
+LONGEST = ("test_outages", "test_resume", "test_many_tuners", "test_e2e", "test_tuners_retry", "test_noisy_study")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip ``@pytest.mark.gpu`` tests cleanly when torch sees no CUDA device."""
+    """Order the tests (``ORDER``), and skip ``@pytest.mark.gpu`` tests cleanly when torch sees
+    no CUDA device."""
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        folder = next((i for i, name in enumerate(ORDER) if f"/{name}/" in str(item.path)), len(ORDER))
+        return folder, LONGEST.index(item.path.stem) if item.path.stem in LONGEST else len(LONGEST)
+
+    items.sort(key=rank)
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu_items:
         return  # do not pay for importing torch when no GPU test was collected

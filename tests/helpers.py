@@ -29,12 +29,33 @@ def cli(*args: str) -> list[str]:
     """The real CLI's argv. A study believes any figure (``--max-load 1 --max-spread 1000``)
     unless the test says otherwise: the suite must pass beside a CPU hog, where the short
     windows of its tiny trials disagree, and what a test checks is its feature, not the
-    machine's quiet (tests/test_noise.py checks that)."""
+    machine's quiet (tests/study/test_noisy_study.py checks that)."""
     if args[:1] == ("run",):
         for option, value in (("--max-load", "1"), ("--max-spread", "1000")):
             if option not in args:
                 args = (*args, option, value)
     return [sys.executable, "-m", "autotune", *args]
+
+
+def built_once(tmp_path_factory, name: str, build) -> Path:
+    """A folder ``build(folder)`` fills once per test session, however many pytest-xdist
+    processes ask for it: the first builds it under a lock, the others wait and share it (a
+    whole study that a module's tests read took 30-45 s on the 2-core CI machine, built once per
+    process that ran one of them before). A build that fails is tried again by the next asker."""
+    import fcntl
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # shared by the session's processes
+    folder, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            done.write_text("built\n")
+    return folder
 
 
 def seed_store(cwd: Path, args: tuple[str, ...] | list[str], env: dict | None = None) -> None:
@@ -82,3 +103,17 @@ def mlflow_runs(store: Path, name: str):
     client = MlflowClient(tracking_uri=f"sqlite:///{store}/mlflow.db")
     experiment = client.get_experiment_by_name(name)
     return client, client.search_runs([experiment.experiment_id], max_results=1000)
+
+
+def faults_space(folder: Path, values) -> Path:
+    """A space for tests/fixtures/faulty_train.py: its num_workers values pick the faults."""
+    path = folder / "faults.yaml"
+    path.write_text(f"knobs:\n  num_workers: {list(values)}\n")
+    return path
+
+
+def enqueue_workers(store: Path, name: str, *values: int, url: str | None = None) -> None:
+    """Enqueue trials of these num_workers values (the faults they pick, in that order)."""
+    study = load_study(store, name, url)
+    for value in values:
+        study.enqueue_trial({"num_workers": value})

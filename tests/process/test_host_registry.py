@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import threading
-
 from pathlib import Path
 
-
 from helpers import ROOT
-
 
 from autotune._tuners import HostRegistry
 

@@ -129,7 +129,7 @@ def test_between_walks_the_known_processes_are_read_and_a_gone_or_new_one_is_fou
             "time.sleep(30)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        said(proc, "ready")
+        ready = said(proc, "ready")
         with Monitor(proc.pid) as monitor:
             gone = said(proc, "gone")
             time.sleep(0.5)
@@ -146,8 +146,10 @@ def test_between_walks_the_known_processes_are_read_and_a_gone_or_new_one_is_fou
     # which no longer holds it, and there was no other
     assert len(walks_then) == 2, [s.wall - gone for s in walks_then]
     assert walks_then[0].rss > 250 * 2**20 and walks_then[1].rss < 250 * 2**20
-    assert -0.1 < walks_then[1].wall - gone < 0.25
-    before = [s for s in monitor.samples if s.wall < gone - 0.15]
+    assert walks_then[1].wall - gone < 0.25  # (the line is read after the exit: later under load)
+    # between walks, the readings read the child they knew, alive: it holds its memory 1.5 s
+    # after it said so, before "ready" (a reader slowed by load reads "gone" later than the exit)
+    before = [s for s in monitor.samples if s.wall < min(gone - 0.15, ready + 1.3)]
     assert len(before) > 5 and all(s.rss > 250 * 2**20 for s in before)  # read between walks
     # the second child is in the readings no later than a walk after its birth
     counted = next(s.wall for s in monitor.samples if s.wall > gone + 0.3 and s.rss > 250 * 2**20)

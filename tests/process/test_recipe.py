@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-
 from pathlib import Path
 
 import pytest
 
-
 from autotune import Config, Recipe
-
 from autotune._export import load, render
 
 

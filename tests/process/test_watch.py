@@ -3,50 +3,27 @@
 from __future__ import annotations
 
 import dataclasses
-
-
 import os
-
 import statistics
-
 import subprocess
-
-
 import time
-
 import uuid
-
 from pathlib import Path
 
 import psutil
-
 import pytest
-
 from conftest import tagged
-
-
 from helpers import FIXTURES
 
 from autotune import Config, Outcome
-
-
 from autotune._ceilings import CACHED_BATCHES, bottleneck, ceiling_key
-
 from autotune._knobs import Part
-
-from autotune._launch import Budget, TRIAL_TAG_ENV, TrialSpec
-
+from autotune._launch import TRIAL_TAG_ENV, Budget, TrialSpec
 from autotune._reap import kill_orphans, sweep_orphans
-
 from autotune._watch import run_trial
 
-
 FIXTURE = FIXTURES / "tiny_train.py"
-
-
 ESCAPING = FIXTURE.with_name("escaping_train.py")
-
-
 #: Short enough for ~4 s per trial (2.5 s of it importing torch in the worker); the
 #: ceilings have their own tests.
 FAST = Budget(warmup_s=0.2, window_s=0.3, windows=2, ceiling_windows=0)
@@ -78,6 +55,21 @@ class Watch:
     def kinds(self) -> list[str]:
         """Event kinds in order, without the once-a-second progress beats."""
         return [e["event"] for e in self.events if e["event"] != "progress"]
+
+
+@pytest.fixture(scope="module")
+def warm():
+    """A warm worker, as a study's slot has: the trials of the tests that take it are forked
+    from it (2-3 s of a new interpreter and torch less each). Tests of what a trial leaves
+    behind spawn cold: the warm worker carries the tag its trials share."""
+    from conftest import TAG
+
+    from autotune._launch import new_tag
+    from autotune._warm import WarmWorker
+
+    worker = WarmWorker({k: v for k, v in os.environ.items() if k != TAG}, new_tag())
+    yield worker
+    worker.close()
 
 
 def trial(tmp_path: Path, func: str, config: Config = Config(), budget: Budget = FAST,  # noqa: B008
@@ -118,7 +110,7 @@ def survivors(watch: Watch) -> list[psutil.Process]:
 
 def test_complete_trial(tmp_path: Path) -> None:
     config = Config(batch_size="2x", lr_scaling="linear", prefetch="thread")
-    result, watch = trial(tmp_path, "train", config)
+    result, watch = trial(tmp_path, "train", config)  # cold: its spans include torch's import
     assert (result.outcome, result.reason) == (Outcome.COMPLETE, "")
     assert len(result.windows) == 2
     assert watch.kinds()[:5] == ["spawned", "started", "loaded", "resolved", "warmup"]
@@ -170,8 +162,8 @@ def test_complete_trial(tmp_path: Path) -> None:
 CEILINGS = dataclasses.replace(FAST, ceiling_windows=2)
 
 
-def test_ceilings_follow_the_windows_compute_then_loader(tmp_path: Path) -> None:
-    result, watch = trial(tmp_path, "train_compute_bound", budget=CEILINGS)
+def test_ceilings_follow_the_windows_compute_then_loader(tmp_path: Path, warm) -> None:
+    result, watch = trial(tmp_path, "train_compute_bound", budget=CEILINGS, warm=warm)
     assert result.outcome is Outcome.COMPLETE, result.reason
     assert watch.kinds()[-7:] == ["window", "window", "ceiling", "ceiling", "ceiling", "ceiling", "end"]
     events = [e for e in watch.events if e["event"] == "ceiling"]
@@ -195,10 +187,10 @@ def test_ceilings_follow_the_windows_compute_then_loader(tmp_path: Path) -> None
     assert seen[-replays:] == [cached[i % CACHED_BATCHES] for i in range(replays)]
 
 
-def test_a_known_ceiling_is_not_measured_again(tmp_path: Path) -> None:
-    first, _ = trial(tmp_path, "train", budget=CEILINGS)
+def test_a_known_ceiling_is_not_measured_again(tmp_path: Path, warm) -> None:
+    first, _ = trial(tmp_path, "train", budget=CEILINGS, warm=warm)
     compute = next(c for c in first.ceilings if c["part"] == "compute")
-    again, watch = trial(tmp_path, "train", budget=CEILINGS, known={"compute": [compute["key"]]})
+    again, watch = trial(tmp_path, "train", budget=CEILINGS, known={"compute": [compute["key"]]}, warm=warm)
     assert again.outcome is Outcome.COMPLETE
     assert [c["part"] for c in again.ceilings] == ["loader"]
     assert watch.kinds()[-4:] == ["window", "ceiling", "ceiling", "end"]
@@ -208,8 +200,8 @@ def test_a_known_ceiling_is_not_measured_again(tmp_path: Path) -> None:
     ("train_loader_bound", "data-bound"),     # 2 ms per item, a tiny linear model
     ("train_compute_bound", "compute-bound"),  # batches from memory, a 4.7 M-parameter MLP
 ])
-def test_the_bottleneck_verdict_on_real_trials(tmp_path: Path, func: str, verdict: str) -> None:
-    result, _ = trial(tmp_path, func, budget=CEILINGS)
+def test_the_bottleneck_verdict_on_real_trials(tmp_path: Path, func: str, verdict: str, warm) -> None:
+    result, _ = trial(tmp_path, func, budget=CEILINGS, warm=warm)
     assert result.outcome is Outcome.COMPLETE, result.reason
     ceilings = {c["part"]: c["samples_per_s"] for c in result.ceilings}
     bound = bottleneck(result.metrics["samples_per_s"], result.metrics["data_wait_frac"],
@@ -231,10 +223,10 @@ def test_the_bottleneck_verdict_on_real_trials(tmp_path: Path, func: str, verdic
     # workers sleeping 2 ms an item: waiting is not CPU
     ("train_loader_bound", 0.0, 0.001),
 ])
-def test_the_loader_ceiling_counts_its_workers_cpu(tmp_path: Path, func: str, low: float, high: float) -> None:
+def test_the_loader_ceiling_counts_its_workers_cpu(tmp_path: Path, func: str, low: float, high: float, warm) -> None:
     from autotune._probe import usable_cpus
 
-    result, _ = trial(tmp_path, func, budget=CEILINGS)
+    result, _ = trial(tmp_path, func, budget=CEILINGS, warm=warm)
     assert result.outcome is Outcome.COMPLETE, result.reason
     loader = next(c for c in result.ceilings if c["part"] == "loader")
     assert low <= loader["cpu_per_sample"] <= high, loader
@@ -243,46 +235,46 @@ def test_the_loader_ceiling_counts_its_workers_cpu(tmp_path: Path, func: str, lo
     assert compute["cpu_per_sample"] > 0
 
 
-def test_crashing_function(tmp_path: Path) -> None:
-    result, watch = trial(tmp_path, "train_raises")
+def test_crashing_function(tmp_path: Path, warm) -> None:
+    result, watch = trial(tmp_path, "train_raises", warm=warm)
     assert result.outcome is Outcome.CRASHED
     assert result.reason.splitlines()[-1] == "ValueError: boom from the user's loop"
     assert "tiny_train.py" in result.reason  # the user's frame is in the traceback
     assert result.windows == []
 
 
-def test_nan_loss_diverges_at_once(tmp_path: Path) -> None:
+def test_nan_loss_diverges_at_once(tmp_path: Path, warm) -> None:
     # The loss is nan from the first step: the warmup's loss read ends the trial, before
     # any measured window.
-    result, watch = trial(tmp_path, "train_nan", budget=Budget(warmup_s=0.2, window_s=5, windows=4))
+    result, watch = trial(tmp_path, "train_nan", budget=Budget(warmup_s=0.2, window_s=5, windows=4), warm=warm)
     assert result.outcome is Outcome.DIVERGED
     assert result.reason.startswith("loss is nan after ")
     assert result.windows == []
     assert result.metrics["duration_s"] < 20  # not 4 windows of 5 s after a warmup
 
 
-def test_loss_worse_than_the_reference_diverges(tmp_path: Path) -> None:
+def test_loss_worse_than_the_reference_diverges(tmp_path: Path, warm) -> None:
     # A baseline whose loss fell from 0.7 to 0.001 within 100 samples: this trial's real
     # loss (about 0.1 after thousands of samples) is (0.1 - 0.001) / (0.1 * 0.7) > 100% worse.
     reference = [(0.0, 0.7), (100.0, 0.001)]
-    result, _ = trial(tmp_path, "train", reference=reference)
+    result, _ = trial(tmp_path, "train", reference=reference, warm=warm)
     assert result.outcome is Outcome.DIVERGED
     assert "over the same samples" in result.reason
     assert result.metrics["samples_per_s"] > 0  # its speed is kept: infeasible, not unmeasured
 
 
-def test_a_config_fast_enough_to_pass_the_judged_span_in_its_warmup_is_judged_on_it(tmp_path: Path) -> None:
+def test_a_config_fast_enough_to_pass_the_judged_span_in_its_warmup_is_judged_on_it(tmp_path: Path, warm) -> None:
     """4x the batch without lr scaling learns 4x less per sample (lr_train.py) and runs
     about 3-4x the baseline's speed: its 0.2 s warmup covers most of the samples the
     baseline's windows reached. Judged on its windows alone, it met only the baseline's
     last loss and passed as complete; its warmup's curve judges it on the same samples."""
     lr_train, longer = FIXTURE.with_name("lr_train.py"), dataclasses.replace(FAST, windows=6)
-    base, _ = trial(tmp_path, "train", fixture=lr_train)
+    base, _ = trial(tmp_path, "train", fixture=lr_train, warm=warm)
     assert base.outcome is Outcome.COMPLETE, base.reason
     # Its windows run long past the baseline's reach, where its loss falls under the
     # baseline's last: the comparison of loss histories (no curve on the span) passed it.
     fast, watch = trial(tmp_path, "train", Config(batch_size="4x", lr_scaling="none"), budget=longer,
-                        fixture=lr_train, reference=base.losses, reference_curve=base.curve)
+                        fixture=lr_train, reference=base.losses, reference_curve=base.curve, warm=warm)
     warmup = next(e for e in watch.events if e["event"] == "warmup")
     assert warmup["curve"][-1][1] == warmup["samples_seen"]
     assert warmup["samples_seen"] > base.curve[-1][1] / 4  # its warmup passed the span's start
@@ -294,7 +286,7 @@ def test_a_config_fast_enough_to_pass_the_judged_span_in_its_warmup_is_judged_on
     assert f"({judged.first:,.0f}-{judged.last:,.0f}): {judged.excess:.0%} worse" in fast.reason
     assert fast.metrics["loss_excess"] == judged.excess
     scaled, _ = trial(tmp_path, "train", Config(batch_size="4x", lr_scaling="linear"), budget=longer,
-                      fixture=lr_train, reference=base.losses, reference_curve=base.curve)
+                      fixture=lr_train, reference=base.losses, reference_curve=base.curve, warm=warm)
     assert scaled.outcome is Outcome.COMPLETE, scaled.reason  # the lr, not the judging, made the difference
     # A passing trial keeps its comparison too, on the same samples: how near the tolerance it is.
     assert scaled.judged is not None and scaled.judged.excess <= 0.5
@@ -303,9 +295,9 @@ def test_a_config_fast_enough_to_pass_the_judged_span_in_its_warmup_is_judged_on
     assert base.judged is None and "loss_excess" not in base.metrics  # the baseline judges, unjudged
 
 
-def test_a_stalled_step_is_killed_within_the_stall_timeout(tmp_path: Path) -> None:
+def test_a_stalled_step_is_killed_within_the_stall_timeout(tmp_path: Path, warm) -> None:
     budget = Budget(warmup_s=0.2, window_s=0.3, windows=2, stall_s=2)
-    result, watch = trial(tmp_path, "train_hangs", budget=budget)
+    result, watch = trial(tmp_path, "train_hangs", budget=budget, warm=warm)
     assert result.outcome is Outcome.TIMEOUT
     assert result.reason == "stalled: no step finished for 2 s"  # hung before the first report
     assert len(watch.children) >= 2  # its two DataLoader workers were seen alive
@@ -338,14 +330,14 @@ def test_a_trial_past_its_deadline_is_killed(tmp_path: Path) -> None:
     ("train_without_batches", "run.step() ran before any batch came from run.batches(loader)"),
     ("train_returns_at_once", "returned without taking a batch from run.batches(loader)"),
 ])
-def test_a_loop_that_bypasses_run_batches_is_named_at_once(tmp_path: Path, name: str, said: str) -> None:
-    result, _ = trial(tmp_path, name)
+def test_a_loop_that_bypasses_run_batches_is_named_at_once(tmp_path: Path, name: str, said: str, warm) -> None:
+    result, _ = trial(tmp_path, name, warm=warm)
     assert result.outcome is Outcome.CRASHED
     assert said in result.reason
 
 
-def test_function_returning_before_a_window(tmp_path: Path) -> None:
-    result, watch = trial(tmp_path, "train_returns_early")
+def test_function_returning_before_a_window(tmp_path: Path, warm) -> None:
+    result, watch = trial(tmp_path, "train_returns_early", warm=warm)
     assert result.outcome is Outcome.CRASHED
     assert "returned before one measured window" in result.reason
     assert watch.kinds()[-1] == "end"

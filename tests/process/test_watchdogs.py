@@ -3,33 +3,19 @@
 from __future__ import annotations
 
 import os
-
-
 import subprocess
-
 import time
-
-
 from pathlib import Path
 
 import psutil
-
-
 from helpers import FIXTURES
 
 from autotune import Config, Outcome
-
-
 from autotune._launch import Budget, TrialSpec
-
 from autotune._reap import kill_orphans
-
 from autotune._watch import run_trial
 
-
 FIXTURE = FIXTURES / "faulty_train.py"
-
-
 TARGET = f"{FIXTURE}:train"
 
 

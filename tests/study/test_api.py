@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import cli_env, FIXTURES
+from helpers import FIXTURES, cli_env
 
 import autotune
 from autotune import ConfigError

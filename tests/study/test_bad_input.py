@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import subprocess
-
 import textwrap
-
 from pathlib import Path
-
 
 from helpers import cli, cli_env
 

@@ -14,28 +14,32 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import autotune, FIXTURES, load_study, mlflow_runs
+from helpers import FIXTURES, autotune, built_once, load_study, mlflow_runs
 
 FIXTURE = FIXTURES / "cli_train.py"
 TARGET = f"{FIXTURE}:train"
-# Pruning off: these tests count complete trials (tests/test_safety.py prunes).
-FAST = ["--warmup", "0.2", "--window", "0.3", "--windows", "2", "--seed", "0", "--prune", "0", "--confirm", "0"]
+# Pruning off: these tests count complete trials (tests/study/test_safety.py prunes).
+FAST = ["--warmup", "0.2", "--window", "0.3", "--windows", "2", "--ceiling-windows", "1", "--seed", "0", "--prune", "0",
+        "--confirm", "0"]
 
 
 @pytest.fixture(scope="module")
 def study_store(tmp_path_factory) -> Path:
     """One real study of 3 trials, resumed with 2 more: shared by the tests below."""
-    cwd = tmp_path_factory.mktemp("study")
-    first = autotune("run", TARGET, "--trials", "3", "--study", "e2e", "--space", "loader", *FAST, cwd=cwd)
-    assert first.returncode == 0, first.stderr
-    assert "best: trial" in first.stdout
-    # piped, as to a log: whole lines, not wrapped at 80 columns
-    assert re.search(r"^study e2e on .+; space \S*loader\S*; RAM budget [\d.]+ GiB$", first.stderr, re.M), first.stderr
-    parent = load_study(cwd / "mlflow", "e2e").user_attrs["mlflow_parent_run_id"]
-    second = autotune("run", TARGET, "--trials", "2", "--study", "e2e", "--space", "loader", *FAST, cwd=cwd)
-    assert second.returncode == 0, second.stderr
-    assert load_study(cwd / "mlflow", "e2e").user_attrs["mlflow_parent_run_id"] == parent
-    return cwd
+
+    def build(cwd: Path) -> None:
+        first = autotune("run", TARGET, "--trials", "3", "--study", "e2e", "--space", "loader", *FAST, cwd=cwd)
+        assert first.returncode == 0, first.stderr
+        assert "best: trial" in first.stdout
+        # piped, as to a log: whole lines, not wrapped at 80 columns
+        assert re.search(r"^study e2e on .+; space \S*loader\S*; RAM budget [\d.]+ GiB$", first.stderr,
+                         re.M), first.stderr
+        parent = load_study(cwd / "mlflow", "e2e").user_attrs["mlflow_parent_run_id"]
+        second = autotune("run", TARGET, "--trials", "2", "--study", "e2e", "--space", "loader", *FAST, cwd=cwd)
+        assert second.returncode == 0, second.stderr
+        assert load_study(cwd / "mlflow", "e2e").user_attrs["mlflow_parent_run_id"] == parent
+
+    return built_once(tmp_path_factory, "e2e-study", build)
 
 
 def test_every_trial_once_in_optuna_and_mlflow(study_store: Path) -> None:
@@ -112,6 +116,13 @@ def test_the_records_describe_themselves(study_store: Path) -> None:
     data = json.loads(autotune("show", "--json", cwd=study_store).stdout)
     winner = data["winner"]
     assert {n for n, r in children.items() if r.data.tags.get("autotune.winner") == "true"} == {winner}
+    # every trial says why it ran, the same in Optuna, MLflow and show --json
+    kinds = {t.number: (t.user_attrs["kind"], t.user_attrs.get("of"), t.user_attrs["baseline"]) for t in study.trials}
+    assert kinds[0] == ("baseline", None, True) and {k for k, _, _ in kinds.values()} <= {"baseline", "sampled"}
+    assert {n: (r.data.tags["autotune.kind"], r.data.tags.get("autotune.of"), r.data.tags["autotune.baseline"])
+            for n, r in children.items()} == {n: (k, None if of is None else str(of), str(b).lower())
+                                              for n, (k, of, b) in kinds.items()}
+    assert {t["number"]: (t["kind"], t["of"], t["baseline"]) for t in data["trials"]} == kinds
     # the runs page shows names without picking columns: how each trial ended, which won
     assert all(r.info.run_name.startswith(f"trial-{n}: ") for n, r in children.items())
     assert "WINNER" in children[winner].info.run_name

@@ -17,7 +17,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import cli_env, FIXTURES, load_study, ROOT
+from helpers import FIXTURES, ROOT, cli_env, load_study
 
 FIXTURE = FIXTURES / "cli_train.py"
 

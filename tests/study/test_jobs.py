@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 import os
-
 import re
-
 import time
-
 from pathlib import Path
 
 import psutil
-
 import pytest
-
 from conftest import TAG
-
-from helpers import cli, cli_env, FIXTURES, load_study, mlflow_runs, seed_store
-
+from helpers import FIXTURES, cli, cli_env, load_study, mlflow_runs, seed_store
 
 from autotune._launch import TRIAL_TAG_ENV
 

@@ -1,110 +1,27 @@
-"""Many tuners on one study, as a team runs them: real tuner processes on a real PostgreSQL
-database and a real ``mlflow server``, started together, on skewed clocks, through a
-tracking server that goes down and a database that restarts."""
+"""Many tuners on one study, against a real PostgreSQL and a real MLflow server: one of each (study, parent run, baseline, confirmation), however many start together; hosts whose clocks disagree."""
 
 from __future__ import annotations
 
-import functools
 import os
 import subprocess
-import time
 import uuid
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers import cli, cli_env, FIXTURES, seed_store
-from servers import PrivateCluster, _without_test_tag
+from tuners import Tuner, storage_of, study_exists, study_of, wait_until
 
 from autotune._queue import CLAIM_MARK
 from autotune._tuners import HOST_DIR_ENV, TUNER_KEY
 
-TARGET = f"{FIXTURES / 'team_train.py'}:train"
 FAST = ["--warmup", "0.2", "--window", "0.3", "--windows", "2", "--ceiling-windows", "0", "--seed", "0",
         "--prune", "0"]
-#: Trials long enough to take an outage in the middle of one (about 5 s of measuring), in a
-#: space whose every config trains the same way: these tests are about records, not verdicts.
-LOADER_ONLY = FIXTURES / "loader_only.yaml"
-SLOW = ["--warmup", "0.5", "--window", "1", "--windows", "4", "--ceiling-windows", "0", "--prune", "0",
-        "--seed", "0", "--confirm", "0", "--space", str(LOADER_ONLY)]
-
-
-class Tuner:
-    """``autotune run`` in a subprocess, its output in a file (a pipe could fill and block it)."""
-
-    def __init__(self, cwd: Path, *args: str, env: dict | None = None, prefix: list[str] | None = None,
-                 target: str = TARGET) -> None:
-        self.log = cwd / f"tuner-{uuid.uuid4().hex[:6]}.log"
-        seed_store(cwd, ("run", target, *args), env)
-        with open(self.log, "w") as out:
-            self.proc = subprocess.Popen([*(prefix or []), *cli("run", target, *args)],
-                                         cwd=cwd, env=cli_env(env), stdout=out, stderr=subprocess.STDOUT)
-
-    def wait(self, timeout: float = 400) -> str:
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError(f"tuner still running after {timeout} s:\n{self.output}") from None
-        return self.output
-
-    @property
-    def output(self) -> str:
-        return self.log.read_text()
-
-
-@pytest.fixture
-def launch():
-    """Starts tuners; any still running when the test ends (it failed) is stopped as Ctrl-C would."""
-    started: list[Tuner] = []
-
-    def start(cwd: Path, *args: str, env: dict | None = None, prefix: list[str] | None = None,
-              target: str = TARGET) -> Tuner:
-        started.append(Tuner(cwd, *args, env=env, prefix=prefix, target=target))
-        return started[-1]
-
-    yield start
-    for tuner in started:
-        if tuner.proc.poll() is None:
-            tuner.proc.terminate()
-            try:
-                tuner.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                tuner.proc.kill()
-                tuner.proc.wait()
-
-
-@functools.lru_cache(maxsize=8)
-def storage_of(url: str):
-    """One Optuna storage per database for the tests' own reads. A storage made per call
-    (a URL passed to Optuna) opens a pool of its own: polled every 0.2 s for a tuner that
-    a CPU hog slows, they used up PostgreSQL's 100 connections. Pre-ping: a connection the
-    pool kept through a server restart (a test restarts PostgreSQL) is replaced, not used."""
-    import optuna
-
-    return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
-
-
-def study_of(url: str, name: str):
-    import optuna
-
-    return optuna.load_study(study_name=name, storage=storage_of(url))
-
-
-def wait_until(condition, timeout: float = 240, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def check_invariants(url: str, tracking_uri: str, name: str, tuners: int, own_trials: int, confirm: int) -> None:
     """What must hold however many tuners ran the study, wherever they ran."""
     import optuna
+
     from mlflow import MlflowClient
 
     study = study_of(url, name)
@@ -190,7 +107,7 @@ def test_the_parent_run_stays_open_until_the_last_tuner_leaves(postgres: str, ml
     cpus = sorted(os.sched_getaffinity(0))
     pin = [["taskset", "-c", str(cpu)] for cpu in cpus[:2]] if len(cpus) > 1 else [None, None]
     first = launch(tmp_path / "a", "--trials", "2", *args, env={"TEAM_GATE": str(gate_a), **host}, prefix=pin[0])
-    wait_until(lambda: _study_exists(postgres, name) and any(
+    wait_until(lambda: study_exists(postgres, name) and any(
         t.state.name == "RUNNING" for t in study_of(postgres, name).get_trials()),
         what="the first tuner to claim the baseline")
     second = launch(tmp_path / "b", "--trials", "1", *args, env={"TEAM_GATE": str(gate_b), **host}, prefix=pin[1])
@@ -213,64 +130,6 @@ def test_the_parent_run_stays_open_until_the_last_tuner_leaves(postgres: str, ml
 def _tuners(url: str, name: str) -> list[dict]:
     study = study_of(url, name)
     return [v for k, v in study._storage.get_study_system_attrs(study._study_id).items() if k.startswith(TUNER_KEY)]
-
-
-def _study_exists(url: str, name: str) -> bool:
-    import optuna
-
-    return name in {s.study_name for s in optuna.get_all_study_summaries(storage_of(url))}
-
-
-def test_a_tracking_server_down_for_20_s_mid_trial_loses_nothing(postgres: str, own_mlflow_server,
-                                                                 tmp_path: Path) -> None:
-    name = f"outage-{uuid.uuid4().hex[:6]}"
-    tuner = Tuner(tmp_path, "--study", name, "--storage", postgres, "--tracking-uri", own_mlflow_server.url,
-                  "--trials", "3", *SLOW)
-    # down while trial 1 measures: its end, and trial 2's start, meet a dead server
-    wait_until(lambda: _study_exists(postgres, name) and any(
-        t.number == 1 and t.intermediate_values for t in study_of(postgres, name).get_trials()),
-        what="trial 1 to measure a window")
-    own_mlflow_server.stop()
-    time.sleep(20)
-    own_mlflow_server.start()
-    out = tuner.wait()
-    assert tuner.proc.returncode == 0, out
-    assert "Traceback" not in out
-    assert "does not answer" in out and "answers again after" in out
-    from mlflow import MlflowClient
-
-    study = study_of(postgres, name)
-    client = MlflowClient(own_mlflow_server.url)
-    for t in study.get_trials():
-        assert t.user_attrs["outcome"] == "complete"
-        run = client.get_run(t.user_attrs["mlflow_run_id"])
-        assert run.info.status == "FINISHED"
-        assert run.data.metrics["samples_per_s"] == pytest.approx(t.value)
-    assert not list((tmp_path / "mlflow" / "pending").rglob("*.json"))  # all delivered
-
-
-def test_postgres_restarted_mid_study_loses_nothing(tmp_path: Path) -> None:
-    cluster = PrivateCluster(_without_test_tag(os.environ))
-    problem = cluster.problem()
-    if problem is not None:
-        pytest.skip(f"no private PostgreSQL cluster to restart here: {problem}")
-    server = cluster.start()
-    try:
-        url = server.create_database()
-        name = "restart"
-        tuner = Tuner(tmp_path, "--study", name, "--storage", url, "--trials", "3", *SLOW)
-        wait_until(lambda: _study_exists(url, name) and any(
-            t.number == 1 and t.intermediate_values for t in study_of(url, name).get_trials()),
-            what="trial 1 to measure a window")
-        cluster.restart(down_s=8)
-        out = tuner.wait()
-        assert tuner.proc.returncode == 0, out
-        assert "Traceback" not in out
-        assert "the study storage" in out and "does not answer" in out and "answers again after" in out
-        trials = study_of(url, name).get_trials()
-        assert [t.user_attrs["outcome"] for t in trials] == ["complete"] * 3
-    finally:
-        cluster.stop()
 
 
 def _skewed(folder: Path, offset_s: float) -> Path:
@@ -306,53 +165,3 @@ def test_hosts_with_clocks_minutes_apart_leave_each_others_trials_alone(postgres
     assert {t.user_attrs["owner"]["host"] for t in study.get_trials()} == {"host-ahead", "host-behind"}
     assert "interrupted" not in {t.user_attrs["outcome"] for t in study.get_trials()}
     check_invariants(postgres, mlflow_server.url, name, tuners=2, own_trials=4, confirm=1)
-
-
-def test_two_tuners_retry_a_diverged_config_once_at_the_baselines_seed(postgres: str, mlflow_server,
-                                                                        tmp_path: Path, launch) -> None:
-    """A fast config diverged on its lr (lr_train.py: 2x the batch, lr as is) while a second
-    tuner works on the study: its config runs again with lr_scaling linear exactly once,
-    whichever tuner claims it, and every trial trains from the baseline's seed whatever seed
-    its tuner was given.
-
-    Every trial is enqueued (the tuners draw none): their samplers mostly drew that config
-    with linear, which leaves nothing to retry (``_retry_lr``; test_safety.py checks that),
-    and when they let the tuners draw, this test raced on which trial ended first (it
-    failed once in CI and in 1 of 9 runs beside a CPU hog)."""
-    import optuna
-
-    target = f"{FIXTURES / 'lr_train.py'}:train"
-    space = tmp_path / "lr.yaml"
-    space.write_text("knobs:\n  batch_size: [1x, 2x]\n  lr_scaling: [none, linear]\n")
-    name = f"retry-{uuid.uuid4().hex[:6]}"
-    args = ["--study", name, "--storage", postgres, "--tracking-uri", mlflow_server.url, "--space", str(space),
-            "--warmup", "0.1", "--window", "0.3", "--windows", "4", "--ceiling-windows", "0", "--prune", "0",
-            "--confirm", "0"]
-    folders = [tmp_path / f"host{i}" for i in range(3)]
-    for folder in folders:
-        folder.mkdir()
-    first = launch(folders[0], "--trials", "1", "--seed", "0", *args, target=target)
-    out = first.wait()
-    assert first.proc.returncode == 0, out
-    # four own trials in all: the diverging one, two at the code's batch (slower than it, so
-    # its retry is worth running) and the retry, claimed by whichever tuner asks first
-    for batch_size, lr_scaling in (("2x", "none"), ("1x", "linear"), ("1x", "none")):
-        study_of(postgres, name).enqueue_trial({"batch_size": batch_size, "lr_scaling": lr_scaling})
-    tuners = [launch(folder, "--trials", "2", "--seed", seed, *args, target=target)
-              for folder, seed in zip(folders[1:], ("5", "9"))]
-    outputs = [tuner.wait() for tuner in tuners]
-    for tuner, out in zip(tuners, outputs):
-        assert tuner.proc.returncode == 0, out
-    trials = study_of(postgres, name).get_trials()
-    assert all(t.state.is_finished() for t in trials), [(t.number, t.state) for t in trials]
-    assert {t.user_attrs["seed"] for t in trials} == {0}  # the baseline's, not the tuners' 5 and 9
-    diverged = trials[1]
-    assert diverged.params == {"batch_size": "2x", "lr_scaling": "none"}
-    assert diverged.user_attrs["outcome"] == "diverged", diverged.user_attrs["reason"]
-    retries = [t for t in trials if t.user_attrs["kind"] == "retry"]
-    assert [t.user_attrs["of"] for t in retries] == [diverged.number], outputs
-    retry, = retries
-    assert retry.number == 4 and len(trials) == 5
-    assert retry.params == {"batch_size": "2x", "lr_scaling": "linear"}
-    assert retry.user_attrs["outcome"] == "complete", retry.user_attrs["reason"]
-    assert retry.state == optuna.trial.TrialState.COMPLETE

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-from helpers import autotune, FIXTURES, load_study
-
+from helpers import FIXTURES, autotune, load_study
 
 FIXTURE = FIXTURES / "model_train.py"
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-
-from helpers import autotune, load_study, mlflow_runs, ROOT
-
+from helpers import ROOT, autotune, load_study, mlflow_runs
 
 from autotune._standing import standing
 

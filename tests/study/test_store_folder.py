@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-
 import os
-
-
 import subprocess
-
 from pathlib import Path
 
 import pytest
-
-from helpers import autotune, FIXTURES
+from helpers import FIXTURES, autotune
 
 from autotune._stores import MIN_FREE_BYTES, StoreDown, check_folder
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-
 from pathlib import Path
 
-
-from helpers import autotune, FIXTURES, load_study
+from helpers import FIXTURES, autotune, load_study
 
 
 def test_a_study_on_a_waiting_loader_widens_its_worker_range(tmp_path: Path) -> None:

@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import re
-
 from pathlib import Path
 
 import pytest
-
 import yaml
 
 import autotune
-
 from autotune import KNOBS, Config, ConfigError, Recipe
-
 from autotune._export import BASE_BATCH_KEY, load, recipe_from_mapping, render
-
 
 #: What Run.resolved() gives for a tuned run (batch size already absolute).
 RESOLVED = {

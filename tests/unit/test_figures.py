@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 FAULTHANDLER_REPORT = """some output of the user's
 Fatal Python error: Segmentation fault
 

@@ -6,7 +6,6 @@ import math
 
 import pytest
 
-
 from autotune._guard import (
     DIVERGENCE_TOLERANCE,
     LR_STEPS,
@@ -18,7 +17,6 @@ from autotune._guard import (
     lr_retry,
     prune_reason,
 )
-
 
 NAN, INF = math.nan, math.inf
 

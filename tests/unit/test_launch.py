@@ -2,35 +2,19 @@
 
 from __future__ import annotations
 
-
 import json
-
 import os
-
-
 import sys
-
-
 from pathlib import Path
-
 
 import pytest
 
-
 import autotune
-
-
 from autotune import Config
-
 from autotune._events import FD_ENV
-
-
-from autotune._launch import Budget, build_command, TRIAL_TAG_ENV, TrialSpec
-
+from autotune._launch import TRIAL_TAG_ENV, Budget, TrialSpec, build_command
 
 PACKAGE_ROOT = str(Path(autotune.__file__).resolve().parent.parent)
-
-
 #: Short enough for ~4 s per trial (2.5 s of it importing torch in the worker); the
 #: ceilings have their own tests.
 FAST = Budget(warmup_s=0.2, window_s=0.3, windows=2, ceiling_windows=0)

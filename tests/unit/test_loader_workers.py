@@ -3,30 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-
 import warnings
-
 from pathlib import Path
-
 from types import SimpleNamespace
 
 import pytest
-
 import torch
-
-
 from torch.utils.data import TensorDataset
 
 from autotune import Config, Run
-
 from autotune._ceilings import Ceilings, ceiling_key
-
 from autotune._knobs import Part
-
-from autotune._records import TrialRow
-
-from autotune._space import IntRange, load_space
-
 from autotune._loader_workers import (
     Evidence,
     epoch_samples,
@@ -38,7 +25,8 @@ from autotune._loader_workers import (
     widened_range,
     worker_ram,
 )
-
+from autotune._records import TrialRow
+from autotune._space import IntRange, load_space
 
 NO_LIMITS: dict[str, int] = {}
 
@@ -347,9 +335,9 @@ def test_a_leader_with_a_worker_per_batch_runs_again_at_a_smaller_batch_with_twi
 
 
 def test_a_climbed_config_drops_what_no_longer_applies() -> None:
-    from autotune._space import Choice
-    from autotune._planner import smaller_batch
     from autotune._loader_workers import MoreWorkers, climbed
+    from autotune._planner import smaller_batch
+    from autotune._space import Choice
 
     drawn = {"batch_size": "2x", "num_workers": 12, "lr_scaling": "linear", "prefetch_factor": 4,
              "persistent_workers": False, "amp": "bf16"}

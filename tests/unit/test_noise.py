@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-
 import threading
 
-
 import pytest
-
 
 from autotune._noise import (
     FOREIGN_LOAD_MAX,
@@ -16,7 +13,6 @@ from autotune._noise import (
     is_noisy,
     wait_for_quiet,
 )
-
 
 SHORT_REASON = ("short measure: the training function returned after 2 of 4 windows, so no ceiling was "
                 "measured; give it more steps")

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-
 from autotune._precision import DOMINATED_AFTER, precision_hold
-
 from autotune._records import TrialRow
-
 
 CPU_CHOICES = ("off", "bf16")
 

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-
 import pytest
 
-
 from autotune import Config, ConfigError
-
-from autotune._launch import build_command, TrialSpec
-
+from autotune._launch import TrialSpec, build_command
 from autotune._slots import CPUS_ENV, Slot, cpu_list, devices_of, plan_slots
 
 

@@ -1,5 +1,5 @@
 """The study's pure parts: which loader knobs to hold, and what a study found (its summary
-and export header). The study itself runs in test_e2e.py and test_safety.py."""
+and export header). The study itself runs in tests/study/."""
 
 from __future__ import annotations
 

@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import errno
-
-
 import sqlite3
-
-
 from pathlib import Path
 
 import pytest
-
 
 from autotune._stores import Patience, Spool, StoreDown, patient_storage, transient
 

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-
 import textwrap
-
 from pathlib import Path
 
 import pytest
 
-
 from autotune import ConfigError
-
 from autotune._config import read_yaml
-
 from autotune._target import check_target
-
 
 LOOP = """
     for x, y in run.batches(loader):

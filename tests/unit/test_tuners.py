@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import threading
-
 from pathlib import Path
 
 import optuna
-
 import pytest
-
 from optuna.storages.journal import JournalFileBackend
 
-
 from autotune._queue import claim, claim_waiting, is_marker
-
-from autotune._tuners import STALE_AFTER_S, HostRegistry, Liveness, Registry, TunerPhase, found_or_join
-
+from autotune._tuners import (
+    STALE_AFTER_S,
+    HostRegistry,
+    Liveness,
+    Registry,
+    TunerPhase,
+    found_or_join,
+)
 
 HERE = "here"
 

@@ -1,0 +1,71 @@
+"""A fast config that diverged on its lr runs again with the lr scaled, and wins."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import FIXTURES, autotune, load_study, mlflow_runs
+
+from autotune._records import signed_share
+
+FIXTURE = FIXTURES / "faulty_train.py"
+
+
+FAST = ["--warmup", "0.2", "--window", "0.3", "--windows", "3", "--seed", "0", "--confirm", "0", "--ceiling-windows", "0"]
+
+
+def test_a_fast_config_diverged_on_its_lr_runs_again_with_the_lr_scaled(tmp_path: Path) -> None:
+    """2x the batch without lr scaling learns half as much per sample (lr_train.py): judged
+    diverged, though twice as fast. The study runs its config again with lr_scaling linear
+    (none and linear in the space; sqrt is not), which trains as the baseline and wins.
+    Shorter warmups and more windows than FAST: the fast trial's warmup must end before
+    the samples the baseline's loss is judged on begin."""
+    target = f"{FIXTURE.parent / 'lr_train.py'}:train"
+    space = tmp_path / "lr.yaml"
+    space.write_text("knobs:\n  batch_size: [1x, 2x]\n  lr_scaling: [none, linear]\n")
+    args = ["--study", "lr", "--space", str(space), *FAST, "--warmup", "0.1", "--windows", "4"]
+    first = autotune("run", target, "--trials", "1", *args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    load_study(tmp_path / "mlflow", "lr").enqueue_trial({"batch_size": "2x", "lr_scaling": "none"})
+    out = autotune("run", target, "--trials", "2", *args, "--seed", "5", cwd=tmp_path)  # a tuner's own seed
+    assert out.returncode == 0, out.stderr
+    base, diverged, retry = load_study(tmp_path / "mlflow", "lr").get_trials()
+    # every trial trains from the baseline's seed, whatever the tuner that runs it was given
+    assert [t.user_attrs["seed"] for t in (base, diverged, retry)] == [0, 0, 0]
+    assert ", seed 0, " in (tmp_path / "mlflow" / "trials" / "lr" / f"trial-{retry.number}.log").read_text()
+    assert diverged.user_attrs["outcome"] == "diverged", diverged.user_attrs["reason"]
+    assert "over the same samples" in diverged.user_attrs["reason"]  # worse, not nan: more lr
+    assert diverged.value > 1.5 * base.value  # fast: its config is worth another lr
+    assert (retry.user_attrs["kind"], retry.user_attrs["of"]) == ("retry", diverged.number)
+    assert retry.user_attrs["sampled"] == {"batch_size": "2x", "lr_scaling": "linear"}
+    assert retry.params == {"batch_size": "2x", "lr_scaling": "linear"}  # the sampler learns from it
+    assert retry.user_attrs["outcome"] == "complete", retry.user_attrs["reason"]
+    assert retry.user_attrs["lr"] == pytest.approx(2 * diverged.user_attrs["lr"])
+    assert retry.constraints == {"diverged": 0.0}
+    said = " ".join(out.stderr.split())  # the study's notes, beside its progress
+    assert (f"trial {diverged.number} diverged at batch size 16 (2x the code's) with lr_scaling none, "
+            "but ran at") in said
+    assert "its config runs again with lr_scaling linear" in said
+    _, runs = mlflow_runs(tmp_path / "mlflow", "lr")
+    run = next(r for r in runs if r.data.tags.get("autotune.trial") == str(retry.number))
+    assert (run.data.tags["autotune.kind"], run.data.tags["autotune.of"]) == ("retry", str(diverged.number))
+    assert f"trial {diverged.number}'s config, which diverged, with lr_scaling linear" in \
+        run.data.tags["mlflow.note.content"]
+    # How near the tolerance the complete retry's loss came, wherever a user looks: its metrics,
+    # its MLflow run (metric and note), the run's terminal line, `show` and the export's header.
+    excess = retry.user_attrs["metrics"]["loss_excess"]
+    assert -0.5 < excess <= 0.5 and retry.user_attrs["metrics"]["loss_tolerance"] == 0.5
+    assert "loss_excess" not in base.user_attrs["metrics"]  # the baseline is the reference
+    assert run.data.metrics["loss_excess"] == pytest.approx(excess)
+    words = f"{signed_share(excess)} against the baseline's on the same samples"
+    assert f"Loss {words} (diverged past +50%)." in run.data.tags["mlflow.note.content"]
+    assert f"loss {signed_share(excess)}" in said
+    table = autotune("show", "--study", "lr", cwd=tmp_path)
+    assert table.returncode == 0, table.stderr
+    row = next(line for line in table.stdout.splitlines() if line.lstrip().startswith(f"{retry.number} *"))
+    assert signed_share(excess) in row.split()
+    shown = autotune("export", "--study", "lr", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert f"trial {retry.number}," in shown.stdout.splitlines()[0]
+    assert f"# loss: {words} (diverged past +50%)" in shown.stdout
