@@ -12,12 +12,11 @@ from helpers import FIXTURES
 from servers import PrivateCluster, _without_test_tag
 from tuners import Tuner, study_exists, study_of, wait_until
 
-#: Trials long enough to take an outage in the middle of one (about 5 s of measuring), in a
-#: space whose every config trains the same way: these tests are about records, not verdicts.
+#: A space whose every config trains the same way: these tests are about records, not verdicts.
 LOADER_ONLY = FIXTURES / "loader_only.yaml"
-
-
-SLOW = ["--warmup", "0.5", "--window", "1", "--windows", "4", "--ceiling-windows", "0", "--prune", "0",
+#: Trials long enough to take an outage in the middle of one (about 3 s of measuring: the outage
+#: starts after a trial's first window, and its end, the next trials and the finish meet it).
+SLOW = ["--warmup", "0.4", "--window", "0.8", "--windows", "3", "--ceiling-windows", "0", "--prune", "0",
         "--seed", "0", "--confirm", "0", "--space", str(LOADER_ONLY)]
 
 
