@@ -170,7 +170,9 @@ class Scheduler:
             if self.interrupt.is_set():  # asked twice: stop now
                 raise KeyboardInterrupt
             self.signum = signum
-            self.interrupt.set()
+            # (and wake a slot that waits for the others to finish sampling: the lock is
+            # re-entrant, and with --jobs the main thread that runs this only joins the slots)
+            self.stop()
 
         previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:

@@ -92,3 +92,33 @@ def test_a_wait_for_quiet_that_ran_out_makes_the_next_one_look_once(monkeypatch:
     assert scheduler.wait_quiet((0,), 0.2, 120.0) == (False, 0.6, 120.0)
     scheduler.wait_quiet((0,), 0.2, 120.0)
     assert patience == [120.0, scheduler_module.QUIET_LOOK_S]
+
+
+def test_a_signal_wakes_a_slot_that_waits_for_the_others_to_finish_sampling() -> None:
+    # slot 0 is done sampling and waits for slot 1, which a SIGTERM stops before it is done:
+    # slot 0 must wake and leave, not wait for a plan that will never come
+    scheduler = Scheduler(slots(2), trials=100, say=lambda line: None)
+    waiting = threading.Event()
+    rescued: list[bool] = []
+
+    def work(slot: Slot) -> None:
+        if slot.index == 0:
+            waiting.set()
+            scheduler.done_sampling(lambda: None)
+        else:
+            waiting.wait(5)
+            os.kill(os.getpid(), signal.SIGTERM)
+            scheduler.interrupt.wait(5)  # (interrupted: it leaves without being done sampling)
+
+    def rescue() -> None:  # a hung slot fails the test, never hangs it
+        rescued.append(True)
+        scheduler.stop()
+
+    timer = threading.Timer(10, rescue)
+    timer.start()
+    try:
+        with scheduler.signals():
+            scheduler.run(work)
+    finally:
+        timer.cancel()
+    assert scheduler.signum == signal.SIGTERM and not rescued
