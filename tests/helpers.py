@@ -105,6 +105,13 @@ def mlflow_runs(store: Path, name: str):
     return client, client.search_runs([experiment.experiment_id], max_results=1000)
 
 
+#: tests/fixtures/faulty_train.py, whose ``num_workers`` picks a fault (``faults_space``,
+#: ``enqueue_workers``), and short trials for studies of it.
+FAULTY = f"{FIXTURES / 'faulty_train.py'}:train"
+FAULTY_FAST = ["--warmup", "0.2", "--window", "0.3", "--windows", "3", "--seed", "0", "--confirm", "0",
+               "--ceiling-windows", "0"]
+
+
 def faults_space(folder: Path, values) -> Path:
     """A space for tests/fixtures/faulty_train.py: its num_workers values pick the faults."""
     path = folder / "faults.yaml"

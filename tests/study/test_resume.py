@@ -11,7 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 from helpers import (
-    FIXTURES,
+    FAULTY,
+    FAULTY_FAST,
     autotune,
     cli,
     cli_env,
@@ -21,14 +22,6 @@ from helpers import (
     mlflow_runs,
     seed_store,
 )
-
-FIXTURE = FIXTURES / "faulty_train.py"
-
-
-TARGET = f"{FIXTURE}:train"
-
-
-FAST = ["--warmup", "0.2", "--window", "0.3", "--windows", "3", "--seed", "0", "--confirm", "0", "--ceiling-windows", "0"]
 
 
 def wait_for_running_worker(store: Path, name: str, timeout: float = 90, url: str | None = None,
@@ -52,8 +45,8 @@ def wait_for_running_worker(store: Path, name: str, timeout: float = 90, url: st
 
 
 def start_tuner(cwd: Path, *args: str) -> subprocess.Popen:
-    seed_store(cwd, ("run", TARGET, *args))
-    return subprocess.Popen(cli("run", TARGET, *args), cwd=cwd,
+    seed_store(cwd, ("run", FAULTY, *args))
+    return subprocess.Popen(cli("run", FAULTY, *args), cwd=cwd,
                             env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -61,9 +54,9 @@ def start_tuner(cwd: Path, *args: str) -> subprocess.Popen:
 def test_sigkill_of_the_tuner_then_resume(tmp_path: Path, rdb: bool) -> None:
     store = tmp_path / "mlflow"
     url = f"sqlite:///{tmp_path}/optuna.db" if rdb else None  # many-host setups use an RDB
-    args = ["--study", "s", "--space", str(faults_space(tmp_path, [1, 3])), *FAST, "--prune", "0",
+    args = ["--study", "s", "--space", str(faults_space(tmp_path, [1, 3])), *FAULTY_FAST, "--prune", "0",
             *(["--storage", url] if url else [])]
-    assert autotune("run", TARGET, "--trials", "1", *args, cwd=tmp_path).returncode == 0
+    assert autotune("run", FAULTY, "--trials", "1", *args, cwd=tmp_path).returncode == 0
     baseline = load_study(store, "s", url).get_trials()[0]
     enqueue_workers(store, "s", 3, url=url)  # hangs at step 3, and the stall timeout is long: still running
     tuner = start_tuner(tmp_path, "--trials", "1", "--stall-timeout", "300", *args)
@@ -74,7 +67,7 @@ def test_sigkill_of_the_tuner_then_resume(tmp_path: Path, rdb: bool) -> None:
     assert worker.is_running() and worker.status() != psutil.STATUS_ZOMBIE  # orphaned, alive
 
     enqueue_workers(store, "s", 1, url=url)
-    out = autotune("run", TARGET, "--trials", "1", *args, cwd=tmp_path)
+    out = autotune("run", FAULTY, "--trials", "1", *args, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert f"trial {stale.number}: left RUNNING" in out.stderr
 
@@ -108,9 +101,9 @@ def test_sigkill_of_the_tuner_then_resume(tmp_path: Path, rdb: bool) -> None:
 def test_ctrl_c_records_the_trial_prints_the_summary_and_exits_130(tmp_path: Path, sig, status) -> None:
     store = tmp_path / "mlflow"
     # Pruning off: on a loaded machine the enqueued trial could be pruned before the signal.
-    args = ["--study", "c", "--space", str(faults_space(tmp_path, [1, 3])), *FAST[:4], "--prune", "0",
+    args = ["--study", "c", "--space", str(faults_space(tmp_path, [1, 3])), *FAULTY_FAST[:4], "--prune", "0",
             "--confirm", "0", "--ceiling-windows", "0"]
-    assert autotune("run", TARGET, "--trials", "1", *args, "--windows", "3", cwd=tmp_path).returncode == 0
+    assert autotune("run", FAULTY, "--trials", "1", *args, "--windows", "3", cwd=tmp_path).returncode == 0
     enqueue_workers(store, "c", 1)
     tuner = start_tuner(tmp_path, "--trials", "3", "--windows", "1000", *args)  # a long trial
     wait_for_running_worker(store, "c", measured=True)  # so that it has something to keep

@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 from conftest import TAG, tagged
 from helpers import (
+    FAULTY,
+    FAULTY_FAST,
     autotune,
     built_once,
     enqueue_workers,
     faults_space,
-    FIXTURES,
     load_study,
     mlflow_runs,
 )
@@ -20,15 +21,6 @@ from helpers import (
 from autotune import Outcome
 from autotune._outcome import headline
 from autotune._tracking import RUN_STATUS
-
-FIXTURE = FIXTURES / "faulty_train.py"
-
-
-TARGET = f"{FIXTURE}:train"
-
-
-FAST = ["--warmup", "0.2", "--window", "0.3", "--windows", "3", "--seed", "0", "--confirm", "0", "--ceiling-windows", "0"]
-
 
 #: The fault each num_workers value injects (see faulty_train.py), in the order they
 #: are enqueued: the healthy 1 first, so that the slow 7 has a best to be pruned against.
@@ -50,13 +42,13 @@ def fault_study(tmp_path_factory) -> tuple[Path, str]:
     def build(cwd: Path) -> None:
         space = faults_space(cwd, sorted(FAULTS))
         tag = {TAG: f"fault-study-{uuid.uuid4().hex[:8]}"}
-        args = ["--study", "faults", "--space", str(space), *FAST]
-        first = autotune("run", TARGET, "--trials", "1", *args, cwd=cwd, env=tag)
+        args = ["--study", "faults", "--space", str(space), *FAULTY_FAST]
+        first = autotune("run", FAULTY, "--trials", "1", *args, cwd=cwd, env=tag)
         assert first.returncode == 0, first.stderr
         enqueue_workers(cwd / "mlflow", "faults", *FAULTS)
         # --prune 0.2: the slow fault runs at a fifth of the baseline's speed and a fortieth of
         # the healthy config's, so it is pruned however the machine's load moves the others.
-        second = autotune("run", TARGET, "--trials", str(len(FAULTS)), "--ram-budget", "1",
+        second = autotune("run", FAULTY, "--trials", str(len(FAULTS)), "--ram-budget", "1",
                           "--stall-timeout", "3", "--prune", "0.2", *args, cwd=cwd, env=tag, timeout=400)
         assert second.returncode == 0, second.stderr
         assert not tagged(tag[TAG]), "a process of the study outlived it"
