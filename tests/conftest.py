@@ -84,6 +84,21 @@ def no_process_left_behind(request: pytest.FixtureRequest, monkeypatch: pytest.M
     assert not left, f"processes left alive by the test: {[(p.pid, p.name()) for p in left]}"
 
 
+@pytest.fixture(scope="session")
+def warm():
+    """A warm worker, as a study's slot has, one per test process: the trials of the tests that
+    take it are forked from it, each 2-3 s of a new interpreter and torch less (on the 2-core CI
+    machine, about 3 s of CPU for each trial that started cold). It starts without this test's
+    tag, so that it is no test's leftover; tests of what a trial leaves behind, and of the warm
+    worker itself, start their own (its trials share its tag)."""
+    from autotune._launch import new_tag
+    from autotune._warm import WarmWorker
+
+    worker = WarmWorker({k: v for k, v in os.environ.items() if k not in (TAG, "PYTORCH_CUDA_ALLOC_CONF")}, new_tag())
+    yield worker
+    worker.close()
+
+
 @pytest.fixture(autouse=True)
 def environment_restored():
     """Each test leaves this process's environment as it found it: code under test may set

@@ -15,10 +15,10 @@ FIXTURE = FIXTURES / "model_train.py"
 FAST = Budget(warmup_s=0.2, window_s=0.3, windows=2, ceiling_windows=0)
 
 
-def trial(tmp_path: Path, config: Config, func: str = "train", budget: Budget = FAST):
+def trial(tmp_path: Path, config: Config, func: str = "train", budget: Budget = FAST, warm=None):
     events: list[dict] = []
     result = run_trial(TrialSpec(f"{FIXTURE}:{func}", config, "cpu", budget), tmp_path / f"{func}.log",
-                       on_event=events.append)
+                       on_event=events.append, warm=warm)
     return result, events
 
 
@@ -26,20 +26,20 @@ def formats(result) -> str:
     return next(line for line in result.log_path.read_text().splitlines() if line.startswith("formats: "))
 
 
-def test_channels_last_puts_the_weights_and_the_images_in_nhwc(tmp_path: Path) -> None:
-    result, _ = trial(tmp_path, Config(channels_last=True))
+def test_channels_last_puts_the_weights_and_the_images_in_nhwc(tmp_path: Path, warm) -> None:
+    result, _ = trial(tmp_path, Config(channels_last=True), warm=warm)
     assert result.outcome is Outcome.COMPLETE, result.reason
     assert formats(result) == "formats: weights channels_last=True input channels_last=True compiled=False"
     assert result.resolved["channels_last"] is True and result.resolved["compile"] == "off"
-    plain, _ = trial(tmp_path, Config())
+    plain, _ = trial(tmp_path, Config(), warm=warm)
     assert formats(plain) == "formats: weights channels_last=False input channels_last=False compiled=False"
 
 
-def test_a_compiled_model_keeps_compiling_out_of_the_windows_and_reports_its_cost(tmp_path: Path) -> None:
+def test_a_compiled_model_keeps_compiling_out_of_the_windows_and_reports_its_cost(tmp_path: Path, warm) -> None:
     # A stall limit of 1 s: compiling a forward and a backward takes longer than that anywhere,
     # and the trial must not count it as a hang (the runner allows --compile-timeout for it).
     budget = Budget(warmup_s=0.2, window_s=0.3, windows=2, ceiling_windows=0, stall_s=1)
-    result, events = trial(tmp_path, Config(compile="default"), budget=budget)
+    result, events = trial(tmp_path, Config(compile="default"), budget=budget, warm=warm)
     assert result.outcome is Outcome.COMPLETE, result.reason
     assert formats(result).endswith("compiled=True")
     kinds = [e["event"] for e in events]
@@ -51,19 +51,19 @@ def test_a_compiled_model_keeps_compiling_out_of_the_windows_and_reports_its_cos
     assert "s of it compiling" in result.log_path.read_text()
 
 
-def test_a_compile_past_its_timeout_is_killed_and_says_which_limit(tmp_path: Path) -> None:
+def test_a_compile_past_its_timeout_is_killed_and_says_which_limit(tmp_path: Path, warm) -> None:
     # The compile above takes over 1 s (it asserts so); here 1 s is all it may take. The
     # start-up's 60 s, which a compile used to get, would have let it finish.
     budget = Budget(warmup_s=0.2, window_s=0.3, windows=2, ceiling_windows=0, stall_s=1, compile_s=1)
-    result, events = trial(tmp_path, Config(compile="default"), budget=budget)
+    result, events = trial(tmp_path, Config(compile="default"), budget=budget, warm=warm)
     assert result.outcome is Outcome.TIMEOUT, result.reason
     assert result.reason.startswith("stalled: no step finished for 1 s while torch.compile compiled the model "
                                     "(--compile-timeout)"), result.reason
     assert "compiling" in [e["event"] for e in events] and not result.windows
 
 
-def test_a_function_without_run_model_leaves_the_model_knobs_inactive(tmp_path: Path) -> None:
-    result, _ = trial(tmp_path, Config(channels_last=True, compile="default"), func="train_without_model")
+def test_a_function_without_run_model_leaves_the_model_knobs_inactive(tmp_path: Path, warm) -> None:
+    result, _ = trial(tmp_path, Config(channels_last=True, compile="default"), func="train_without_model", warm=warm)
     assert result.outcome is Outcome.COMPLETE, result.reason
     assert "channels_last" not in result.resolved and "compile" not in result.resolved
     assert "compiling" not in result.log_path.read_text()

@@ -20,13 +20,13 @@ TINY = str(FIXTURES / "tiny_train.py")
 BUDGET = Budget(warmup_steps=2, warmup_s=0.2, window_s=0.3, windows=3, ceiling_windows=1)
 
 
-def test_foreign_load_of_a_hog_on_each_core_is_in_every_window_ceiling_and_the_metrics(tmp_path) -> None:
+def test_foreign_load_of_a_hog_on_each_core_is_in_every_window_ceiling_and_the_metrics(tmp_path, warm) -> None:
     # A hog per core, pinned: whatever else runs, others then take a large share of the trial's CPUs
     # (each hog gets about its fair share of a core beside the trial's threads).
     hogs = [subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", "while True: pass"])
             for cpu in sorted(os.sched_getaffinity(0))[:2]]
     try:
-        result = run_trial(TrialSpec(f"{TINY}:train", Config(), "cpu", BUDGET), tmp_path / "t.log")
+        result = run_trial(TrialSpec(f"{TINY}:train", Config(), "cpu", BUDGET), tmp_path / "t.log", warm=warm)
     finally:
         for hog in hogs:
             hog.kill()

@@ -254,13 +254,13 @@ def test_resnet_sizes_itself_by_device_and_learns_in_production(monkeypatch):
     assert sum(losses[-4:]) / 4 < sum(losses[:4]) / 4 - 0.1
 
 
-def test_resnet_trains_channels_last_in_a_trial(tmp_path: Path) -> None:
+def test_resnet_trains_channels_last_in_a_trial(tmp_path: Path, warm) -> None:
     from autotune._launch import Budget, TrialSpec
     from autotune._watch import run_trial
 
     spec = TrialSpec(f"{RUNNERS / 'resnet'}.py:train", autotune.Config(channels_last=True),
                      "cpu", Budget(warmup_s=0.5, window_s=1.0, windows=2, ceiling_windows=0))
-    result = run_trial(spec, tmp_path / "trial.log")
+    result = run_trial(spec, tmp_path / "trial.log", warm=warm)
     assert result.outcome is autotune.Outcome.COMPLETE, result.reason
     assert result.resolved["channels_last"] is True and result.resolved["batch_size"] == resnet.SIZES["cpu"][3]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from helpers import FIXTURES
 
 
-def test_a_config_gets_the_same_verdict_fast_or_slow(tmp_path) -> None:
+def test_a_config_gets_the_same_verdict_fast_or_slow(tmp_path, warm) -> None:
     """The same config measured in short and in long windows (so its windows cover different
     samples, as a fast and a slow run of it do) is judged on the baseline's span both times:
     the same loss there, the same verdict."""
@@ -16,13 +16,14 @@ def test_a_config_gets_the_same_verdict_fast_or_slow(tmp_path) -> None:
 
     tiny = f"{FIXTURES / 'tiny_train.py'}:train"
     budget = Budget(warmup_steps=2, warmup_s=0.2, window_s=0.25, windows=4, ceiling_windows=0)
-    base = run_trial(TrialSpec(tiny, Config(), "cpu", budget), tmp_path / "base.log")
+    base = run_trial(TrialSpec(tiny, Config(), "cpu", budget), tmp_path / "base.log", warm=warm)
     assert len(base.curve) > 8 and base.curve[0][0] == base.windows[0]["samples_seen"] - base.windows[0]["samples"]
     verdicts = []
     for window_s in (0.15, 0.5):
         spec = TrialSpec(tiny, Config(batch_size="4x", lr_scaling="none"), "cpu",
                          Budget(warmup_steps=2, warmup_s=0.2, window_s=window_s, windows=4, ceiling_windows=0))
-        result = run_trial(spec, tmp_path / "t.log", reference=base.losses, reference_curve=base.curve)
+        result = run_trial(spec, tmp_path / "t.log", reference=base.losses, reference_curve=base.curve,
+                           warm=warm)
         verdicts.append(result.outcome)
         assert "over the same samples" in result.reason or result.reason == ""
     assert verdicts[0] == verdicts[1]

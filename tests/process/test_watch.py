@@ -57,21 +57,6 @@ class Watch:
         return [e["event"] for e in self.events if e["event"] != "progress"]
 
 
-@pytest.fixture(scope="module")
-def warm():
-    """A warm worker, as a study's slot has: the trials of the tests that take it are forked
-    from it (2-3 s of a new interpreter and torch less each). Tests of what a trial leaves
-    behind spawn cold: the warm worker carries the tag its trials share."""
-    from conftest import TAG
-
-    from autotune._launch import new_tag
-    from autotune._warm import WarmWorker
-
-    worker = WarmWorker({k: v for k, v in os.environ.items() if k != TAG}, new_tag())
-    yield worker
-    worker.close()
-
-
 def trial(tmp_path: Path, func: str, config: Config = Config(), budget: Budget = FAST,  # noqa: B008
           known: dict | None = None, fixture: Path = FIXTURE, **kwargs):
     watch = Watch()
@@ -414,9 +399,9 @@ def test_ram_budget_kills_the_group(tmp_path: Path) -> None:
     assert result.metrics["ram_peak"] > 2**20  # a killed trial's memory figures are kept
 
 
-def test_missing_target_is_crashed_not_raised(tmp_path: Path) -> None:
+def test_missing_target_is_crashed_not_raised(tmp_path: Path, warm) -> None:
     spec = TrialSpec(target=f"{FIXTURE}:no_such_function", config=Config(), budget=FAST)
-    result = run_trial(spec, tmp_path / "t.log")
+    result = run_trial(spec, tmp_path / "t.log", warm=warm)
     assert result.outcome is Outcome.CRASHED
     assert "AttributeError" in result.reason and "no_such_function" in result.reason
 

@@ -19,12 +19,12 @@ FIXTURE = FIXTURES / "faulty_train.py"
 TARGET = f"{FIXTURE}:train"
 
 
-def test_the_floor_of_available_memory_stops_a_hog(tmp_path: Path) -> None:
+def test_the_floor_of_available_memory_stops_a_hog(tmp_path: Path, warm) -> None:
     # A floor 600 MiB under what is available now: the hog (64 MiB a step) crosses it
     # long before the generous budget; the machine itself keeps its default 10% floor.
     floor = psutil.virtual_memory().available - 600 * 2**20
     spec = TrialSpec(TARGET, Config(num_workers=4), budget=Budget(warmup_s=0.2, window_s=0.3, windows=3))
-    result = run_trial(spec, tmp_path / "hog.log", ram_budget=64 * 2**30, floor=floor)
+    result = run_trial(spec, tmp_path / "hog.log", ram_budget=64 * 2**30, floor=floor, warm=warm)
     assert result.outcome is Outcome.OOM_HOST
     assert "the machine's available memory fell to" in result.reason
     assert floor - result.metrics["available_min"] < 2**30  # caught soon after crossing it

@@ -82,9 +82,13 @@ def test_every_trial_once_in_optuna_and_mlflow(study_store: Path) -> None:
     assert "best_samples_per_s" in parent.data.metrics
     artifacts = {a.path for a in client.list_artifacts(parent_id)}
     assert {"best.yaml", "trials.json", "throughput.png", "ceilings.json"} <= artifacts
-    # the loader space never changes the compute knobs or the batch size: one compute ceiling
+    # the loader space never changes the compute knobs or the batch size: one compute ceiling,
+    # measured in the baseline, and again only while the last measure is in doubt (under load
+    # here, a trial ran at 114% of a ceiling measured beside a busy neighbour)
     measured = [c for t in trials for c in t.user_attrs["ceilings"] if c["part"] == "compute"]
-    assert len(measured) == 1 and measured[0] in trials[0].user_attrs["ceilings"]
+    assert measured and measured[0] in trials[0].user_attrs["ceilings"]
+    assert len({c["key"] for c in measured}) == 1
+    assert all(c["doubt"] for c in measured[:-1]), measured
     assert {a.path for a in client.list_artifacts(by_trial[0].info.run_id)} == {"trial-0.log"}
 
 
