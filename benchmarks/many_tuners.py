@@ -159,6 +159,10 @@ class Audit:
         return sum(self.duplicated.values())
 
 
+#: The kinds of trial that run an earlier trial's config again (``autotune._kinds.Kind.repeats``).
+REPEATS = ("confirm", "remeasure")
+
+
 def audit(url: str, tracking_uri: str, name: str, confirm: int, stores: list[Path]) -> Audit:
     """Read the study and its MLflow experiment back; count duplicated and lost work."""
     import optuna
@@ -168,12 +172,13 @@ def audit(url: str, tracking_uri: str, name: str, confirm: int, stores: list[Pat
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     found = Audit()
     trials = optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
-    firsts = [t for t in trials if "confirms" not in t.user_attrs]
+    # a re-run (confirmation or re-measure) names the trial whose config it runs again (``of``)
+    firsts = [t for t in trials if t.user_attrs.get("kind") not in REPEATS]
     found.trials, found.reruns = len(trials), len(trials) - len(firsts)
     found.outcomes = Counter(t.user_attrs.get("outcome", t.state.name.lower()) for t in trials)
     numbers = Counter(t.number for t in trials)
-    baselines = [t for t in firsts if t.user_attrs.get("baseline")]
-    reruns = Counter(t.user_attrs["confirms"] for t in trials if "confirms" in t.user_attrs)
+    baselines = [t for t in firsts if t.user_attrs.get("kind") == "baseline"]
+    reruns = Counter(t.user_attrs["of"] for t in trials if t.user_attrs.get("kind") in REPEATS)
     client = MlflowClient(tracking_uri)
     experiment = client.get_experiment_by_name(name)
     runs = client.search_runs([experiment.experiment_id], max_results=5000) if experiment else []
@@ -217,7 +222,7 @@ def audit(url: str, tracking_uri: str, name: str, confirm: int, stores: list[Pat
     for store in stores:
         left = sorted((store / "pending").rglob("*.json")) if (store / "pending").is_dir() else []
         found.lost += [f"pending result left: {p.name}" for p in left]
-    owners = Counter(str(t.user_attrs.get("owner")) for t in trials if "confirms" in t.user_attrs)
+    owners = Counter(str(t.user_attrs.get("owner")) for t in trials if t.user_attrs.get("kind") in REPEATS)
     found.reruns_by_tuner = sorted(owners.values(), reverse=True)
     shared = {t.number: beside_another(t, trials) for t in trials}
     for t in trials:
@@ -226,7 +231,7 @@ def audit(url: str, tracking_uri: str, name: str, confirm: int, stores: list[Pat
     if baselines:
         base = baselines[0].number
         for t in trials:
-            if (t.number == base or t.user_attrs.get("confirms") == base) and t.user_attrs.get("outcome") == "complete":
+            if (t.number == base or t.user_attrs.get("of") == base) and t.user_attrs.get("outcome") == "complete":
                 found.baseline_rates.append(t.user_attrs["metrics"]["samples_per_s"])
                 found.baseline_slots.append(t.user_attrs.get("slot", {}).get("share", "?"))
                 found.baseline_beside += shared[t.number]

@@ -160,7 +160,7 @@ def study(folder: Path, trials: int, confirm: int, hog_at: tuple[float, float] |
     storage = optuna.storages.JournalStorage(JournalFileBackend(str(folder / "optuna.journal")))
     found = standing(optuna.load_study(study_name="mnist", storage=storage))
     for r in found.rows:  # the raw rows, for the log
-        print(f"  trial {r.number} (= {r.confirms}) {r.outcome} {r.samples_per_s or 0:,.0f}/s "
+        print(f"  trial {r.number} (= {r.of}) {r.outcome} {r.samples_per_s or 0:,.0f}/s "
               f"foreign {r.metrics.get('foreign_cpu', 0):.0%} {r.doubt or ''} {r.sampled}", flush=True)
     win = found.decision.winner
     shown_over = sum(1 for r in found.rows if r.bottleneck and ((r.bottleneck.efficiency or 0) > 1
@@ -173,7 +173,7 @@ def study(folder: Path, trials: int, confirm: int, hog_at: tuple[float, float] |
             "remeasured": sum(1 for r in found.rows if r.remeasure),
             "foreign_max": max((r.metrics.get("foreign_cpu", 0) for r in found.rows if r.measured), default=0),
             "over_100": shown_over, "trials": len(found.rows),
-            "sampled": [r.sampled for r in found.rows if r.sampled and r.confirms is None],
+            "sampled": [r.sampled for r in found.rows if r.sampled and r.of is None],
             "said": [line for line in "".join(out).splitlines() if "noisy" in line or "busy" in line]}
 
 

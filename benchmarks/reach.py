@@ -152,21 +152,24 @@ def one_target(name: str, args: argparse.Namespace, warm: WarmWorker, logs: Path
                 runs[label].append(measured)
             print(f"{name} {label} run {turn + 1}: {measured or 0:,.0f}", file=sys.stderr)
     return {"target": name, "studies": studies, "sweep_wall": sweep_wall, "sweep_window_s": SWEEP_BUDGET.window_s,
-            "sweep_from": str(args.sweep_from) if earlier else None,
+            "sweep_from": earlier["file"] if earlier else None,
             "sweep_points": len(sweep), "sweep_failed": sum(1 for s in sweep if not s[1]),
             "sweep_diverged": sum(1 for s in sweep if s[2] == "diverged"), "sweep_judged": True,
             "configs": {k: v.set_values() for k, v in contenders.items()},
             "runs": runs, "sweep": [(c.set_values(), r, o) for c, r, o in sweep]}
 
 
-def swept(path: Path, name: str) -> dict[str, Any]:
-    """The sweep of ``name`` in an earlier run's raw figures (``--sweep-from``)."""
-    for res in json.loads(path.read_text())["results"]:
-        if res["target"] == name:
-            if not res.get("sweep_judged"):
-                sys.exit(f"{path}: its {name} sweep judged no loss; sweep again")
-            return res
-    sys.exit(f"{path}: no sweep of {name} in it")
+def swept(paths: list[Path], name: str) -> dict[str, Any]:
+    """The sweep of ``name`` in earlier runs' raw figures (``--sweep-from``): the first file
+    that holds one. Asked for every target before the first study (a file without a judged
+    sweep stopped the script after a study of 8 minutes)."""
+    for path in paths:
+        for res in json.loads(path.read_text())["results"]:
+            if res["target"] == name:
+                if not res.get("sweep_judged"):
+                    sys.exit(f"{path}: its {name} sweep judged no loss; sweep again")
+                return {**res, "file": str(path)}
+    sys.exit(f"--sweep-from: no sweep of {name} in {', '.join(map(str, paths))}")
 
 
 def render(results: list[dict[str, Any]], args: argparse.Namespace, where: str) -> str:
@@ -242,8 +245,8 @@ def main() -> None:
                         help="default studies per target, each its own winner in the turns: one study's luck is "
                              "not the search's")
     parser.add_argument("--store", type=Path, default=ROOT / "mlflow")
-    parser.add_argument("--sweep-from", type=Path,
-                        help="an earlier run's raw figures (same machine): take each target's sweep from them instead "
+    parser.add_argument("--sweep-from", type=Path, nargs="+",
+                        help="earlier runs' raw figures (same machine): take each target's sweep from them instead "
                              "of sweeping again; the turns still measure its best two beside the studies' winners")
     parser.add_argument("--from-json", type=Path, nargs="+",
                         help="render the table again from runs' raw figures (one file per run, in order)")
@@ -253,6 +256,8 @@ def main() -> None:
         machines = dict.fromkeys(raw["machine"] for raw in raws)  # the same machine, on the days it ran
         write_section("reach", "Reach", render([res for raw in raws for res in raw["results"]], args, " / ".join(machines)))
         return
+    for name in args.targets if args.sweep_from else ():
+        swept(args.sweep_from, name)  # (exits now, not after a study, when one is missing)
     args.store.mkdir(parents=True, exist_ok=True)
     logs = args.store / "reach-logs"
     logs.mkdir(exist_ok=True)
