@@ -40,6 +40,8 @@ from pathlib import Path
 
 from _results import ROOT, machine, spread, write_section
 
+from autotune._kinds import Kind
+
 sys.path.insert(0, str(ROOT / "tests"))
 from servers import (
     PG_HOST,
@@ -159,8 +161,8 @@ class Audit:
         return sum(self.duplicated.values())
 
 
-#: The kinds of trial that run an earlier trial's config again (``autotune._kinds.Kind.repeats``).
-REPEATS = ("confirm", "remeasure")
+#: The kinds of trial that run an earlier trial's config again, as stored (user attr ``kind``).
+REPEATS = tuple(kind.value for kind in Kind if kind.repeats)
 
 
 def audit(url: str, tracking_uri: str, name: str, confirm: int, stores: list[Path]) -> Audit:

@@ -106,9 +106,11 @@ def mlflow_runs(store: Path, name: str):
 
 
 #: tests/fixtures/faulty_train.py, whose ``num_workers`` picks a fault (``faults_space``,
-#: ``enqueue_workers``), and short trials for studies of it.
+#: ``enqueue_workers``).
 FAULTY = f"{FIXTURES / 'faulty_train.py'}:train"
-FAULTY_FAST = ["--warmup", "0.2", "--window", "0.3", "--windows", "3", "--seed", "0", "--confirm", "0",
+#: Short trials at one seed, without confirmation re-runs or ceilings: for studies whose point
+#: is what happens to a trial, not what it measures.
+SHORT_TRIALS = ["--warmup", "0.2", "--window", "0.3", "--windows", "3", "--seed", "0", "--confirm", "0",
                "--ceiling-windows", "0"]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import FAULTY_FAST, FIXTURES, autotune, load_study, mlflow_runs
+from helpers import FIXTURES, SHORT_TRIALS, autotune, load_study, mlflow_runs
 
 from autotune._records import signed_share
 
@@ -14,12 +14,12 @@ def test_a_fast_config_diverged_on_its_lr_runs_again_with_the_lr_scaled(tmp_path
     """2x the batch without lr scaling learns half as much per sample (lr_train.py): judged
     diverged, though twice as fast. The study runs its config again with lr_scaling linear
     (none and linear in the space; sqrt is not), which trains as the baseline and wins.
-    Shorter warmups and more windows than FAULTY_FAST: the fast trial's warmup must end before
+    Shorter warmups and more windows than SHORT_TRIALS: the fast trial's warmup must end before
     the samples the baseline's loss is judged on begin."""
     target = f"{FIXTURES / 'lr_train.py'}:train"
     space = tmp_path / "lr.yaml"
     space.write_text("knobs:\n  batch_size: [1x, 2x]\n  lr_scaling: [none, linear]\n")
-    args = ["--study", "lr", "--space", str(space), *FAULTY_FAST, "--warmup", "0.1", "--windows", "4"]
+    args = ["--study", "lr", "--space", str(space), *SHORT_TRIALS, "--warmup", "0.1", "--windows", "4"]
     first = autotune("run", target, "--trials", "1", *args, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     load_study(tmp_path / "mlflow", "lr").enqueue_trial({"batch_size": "2x", "lr_scaling": "none"})

@@ -12,7 +12,7 @@ import psutil
 import pytest
 from helpers import (
     FAULTY,
-    FAULTY_FAST,
+    SHORT_TRIALS,
     autotune,
     cli,
     cli_env,
@@ -54,7 +54,7 @@ def start_tuner(cwd: Path, *args: str) -> subprocess.Popen:
 def test_sigkill_of_the_tuner_then_resume(tmp_path: Path, rdb: bool) -> None:
     store = tmp_path / "mlflow"
     url = f"sqlite:///{tmp_path}/optuna.db" if rdb else None  # many-host setups use an RDB
-    args = ["--study", "s", "--space", str(faults_space(tmp_path, [1, 3])), *FAULTY_FAST, "--prune", "0",
+    args = ["--study", "s", "--space", str(faults_space(tmp_path, [1, 3])), *SHORT_TRIALS, "--prune", "0",
             *(["--storage", url] if url else [])]
     assert autotune("run", FAULTY, "--trials", "1", *args, cwd=tmp_path).returncode == 0
     baseline = load_study(store, "s", url).get_trials()[0]
@@ -101,7 +101,7 @@ def test_sigkill_of_the_tuner_then_resume(tmp_path: Path, rdb: bool) -> None:
 def test_ctrl_c_records_the_trial_prints_the_summary_and_exits_130(tmp_path: Path, sig, status) -> None:
     store = tmp_path / "mlflow"
     # Pruning off: on a loaded machine the enqueued trial could be pruned before the signal.
-    args = ["--study", "c", "--space", str(faults_space(tmp_path, [1, 3])), *FAULTY_FAST[:4], "--prune", "0",
+    args = ["--study", "c", "--space", str(faults_space(tmp_path, [1, 3])), *SHORT_TRIALS[:4], "--prune", "0",
             "--confirm", "0", "--ceiling-windows", "0"]
     assert autotune("run", FAULTY, "--trials", "1", *args, "--windows", "3", cwd=tmp_path).returncode == 0
     enqueue_workers(store, "c", 1)

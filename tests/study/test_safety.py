@@ -9,7 +9,7 @@ import pytest
 from conftest import TAG, tagged
 from helpers import (
     FAULTY,
-    FAULTY_FAST,
+    SHORT_TRIALS,
     autotune,
     built_once,
     enqueue_workers,
@@ -42,7 +42,7 @@ def fault_study(tmp_path_factory) -> tuple[Path, str]:
     def build(cwd: Path) -> None:
         space = faults_space(cwd, sorted(FAULTS))
         tag = {TAG: f"fault-study-{uuid.uuid4().hex[:8]}"}
-        args = ["--study", "faults", "--space", str(space), *FAULTY_FAST]
+        args = ["--study", "faults", "--space", str(space), *SHORT_TRIALS]
         first = autotune("run", FAULTY, "--trials", "1", *args, cwd=cwd, env=tag)
         assert first.returncode == 0, first.stderr
         enqueue_workers(cwd / "mlflow", "faults", *FAULTS)
