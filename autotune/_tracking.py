@@ -67,6 +67,8 @@ class Tracker:
 
         from mlflow import MlflowClient
 
+        from autotune._schema import seed_store
+
         # MLflow logs its schema migrations at INFO; the study's own output says enough.
         logging.getLogger("mlflow").setLevel(logging.WARNING)
         self.uri = uri
@@ -74,6 +76,7 @@ class Tracker:
         # Tuners sharing a new local SQLite store race through MLflow's schema
         # migrations ("duplicate column name"): the loser retries once the winner is done.
         attempts = 5 if uri.startswith("sqlite:") else 1
+        seed_store(uri)  # a new local store: a copy of an empty one, not MLflow's migrations
         for attempt in range(attempts):
             try:
                 self.client = MlflowClient(tracking_uri=uri)  # a local store is created here

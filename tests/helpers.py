@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import atexit
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 #: The tests' folder, their fixtures (real training functions) and the repository.
@@ -15,7 +13,6 @@ TESTS = Path(__file__).resolve().parent
 FIXTURES = TESTS / "fixtures"
 ROOT = TESTS.parent
 
-_TEMPLATE: list[Path] = []  # the session's empty MLflow store, made on first use
 
 
 def cli_env(env: dict | None = None) -> dict:
@@ -31,9 +28,11 @@ def cli(*args: str) -> list[str]:
     windows of its tiny trials disagree, and what a test checks is its feature, not the
     machine's quiet (tests/study/test_noisy_study.py checks that)."""
     if args[:1] == ("run",):
+        ours, script = (args[:args.index("--")], args[args.index("--"):]) if "--" in args else (args, ())
         for option, value in (("--max-load", "1"), ("--max-spread", "1000")):
-            if option not in args:
-                args = (*args, option, value)
+            if option not in ours:
+                ours = (*ours, option, value)
+        args = (*ours, *script)  # a script's own command line stays last, after --
     return [sys.executable, "-m", "autotune", *args]
 
 
@@ -58,33 +57,8 @@ def built_once(tmp_path_factory, name: str, build) -> Path:
     return folder
 
 
-def seed_store(cwd: Path, args: tuple[str, ...] | list[str], env: dict | None = None) -> None:
-    """Give a ``run`` on the default store (``cwd/mlflow``) an empty MLflow database copied
-    from one made once per session: a new SQLite store spends about 1.5 s creating and
-    migrating its tables (2-core CI machine), a copy 0.03 s. What the tests check of the
-    store is what the study writes into it; a test of store creation names ``--store``."""
-    if list(args[:1]) != ["run"] or "--store" in args or "--tracking-uri" in args \
-            or "MLFLOW_TRACKING_URI" in (env or {}):
-        return
-    target = cwd / "mlflow" / "mlflow.db"
-    if target.exists():
-        return
-    if not _TEMPLATE:
-        from mlflow import MlflowClient
-
-        folder = Path(tempfile.mkdtemp(prefix="autotune-test-mlflow-"))
-        atexit.register(shutil.rmtree, folder, True)
-        MlflowClient(tracking_uri=f"sqlite:///{folder}/mlflow.db").search_experiments()
-        _TEMPLATE.append(folder / "mlflow.db")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(_TEMPLATE[0], target)
-
-
-def autotune(*args: str, cwd: Path, env: dict | None = None, timeout: float = 240, seed: bool = True):
-    """Run the real CLI in a subprocess (see ``cli``), as a user would. ``seed=False`` for a
-    test that checks what the run creates in the store (``seed_store``)."""
-    if seed:
-        seed_store(cwd, args, env)
+def autotune(*args: str, cwd: Path, env: dict | None = None, timeout: float = 240):
+    """Run the real CLI in a subprocess (see ``cli``), as a user would."""
     return subprocess.run(cli(*args), cwd=cwd, env=cli_env(env), capture_output=True, text=True, timeout=timeout)
 
 

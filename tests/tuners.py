@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import FIXTURES, cli, cli_env, seed_store
+from helpers import FIXTURES, cli, cli_env
 
 #: The training function of the team's tests: a small loop every config trains the same way.
 TARGET = f"{FIXTURES / 'team_train.py'}:train"
@@ -22,7 +22,6 @@ class Tuner:
     def __init__(self, cwd: Path, *args: str, env: dict | None = None, prefix: list[str] | None = None,
                  target: str = TARGET) -> None:
         self.log = cwd / f"tuner-{uuid.uuid4().hex[:6]}.log"
-        seed_store(cwd, ("run", target, *args), env)
         with open(self.log, "w") as out:
             self.proc = subprocess.Popen([*(prefix or []), *cli("run", target, *args)],
                                          cwd=cwd, env=cli_env(env), stdout=out, stderr=subprocess.STDOUT)

@@ -282,7 +282,7 @@ def test_confirmation_re_runs_the_top_configs_and_the_baseline(tmp_path: Path) -
 def test_malformed_space_exits_2_and_creates_nothing(tmp_path: Path, body: str, key: str) -> None:
     space = tmp_path / "bad.yaml"
     space.write_text(body)
-    out = autotune("run", TARGET, "--space", str(space), cwd=tmp_path, seed=False)
+    out = autotune("run", TARGET, "--space", str(space), cwd=tmp_path)
     assert out.returncode == 2
     assert str(space) in out.stderr and key in out.stderr
     assert not (tmp_path / "mlflow").exists()  # neither store was created

@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import TAG
-from helpers import FIXTURES, cli, cli_env, load_study, mlflow_runs, seed_store
+from helpers import FIXTURES, cli, cli_env, load_study, mlflow_runs
 
 from autotune._launch import TRIAL_TAG_ENV
 
@@ -26,7 +26,6 @@ def test_jobs_2_pins_each_trial_and_its_dataloader_workers_to_disjoint_cpus(tmp_
     args = cli("run", target, "--jobs", "2", "--trials", "5", "--space", str(space),
                "--warmup", "0.5", "--window", "0.5", "--windows", "3", "--ceiling-windows", "0", "--confirm", "0",
                "--prune", "0", "--study", "jobs")
-    seed_store(tmp_path, args[3:])  # after [python, -m, autotune]
     tuner = subprocess.Popen(args, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True)
     mine = os.environ[TAG]

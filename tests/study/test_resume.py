@@ -20,7 +20,6 @@ from helpers import (
     faults_space,
     load_study,
     mlflow_runs,
-    seed_store,
 )
 
 
@@ -45,7 +44,6 @@ def wait_for_running_worker(store: Path, name: str, timeout: float = 90, url: st
 
 
 def start_tuner(cwd: Path, *args: str) -> subprocess.Popen:
-    seed_store(cwd, ("run", FAULTY, *args))
     return subprocess.Popen(cli("run", FAULTY, *args), cwd=cwd,
                             env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

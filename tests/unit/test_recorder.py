@@ -7,7 +7,6 @@ from pathlib import Path
 
 import optuna
 import pytest
-from helpers import seed_store
 from optuna.storages.journal import JournalFileBackend
 
 from autotune._config import Config
@@ -27,7 +26,6 @@ NOISY = {"samples_per_s": 900.0, "samples_per_s_spread": 0.05, "foreign_cpu": 0.
 
 @pytest.fixture
 def recorder(tmp_path: Path):
-    seed_store(tmp_path, ["run"])  # an empty MLflow database, copied
     tracker = Tracker(f"sqlite:///{tmp_path}/mlflow/mlflow.db", tmp_path / "artifacts")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(study_name="s", direction="maximize",
