@@ -11,7 +11,7 @@ import inspect
 import os
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ from autotune._launch import TRIAL_TAG_ENV, Budget
 from autotune._noise import FOREIGN_LOAD_MAX, QUIET_WAIT_S, REMEASURES, SPREAD_MAX
 from autotune._options import DEFAULT_STORE
 from autotune._result import Result
+from autotune._script import check_script, is_script, not_tuned
 from autotune._stores import STORE_PATIENCE_S
 
 if TYPE_CHECKING:
@@ -77,8 +78,8 @@ def tune(target: str | Callable[..., Any], *, trials: int = TRIALS, space: str |
          confirm: int = CONFIRM, ceiling_windows: int = _BUDGET.ceiling_windows,
          max_load: float = FOREIGN_LOAD_MAX, max_spread: float = SPREAD_MAX, remeasure: int = REMEASURES,
          quiet_wait: float = QUIET_WAIT_S, seed: int | None = None, store_patience: float = STORE_PATIENCE_S,
-         progress: bool | Reporter = True) -> Result:
-    """Tune a training function: the study ``autotune run`` runs, from Python.
+         progress: bool | Reporter = True, args: Sequence[str] | None = None) -> Result:
+    """Tune a training function, or a script as it is: the study ``autotune run`` runs, from Python.
 
     Each trial runs ``target`` in its own process, so it must be importable: a
     ``"path/to/file.py:train"`` string, or a top-level function of a module or of
@@ -95,6 +96,9 @@ def tune(target: str | Callable[..., Any], *, trials: int = TRIALS, space: str |
     Args:
         progress: Print the live progress and the summary on the terminal, as ``run`` does;
             or a ``Reporter`` of your own, which receives the progress (nothing is printed).
+        args: The command line of a script target (``"train.py"`` or ``"-m package.train"``,
+            no ``:function``): each trial runs it as ``python train.py ARGS`` would, unmodified,
+            and applies the config from outside its code (``autotune._hooks``).
 
     Returns:
         The study's ``Result``; ``interrupted_by`` names the signal when Ctrl-C or
@@ -112,7 +116,10 @@ def tune(target: str | Callable[..., Any], *, trials: int = TRIALS, space: str |
     given = {name: value for name, value in locals().items() if name in LIMITS}
     for name, value in given.items():
         _check(name, value)
-    return _run(target_of(target), given, trials=trials, space=str(space), study=study, storage=storage,
+    if args is not None and not (isinstance(target, str) and is_script(target)):
+        raise ConfigError(f"args={list(args)!r}: a command line is for a script target (train.py or "
+                          f"-m package.module), not the function {target!r}")
+    return _run(target_of(target), given, argv=list(args or ()), trials=trials, space=str(space), study=study, storage=storage,
                 store=Path(store), tracking_uri=tracking_uri, device=device, jobs=jobs, timeout=timeout,
                 ram_budget=ram_budget, seed=seed, progress=progress)
 
@@ -146,7 +153,7 @@ def _check(name: str, value: Any) -> None:
         raise ConfigError(f"{name}={value!r}: must be {kind} {bounds}")
 
 
-def _run(target: str, limits: Mapping[str, Any], *, trials: int, space: str, study: str | None,
+def _run(target: str, limits: Mapping[str, Any], *, argv: list[str], trials: int, space: str, study: str | None,
          storage: str | None, store: Path, tracking_uri: str | None, device: str, jobs: int,
          timeout: float | None, ram_budget: float | None, seed: int | None,
          progress: bool | Reporter) -> Result:
@@ -158,15 +165,21 @@ def _run(target: str, limits: Mapping[str, Any], *, trials: int, space: str, stu
     from autotune._target import check_target
     from autotune._warm import WarmWorker
 
-    target_notes = check_target(target)  # before anything is created: bad input raises here
+    # before anything is created: bad input raises here
     loaded = load_space(space)
+    if is_script(target):
+        check_script(target)
+        dropped, note = not_tuned(list(loaded.domains))
+        loaded, target_notes = loaded.without(dropped), [note] if note else []
+    else:
+        target_notes = check_target(target)
     check_folder(store, f"the store folder {store}")  # read-only or full: said before anything starts
     # The slots' warm workers first: their imports (torch, 2-3 s) overlap the probe and the stores'
     # set-up instead of holding up the first trial. A slot's CPUs do not depend on its device.
     cpus = sorted(os.sched_getaffinity(0))[:usable_cpus()]
     warm = {slot.index: WarmWorker(os.environ, new_tag(), slot.cpus) for slot in plan_slots(jobs, cpus, ["cpu"])}
     try:
-        return _study(target, target_notes, loaded, limits, warm, cpus, trials=trials, study=study, storage=storage,
+        return _study(target, argv, target_notes, loaded, limits, warm, cpus, trials=trials, study=study, storage=storage,
                       store=store, tracking_uri=tracking_uri, device=device, jobs=jobs, timeout=timeout,
                       ram_budget=ram_budget, seed=seed, progress=progress)
     finally:
@@ -174,7 +187,7 @@ def _run(target: str, limits: Mapping[str, Any], *, trials: int, space: str, stu
             worker.close()
 
 
-def _study(target: str, target_notes: list[str], loaded: Space, limits: Mapping[str, Any], warm: Mapping[int, Any],
+def _study(target: str, argv: list[str], target_notes: list[str], loaded: Space, limits: Mapping[str, Any], warm: Mapping[int, Any],
            cpus: list[int], *, trials: int, study: str | None, storage: str | None, store: Path,
            tracking_uri: str | None, device: str, jobs: int, timeout: float | None, ram_budget: float | None,
            seed: int | None, progress: bool | Reporter) -> Result:
@@ -219,7 +232,7 @@ def _study(target: str, target_notes: list[str], loaded: Space, limits: Mapping[
                            int(ram_budget * 2**30) if ram_budget else None, seed,
                            limits["divergence_tolerance"], limits["prune"], limits["confirm"],
                            limits["store_patience"], limits["max_load"], limits["remeasure"],
-                           limits["quiet_wait"], limits["max_spread"])
+                           limits["quiet_wait"], limits["max_spread"], tuple(argv) if is_script(target) else None)
     # the storage before the tracking store: a bad URL creates nothing
     backend = open_storage(store, storage, options.store_patience, reporter.note)
     tracker = Tracker(default_uri(store, tracking_uri), store / "artifacts", options.store_patience, reporter.note)

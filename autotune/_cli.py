@@ -103,12 +103,31 @@ def _bounded(name: str) -> click.ParamType:
     return (click.IntRange if name in INTEGERS else click.FloatRange)(**bounds)
 
 
+def _target_of(target: str | None, args: tuple[str, ...], module: str | None) -> tuple[str, list[str] | None]:
+    """The target and a script's command line, from ``run``'s arguments."""
+    from autotune._script import MODULE, is_script
+
+    if module is not None:
+        return MODULE + module, [target, *args] if target is not None else list(args)
+    if target is None:
+        raise ConfigError("TARGET: missing; give a script (train.py -- ARGS), -m package.module, "
+                          "or a function that takes the Run (file.py:train)")
+    if is_script(target):
+        return target, list(args)
+    if args:
+        raise ConfigError(f"{' '.join(args)}: {target} is a function that takes the Run; a command line "
+                          "after -- is for a script (train.py -- ARGS)")
+    return target, None
+
+
 def _spaces() -> str:
     return ", ".join(sorted(p.stem for p in SPACES_DIR.glob("*.yaml")))
 
 
 @cli.command(epilog=f"Knobs: {', '.join(KNOBS)}.")
-@click.argument("target")
+@click.argument("target", required=False)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option("-m", "module", metavar="MODULE", help="Tune a module run as a script (python -m MODULE ARGS).")
 @click.option("--trials", "-n", type=_bounded("trials"), default=D["trials"], show_default=True,
               help="Trials to run now (the baseline first, if the study has none).")
 @click.option("--space", default=D["space"], show_default=True,
@@ -172,8 +191,14 @@ def _spaces() -> str:
                                       "finished results wait in the store folder meanwhile.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the summary (and errors), no progress.")
 @click.option("-v", "--verbose", is_flag=True, help="Also print a line per measured window.")
-def run(target: str, quiet: bool, verbose: bool, **options: Any) -> None:
-    """Tune TARGET (path/to/file.py:function or package.module:function).
+def run(target: str | None, args: tuple[str, ...], module: str | None, quiet: bool, verbose: bool,
+        **options: Any) -> None:
+    """Tune TARGET: a script as it is (train.py -- ARGS, or -m package.module -- ARGS), or a
+    training function that takes the Run (path/to/file.py:function or package.module:function).
+
+    A script runs unmodified, with its own command line (ARGS, after --): the DataLoaders and
+    optimizers it builds get each trial's config from outside its code. A function that takes
+    the Run can also tune AMP, compile, channels_last and the prefetchers.
 
     After the trials, the top configs and the baseline are re-run (--confirm) and
     the winner is chosen on the median of its runs. Ctrl-C stops the running trial, records it,
@@ -186,8 +211,9 @@ def run(target: str, quiet: bool, verbose: bool, **options: Any) -> None:
 
     if quiet and verbose:
         raise ConfigError("-q/--quiet, -v/--verbose: pick one")
+    target, script_args = _target_of(target, args, module)
     try:
-        result = tune(target, progress=Reporter() if quiet else Progress(verbose), **options)
+        result = tune(target, progress=Reporter() if quiet else Progress(verbose), args=script_args, **options)
     except BaselineFailed as exc:
         click.echo(f"autotune: {exc}", err=True)
         sys.exit(1)
@@ -196,6 +222,29 @@ def run(target: str, quiet: bool, verbose: bool, **options: Any) -> None:
         click.echo(f"autotune: stopped by {result.interrupted_by}; run the same command to resume study "
                    f"{result.study}", err=True)
         sys.exit(128 + signal.Signals[result.interrupted_by])  # the shell's convention: 130 for Ctrl-C
+
+
+@cli.command("exec")
+@click.argument("export_yaml", metavar="EXPORT.yaml", type=click.Path(path_type=Path))
+@click.argument("target", required=False)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option("-m", "module", metavar="MODULE", help="Run a module as a script (python -m MODULE ARGS).")
+@click.option("--device", default="auto", show_default=True, help="What the export is held against: auto, cpu, cuda:N.")
+def exec_(export_yaml: Path, target: str | None, args: tuple[str, ...], module: str | None, device: str) -> None:
+    """Run a script unmodified with an exported config: EXPORT.yaml train.py -- ARGS (or -m MODULE -- ARGS).
+
+    The DataLoaders and optimizers the script builds get the export's values, as in the study;
+    it says once what it applies, and what this machine or an unmodified script cannot take.
+    Exits with the script's own status.
+    """
+    from autotune._exec import exec_script
+    from autotune._script import is_script
+
+    target, script_args = _target_of(target, args, module)
+    if not is_script(target):
+        raise ConfigError(f"{target}: exec runs a script (train.py or -m package.module); a function that "
+                          "takes the Run loads the export itself: train(autotune.load('best.yaml'))")
+    sys.exit(exec_script(export_yaml, target, script_args or [], device))
 
 
 def _open_study(store: Path, storage: str | None, name: str | None):

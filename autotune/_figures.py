@@ -68,6 +68,9 @@ def summarize(windows: Sequence[Mapping[str, Any]], monitor: Monitor, started: f
         **_main_thread(windows),
         measured_samples=float(sum(w["samples"] for w in windows)),
     )
+    outside = sum(w.get("outside_s", 0.0) for w in windows)
+    if outside:  # between epochs (an evaluation pass): its own figure, never in samples/s
+        metrics["outside_loop_s"] = outside
     for name in ("foreign_cpu", "foreign_gpu"):
         seen = [(w[name], w["seconds"]) for w in windows if name in w]
         if seen:  # over the measured time: the windows, weighted by their length

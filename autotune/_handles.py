@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from autotune._config import Config
-from autotune._knobs import KNOBS, MODEL_KNOBS, batch_of, show_value
+from autotune._knobs import KNOBS, MODEL_KNOBS, Stage, batch_of, show_value
 from autotune._prefetch import iter_batches
 
 
@@ -39,6 +39,10 @@ class Run:
         config: The frozen knob values of this run (``None`` = the user's own).
         device: The ``torch.device`` to train on.
     """
+
+    #: The stages of knobs this run applies (None: all); an unmodified script routes nothing
+    #: through a handle, so it has no transfer, autocast or model stage (``autotune._script``).
+    stages: frozenset[Stage] | None = None
 
     def __init__(self, config: Config, device: Any = "auto") -> None:  # type: ignore[valid-type]
         import torch
@@ -91,6 +95,16 @@ class Run:
         """
         from torch.utils.data import DataLoader
 
+        kw = self._loader_kwargs(dataset, kwargs)
+        loader = DataLoader(dataset, **kw)
+        self._loader_built(loader, dataset, kw)
+        return loader
+
+    def _loader_kwargs(self, dataset: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The DataLoader kwargs of this run: the user's, with the config's loader knobs over them
+        (also what ``autotune._hooks`` passes to a loader an unmodified script builds)."""
+        from torch.utils.data import DataLoader
+
         kw = {"batch_size": 1, **kwargs}  # 1 is DataLoader's own default
         # batch_size=None turns automatic batching off: then there is no batch to resize.
         self._base_batch_size = None if "batch_sampler" in kw else kw["batch_size"]
@@ -119,13 +133,15 @@ class Run:
                 # A worker makes whole batches: past one per batch of the epoch, the rest never work.
                 kw["num_workers"] = batches
                 warnings.warn(f"num_workers={workers} exceeds the {batches} batches of an epoch; "
-                              f"using {batches}", stacklevel=2)
-        loader = DataLoader(dataset, **kw)
+                              f"using {batches}", stacklevel=3)
+        return kw
+
+    def _loader_built(self, loader: Any, dataset: Any, kw: dict[str, Any]) -> None:
+        """Record what the loader built with ``kw`` uses (``resolved``, the dataset's facts)."""
         self._dataset = dataset_facts(dataset, _batches_per_epoch(loader))
         for knob in KNOBS.values():
             if knob.dataloader_kwarg:
                 self._observed[knob.name] = kw.get(knob.dataloader_kwarg, knob.default)
-        return loader
 
     def optimizer(self, cls: Callable[..., Any], params: Iterable[Any], lr: float | None = None,
                   **kwargs: Any):
@@ -135,6 +151,13 @@ class Run:
         batch size by ``lr_scaling`` (linear / sqrt / none), so call
         :meth:`dataloader` first. ``fused=True`` is passed where ``cls`` takes it.
         """
+        lr, kwargs = self._optimizer_kwargs(cls, lr, kwargs)
+        return cls(params, **kwargs) if lr is None else cls(params, lr=lr, **kwargs)
+
+    def _optimizer_kwargs(self, cls: Callable[..., Any], lr: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """The lr and kwargs of an optimizer of this run (also what ``autotune._hooks`` passes to one
+        an unmodified script builds)."""
+        kwargs = dict(kwargs)
         scaling = self.config.lr_scaling or "none"
         if lr is not None and scaling != "none":
             if "batch_size" not in self._observed:
@@ -148,12 +171,13 @@ class Run:
             # Feature detection, not version checks: not every optimizer has fused kernels.
             if "fused" in inspect.signature(cls).parameters:
                 kwargs["fused"] = True
+                kwargs.pop("foreach", None)  # torch refuses both at once
             else:
                 warnings.warn(f"{getattr(cls, '__name__', cls)} takes no fused= argument; "
-                              "running it unfused", stacklevel=2)
+                              "running it unfused", stacklevel=3)
         self._observed["fused_optimizer"] = bool(kwargs.get("fused", False))
         self.lr = lr
-        return cls(params, **kwargs) if lr is None else cls(params, lr=lr, **kwargs)
+        return lr, kwargs
 
     def batches(self, loader: Iterable[Any]) -> Iterator[Any]:
         """Yield the loader's batches already on :attr:`device`, per the prefetch knob (4-D
@@ -207,7 +231,8 @@ class Run:
         knobs are inactive, and left out, when the model never went through :meth:`model`.
         """
         values = {name: self._observed.get(name, self._value(name)) for name in KNOBS
-                  if self._model_seen or name not in MODEL_KNOBS}
+                  if (self._model_seen or name not in MODEL_KNOBS)
+                  and (self.stages is None or KNOBS[name].stage in self.stages)}
         return {name: v for name, v in values.items() if KNOBS[name].is_active(values)}
 
     def apply_backends(self) -> None:

@@ -111,6 +111,8 @@ class TrialSpec:
     known_ceilings: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
     #: CPUs the worker pins itself to (its slot's share, ``autotune._slots``); empty: not pinned.
     cpus: tuple[int, ...] = ()
+    #: A script target's command line (None: a function that takes the Run).
+    argv: tuple[str, ...] | None = None
 
 
 def worker_environ(environ: Mapping[str, str], tag: str) -> dict[str, str]:
@@ -155,6 +157,8 @@ def build_command(spec: TrialSpec, event_fd: int, environ: Mapping[str, str],
     payload = {"target": spec.target, "config": spec.config.set_values(), "device": device,
                "budget": spec.budget.worker_args(), "seed": spec.seed,
                "known_ceilings": {part: list(keys) for part, keys in spec.known_ceilings.items()}}
+    if spec.argv is not None:
+        payload["argv"] = list(spec.argv)
     return [python, "-m", "autotune._trial_main", json.dumps(payload)], env
 
 

@@ -12,6 +12,7 @@ from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION
 from autotune._kinds import Kind
 from autotune._launch import Budget
 from autotune._noise import FOREIGN_LOAD_MAX, QUIET_WAIT_S, REMEASURES, SPREAD_MAX
+from autotune._script import is_script, label, study_name
 from autotune._stores import STORE_PATIENCE_S
 
 if TYPE_CHECKING:
@@ -48,6 +49,13 @@ class StudyOptions:
     remeasure: int = REMEASURES
     quiet_wait: float = QUIET_WAIT_S
     max_spread: float = SPREAD_MAX
+    #: A script target's command line (None: the target is a function that takes the Run).
+    argv: tuple[str, ...] | None = None
+
+    @property
+    def label(self) -> str:
+        """What the study tunes, as a command line for a script (``train.py -- --epochs 3``)."""
+        return self.target if self.argv is None else label(self.target, self.argv)
 
 
 class Reporter:
@@ -80,7 +88,10 @@ def baseline_failed(row: TrialRow) -> BaselineFailed:
 
 
 def default_study_name(target: str) -> str:
-    """``runners/mnist.py:train`` -> ``mnist``; another function name is appended."""
+    """``runners/mnist.py:train`` -> ``mnist``; another function name is appended; a script's
+    stem (``train.py``, ``-m package.train``) -> ``train``."""
+    if is_script(target):
+        return study_name(target)
     module, _, func = target.rpartition(":")
     stem = Path(module).stem if module.endswith(".py") else module.rsplit(".", 1)[-1]
     return stem if func == "train" else f"{stem}.{func}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
@@ -121,6 +121,10 @@ class Space:
             elif len(kept) == 1:
                 domains[name] = Fixed(kept[0])
         return Space(self.name, domains), notes
+
+    def without(self, names: Sequence[str]) -> Space:
+        """This space with ``names`` left to the user's code (as in the baseline)."""
+        return Space(self.name, {k: v for k, v in self.domains.items() if k not in names})
 
     def with_high(self, name: str, high: int) -> Space:
         """This space with the int range of ``name`` reaching ``high``."""

@@ -255,9 +255,18 @@ def export_text(study: optuna.Study, found: Standing) -> str:
     share = f"; each trial on {best.slot['share']} (--jobs)" if best.slot.get("cpus") else ""
     header = [f"autotune: study {study.study_name}, {first}", *rest,
               f"measured on: {fingerprint.get('summary', 'unknown machine')}{share}",
-              "load with: autotune.load(path)"]
+              _how_to_use(study.user_attrs.get("target", ""))]
     machine = {key: fingerprint[key] for key in MEASURED_ON if fingerprint.get(key) is not None}
     if best.slot.get("cpus"):
         machine["cpus"] = len(best.slot["cpus"])
     return render(best.config, best.base_batch_size, header, machine,
                   f"study {study.study_name}: {first.split(' (')[0]}")
+
+
+def _how_to_use(target: str) -> str:
+    """The export header's last line: how production applies it, for a script or a function."""
+    from autotune._script import is_script
+
+    if target and is_script(target.split(" -- ")[0]):
+        return f"run with: autotune exec path {target}"
+    return "load with: autotune.load(path)"

@@ -89,7 +89,7 @@ class StudyRunner:
         storage = storage or open_storage(options.store, options.storage, options.store_patience,
                                           self.reporter.note)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        joined = join(storage, self.name, optuna.samplers.TPESampler(seed=options.seed), options.target,
+        joined = join(storage, self.name, optuna.samplers.TPESampler(seed=options.seed), options.label,
                       space.name, fingerprint, tracker, self.reporter.note)
         self.study = joined.study
         self._owner = this_process()
@@ -331,8 +331,8 @@ class StudyRunner:
                                     kind, trial.user_attrs.get(ATTR_OF))
         budget = self.options.budget.learning(self.options.tolerance) if kind is Kind.BASELINE \
             else self.options.budget
-        spec = TrialSpec(self.options.target, config, slot.device, budget, seed=seed,
-                         known_ceilings={} if kind.repeats else found.ceilings.known(), cpus=slot.cpus)
+        spec = TrialSpec(self.options.target, config, slot.device, budget, seed=seed, cpus=slot.cpus,
+                         argv=self.options.argv, known_ceilings={} if kind.repeats else found.ceilings.known())
         prune_below = found.decision.winner.median if found.decision.winner and kind.explores else None
         beats = itertools.count(1)
         interrupt = self.scheduler.interrupt

@@ -6,22 +6,19 @@ Production (``Recipe``) never imports this module.
 from __future__ import annotations
 
 import collections
-import enum
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from autotune._ceilings import CACHED_BATCHES, ceiling_key
+from autotune._ceilings import CACHED_BATCHES
 from autotune._config import Config
 from autotune._guard import judged_span, mean_over
 from autotune._knobs import Part
 from autotune._proctree import tree_cpu_s
 from autotune._handles import Run, _batch_len
+from autotune._trial_phases import BudgetSpent, CeilingPhases, Phase, _close
 from autotune._window import Window, compile_s
-
-#: Batches after which a loader ceiling window may close at a quarter of its length.
-QUICK_LOADER_BATCHES = 32
 
 #: Seconds between a trial's ``progress`` events: the parent's stall detector
 #: (``Budget.stall_s``) needs a sign of life, and a clock read per step costs nothing.
@@ -40,30 +37,7 @@ EPOCH_WINDOWS = 2.0
 ALIGNED_MAX = 3.0
 
 
-class Phase(enum.Enum):
-    """Where a trial is: warming up, measuring its windows, measuring a ceiling, done."""
-
-    WARMUP = "warmup"
-    MEASURE = "measure"
-    COMPUTE = Part.COMPUTE.value  # the compute ceiling's windows
-    LOADER = Part.LOADER.value  # the loader ceiling's windows
-    DONE = "done"
-
-    @property
-    def ceiling(self) -> Part | None:
-        """The part whose ceiling this phase measures, or None."""
-        return Part(self.value) if self in (Phase.COMPUTE, Phase.LOADER) else None
-
-
-class BudgetSpent(BaseException):
-    """Ends a trial's training function once its measured windows are done.
-
-    A BaseException, like KeyboardInterrupt, so that a user's ``except Exception``
-    around the loop cannot swallow it; the worker catches it.
-    """
-
-
-class Trial(Run):
+class Trial(CeilingPhases, Run):
     """A run under tuning: measures the loop in windows and stops it when done.
 
     Warmup steps come first (``warmup_steps`` and at least ``warmup_s``); then
@@ -115,6 +89,22 @@ class Trial(Run):
         self._batch_samples = 0  # of the batch the user's step is training on
         self._compiling = False  # run.model compiled the model: its first steps compile it
         self._epoch_s: float | None = None  # the last whole epoch's seconds (run.batches to its end)
+        #: When the last epoch of the measured loader ended (None: none ended, or the next began).
+        self._outside_since: float | None = None
+
+    def _resume_clock(self, now: float) -> None:
+        """An epoch begins: the time since the last one ended (an evaluation pass, a checkpoint,
+        the loop's own logging between epochs) is outside the training loop. The window's clock
+        skips it (its start moves on by as much) and the window reports it as ``outside_s``: a
+        test pass inside a window would otherwise count as a slow training step."""
+        if self._outside_since is None:
+            return
+        gap = now - self._outside_since
+        self._outside_since = None
+        self._win.start += gap
+        self._win.outside += gap
+        if self._phase == Phase.WARMUP:
+            self._started += gap
 
     def _compiled(self, module: Any) -> Any:
         """Say when the compiled model's first forward starts (compiling it), so that the
@@ -136,8 +126,16 @@ class Trial(Run):
         self._win.add_loss(loss.detach().float(), self._seen + self._batch_samples if curve else None)
 
     def batches(self, loader: Iterable[Any]) -> Iterator[Any]:
+        return self._measured(loader, self._source(loader))
+
+    def _source(self, loader: Iterable[Any]) -> Iterator[Any]:
+        """An epoch of the loader's batches, as the loop gets them (on the device, per the prefetch knob)."""
+        return Run.batches(self, loader)
+
+    def _measured(self, loader: Iterable[Any], it: Iterator[Any]) -> Iterator[Any]:
+        """The batches of ``it`` (an epoch of ``loader``), counted into the trial's windows."""
         epoch_t0 = time.perf_counter()
-        it = super().batches(loader)
+        self._resume_clock(epoch_t0)
         try:
             while True:
                 if self._phase == Phase.LOADER:
@@ -151,6 +149,7 @@ class Trial(Run):
                         batch = next(it)
                     except StopIteration:
                         self._epoch_done(time.perf_counter() - epoch_t0)
+                        self._outside_since = time.perf_counter()
                         return
                 waited = time.perf_counter() - t0
                 if not self._announced:  # the first batch: warmup starts now
@@ -164,7 +163,7 @@ class Trial(Run):
                 yield batch
                 self._count(batch, waited, t0)
         finally:
-            it.close()
+            _close(it)
 
     def _reset_window(self, now: float) -> None:
         """Start a window at ``now``: a ceiling's counts what it costs the CPUs, too."""
@@ -265,81 +264,11 @@ class Trial(Run):
         self._emit("window", index=self._windows_done, steps=self._win.steps,
                    samples=self._win.samples, samples_seen=self._seen, seconds=now - self._win.start,
                    data_wait=self._win.wait, loss=loss, step_times=self._win.step_times,
-                   curve=curve, wall=time.time(), main_thread_s=time.thread_time() - self._win.thread, **extra)
+                   curve=curve, wall=time.time(), main_thread_s=time.thread_time() - self._win.thread,
+                   outside_s=self._win.outside, **extra)
         self._windows_done += 1
         self._reset_window(now)
         return loss
-
-    # -- ceilings -------------------------------------------------------------------
-
-    def _wants(self, part: Part) -> bool:
-        """Whether this trial still has to measure the ceiling of ``part``."""
-        if not self._ceiling_windows:
-            return False
-        return ceiling_key(part, self.resolved()) not in self._known.get(part.value, ())
-
-    def _next_phase(self) -> None:
-        """After the windows: the compute ceiling, then the loader's, then the end."""
-        if not self._pending:
-            self._phase = Phase.DONE
-            raise BudgetSpent
-        self._phase = Phase(self._pending.pop(0).value)
-        self._ceiling_index = 0
-        self._reset_window(time.perf_counter())
-
-    def _close_ceiling_window(self, part: Part) -> None:
-        from autotune._probe import usable_cpus
-
-        self._sync()
-        now = time.perf_counter()
-        self._emit("ceiling", part=part.value, key=ceiling_key(part, self.resolved()),
-                   index=self._ceiling_index, steps=self._win.steps, samples=self._win.samples,
-                   seconds=now - self._win.start, cpu_s=tree_cpu_s() - self._win.cpu, cpus=usable_cpus(),
-                   wall=time.time())
-        self._ceiling_index += 1
-        self._reset_window(now)
-        if self._ceiling_index >= self._ceiling_windows:
-            self._next_phase()
-
-    def _loader_ceiling(self, loader: Iterable[Any], it: Iterator[Any]) -> None:
-        """Iterate the loader alone, with the transfer, no model; raises BudgetSpent at the end.
-
-        The batches the workers (and the thread prefetcher) queued ahead while the
-        model ran are drained first: they cost nothing now and would flatter it.
-        """
-        from autotune._prefetch import THREAD_DEPTH
-
-        resolved = self.resolved()
-        queued = resolved.get("num_workers", 0) * resolved.get("prefetch_factor", 0) \
-            + (THREAD_DEPTH if resolved.get("prefetch") == "thread" else 0)
-        drain = queued + 1
-        epochs = [it]
-        try:
-            while True:
-                try:
-                    batch = next(epochs[-1])
-                except StopIteration:  # a new epoch: its worker start-up is part of the cost
-                    epochs.append(super().batches(loader))
-                    continue
-                now = time.perf_counter()
-                self._step += 1
-                self._beat_if_due(now)
-                if drain:
-                    drain -= 1
-                    if not drain:
-                        self._sync()
-                        self._reset_window(time.perf_counter())
-                    continue
-                self._win.steps += 1
-                self._win.samples += _batch_len(batch)
-                elapsed = now - self._win.start
-                # A fast loader is timed over a quarter window: its rate is precise by then.
-                if self._window_due(now) or (elapsed >= self._window_s / 4
-                                             and self._win.steps >= QUICK_LOADER_BATCHES):
-                    self._close_ceiling_window(Part.LOADER)  # the last one raises BudgetSpent
-        finally:
-            for extra in epochs[1:]:
-                extra.close()
 
     def finish(self) -> None:
         """Close a last partial window if the function returned mid-window."""
@@ -355,3 +284,4 @@ class Trial(Run):
             import torch
 
             torch.cuda.synchronize(self.device)
+

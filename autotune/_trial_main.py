@@ -83,6 +83,25 @@ def _log_line(kind: str, e: dict[str, Any]) -> str | None:
     return None
 
 
+def run_script_measured(run: Any, target: str, argv: list[str], emit: Any) -> None:
+    """Run an unmodified script under ``run``'s hooks (``autotune._hooks``) until its windows are done."""
+    from autotune._script import run_script
+    from autotune._trial import BudgetSpent
+
+    run.hooks.install()
+    emit("loaded")  # torch is imported; the script's own imports count as its start-up
+    try:
+        run_script(target, argv)
+    except BudgetSpent:
+        return
+    finally:
+        run.hooks.remove()
+    if run.hooks.training is None:
+        what = "stepped no torch.optim optimizer" if run.hooks._last is not None else "iterated no DataLoader"
+        raise RuntimeError(f"{target} ended without training: it {what} (autotune measures the DataLoader "
+                           "whose batches an optimizer.step() follows)")
+
+
 def probe_machine(spec: dict[str, Any], emit: EventWriter) -> int:
     """The machine's fingerprint (``autotune._probe.probe``), sent as a ``probe`` event: asked of
     a process forked from a warm worker, which has imported torch already."""
@@ -125,15 +144,23 @@ def main(argv: list[str] | None = None) -> int:
         from autotune._trial import BudgetSpent, Trial
 
         torch.manual_seed(spec["seed"])
-        run = Trial(Config(**spec["config"]), spec["device"], emit, **spec["budget"],
-                    known_ceilings=spec.get("known_ceilings"))
-        run.apply_backends()
-        train = load_target(spec["target"])
-        emit("loaded")  # torch and the user's module are imported: the parent times the spans
-        try:
-            train(run)
-        except BudgetSpent:
-            pass
+        script = spec.get("argv") is not None
+        if script:
+            from autotune._script_trial import ScriptTrial as Kind
+        else:
+            Kind = Trial
+        run = Kind(Config(**spec["config"]), spec["device"], emit, **spec["budget"],
+                   known_ceilings=spec.get("known_ceilings"))
+        run.apply_backends()  # before the user's code: its own later settings win, and are reported
+        if script:
+            run_script_measured(run, spec["target"], spec["argv"], emit)
+        else:
+            train = load_target(spec["target"])
+            emit("loaded")  # torch and the user's module are imported: the parent times the spans
+            try:
+                train(run)
+            except BudgetSpent:
+                pass
         run.finish()
     except BaseException as exc:  # reported, then a non-zero exit; the parent classifies
         traceback.print_exc()  # whole, in the trial's log (the reason keeps its tail)

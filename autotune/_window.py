@@ -57,6 +57,7 @@ class Window:
         samples: Samples in its steps.
         wait: Seconds its steps waited for their batch.
         step_times: Each step's seconds, its wait included.
+        outside: Seconds between epochs that its clock skipped (``Trial._resume_clock``).
     """
 
     def __init__(self, start: float, cpu: float | None = None) -> None:
@@ -65,6 +66,7 @@ class Window:
         self.steps = 0
         self.samples = 0
         self.wait = 0.0
+        self.outside = 0.0
         self.step_times: list[float] = []
         self._loss_sum: Any = None
         self._loss_steps = 0

@@ -1,0 +1,217 @@
+"""A config applied to an unmodified script from outside its code.
+
+Installed in the process before the script runs: every ``torch.utils.data.DataLoader`` it
+builds gets the run's loader knobs over its own arguments, every ``torch.optim`` optimizer
+its lr scaled to the batch size and ``fused=True`` where the knob says so (the same rules
+as ``run.dataloader`` and ``run.optimizer``: ``Run._loader_kwargs``, ``Run._optimizer_kwargs``).
+
+Under tuning, the hooks also find the loader to measure, the *training* loader: the one
+whose batch was the last one fetched when an optimizer stepped. From then on its
+batches go through the trial's windows (``Trial._measured``), and the loss it reads is
+the tensor ``backward()`` was last called on; a validation or test loader is never
+measured as training. A loader built by a framework's subclass is a DataLoader too.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+import warnings
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from autotune._handles import Run
+
+
+def optimizer_classes(torch: Any) -> list[type]:
+    """The optimizers ``torch.optim`` defines (``Optimizer`` itself left out)."""
+    base = torch.optim.Optimizer
+    return [c for c in vars(torch.optim).values() if isinstance(c, type) and issubclass(c, base) and c is not base]
+
+
+class Hooks:
+    """Patches torch for one run: ``install()`` before the script, ``remove()`` after.
+
+    Args:
+        run: What applies the config: a ``ScriptTrial`` (tuning; ``measure=True``) or a
+            script ``Recipe`` (production).
+        measure: Route the training loader through the trial's windows.
+
+    Attributes:
+        training: The training loader, once an optimizer has stepped.
+        optimizers: The names of the optimizer classes the script built.
+    """
+
+    def __init__(self, run: Run, measure: bool = False) -> None:
+        self.run = run
+        self.measure = measure
+        self.training: Any = None
+        self.optimizers: list[str] = []
+        self._last: Any = None  # the loader whose batch was fetched last
+        self._built: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loader -> its record
+        self._first: Any = None  # the record of the first loader built: lr scaling's base until one trains
+        self._local = threading.local()  # depth of our own calls (a loader built inside one passes as is)
+        self._loss: Any = None
+        self._stepped_at = -1
+        self._undo: list[Callable[[], None]] = []
+        self._original_iter: Callable[[Any], Iterator[Any]] | None = None
+
+    # -- installing --------------------------------------------------------------------
+
+    def install(self) -> Hooks:
+        import torch
+        from torch.utils.data import DataLoader
+
+        self._patch(DataLoader, "__init__", self._loader_init)
+        for cls in optimizer_classes(torch):
+            if "__init__" in vars(cls):
+                self._patch(cls, "__init__", functools.partial(self._optimizer_init, cls))
+        if self.measure:
+            self._original_iter = DataLoader.__iter__
+            self._patch(DataLoader, "__iter__", self._loader_iter)
+            self._patch(torch.Tensor, "backward", self._backward)
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+
+            handle = register_optimizer_step_post_hook(self._stepped)
+            self._undo.append(handle.remove)
+        self.run._retain_host_memory()  # (malloc_retain: from the script's start on)
+        return self
+
+    def remove(self) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+    def source(self, loader: Any) -> Iterator[Any]:
+        """An epoch of ``loader`` as the script would get it, unmeasured (the loader ceiling's)."""
+        return self._original_iter(loader)
+
+    def _patch(self, owner: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+        original = vars(owner)[name]
+        setattr(owner, name, functools.wraps(original)(make(original)))
+        self._undo.append(lambda: setattr(owner, name, original))
+
+    def _ours(self) -> bool:
+        return getattr(self._local, "depth", 0) > 0
+
+    def _call_ours(self, call: Callable[[], Any]) -> Any:
+        self._local.depth = getattr(self._local, "depth", 0) + 1
+        try:
+            return call()
+        finally:
+            self._local.depth -= 1
+
+    # -- DataLoader ----------------------------------------------------------------------
+
+    def _loader_init(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(original)
+        hooks = self
+
+        def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
+            if hooks._ours():
+                return original(loader, *args, **kwargs)
+            given = dict(signature.bind(loader, *args, **kwargs).arguments)
+            given.pop(next(iter(signature.parameters)))  # self
+            dataset = given.pop("dataset")
+            run = hooks.run
+            kept = run._base_batch_size
+            kw = hooks._call_ours(lambda: run._loader_kwargs(dataset, given))
+            base = run._base_batch_size
+            hooks._call_ours(lambda: original(loader, dataset, **kw))
+            record = (dataset, kw, base)
+            hooks._built[loader] = record
+            if hooks._first is None:
+                hooks._first = record
+                run._loader_built(loader, dataset, kw)
+            else:
+                run._base_batch_size = kept  # the first loader's stays the base until one trains
+        return __init__
+
+    def _loader_iter(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        hooks = self
+
+        def __iter__(loader: Any) -> Iterator[Any]:
+            it = original(loader)
+            if hooks._ours():
+                return it
+            if loader is hooks.training:
+                return hooks.run._measured(loader, it)
+            return hooks._watched(loader, it)
+        return __iter__
+
+    def _watched(self, loader: Any, it: Iterator[Any]) -> Iterator[Any]:
+        """A loader not known to train: each batch marks it as the last fetched; once it is the
+        training loader, the rest of its epoch is measured."""
+        for batch in it:
+            self._last = loader
+            yield batch
+            if loader is self.training:
+                yield from self.run._measured(loader, it)
+                return
+
+    def _identify(self, loader: Any) -> None:
+        """``loader`` trains: the run reports its values, and the log says which one it is."""
+        self.training = loader
+        record = self._built.get(loader)
+        if record is None:  # built before the hooks (or by a class that skips DataLoader.__init__)
+            print("autotune: the training loader was built before autotune's hooks; its own settings are measured",
+                  flush=True)
+            return
+        dataset, kw, base = record
+        self.run._base_batch_size = base
+        self.run._loader_built(loader, dataset, kw)
+        print(f"autotune: measuring the loader of {type(dataset).__name__} (batch_size {kw.get('batch_size')}): "
+              "its batches are the ones optimizer.step() follows", flush=True)
+
+    # -- optimizers, backward ------------------------------------------------------------
+
+    def _optimizer_init(self, cls: type, original: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(original)
+        names = list(signature.parameters)
+        hooks = self
+
+        def __init__(opt: Any, *args: Any, **kwargs: Any) -> None:
+            if hooks._ours():
+                return original(opt, *args, **kwargs)
+            given = dict(signature.bind(opt, *args, **kwargs).arguments)
+            given.pop(names[0])  # self
+            params = given.pop(names[1])
+            for name, p in signature.parameters.items():  # **kwargs of a subclass: flattened
+                if p.kind is p.VAR_KEYWORD:
+                    given.update(given.pop(name, {}))
+            lr = given.pop("lr", signature.parameters["lr"].default if "lr" in signature.parameters else None)
+            lr = None if lr is inspect.Parameter.empty else lr
+            run = hooks.run
+            if "batch_size" not in run._observed and (run.config.lr_scaling or "none") != "none":
+                warnings.warn(f"{cls.__name__} was built before any DataLoader: its lr is not scaled to the "
+                              "batch size", stacklevel=2)
+                lr, kw = lr, dict(given)
+            else:
+                lr, kw = run._optimizer_kwargs(cls, lr, given)
+            if lr is not None:
+                kw["lr"] = lr
+            hooks.optimizers.append(cls.__name__)
+            hooks._call_ours(lambda: original(opt, params, **kw))
+        return __init__
+
+    def _backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        hooks = self
+
+        def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            hooks._loss = tensor  # read at window edges only (``Trial._after_step`` keeps it on the device)
+            return original(tensor, *args, **kwargs)
+        return backward
+
+    def _stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """After any optimizer's step: the loader fetched last trains; its step's loss is counted
+        once per batch (a second optimizer stepping on the same batch adds nothing)."""
+        if self.training is None:
+            if self._last is None:
+                return
+            self._identify(self._last)
+        run = self.run
+        if run._announced and self._stepped_at != run._step:
+            self._stepped_at = run._step
+            run._after_step(self._loss)
+

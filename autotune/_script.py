@@ -1,0 +1,150 @@
+"""An unmodified script as a target: ``autotune run train.py -- ARGS`` (or ``-m package.module``).
+
+The script runs as ``python train.py ARGS`` would run it, its own command line and all;
+the config reaches it from outside (``autotune._hooks``): the DataLoaders and optimizers
+it builds, and the backend flags, are set before its code runs. What needs the code's
+cooperation (autocast, the model's memory format and compile, the prefetchers) needs
+the ``Run`` handle, and is not tuned here.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import runpy
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from autotune._config import ConfigError, read_text
+from autotune._knobs import KNOBS, Stage
+
+#: What an unmodified script gets: the stages applied from outside its code.
+SCRIPT_STAGES = frozenset({Stage.DATALOADER, Stage.OPTIMIZER, Stage.BACKENDS, Stage.ENVIRONMENT})
+#: The knobs that need the code, with the line of the Run handle that adds each.
+HANDLE_LINES = {
+    Stage.TRANSFER: "for batch in run.batches(loader): ...",
+    Stage.PRECISION: "with run.autocast(): loss = ...",
+    Stage.MODEL: "model = run.model(Net())",
+}
+#: The prefix of a module target: ``-m package.module``.
+MODULE = "-m "
+
+
+def is_script(target: str) -> bool:
+    """Whether ``target`` is a script (``train.py``, ``-m package.module``), not a function
+    that takes the Run (``train.py:train``, ``package.module:train``)."""
+    return target.startswith(MODULE) or ":" not in target
+
+
+def label(target: str, argv: Sequence[str] = ()) -> str:
+    """The target as a command line: what a study tunes, and the name its records keep."""
+    return " -- ".join(filter(None, [target, shlex.join(argv)]))
+
+
+def study_name(target: str) -> str:
+    """``path/train.py`` -> ``train``; ``-m package.module`` -> ``module``."""
+    if target.startswith(MODULE):
+        return target[len(MODULE):].rsplit(".", 1)[-1]
+    return Path(target).stem
+
+
+def not_tuned(space_knobs: Sequence[str]) -> tuple[list[str], str | None]:
+    """The knobs of a space that an unmodified script cannot take, and the one line that says
+    so (None when there are none)."""
+    dropped = [name for name in space_knobs if KNOBS[name].stage not in SCRIPT_STAGES]
+    if not dropped:
+        return [], None
+    stages = dict.fromkeys(KNOBS[name].stage for name in dropped)
+    lines = "; ".join(HANDLE_LINES[stage] for stage in stages)
+    return dropped, (f"not tuned in an unmodified script: {', '.join(dropped)} (they need the code's "
+                     f"cooperation; a training function that takes the Run adds them: {lines})")
+
+
+def check_script(target: str) -> None:
+    """Check a script target without running it.
+
+    Raises:
+        ConfigError: the file does not exist or does not parse; the module cannot be found.
+    """
+    if target.startswith(MODULE):
+        module = target[len(MODULE):].strip()
+        if not module or not all(part.isidentifier() for part in module.split(".")):
+            raise ConfigError(f"-m {module!r}: expected a module name, e.g. -m package.train")
+        try:
+            found = importlib.util.find_spec(module)
+        except ModuleNotFoundError:
+            found = None
+        if found is None:
+            raise ConfigError(f"-m {module}: no module named {module!r} (from {Path.cwd()})")
+        return
+    path = Path(target)
+    if not path.is_file():
+        raise ConfigError(f"script {target}: no such file" + (
+            "; a training function that takes the Run is named file.py:function" if not target.endswith(".py") else ""))
+    try:
+        ast.parse(read_text(path), filename=target)
+    except SyntaxError as exc:
+        raise ConfigError(f"script {target}, line {exc.lineno}: {exc.msg}") from None
+
+
+class ScriptExited(Exception):
+    """The script called ``sys.exit`` with a failing status (argparse does, on a bad command line).
+
+    Attributes:
+        status: What it passed to ``sys.exit``.
+    """
+
+    def __init__(self, message: str, status: object) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def run_script(target: str, argv: Sequence[str]) -> None:
+    """Run the script as ``python SCRIPT ARGS`` (or ``python -m MODULE ARGS``) would, in this process.
+
+    Raises:
+        ScriptExited: it exited with a non-zero status; its own message is in its output.
+    """
+    if target.startswith(MODULE):
+        module = target[len(MODULE):].strip()
+        sys.argv = [module, *argv]
+        call = lambda: runpy.run_module(module, run_name="__main__", alter_sys=True)  # noqa: E731
+    else:
+        path = Path(target).resolve()
+        sys.argv = [str(path), *argv]
+        sys.path.insert(0, str(path.parent))  # as python puts the script's folder first
+        call = lambda: runpy.run_path(str(path), run_name="__main__")  # noqa: E731
+    tail = _Tail(sys.stderr)
+    sys.stderr = tail
+    try:
+        call()
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            said = tail.lines(3)
+            raise ScriptExited(f"{label(target, argv)} exited with status {exc.code!r}"
+                               + (f"; its last words: {said}" if said else ""), exc.code) from None
+    finally:
+        sys.stderr = tail.stream
+
+
+class _Tail:
+    """Passes a stream's writes on and keeps its last characters: argparse says what was wrong on
+    stderr, then exits."""
+
+    KEEP = 4000
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self._kept = ""
+
+    def write(self, text: str) -> int:
+        self._kept = (self._kept + text)[-self.KEEP:]
+        return self.stream.write(text)
+
+    def lines(self, n: int) -> str:
+        return " / ".join(line.strip() for line in self._kept.strip().splitlines()[-n:])
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)

@@ -1,0 +1,107 @@
+"""The hooks that apply a config to an unmodified script (autotune._hooks), in this process with
+real torch: the loaders and optimizers a script builds, the loader it trains from, and a
+script's evaluation pass kept out of the windows (autotune._script_trial)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from autotune import Config, Recipe
+from autotune._hooks import Hooks
+from autotune._script import SCRIPT_STAGES, not_tuned
+from autotune._script_trial import ScriptTrial
+from autotune._trial import BudgetSpent
+
+DATA = TensorDataset(torch.randn(256, 4), torch.randint(0, 2, (256,)))
+
+
+def recipe(**values) -> Recipe:
+    run = Recipe(Config(**values), "cpu", quiet=True)
+    run.stages = SCRIPT_STAGES
+    return run
+
+
+def test_a_loader_the_script_builds_gets_the_config_over_its_own_arguments_and_nothing_after_remove() -> None:
+    hooks = Hooks(recipe(num_workers=1, batch_size="2x", prefetch_factor=3)).install()
+    try:
+        loader = DataLoader(DATA, 16, shuffle=True)  # batch_size given positionally, as scripts do
+        assert (loader.batch_size, loader.num_workers, loader.prefetch_factor) == (32, 1, 3)  # 2 * 16
+        assert isinstance(loader.sampler, torch.utils.data.RandomSampler)  # its own arguments kept
+    finally:
+        hooks.remove()
+    assert DataLoader(DATA, 16).num_workers == 0
+    assert DataLoader.__init__.__name__ == "__init__" and not hasattr(DataLoader.__init__, "__wrapped__")
+
+
+def test_an_optimizer_the_script_builds_gets_its_lr_scaled_once_and_fused_where_it_takes_it() -> None:
+    model = torch.nn.Linear(4, 2)
+    hooks = Hooks(recipe(batch_size="4x", lr_scaling="linear", fused_optimizer=True)).install()
+    try:
+        DataLoader(DATA, batch_size=16)
+        adamw = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)  # AdamW calls Adam's __init__
+        sgd = torch.optim.SGD(model.parameters(), 0.1, momentum=0.9)  # lr positionally
+        with pytest.warns(UserWarning, match="Adadelta takes no fused= argument"):
+            adadelta = torch.optim.Adadelta(model.parameters())  # its default lr 1.0, scaled too
+    finally:
+        hooks.remove()
+    assert adamw.param_groups[0]["lr"] == pytest.approx(4e-3)  # 4 * 1e-3, not 16 * 1e-3
+    assert adamw.defaults["fused"] and not adamw.defaults["foreach"]  # torch refuses both
+    assert sgd.param_groups[0]["lr"] == pytest.approx(0.4) and sgd.param_groups[0]["momentum"] == 0.9
+    assert adadelta.param_groups[0]["lr"] == pytest.approx(4.0)
+    assert hooks.optimizers == ["AdamW", "SGD", "Adadelta"]
+    assert torch.optim.SGD(model.parameters(), 0.1).param_groups[0]["lr"] == 0.1  # removed
+
+
+def script(epochs: int, test_pause: float) -> None:
+    """A script's loop: a training loader, a test loader iterated after each epoch, .item() per log."""
+    model = torch.nn.Linear(4, 2)
+    train = DataLoader(DATA, batch_size=8, shuffle=True)
+    test = DataLoader(DATA, batch_size=64)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(epochs):
+        for i, (x, y) in enumerate(train):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            if i % 10 == 0:
+                loss.item()
+        with torch.no_grad():
+            for x, _ in test:
+                model(x)
+                time.sleep(test_pause / 4)  # 4 batches: the pass takes test_pause
+
+
+def test_the_loader_that_trains_is_measured_and_the_test_pass_is_outside_the_windows() -> None:
+    events: list[tuple[str, dict]] = []
+    run = ScriptTrial(Config(num_workers=0), "cpu", lambda kind, **e: events.append((kind, e)), warmup_steps=2,
+                      warmup_s=0.0, window_s=0.15, windows=3, min_window_steps=2)
+    run.hooks.install()
+    try:
+        with pytest.raises(BudgetSpent):
+            script(epochs=1000, test_pause=0.1)
+    finally:
+        run.hooks.remove()
+    windows = [e for kind, e in events if kind == "window"]
+    assert len(windows) == 3
+    assert run.hooks.training is not None and run.hooks.training.batch_size == 8  # not the test loader (64)
+    assert all(w["samples"] % 8 == 0 for w in windows)  # its batches only
+    assert all(w["loss"] is not None for w in windows)  # from the tensor backward() ran on
+    # Test passes of 0.1 s fall between the epochs the windows hold; their clocks skip them: the wall
+    # time between two windows' ends is the later one's seconds plus its time outside the loop.
+    assert max(w["outside_s"] for w in windows[1:]) >= 0.1
+    for before, w in zip(windows, windows[1:]):
+        assert w["wall"] - before["wall"] == pytest.approx(w["seconds"] + w["outside_s"], abs=0.02)
+
+
+def test_a_space_for_a_script_drops_what_needs_the_code_in_one_line() -> None:
+    dropped, line = not_tuned(["num_workers", "amp", "prefetch", "compile", "batch_size"])
+    assert dropped == ["amp", "prefetch", "compile"]
+    assert line.startswith("not tuned in an unmodified script: amp, prefetch, compile")
+    assert "run.autocast()" in line and "run.batches(loader)" in line and "run.model(" in line
+    assert not_tuned(["num_workers", "batch_size"]) == ([], None)

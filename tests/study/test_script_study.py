@@ -1,0 +1,61 @@
+"""An unmodified script tuned and run in production: ``autotune run train.py -- ARGS`` and
+``autotune exec best.yaml train.py -- ARGS`` on a pytorch/examples-style MNIST script (argparse,
+loss.item() every log interval, a test pass per epoch) whose loader reads slowly."""
+
+from __future__ import annotations
+
+import hashlib
+
+from helpers import FIXTURES, SHORT_TRIALS, autotune, load_study, mlflow_runs
+
+from autotune._standing import standing
+
+SCRIPT = FIXTURES / "scripts" / "mnist_style.py"
+#: Its own command line: epochs of 8 batches (under 0.3 s here), so that test passes fall inside the windows.
+ARGS = ["--", "--epochs", "1000", "--train-size", "512", "--read-ms", "0.5"]
+
+
+def digest() -> str:
+    return hashlib.sha256(SCRIPT.read_bytes()).hexdigest()
+
+
+def test_a_script_is_tuned_unmodified_and_run_in_production_with_its_export(tmp_path) -> None:
+    before = digest()
+    space = tmp_path / "workers.yaml"
+    space.write_text("knobs:\n  num_workers: [0, 2, 4]\n  amp: ['off', bf16]\n")
+    done = autotune("run", str(SCRIPT), "--trials", "3", "--store", "st", "--space", str(space),
+                    *SHORT_TRIALS, *ARGS, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "not tuned in an unmodified script: amp" in done.stderr  # said once, and not sampled
+    study = load_study(tmp_path / "st", "mnist_style")
+    assert study.user_attrs["target"] == f"{SCRIPT} -- " + " ".join(ARGS[1:])
+    assert all(set(t.params) == {"num_workers"} for t in study.trials if t.params)
+    found = standing(study)
+    base = found.rows[0]
+    assert base.baseline and base.outcome == "complete"
+    assert base.config["batch_size"] == 64 and base.config["num_workers"] == 0  # the script's own
+    assert base.metrics["outside_loop_s"] > 0  # its test passes, kept out of samples/s
+    log = (tmp_path / "st" / "trials" / "mnist_style" / "trial-0.log").read_text()
+    assert "measuring the loader of SlowDigits (batch_size 64)" in log  # not the test loader (500)
+    assert "Train Epoch: 1" in log  # the script's own output, its own command line
+    assert found.best.config["num_workers"] > 0 and found.best.number != 0  # workers help this loader
+    _, runs = mlflow_runs(tmp_path / "st", "mnist_style")
+    assert len([r for r in runs if "autotune.kind" in r.data.tags]) == len(study.trials)
+
+    export = tmp_path / "best.yaml"
+    assert autotune("export", "--store", "st", "-o", str(export), cwd=tmp_path).returncode == 0
+    assert f"# run with: autotune exec path {SCRIPT} -- --epochs" in export.read_text()
+    ran = autotune("exec", str(export), str(SCRIPT), "--", "--epochs", "1", "--train-size", "256",
+                   "--read-ms", "0", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    workers = found.best.config["num_workers"]
+    assert f"autotune: running {SCRIPT} -- --epochs 1" in ran.stderr and f"num_workers={workers}" in ran.stderr
+    assert "Test set: Average loss" in ran.stdout  # ran to its end
+    assert digest() == before  # run and exec left the script as it was
+
+
+def test_a_script_whose_command_line_is_wrong_stops_at_the_baseline_with_argparses_words(tmp_path) -> None:
+    done = autotune("run", str(SCRIPT), "--trials", "2", "--store", "st", *SHORT_TRIALS, "--", "--bogus", "3",
+                    cwd=tmp_path)
+    assert done.returncode == 1
+    assert "exited with status 2" in done.stderr and "unrecognized arguments: --bogus 3" in done.stderr

@@ -1,0 +1,61 @@
+"""A script as a target (autotune._script) and how ``run``/``exec`` read their command lines:
+pure rules, and the CLI in this process (click's runner), no trial started."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from autotune._cli import cli
+from autotune._config import ConfigError
+from autotune._options import default_study_name
+from autotune._script import check_script, is_script, label
+
+
+@pytest.mark.parametrize(("target", "script", "name"), [
+    ("train.py", True, "train"),
+    ("runs/train_net.py", True, "train_net"),
+    ("-m pkg.train", True, "train"),
+    ("train.py:train", False, "train"),
+    ("train.py:fit", False, "train.fit"),
+    ("pkg.mod:train", False, "mod"),
+])
+def test_a_target_without_a_function_is_a_script(target: str, script: bool, name: str) -> None:
+    assert is_script(target) is script
+    assert default_study_name(target) == name
+
+
+def test_a_scripts_label_is_its_command_line() -> None:
+    assert label("train.py", ["--lr", "0.1", "--name", "a b"]) == "train.py -- --lr 0.1 --name 'a b'"
+    assert label("-m pkg.train", []) == "-m pkg.train"
+
+
+def test_a_script_is_checked_before_anything_runs(tmp_path: Path) -> None:
+    good = tmp_path / "train.py"
+    good.write_text("import sys\nprint(sys.argv)\n")
+    check_script(str(good))
+    check_script("-m json.tool")
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f(:\n")
+    with pytest.raises(ConfigError, match=r"bad.py, line 1: "):
+        check_script(str(bad))
+    with pytest.raises(ConfigError, match=r"script nope: no such file; a training function that takes the Run"):
+        check_script("nope")
+    with pytest.raises(ConfigError, match=r"-m no_such_pkg.mod: no module named"):
+        check_script("-m no_such_pkg.mod")
+    with pytest.raises(ConfigError, match=r"-m '1x': expected a module name"):
+        check_script("-m 1x")
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["run", "tests/fixtures/tiny_train.py:train", "--", "--lr", "1"], "is a function that takes the Run"),
+    (["run"], "TARGET: missing"),
+    (["exec", "best.yaml", "tests/fixtures/tiny_train.py:train"], "exec runs a script"),
+    (["run", "no_such_script.py"], "script no_such_script.py: no such file"),
+])
+def test_a_command_line_that_cannot_run_is_answered_with_status_2(args: list[str], says: str) -> None:
+    done = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert done.exit_code == 2, done.output
+    assert says in done.output
