@@ -4,9 +4,12 @@ seeded with an empty MLflow database (as the tests do).
 
 Wall seconds of the whole ``autotune run``, and the CPU seconds of it and everything it waited
 for (its warm workers and their trials), median (min..max) over the runs. Writes the section
-``Study start-up`` of ``results/overhead.md`` and ``data/overhead/study-start.json``.
+``Study start-up`` of ``results/overhead.md`` and ``data/overhead/study-start.json``; with
+``--new-store`` the tuner makes its store itself, as a user's first study does (section
+``Study start-up on a new store``, ``data/overhead/study-start-new-store.json``).
 
     python benchmarks/study_start.py --runs 5 --repo /path/to/old/checkout --repo .
+    python benchmarks/study_start.py --runs 5 --new-store --repo /path/to/old/checkout --repo .
 """
 
 from __future__ import annotations
@@ -37,11 +40,13 @@ def empty_mlflow_db(folder: Path) -> Path:
     return folder / "mlflow.db"
 
 
-def one_study(repo: Path, template: Path) -> tuple[float, float]:
-    """Wall and CPU seconds of one study run from ``repo``'s package."""
+def one_study(repo: Path, template: Path | None) -> tuple[float, float]:
+    """Wall and CPU seconds of one study run from ``repo``'s package (its store seeded from
+    ``template``, or made by the tuner)."""
     with tempfile.TemporaryDirectory() as work:
-        (Path(work) / "mlflow").mkdir()
-        shutil.copyfile(template, Path(work) / "mlflow" / "mlflow.db")
+        if template is not None:
+            (Path(work) / "mlflow").mkdir()
+            shutil.copyfile(template, Path(work) / "mlflow" / "mlflow.db")
         env = {**os.environ, "PYTHONPATH": str(repo), "MLFLOW_DISABLE_TELEMETRY": "true"}
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         began = time.perf_counter()
@@ -56,10 +61,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="studies per checkout, in turns")
     parser.add_argument("--repo", type=Path, action="append", help="a checkout to run (default: this one)")
+    parser.add_argument("--new-store", action="store_true", help="each study makes its store (no seeded copy)")
     args = parser.parse_args()
     repos = [r.resolve() for r in args.repo or [ROOT]]
     with tempfile.TemporaryDirectory() as folder:
-        template = empty_mlflow_db(Path(folder))
+        template = None if args.new_store else empty_mlflow_db(Path(folder))
         seen: dict[str, list[tuple[float, float]]] = {str(r): [] for r in repos}
         for _ in range(args.runs):
             for repo in repos:
@@ -68,15 +74,18 @@ def main() -> None:
                                       text=True).stdout.strip() or "?" for r in repos}
     rows = [f"| {commits[r]} | {spread([w for w, _ in runs], '.1f')} | {spread([c for _, c in runs], '.1f')} |"
             for r, runs in seen.items()]
-    data_path(TOPIC, "study-start", ".json").write_text(json.dumps(
+    name, heading = ("study-start-new-store", "Study start-up on a new store") if args.new_store \
+        else ("study-start", "Study start-up")
+    data_path(TOPIC, name, ".json").write_text(json.dumps(
         {"machine": machine(), "args": ARGS, "runs": {commits[r]: runs for r, runs in seen.items()}}, indent=1))
     body = "\n".join([
         f"Machine: {machine()}.", "",
         f"A 2-trial study of `tests/fixtures/tiny_train.py` (`autotune run ... {' '.join(ARGS)}`), "
-        f"{args.runs} runs per checkout in turns, a seeded MLflow store; median (min..max).", "",
+        f"{args.runs} runs per checkout in turns, "
+        + ("each making its MLflow store" if args.new_store else "a seeded MLflow store") + "; median (min..max).", "",
         "| commit | wall s | CPU s (with its workers) |", "|---|---|---|", *rows])
     print(body)
-    write_section(TOPIC, "Study start-up", body)
+    write_section(TOPIC, heading, body)
 
 
 if __name__ == "__main__":
