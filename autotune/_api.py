@@ -119,7 +119,9 @@ def tune(target: str | Callable[..., Any], *, trials: int = TRIALS, space: str |
     if args is not None and not (isinstance(target, str) and is_script(target)):
         raise ConfigError(f"args={list(args)!r}: a command line is for a script target (train.py or "
                           f"-m package.module), not the function {target!r}")
-    return _run(target_of(target), given, argv=list(args or ()), trials=trials, space=str(space), study=study, storage=storage,
+    target = target_of(target)
+    argv = tuple(args or ()) if is_script(target) else None
+    return _run(target, given, argv=argv, trials=trials, space=str(space), study=study, storage=storage,
                 store=Path(store), tracking_uri=tracking_uri, device=device, jobs=jobs, timeout=timeout,
                 ram_budget=ram_budget, seed=seed, progress=progress)
 
@@ -153,7 +155,7 @@ def _check(name: str, value: Any) -> None:
         raise ConfigError(f"{name}={value!r}: must be {kind} {bounds}")
 
 
-def _run(target: str, limits: Mapping[str, Any], *, argv: list[str], trials: int, space: str, study: str | None,
+def _run(target: str, limits: Mapping[str, Any], *, argv: tuple[str, ...] | None, trials: int, space: str, study: str | None,
          storage: str | None, store: Path, tracking_uri: str | None, device: str, jobs: int,
          timeout: float | None, ram_budget: float | None, seed: int | None,
          progress: bool | Reporter) -> Result:
@@ -167,7 +169,7 @@ def _run(target: str, limits: Mapping[str, Any], *, argv: list[str], trials: int
 
     # before anything is created: bad input raises here
     loaded = load_space(space)
-    if is_script(target):
+    if argv is not None:  # a script
         check_script(target)
         dropped, note = not_tuned(list(loaded.domains))
         loaded, target_notes = loaded.without(dropped), [note] if note else []
@@ -187,7 +189,7 @@ def _run(target: str, limits: Mapping[str, Any], *, argv: list[str], trials: int
             worker.close()
 
 
-def _study(target: str, argv: list[str], target_notes: list[str], loaded: Space, limits: Mapping[str, Any], warm: Mapping[int, Any],
+def _study(target: str, argv: tuple[str, ...] | None, target_notes: list[str], loaded: Space, limits: Mapping[str, Any], warm: Mapping[int, Any],
            cpus: list[int], *, trials: int, study: str | None, storage: str | None, store: Path,
            tracking_uri: str | None, device: str, jobs: int, timeout: float | None, ram_budget: float | None,
            seed: int | None, progress: bool | Reporter) -> Result:
@@ -232,7 +234,7 @@ def _study(target: str, argv: list[str], target_notes: list[str], loaded: Space,
                            int(ram_budget * 2**30) if ram_budget else None, seed,
                            limits["divergence_tolerance"], limits["prune"], limits["confirm"],
                            limits["store_patience"], limits["max_load"], limits["remeasure"],
-                           limits["quiet_wait"], limits["max_spread"], tuple(argv) if is_script(target) else None)
+                           limits["quiet_wait"], limits["max_spread"], argv)
     # the storage before the tracking store: a bad URL creates nothing
     backend = open_storage(store, storage, options.store_patience, reporter.note)
     tracker = Tracker(default_uri(store, tracking_uri), store / "artifacts", options.store_patience, reporter.note)

@@ -41,6 +41,7 @@ class Hooks:
 
     Attributes:
         training: The training loader, once an optimizer has stepped.
+        last_fetched: The loader whose batch was fetched last (None: no loader yielded a batch).
         optimizers: The names of the optimizer classes the script built.
     """
 
@@ -49,9 +50,9 @@ class Hooks:
         self.measure = measure
         self.training: Any = None
         self.optimizers: list[str] = []
-        self._last: Any = None  # the loader whose batch was fetched last
+        self.last_fetched: Any = None
         self._built: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loader -> its record
-        self._first: Any = None  # the record of the first loader built: lr scaling's base until one trains
+        self._based = False  # a loader was built: the first one's batch size is lr scaling's base until one trains
         self._local = threading.local()  # depth of our own calls (a loader built inside one passes as is)
         self._loss: Any = None
         self._stepped_at = -1
@@ -119,10 +120,9 @@ class Hooks:
             kw = hooks._call_ours(lambda: run._loader_kwargs(dataset, given))
             base = run._base_batch_size
             hooks._call_ours(lambda: original(loader, dataset, **kw))
-            record = (dataset, kw, base)
-            hooks._built[loader] = record
-            if hooks._first is None:
-                hooks._first = record
+            hooks._built[loader] = (dataset, kw, base)
+            if not hooks._based:
+                hooks._based = True
                 run._loader_built(loader, dataset, kw)
             else:
                 run._base_batch_size = kept  # the first loader's stays the base until one trains
@@ -144,7 +144,7 @@ class Hooks:
         """A loader not known to train: each batch marks it as the last fetched; once it is the
         training loader, the rest of its epoch is measured."""
         for batch in it:
-            self._last = loader
+            self.last_fetched = loader
             yield batch
             if loader is self.training:
                 yield from self.run._measured(loader, it)
@@ -186,7 +186,7 @@ class Hooks:
             if "batch_size" not in run._observed and (run.config.lr_scaling or "none") != "none":
                 warnings.warn(f"{cls.__name__} was built before any DataLoader: its lr is not scaled to the "
                               "batch size", stacklevel=2)
-                lr, kw = lr, dict(given)
+                kw = dict(given)
             else:
                 lr, kw = run._optimizer_kwargs(cls, lr, given)
             if lr is not None:
@@ -207,9 +207,9 @@ class Hooks:
         """After any optimizer's step: the loader fetched last trains; its step's loss is counted
         once per batch (a second optimizer stepping on the same batch adds nothing)."""
         if self.training is None:
-            if self._last is None:
+            if self.last_fetched is None:
                 return
-            self._identify(self._last)
+            self._identify(self.last_fetched)
         run = self.run
         if run._announced and self._stepped_at != run._step:
             self._stepped_at = run._step

@@ -32,6 +32,11 @@ HANDLE_LINES = {
 MODULE = "-m "
 
 
+def module_of(target: str) -> str | None:
+    """The module of a ``-m package.module`` target, or None for a script's path."""
+    return target[len(MODULE):].strip() if target.startswith(MODULE) else None
+
+
 def is_script(target: str) -> bool:
     """Whether ``target`` is a script (``train.py``, ``-m package.module``), not a function
     that takes the Run (``train.py:train``, ``package.module:train``)."""
@@ -45,9 +50,8 @@ def label(target: str, argv: Sequence[str] = ()) -> str:
 
 def study_name(target: str) -> str:
     """``path/train.py`` -> ``train``; ``-m package.module`` -> ``module``."""
-    if target.startswith(MODULE):
-        return target[len(MODULE):].rsplit(".", 1)[-1]
-    return Path(target).stem
+    module = module_of(target)
+    return Path(target).stem if module is None else module.rsplit(".", 1)[-1]
 
 
 def not_tuned(space_knobs: Sequence[str]) -> tuple[list[str], str | None]:
@@ -68,8 +72,8 @@ def check_script(target: str) -> None:
     Raises:
         ConfigError: the file does not exist or does not parse; the module cannot be found.
     """
-    if target.startswith(MODULE):
-        module = target[len(MODULE):].strip()
+    module = module_of(target)
+    if module is not None:
         if not module or not all(part.isidentifier() for part in module.split(".")):
             raise ConfigError(f"-m {module!r}: expected a module name, e.g. -m package.train")
         try:
@@ -107,8 +111,8 @@ def run_script(target: str, argv: Sequence[str]) -> None:
     Raises:
         ScriptExited: it exited with a non-zero status; its own message is in its output.
     """
-    if target.startswith(MODULE):
-        module = target[len(MODULE):].strip()
+    module = module_of(target)
+    if module is not None:
         sys.argv = [module, *argv]
         call = lambda: runpy.run_module(module, run_name="__main__", alter_sys=True)  # noqa: E731
     else:

@@ -17,7 +17,7 @@ from autotune._guard import judged_span, mean_over
 from autotune._knobs import Part
 from autotune._proctree import tree_cpu_s
 from autotune._handles import Run, _batch_len
-from autotune._trial_phases import BudgetSpent, CeilingPhases, Phase, _close
+from autotune._trial_phases import BudgetSpent, CeilingPhases, Phase, close_epoch
 from autotune._window import Window, compile_s
 
 #: Seconds between a trial's ``progress`` events: the parent's stall detector
@@ -163,7 +163,7 @@ class Trial(CeilingPhases, Run):
                 yield batch
                 self._count(batch, waited, t0)
         finally:
-            _close(it)
+            close_epoch(it)
 
     def _reset_window(self, now: float) -> None:
         """Start a window at ``now``: a ceiling's counts what it costs the CPUs, too."""

@@ -97,7 +97,7 @@ def run_script_measured(run: Any, target: str, argv: list[str], emit: Any) -> No
     finally:
         run.hooks.remove()
     if run.hooks.training is None:
-        what = "stepped no torch.optim optimizer" if run.hooks._last is not None else "iterated no DataLoader"
+        what = "stepped no torch.optim optimizer" if run.hooks.last_fetched is not None else "iterated no DataLoader"
         raise RuntimeError(f"{target} ended without training: it {what} (autotune measures the DataLoader "
                            "whose batches an optimizer.step() follows)")
 

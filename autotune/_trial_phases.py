@@ -115,10 +115,10 @@ class CeilingPhases:
                     self._close_ceiling_window(Part.LOADER)  # the last one raises BudgetSpent
         finally:
             for extra in epochs[1:]:
-                _close(extra)
+                close_epoch(extra)
 
 
-def _close(it: Iterator[Any]) -> None:
+def close_epoch(it: Iterator[Any]) -> None:
     """End an epoch's iterator early: a generator (the prefetchers) is closed; a DataLoader's own
     iterator (an unmodified script's) has nothing to close, its workers end with it."""
     close = getattr(it, "close", None)
