@@ -58,10 +58,11 @@ def test_an_optimizer_the_script_builds_gets_its_lr_scaled_once_and_fused_where_
 
 
 def script(epochs: int, test_pause: float) -> None:
-    """A script's loop: a training loader, a test loader iterated after each epoch, .item() per log."""
+    """A script's loop: a training loader (4 batches an epoch), a test loader (2 batches) iterated
+    after each epoch, .item() per log."""
     model = torch.nn.Linear(4, 2)
-    train = DataLoader(DATA, batch_size=8, shuffle=True)
-    test = DataLoader(DATA, batch_size=64)
+    train = DataLoader(DATA, batch_size=64, shuffle=True)
+    test = DataLoader(DATA, batch_size=128)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for _ in range(epochs):
         for i, (x, y) in enumerate(train):
@@ -69,18 +70,18 @@ def script(epochs: int, test_pause: float) -> None:
             loss = F.cross_entropy(model(x), y)
             loss.backward()
             opt.step()
-            if i % 10 == 0:
+            if i % 2 == 0:
                 loss.item()
         with torch.no_grad():
             for x, _ in test:
                 model(x)
-                time.sleep(test_pause / 4)  # 4 batches: the pass takes test_pause
+                time.sleep(test_pause / 2)  # 2 batches: the pass takes test_pause
 
 
 def test_the_loader_that_trains_is_measured_and_the_test_pass_is_outside_the_windows() -> None:
     events: list[tuple[str, dict]] = []
     run = ScriptTrial(Config(num_workers=0), "cpu", lambda kind, **e: events.append((kind, e)), warmup_steps=2,
-                      warmup_s=0.0, window_s=0.15, windows=3, min_window_steps=2)
+                      warmup_s=0.0, window_s=0.3, windows=3, min_window_steps=2)
     run.hooks.install()
     try:
         with pytest.raises(BudgetSpent):
@@ -89,10 +90,11 @@ def test_the_loader_that_trains_is_measured_and_the_test_pass_is_outside_the_win
         run.hooks.remove()
     windows = [e for kind, e in events if kind == "window"]
     assert len(windows) == 3
-    assert run.hooks.training is not None and run.hooks.training.batch_size == 8  # not the test loader (64)
-    assert all(w["samples"] % 8 == 0 for w in windows)  # its batches only
+    assert run.hooks.training is not None and run.hooks.training.batch_size == 64  # not the test loader (128)
+    assert all(w["samples"] % 64 == 0 for w in windows)  # its batches only
     assert all(w["loss"] is not None for w in windows)  # from the tensor backward() ran on
-    # Test passes of 0.1 s fall between the epochs the windows hold; their clocks skip them: the wall
+    # An epoch (4 steps) lasts well under two windows even on a loaded machine, so each window ends
+    # on an epoch's last batch and the next begins after a 0.1 s test pass; their clocks skip it: the wall
     # time between two windows' ends is the later one's seconds plus its time outside the loop.
     assert max(w["outside_s"] for w in windows[1:]) >= 0.1
     for before, w in zip(windows, windows[1:]):
