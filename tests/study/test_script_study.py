@@ -23,8 +23,10 @@ def test_a_script_is_tuned_unmodified_and_run_in_production_with_its_export(tmp_
     before = digest()
     space = tmp_path / "workers.yaml"
     space.write_text("knobs:\n  num_workers: [0, 2, 4]\n  amp: ['off', bf16]\n")
+    # Never noisy by load or spread: beside the suite's other processes a sampled trial was judged noisy and
+    # the baseline won (CI, 2026-11-27); what this test checks is the script path, not the noise rules.
     done = autotune("run", str(SCRIPT), "--trials", "3", "--store", "st", "--space", str(space),
-                    *SHORT_TRIALS, *ARGS, cwd=tmp_path)
+                    *SHORT_TRIALS, "--max-load", "1", "--max-spread", "1000", *ARGS, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "not tuned in an unmodified script: amp" in done.stderr  # said once, and not sampled
     study = load_study(tmp_path / "st", "mnist_style")
@@ -38,7 +40,8 @@ def test_a_script_is_tuned_unmodified_and_run_in_production_with_its_export(tmp_
     log = (tmp_path / "st" / "trials" / "mnist_style" / "trial-0.log").read_text()
     assert "measuring the loader of SlowDigits (batch_size 64)" in log  # not the test loader (500)
     assert "Train Epoch: 1" in log  # the script's own output, its own command line
-    assert found.best.config["num_workers"] > 0 and found.best.number != 0  # workers help this loader
+    seen = [(r.number, r.config.get("num_workers"), r.outcome, r.samples_per_s) for r in found.rows]
+    assert found.best.config["num_workers"] > 0 and found.best.number != 0, seen  # workers help this loader
     _, runs = mlflow_runs(tmp_path / "st", "mnist_style")
     assert len([r for r in runs if "autotune.kind" in r.data.tags]) == len(study.trials)
 
