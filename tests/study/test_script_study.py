@@ -22,16 +22,18 @@ def digest() -> str:
 def test_a_script_is_tuned_unmodified_and_run_in_production_with_its_export(tmp_path) -> None:
     before = digest()
     space = tmp_path / "workers.yaml"
-    space.write_text("knobs:\n  num_workers: [0, 2, 4]\n  amp: ['off', bf16]\n")
-    # Never noisy by load or spread: beside the suite's other processes a sampled trial was judged noisy and
-    # the baseline won (CI, 2026-11-27); what this test checks is the script path, not the noise rules.
+    # Workers kept across its 8-batch epochs: beside the suite's other processes, workers started anew
+    # each epoch ran at a third of the baseline's rate (420 vs 1,384 samples/s, pruned), which is true of
+    # such a loader but not what this test is about. Never noisy by load or spread, for the same reason
+    # (on CI a sampled trial was judged noisy and the baseline won).
+    space.write_text("knobs:\n  num_workers: [0, 2, 4]\n  persistent_workers: [true]\n  amp: ['off', bf16]\n")
     done = autotune("run", str(SCRIPT), "--trials", "3", "--store", "st", "--space", str(space),
                     *SHORT_TRIALS, "--max-load", "1", "--max-spread", "1000", *ARGS, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "not tuned in an unmodified script: amp" in done.stderr  # said once, and not sampled
     study = load_study(tmp_path / "st", "mnist_style")
     assert study.user_attrs["target"] == f"{SCRIPT} -- " + " ".join(ARGS[1:])
-    assert all(set(t.params) == {"num_workers"} for t in study.trials if t.params)
+    assert all(set(t.params) <= {"num_workers", "persistent_workers"} for t in study.trials if t.params)
     found = standing(study)
     base = found.rows[0]
     assert base.baseline and base.outcome == "complete"
