@@ -195,7 +195,8 @@ def _study(target: str, argv: tuple[str, ...] | None, target_notes: list[str], l
            seed: int | None, progress: bool | Reporter) -> Result:
     import signal
 
-    from autotune._options import Reporter, StudyOptions  # noqa: F811
+    from autotune._finish import discard
+    from autotune._options import BaselineFailed, Reporter, StudyOptions  # noqa: F811
     from autotune._probe import probe_forked
     from autotune._slots import devices_of, plan_slots
     from autotune._stores import open_storage
@@ -235,6 +236,7 @@ def _study(target: str, argv: tuple[str, ...] | None, target_notes: list[str], l
                            limits["divergence_tolerance"], limits["prune"], limits["confirm"],
                            limits["store_patience"], limits["max_load"], limits["remeasure"],
                            limits["quiet_wait"], limits["max_spread"], argv)
+    store_created = not store.exists()  # (a study stopped by bad input at its baseline removes it)
     # the storage before the tracking store: a bad URL creates nothing
     backend = open_storage(store, storage, options.store_patience, reporter.note)
     tracker = Tracker(default_uri(store, tracking_uri), store / "artifacts", options.store_patience, reporter.note)
@@ -245,6 +247,10 @@ def _study(target: str, argv: tuple[str, ...] | None, target_notes: list[str], l
         if jobs > 1:
             reporter.note(f"{jobs} trials at once: " + "; ".join(f"slot {s.index}: {s.share()}" for s in slots))
         found = runner.run()
+    except BaselineFailed as exc:
+        if exc.status == 2:  # bad input: nothing is left of the study that would resume
+            discard(runner.study, runner.recorder, store, store_created)
+        raise
     finally:
         if hasattr(reporter, "stop"):
             reporter.stop()

@@ -22,7 +22,7 @@ from autotune._config import ConfigError
 from autotune._confirm import CONFIRM_TOP
 from autotune._knobs import KNOBS, show_value
 from autotune._space import SPACES_DIR
-from autotune._stores import StoreDown
+from autotune._exits import Group
 
 _STORE_HELP = "Store folder: Optuna journal, MLflow database, artifacts, trial logs."
 
@@ -35,24 +35,6 @@ def _store_options(fn):
                            "default: STORE/optuna.journal.")(fn)
     return click.option("--study", metavar="NAME", help="Study name (default: from the target; "
                         "for show/export: the most recent study).")(fn)
-
-
-class _Group(click.Group):
-    """Turns bad input into exit status 2 and Ctrl-C into 130, with one clear line."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except ConfigError as exc:
-            click.echo(f"autotune: error: {exc}", err=True)
-            sys.exit(2)
-        except StoreDown as exc:
-            click.echo(f"autotune: stopped: {exc}. Finished results are kept in the store folder; once the "
-                       "store works again, run the same command to resume", err=True)
-            sys.exit(3)
-        except KeyboardInterrupt:
-            click.echo("autotune: interrupted", err=True)
-            sys.exit(130)
 
 
 def main(args: Sequence[str] | None = None) -> None:
@@ -76,7 +58,7 @@ def main(args: Sequence[str] | None = None) -> None:
     os._exit(code)
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="autotune")
 def cli() -> None:
     """Tune a PyTorch training loop's loader, transfer, precision and optimizer knobs
@@ -214,9 +196,9 @@ def run(target: str | None, args: tuple[str, ...], module: str | None, quiet: bo
     target, script_args = _target_of(target, args, module)
     try:
         result = tune(target, progress=Reporter() if quiet else Progress(verbose), args=script_args, **options)
-    except BaselineFailed as exc:
-        click.echo(f"autotune: {exc}", err=True)
-        sys.exit(1)
+    except BaselineFailed as exc:  # 2: the input's fault, in one line; 1: the code's, with its traceback
+        click.echo(f"autotune: {'error: ' if exc.status == 2 else ''}{exc}", err=True)
+        sys.exit(exc.status)
     print_summary(result.study, result._found, options["store"])
     if result.interrupted_by:
         click.echo(f"autotune: stopped by {result.interrupted_by}; run the same command to resume study "

@@ -4,6 +4,7 @@ applied from outside its code as it was in the study (``autotune._hooks``)."""
 from __future__ import annotations
 
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -39,6 +40,9 @@ def exec_script(export: Path, target: str, argv: Sequence[str], device: str = "a
         run_script(target, argv)
     except ScriptExited as exc:
         return exc.status if isinstance(exc.status, int) else 1
+    except Exception:  # the script's own error: its traceback and status 1, as python would give
+        traceback.print_exc()
+        return 1
     finally:
         hooks.remove()
     return 0

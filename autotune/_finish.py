@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune._confirm import UNFINISHED
+from autotune._kinds import Kind
 from autotune._knobs import show_value
 from autotune._noise import is_noisy
 from autotune._recorder import ParentRecord, Recorder
-from autotune._records import run_name
+from autotune._records import kind_of, run_name
 from autotune._standing import Standing, export_text, findings, standing, throughput_figure
 from autotune._tuners import Liveness, Registry, TunerPhase, describe
 
@@ -57,6 +58,26 @@ def leave(registry: Registry, liveness: Liveness, ended: str, recorder: Recorder
     if not others and killed:
         recorder.kill_parent()
     return others
+
+
+def discard(study: optuna.Study, recorder: Recorder, store: Path, store_created: bool) -> bool:
+    """A study stopped by bad input at its baseline (``BaselineFailed.status`` 2) leaves nothing:
+    its Optuna study, MLflow runs, trial logs and pending results are deleted, and the store
+    folder too when this run created it. Only while the baseline is all the study holds: another
+    tuner's trials, or a study with results, are kept. Whether it discarded."""
+    import shutil
+
+    import optuna
+
+    from autotune._optuna_io import storage_of
+
+    if any(kind_of(t.user_attrs) is not Kind.BASELINE for t in study.get_trials(deepcopy=False)):
+        return False
+    recorder.discard()
+    optuna.delete_study(study_name=study.study_name, storage=storage_of(study))
+    if store_created:
+        shutil.rmtree(store, ignore_errors=True)
+    return True
 
 
 def export(study: optuna.Study, found: Standing, store: Path) -> Path | None:

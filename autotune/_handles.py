@@ -57,6 +57,8 @@ class Run:
         self._base_batch_size: int | None = None
         #: What the last loader built reads (``dataset_facts``).
         self._dataset: dict[str, Any] = {}
+        #: The optimizers built, by class name: whether each takes ``fused=`` (``facts``).
+        self._optimizers: dict[str, bool] = {}
         self._scaler = None
         self.lr: float | None = None
 
@@ -167,9 +169,11 @@ class Run:
             base = self._base_batch_size
             ratio = 1.0 if base is None else self._observed["batch_size"] / base
             lr = lr * (ratio if scaling == "linear" else math.sqrt(ratio))
+        # Feature detection, not version checks: not every optimizer has fused kernels.
+        fusable = "fused" in inspect.signature(cls).parameters
+        self._optimizers[getattr(cls, "__name__", str(cls))] = fusable
         if self.config.fused_optimizer:
-            # Feature detection, not version checks: not every optimizer has fused kernels.
-            if "fused" in inspect.signature(cls).parameters:
+            if fusable:
                 kwargs["fused"] = True
                 kwargs.pop("foreach", None)  # torch refuses both at once
             else:
@@ -223,6 +227,12 @@ class Run:
 
     def _non_blocking(self) -> bool:
         return bool(self._observed.get("pin_memory", self._value("pin_memory")))
+
+    def facts(self) -> dict[str, Any]:
+        """What the code built, as the study keeps it (``ATTR_DATASET``): the last loader's dataset
+        (``dataset_facts``) and, under ``optimizers``, each optimizer class and whether it takes
+        ``fused=`` (the study stops drawing ``fused_optimizer`` for code whose optimizers take none)."""
+        return {**self._dataset, **({"optimizers": dict(self._optimizers)} if self._optimizers else {})}
 
     def resolved(self) -> dict[str, Any]:
         """Every active knob's effective value in this run, e.g. ``batch_size`` as an int.

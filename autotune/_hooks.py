@@ -43,6 +43,7 @@ class Hooks:
         training: The training loader, once an optimizer has stepped.
         last_fetched: The loader whose batch was fetched last (None: no loader yielded a batch).
         optimizers: The names of the optimizer classes the script built.
+        steps: Optimizer steps taken on the training loader's batches.
     """
 
     def __init__(self, run: Run, measure: bool = False) -> None:
@@ -51,6 +52,7 @@ class Hooks:
         self.training: Any = None
         self.optimizers: list[str] = []
         self.last_fetched: Any = None
+        self.steps = 0  # optimizer steps since the training loader was found (the first one found it)
         self._built: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loader -> its record
         self._based = False  # a loader was built: the first one's batch size is lr scaling's base until one trains
         self._local = threading.local()  # depth of our own calls (a loader built inside one passes as is)
@@ -58,6 +60,11 @@ class Hooks:
         self._stepped_at = -1
         self._undo: list[Callable[[], None]] = []
         self._original_iter: Callable[[Any], Iterator[Any]] | None = None
+
+    @property
+    def built_loader(self) -> bool:
+        """Whether the script built a DataLoader (after the hooks were installed)."""
+        return self._based
 
     # -- installing --------------------------------------------------------------------
 
@@ -210,6 +217,7 @@ class Hooks:
             if self.last_fetched is None:
                 return
             self._identify(self.last_fetched)
+        self.steps += 1
         run = self.run
         if run._announced and self._stepped_at != run._step:
             self._stepped_at = run._step

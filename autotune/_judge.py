@@ -84,7 +84,10 @@ def result_record(number: int, trial_id: int, run_id: str, attrs: Mapping[str, A
     """
     derived = {f"resolved.{k}": v for k, v in result.resolved.items()}
     derived.update(base_batch_size=result.base_batch_size, effective_lr=result.lr,
-                   **{f"dataset.{k}": v for k, v in result.dataset.items()})
+                   **{f"dataset.{k}": v for k, v in result.dataset.items() if k != "optimizers"})
+    if result.dataset.get("optimizers"):  # e.g. "Adadelta (no fused=)"
+        derived["optimizers"] = ", ".join(f"{name}{'' if fusable else ' (no fused=)'}"
+                                          for name, fusable in result.dataset["optimizers"].items())
     # Every knob a param, as the space writes it: those the config did not set (the
     # baseline's every knob) at the code's own value, named in own_knobs.
     sampled = attrs.get(ATTR_SAMPLED, {})

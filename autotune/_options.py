@@ -12,7 +12,8 @@ from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION
 from autotune._kinds import Kind
 from autotune._launch import Budget
 from autotune._noise import FOREIGN_LOAD_MAX, QUIET_WAIT_S, REMEASURES, SPREAD_MAX
-from autotune._script import is_script, label, study_name
+from autotune._outcome import headline
+from autotune._script import BAD_INPUT, is_script, label, study_name
 from autotune._stores import STORE_PATIENCE_S
 
 if TYPE_CHECKING:
@@ -78,11 +79,24 @@ class Reporter:
 
 
 class BaselineFailed(RuntimeError):
-    """The user's code as written does not run, so no trial can: stop the study."""
+    """The user's code as written does not run, so no trial can: stop the study.
+
+    Attributes:
+        status: The exit status ``autotune run`` gives: 2 when the input is at fault (a script's
+            command line it refused, or a script that gave nothing to measure: said in one line,
+            and the study is discarded), 1 when the code failed (its traceback follows).
+    """
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def baseline_failed(row: TrialRow) -> BaselineFailed:
     """The error that stops a study whose baseline ``row`` ended without a figure."""
+    kind, _, said = headline(row.reason).partition(": ")
+    if kind in BAD_INPUT:
+        return BaselineFailed(said, status=2)
     return BaselineFailed(f"the baseline (trial {row.number}: your code as written) ended as "
                           f"{row.outcome}; every trial would fail the same way:\n{row.reason}")
 

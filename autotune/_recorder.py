@@ -276,3 +276,11 @@ class Recorder:
     def kill_parent(self) -> None:
         """Close the parent run as KILLED: the last tuner running the study stopped on an error."""
         self.tracker.kill(self.parent_id)
+
+    def discard(self) -> None:
+        """Delete what was recorded of the study: its MLflow runs, its trial logs, its pending results."""
+        import shutil
+
+        self.tracker.delete_runs(self.experiment_id, self.parent_id)
+        shutil.rmtree(self.log_dir, ignore_errors=True)
+        shutil.rmtree(self.spool.folder, ignore_errors=True)

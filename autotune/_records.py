@@ -41,8 +41,8 @@ ATTR_SLOT = "slot"
 ATTR_DOUBT, ATTR_REMEASURE = "doubt", "remeasure"
 #: A trial's loss curve (``autotune._guard.loss_curve``): the baseline's judges every trial's.
 ATTR_CURVE = "curve"
-#: What a trial's loader read (``autotune._handles.dataset_facts``): its class, its batches per
-#: epoch at the trial's batch size (useful workers stop there), whether it fetches in batches.
+#: What a trial's code built (``Run.facts``): its loader's dataset class, its batches per epoch at
+#: the trial's batch size (useful workers stop there), whether it fetches in batches; its optimizers.
 ATTR_DATASET = "dataset"
 #: The seed a trial trained with: the baseline's, for every trial of a study (common random
 #: numbers: the loss verdict then compares configs, not seeds).

@@ -105,8 +105,20 @@ class ScriptExited(Exception):
         self.status = status
 
 
-def run_script(target: str, argv: Sequence[str]) -> None:
+class NotTunable(Exception):
+    """The script ran but gave autotune nothing to measure: it built no DataLoader, took no batch,
+    stepped no optimizer, or ended before one measured window. Bad input, said in one line."""
+
+
+#: The errors of a script's baseline that are the input's, not the code's (exit status 2, one line).
+BAD_INPUT = (ScriptExited.__name__, NotTunable.__name__)
+
+
+def run_script(target: str, argv: Sequence[str]) -> str:
     """Run the script as ``python SCRIPT ARGS`` (or ``python -m MODULE ARGS``) would, in this process.
+
+    Returns:
+        The last lines it printed (stdout and stderr), joined by " / ".
 
     Raises:
         ScriptExited: it exited with a non-zero status; its own message is in its output.
@@ -120,35 +132,45 @@ def run_script(target: str, argv: Sequence[str]) -> None:
         sys.argv = [str(path), *argv]
         sys.path.insert(0, str(path.parent))  # as python puts the script's folder first
         call = lambda: runpy.run_path(str(path), run_name="__main__")  # noqa: E731
-    tail = _Tail(sys.stderr)
-    sys.stderr = tail
+    out, err = sys.stdout, sys.stderr
+    kept = _Kept()
+    sys.stdout, sys.stderr = _Tail(out, kept), _Tail(err, kept)
     try:
         call()
     except SystemExit as exc:
         if exc.code not in (None, 0):
-            said = tail.lines(3)
+            said = kept.lines(3)
             raise ScriptExited(f"{label(target, argv)} exited with status {exc.code!r}"
                                + (f"; its last words: {said}" if said else ""), exc.code) from None
     finally:
-        sys.stderr = tail.stream
+        sys.stdout, sys.stderr = out, err
+    return kept.lines(3)
 
 
-class _Tail:
-    """Passes a stream's writes on and keeps its last characters: argparse says what was wrong on
-    stderr, then exits."""
+class _Kept:
+    """The last characters written to the streams a script prints on: argparse says what was wrong
+    on stderr, then exits; a script that ends early said why on stdout."""
 
     KEEP = 4000
 
-    def __init__(self, stream) -> None:
-        self.stream = stream
-        self._kept = ""
-
-    def write(self, text: str) -> int:
-        self._kept = (self._kept + text)[-self.KEEP:]
-        return self.stream.write(text)
+    def __init__(self) -> None:
+        self.text = ""
 
     def lines(self, n: int) -> str:
-        return " / ".join(line.strip() for line in self._kept.strip().splitlines()[-n:])
+        """The last ``n`` lines the script printed (autotune's own log lines left out)."""
+        said = [line.strip() for line in self.text.splitlines() if line.strip() and not line.startswith("autotune: ")]
+        return " / ".join(said[-n:])
+
+
+class _Tail:
+    """Passes a stream's writes on, and keeps their end in ``kept``."""
+
+    def __init__(self, stream, kept: _Kept) -> None:
+        self.stream, self.kept = stream, kept
+
+    def write(self, text: str) -> int:
+        self.kept.text = (self.kept.text + text)[-_Kept.KEEP:]
+        return self.stream.write(text)
 
     def __getattr__(self, name: str):
         return getattr(self.stream, name)

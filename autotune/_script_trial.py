@@ -22,6 +22,18 @@ class ScriptTrial(Trial):
         super().__init__(*args, **kwargs)
         self.hooks = Hooks(self, measure=True)
 
+    @property
+    def windows_done(self) -> int:
+        return self._windows_done
+
+    @property
+    def warmup_s(self) -> float:
+        return self._warmup_s
+
+    @property
+    def window_s(self) -> float:
+        return self._window_s
+
     def _source(self, loader: Iterable[Any]) -> Iterator[Any]:
         return self.hooks.source(loader)
 

@@ -4,7 +4,7 @@ The space a user gives is where a study starts. As trials come in, the study wid
 ``auto`` worker range (``autotune._loader_workers``), draws the int knobs only up to what an epoch
 can use, and holds knobs that measuring has settled: the loader knobs once the best trial
 is compute-bound at high efficiency, the model knobs when the function never hands its
-model to ``run.model``, and ``amp`` at the one precision this machine does not run far
+model to ``run.model``, ``fused_optimizer`` when no optimizer of the code takes ``fused=``, and ``amp`` at the one precision this machine does not run far
 slower than another (``autotune._precision``). Pure functions of the standing; each
 returns what it decided and the line that says so (``Line``).
 """
@@ -21,6 +21,8 @@ from autotune._knobs import MODEL_KNOBS, batch_of, show_value
 from autotune._noise import doubt
 from autotune._space import Cap, Choice, IntRange, Space
 from autotune._loader_workers import epoch_samples, prefetch_high, useful_workers, widened_range
+
+FUSED = "fused_optimizer"
 
 if TYPE_CHECKING:
     from autotune._records import TrialRow
@@ -111,13 +113,27 @@ def holds(found: Standing, space: Space, settled_by: int | None, max_load: float
     """The holds of the space now (see the module): the model knobs, the loader knobs and
     ``amp``. ``settled_by``: the trial whose loader hold was last said (None: none)."""
     model, model_line = _model_hold(found, space)
+    fused, fused_line = _fused_hold(found, space)
     loader, settled, loader_line = _loader_hold(found, space, settled_by)
     precision, precision_why = _precision_hold(found, space, max_load, max_spread)
-    lines = [line for line in (model_line, loader_line) if line]
+    lines = [line for line in (model_line, fused_line, loader_line) if line]
     if precision_why:
         lines.append(Line(precision_why, f"precision-{precision['amp']}"))
-    return Holds({**model, **loader, **precision}, {"amp": precision_why} if precision_why else {},
+    return Holds({**model, **fused, **loader, **precision}, {"amp": precision_why} if precision_why else {},
                  tuple(lines), settled)
+
+
+def _fused_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
+    """``fused_optimizer`` not drawn once a trial saw that none of the code's optimizers takes
+    ``fused=`` (Adadelta, LBFGS, ...): it would change nothing, and a config saying it is on would be untrue."""
+    if FUSED not in space.domains:
+        return {}, None
+    built = next((r.dataset["optimizers"] for r in found.rows if r.dataset.get("optimizers")), None)
+    if not built or any(built.values()):
+        return {}, None
+    names = ", ".join(built)
+    return {FUSED: None}, Line(f"{FUSED} not tuned: your code's optimizer ({names}) takes no fused= argument, "
+                               "so no config can fuse it", "fused")
 
 
 def _precision_hold(found: Standing, space: Space, max_load: float,

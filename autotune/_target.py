@@ -52,11 +52,22 @@ def check_target(target: str) -> list[str]:
     if func not in functions and func not in assigned:
         raise ConfigError(f"target {target!r}: {module} defines no top-level {func!r}; "
                           f"its functions: {', '.join(sorted(functions)) or 'none'}")
+    parsed = _parses_at_import(tree)
+    if parsed is not None:
+        raise ConfigError(f"target {target!r}: {module}, line {parsed} parses the command line when imported "
+                          "(argparse at module level): each trial imports it, and argparse would exit it. Tune "
+                          f"it as the script it is: autotune run {module} -- ARGS; or move that line under "
+                          "if __name__ == \"__main__\":")
     node = functions.get(func)
     if node is None:  # assigned (a decorated or wrapped function): nothing more to see statically
         return []
     where = f"target {target!r}: {func}() ({module}, line {node.lineno})"
-    run = _run_parameter(node, where)
+    try:
+        run = _run_parameter(node, where)
+    except ConfigError as exc:
+        if not _has_main_guard(tree):
+            raise
+        raise ConfigError(f"{exc}; or tune the script as it is, unmodified: autotune run {module} -- ARGS") from None
     if run is not None and not _reaches_batches(tree, node, run):
         raise ConfigError(f"{where} never iterates {run}.batches(...) and passes {run} to no other function: "
                           f"autotune measures the loop through it. Write: for batch in {run}.batches(loader): ...")
@@ -103,18 +114,84 @@ def _reaches_batches(tree: ast.Module, node: ast.AST, run: str) -> bool:
 
 
 def _host_syncs(node: ast.AST, module: str) -> list[str]:
-    """Notes for ``x.item()``, ``.cpu()``, ``.tolist()``, ``.numpy()`` inside a loop over
-    ``*.batches(...)``: a host sync every step."""
+    """Notes for ``x.item()``, ``.cpu()``, ``.tolist()``, ``.numpy()`` in a loop over
+    ``*.batches(...)`` (direct, wrapped as ``enumerate(run.batches(...))`` or ``tqdm(...)``, through
+    a name bound to it, or a ``while`` loop calling ``next()`` on one): a host sync every step.
+    One under ``if step % N == 0`` runs every N steps, which is what to do: not noted."""
+    def has_batches(expr: ast.AST) -> bool:
+        return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "batches"
+                   for n in ast.walk(expr))
+
+    bound = {t.id for n in ast.walk(node) if isinstance(n, ast.Assign) and has_batches(n.value)
+             for t in n.targets if isinstance(t, ast.Name)}
+
+    def over_batches(loop: ast.AST) -> str | None:
+        if isinstance(loop, (ast.For, ast.AsyncFor)) and (
+                has_batches(loop.iter) or any(isinstance(n, ast.Name) and n.id in bound for n in ast.walk(loop.iter))):
+            return ast.unparse(loop.iter)
+        if isinstance(loop, ast.While):
+            for n in (n for stmt in loop.body for n in ast.walk(stmt)):
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "next" and n.args \
+                        and isinstance(n.args[0], ast.Name) and n.args[0].id in bound:
+                    return f"next({n.args[0].id})"
+        return None
+
+    def calls_in(value: object) -> list[ast.Call]:
+        values = value if isinstance(value, list) else [value]
+        return [n for v in values if isinstance(v, ast.AST) for n in ast.walk(v) if isinstance(n, ast.Call)]
+
+    def every_step(stmts: list[ast.stmt]) -> list[ast.Call]:
+        calls = []
+        for stmt in stmts:
+            if isinstance(stmt, ast.If) and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod)
+                                                for n in ast.walk(stmt.test)):
+                calls += every_step(stmt.orelse)  # its body runs every N steps
+                continue
+            if not isinstance(getattr(stmt, "body", None), list):
+                calls += calls_in(stmt)
+                continue
+            for field, value in ast.iter_fields(stmt):  # a compound statement: its header, then its blocks
+                if field in ("body", "orelse", "finalbody"):
+                    calls += every_step(value)
+                elif field == "handlers":
+                    calls += every_step([b for h in value for b in h.body])
+                else:
+                    calls += calls_in(value)
+        return calls
+
     notes = []
     for loop in ast.walk(node):
-        if not (isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, ast.Call)
-                and isinstance(loop.iter.func, ast.Attribute) and loop.iter.func.attr == "batches"):
+        over = over_batches(loop)
+        if over is None:
             continue
-        for n in (n for stmt in loop.body for n in ast.walk(stmt)):
-            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in HOST_SYNCS \
-                    and not n.args:
+        for n in every_step(loop.body):
+            if isinstance(n.func, ast.Attribute) and n.func.attr in HOST_SYNCS and not n.args:
                 notes.append(f"{module}, line {n.lineno}: {ast.unparse(n)} inside the loop over "
-                             f"{ast.unparse(loop.iter)} copies to the host every step, and on a GPU waits "
+                             f"{over} copies to the host every step, and on a GPU waits "
                              "for the step's kernels: read it every N steps (or once per epoch), in "
                              "production too; no knob can win that time back")
     return notes
+
+
+def _is_main_guard(node: ast.stmt) -> bool:
+    """``if __name__ == "__main__":``"""
+    return (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+            and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__")
+
+
+def _has_main_guard(tree: ast.Module) -> bool:
+    return any(_is_main_guard(node) for node in tree.body)
+
+
+def _parses_at_import(tree: ast.Module) -> int | None:
+    """The line of a ``parse_args()`` (or ``parse_known_args()``) call that runs on import, if any:
+    outside every function, class and ``if __name__ == "__main__":``."""
+    def found(node: ast.AST) -> int | None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            return None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in ("parse_args", "parse_known_args"):
+            return node.lineno
+        return next(filter(None, map(found, ast.iter_child_nodes(node))), None)
+
+    return next(filter(None, (found(stmt) for stmt in tree.body if not _is_main_guard(stmt))), None)

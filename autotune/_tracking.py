@@ -178,6 +178,13 @@ class Tracker:
             self._call(self.client.log_artifact, run_id, str(log_path))
         self._call(self.client.set_terminated, run_id, status="KILLED")
 
+    def delete_runs(self, experiment_id: str, parent_id: str) -> None:
+        """Delete a parent run and its children (MLflow's deleted stage: gone from the UI and searches)."""
+        children = self._call(self.client.search_runs, [experiment_id],
+                              filter_string=f"tags.mlflow.parentRunId = '{parent_id}'", max_results=1000)
+        for run_id in [r.info.run_id for r in children] + [parent_id]:
+            self._call(self.client.delete_run, run_id)
+
     def finish_parent(self, run_id: str, artifacts: Mapping[str, str],
                       metrics: Mapping[str, float], figures: Mapping[str, Any] | None = None,
                       status: str = "FINISHED", tags: Mapping[str, str] | None = None) -> None:

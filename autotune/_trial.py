@@ -156,7 +156,7 @@ class Trial(CeilingPhases, Run):
                     self._announced = True
                     self._started = self._beat = time.perf_counter()
                     self._emit("resolved", config=self.resolved(), base_batch_size=self._base_batch_size,
-                               lr=self.lr, dataset=self._dataset)
+                               lr=self.lr, dataset=self.facts())
                 if self._phase == Phase.MEASURE and Part.COMPUTE in self._pending:
                     self._cached.append(batch)
                 self._batch_samples = _batch_len(batch)
@@ -277,7 +277,7 @@ class Trial(CeilingPhases, Run):
             self._close_window()
         self._emit("end", steps=self._step, windows=self._windows_done,
                    config=self.resolved(), base_batch_size=self._base_batch_size, lr=self.lr,
-                   dataset=self._dataset)
+                   dataset=self.facts())
 
     def _sync(self) -> None:
         if self.device.type == "cuda":

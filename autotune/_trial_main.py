@@ -84,22 +84,39 @@ def _log_line(kind: str, e: dict[str, Any]) -> str | None:
 
 
 def run_script_measured(run: Any, target: str, argv: list[str], emit: Any) -> None:
-    """Run an unmodified script under ``run``'s hooks (``autotune._hooks``) until its windows are done."""
-    from autotune._script import run_script
+    """Run an unmodified script under ``run``'s hooks (``autotune._hooks``) until its windows are
+    done, then finish the trial.
+
+    Raises:
+        NotTunable: it gave nothing to measure (no DataLoader, no batch taken, no optimizer
+            step, or no measured window before it ended), said with its last lines.
+    """
+    from autotune._script import NotTunable, label, run_script
     from autotune._trial import BudgetSpent
 
     run.hooks.install()
     emit("loaded")  # torch is imported; the script's own imports count as its start-up
     try:
-        run_script(target, argv)
+        said = run_script(target, argv)
     except BudgetSpent:
+        run.finish()
         return
     finally:
         run.hooks.remove()
-    if run.hooks.training is None:
-        what = "stepped no torch.optim optimizer" if run.hooks.last_fetched is not None else "iterated no DataLoader"
-        raise RuntimeError(f"{target} ended without training: it {what} (autotune measures the DataLoader "
-                           "whose batches an optimizer.step() follows)")
+    hooks, why = run.hooks, None
+    if hooks.training is None:
+        why = ("stepped no torch.optim optimizer after taking a batch" if hooks.last_fetched is not None
+               else "took no batch from the DataLoader it built" if hooks.built_loader
+               else "built no torch.utils.data.DataLoader")
+        why += " (autotune measures the DataLoader whose batches an optimizer.step() follows)"
+    else:
+        run.finish()
+        if not run.windows_done:
+            why = (f"ended after {hooks.steps} training steps, before one measured window finished "
+                   f"({run.warmup_s:g} s of warmup, then windows of {run.window_s:g} s): give it more epochs "
+                   "or steps (its own arguments), or shorten --warmup/--window")
+    if why:
+        raise NotTunable(f"{label(target, argv)} {why}" + (f"; its last lines: {said}" if said else ""))
 
 
 def probe_machine(spec: dict[str, Any], emit: EventWriter) -> int:
@@ -161,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                 train(run)
             except BudgetSpent:
                 pass
-        run.finish()
+            run.finish()
     except BaseException as exc:  # reported, then a non-zero exit; the parent classifies
         traceback.print_exc()  # whole, in the trial's log (the reason keeps its tail)
         emit("error", **error_event(exc))

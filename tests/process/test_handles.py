@@ -176,6 +176,14 @@ def test_fused_skipped_with_a_warning_where_the_signature_lacks_it() -> None:
     assert isinstance(opt, PlainSGD)
     assert opt.param_groups[0]["lr"] == 0.5
     assert run.resolved()["fused_optimizer"] is False
+    assert run.facts()["optimizers"] == {"PlainSGD": False}  # the study stops drawing fused_optimizer
+
+
+def test_the_facts_name_each_optimizer_and_whether_it_fuses() -> None:
+    run = make()
+    run.optimizer(torch.optim.AdamW, params(), lr=1e-3)
+    run.optimizer(torch.optim.Adadelta, params(), lr=1.0)
+    assert run.facts()["optimizers"] == {"AdamW": True, "Adadelta": False}
 
 
 def test_no_warning_for_an_optimizer_without_fused_when_fused_is_off() -> None:

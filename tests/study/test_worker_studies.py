@@ -40,7 +40,8 @@ def test_a_study_on_a_waiting_loader_widens_its_worker_range(tmp_path: Path) -> 
         assert "prefetch_factor drawn up to an epoch's batches per worker" in said, said
     # every trial's loader said what it reads: 4,096 samples in its batches (16 or 128), one by one
     facts = [(t.user_attrs["config"]["batch_size"], t.user_attrs["dataset"]) for t in trials]
-    assert all(seen == {"name": "SlowReads", "epoch_batches": 4_096 // size, "batched_fetch": False}
+    assert all(seen == {"name": "SlowReads", "epoch_batches": 4_096 // size, "batched_fetch": False,
+                        "optimizers": {"SGD": True}}
                for size, seen in facts), facts
 
 

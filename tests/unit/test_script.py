@@ -59,3 +59,41 @@ def test_a_command_line_that_cannot_run_is_answered_with_status_2(args: list[str
     done = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert done.exit_code == 2, done.output
     assert says in done.output
+
+
+def test_a_baseline_the_input_failed_is_bad_input_in_one_line_and_one_the_code_failed_is_not() -> None:
+    import dataclasses
+
+    from standings import trial
+
+    from autotune._options import baseline_failed
+
+    said = "train.py built no torch.utils.data.DataLoader (autotune measures ...); its last lines: done"
+    row = dataclasses.replace(trial(0, None, "crashed"), reason=f"NotTunable: {said}\nTraceback (most recent ...")
+    bad = baseline_failed(row)
+    assert bad.status == 2 and str(bad) == said  # the traceback is autotune's, not news to the user
+    exited = dataclasses.replace(row, reason="ScriptExited: train.py -- --bogus exited with status 2; its last ...")
+    assert baseline_failed(exited).status == 2
+    code = dataclasses.replace(row, reason="ZeroDivisionError: division by zero\nTraceback ...")
+    failed = baseline_failed(code)
+    assert failed.status == 1 and "your code as written" in str(failed) and "Traceback" in str(failed)
+
+
+def test_an_error_inside_autotune_is_one_line_with_its_own_status_and_the_saved_traceback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import autotune._export
+
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path))
+
+    def broken(*args, **kwargs):
+        raise TypeError("unsupported operand type(s) for /: 'float' and 'NoneType'")
+
+    monkeypatch.setattr(autotune._export, "load", broken)
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    done = CliRunner().invoke(cli, ["exec", "best.yaml", str(script)])
+    assert done.exit_code == 4
+    line, = [text for text in done.output.splitlines() if text.startswith("autotune: internal error")]
+    assert "TypeError: unsupported operand type(s) for /" in line
+    saved = Path(line.split("the traceback is in ")[1].split(": please")[0])
+    assert saved.parent == tmp_path / "errors" and "Traceback (most recent call last)" in saved.read_text()

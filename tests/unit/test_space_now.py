@@ -81,3 +81,16 @@ def test_amp_is_held_at_the_one_precision_not_far_slower_and_a_noisy_figure_does
     # one of the three slowed by others (load over --max-load): two are not enough
     loaded = [*rows[:3], trial(3, 300.0, sampled={"amp": "bf16"}, foreign_cpu=0.6)]
     assert holds(standing(*loaded), SPACE, None, 0.2, 1000.0).values == {}
+
+
+def test_fused_optimizer_is_held_when_no_optimizer_of_the_code_takes_fused() -> None:
+    space = Space("f", {"fused_optimizer": Choice((False, True)), "num_workers": IntRange(0, 2)})
+    adadelta = standing(trial(0, 500.0, config=LOADER, dataset={"optimizers": {"Adadelta": False}}))
+    held = holds(adadelta, space, None, 1.0, 1000.0)
+    assert held.values == {"fused_optimizer": None}
+    assert held.lines[0].once == "fused" and "(Adadelta) takes no fused= argument" in held.lines[0].text
+    # one optimizer that fuses (a GAN's Adam beside an LBFGS) is enough to keep drawing it
+    mixed = standing(trial(0, 500.0, config=LOADER, dataset={"optimizers": {"LBFGS": False, "Adam": True}}))
+    assert holds(mixed, space, None, 1.0, 1000.0).values == {}
+    # no optimizer seen yet (or a study from before it was recorded): drawn
+    assert holds(standing(trial(0, 500.0, config=LOADER)), space, None, 1.0, 1000.0).values == {}

@@ -1,0 +1,60 @@
+"""A script that cannot be tuned as given is bad input: one line that says why (with the script's
+last words), exit status 2, and nothing left of the study, whose store is removed if the run made it."""
+
+from __future__ import annotations
+
+import subprocess
+
+from helpers import FIXTURES, SHORT_TRIALS, cli, cli_env, load_study, mlflow_runs
+
+SCRIPTS = FIXTURES / "scripts"
+MNIST = str(SCRIPTS / "mnist_style.py")
+
+
+def run_all(cases: dict[str, list[str]], tmp_path) -> dict[str, subprocess.CompletedProcess]:
+    """Each case's ``autotune run`` in its own folder, all at once (a baseline each)."""
+    procs = {}
+    for name, args in cases.items():
+        (tmp_path / name).mkdir(exist_ok=True)
+        command = cli("run", args[0], "--trials", "2", "--store", "st", *SHORT_TRIALS, *args[1:])
+        procs[name] = subprocess.Popen(command, cwd=tmp_path / name, env=cli_env(None), text=True,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    done = {}
+    for name, proc in procs.items():
+        out, err = proc.communicate(timeout=180)
+        done[name] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return done
+
+
+def test_a_script_with_nothing_to_tune_stops_at_its_baseline_in_one_line_with_status_2(tmp_path) -> None:
+    kept = tmp_path / "early" / "st" / "notes.txt"  # a store that was there before: kept, the study not
+    kept.parent.mkdir(parents=True)
+    kept.write_text("mine")
+    done = run_all({
+        "bogus": [MNIST, "--", "--bogus", "3"],
+        "no_loader": [str(SCRIPTS / "no_loader.py")],
+        "no_step": [str(SCRIPTS / "no_step.py")],
+        "early": [MNIST, "--", "--epochs", "1", "--train-size", "128", "--read-ms", "0"],
+    }, tmp_path)
+    said = {name: [line for line in d.stderr.splitlines() if line.startswith("autotune: error: ")]
+            for name, d in done.items()}
+    for name, d in done.items():
+        assert d.returncode == 2, (name, d.stderr)
+        assert len(said[name]) == 1 and "Traceback" not in d.stderr, (name, d.stderr)
+    assert "exited with status 2" in said["bogus"][0] and "unrecognized arguments: --bogus 3" in said["bogus"][0]
+    assert "no_loader.py built no torch.utils.data.DataLoader" in said["no_loader"][0]
+    assert "trained on slices; last loss" in said["no_loader"][0]  # its last words
+    assert "no_step.py stepped no torch.optim optimizer after taking a batch" in said["no_step"][0]
+    assert "ended after 2 training steps, before one measured window finished" in said["early"][0]
+    assert "shorten --warmup/--window" in said["early"][0] and "Test set: Average loss" in said["early"][0]
+    for name in ("bogus", "no_loader", "no_step"):
+        assert not (tmp_path / name / "st").exists(), name  # the run made the store: removed
+    assert kept.read_text() == "mine"
+    assert not (kept.parent / "trials" / "mnist_style").exists()
+    try:
+        load_study(kept.parent, "mnist_style")
+        raise AssertionError("the study was kept")
+    except KeyError:
+        pass
+    _, runs = mlflow_runs(kept.parent, "mnist_style")
+    assert runs == []  # deleted: not in searches, not in the UI
