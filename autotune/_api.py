@@ -78,7 +78,7 @@ def tune(target: str | Callable[..., Any], *, trials: int = TRIALS, space: str |
          confirm: int = CONFIRM, ceiling_windows: int = _BUDGET.ceiling_windows,
          max_load: float = FOREIGN_LOAD_MAX, max_spread: float = SPREAD_MAX, remeasure: int = REMEASURES,
          quiet_wait: float = QUIET_WAIT_S, seed: int | None = None, store_patience: float = STORE_PATIENCE_S,
-         progress: bool | Reporter = True, args: Sequence[str] | None = None) -> Result:
+         progress: bool | Reporter = True, args: Sequence[str] | None = None, nproc_per_node: int = 1) -> Result:
     """Tune a training function, or a script as it is: the study ``autotune run`` runs, from Python.
 
     Each trial runs ``target`` in its own process, so it must be importable: a
@@ -96,6 +96,9 @@ def tune(target: str | Callable[..., Any], *, trials: int = TRIALS, space: str |
     Args:
         progress: Print the live progress and the summary on the terminal, as ``run`` does;
             or a ``Reporter`` of your own, which receives the progress (nothing is printed).
+        nproc_per_node: Ranks per trial: over 1, each trial runs through PyTorch's launcher
+            (``torch.distributed.run --nproc-per-node N``), each rank on its share of the CPUs (on
+            CUDA, its own GPU); samples/s is the job's, summed over the ranks.
         args: The command line of a script target (``"train.py"`` or ``"-m package.train"``,
             no ``:function``): each trial runs it as ``python train.py ARGS`` would, unmodified,
             and applies the config from outside its code (``autotune._hooks``).
@@ -135,9 +138,9 @@ LIMITS: dict[str, tuple[tuple[float, bool] | None, tuple[float, bool] | None]] =
     "ram_budget": ((0.01, True), None), "divergence_tolerance": ((0, False), None),
     "prune": ((0, True), (1, True)), "confirm": ((0, True), None), "ceiling_windows": ((0, True), None),
     "max_load": ((0, True), (1, True)), "max_spread": ((0, True), None), "remeasure": ((0, True), None),
-    "quiet_wait": ((0, True), None), "store_patience": ((0, True), None),
+    "quiet_wait": ((0, True), None), "store_patience": ((0, True), None), "nproc_per_node": ((1, True), None),
 }
-INTEGERS = frozenset({"trials", "jobs", "windows", "confirm", "ceiling_windows", "remeasure"})
+INTEGERS = frozenset({"trials", "jobs", "windows", "confirm", "ceiling_windows", "remeasure", "nproc_per_node"})
 
 
 def _check(name: str, value: Any) -> None:
@@ -176,6 +179,11 @@ def _run(target: str, limits: Mapping[str, Any], *, argv: tuple[str, ...] | None
     else:
         target_notes = check_target(target)
     check_folder(store, f"the store folder {store}")  # read-only or full: said before anything starts
+    ranks = limits["nproc_per_node"]
+    if ranks * jobs > usable_cpus():
+        raise ConfigError(f"--nproc-per-node {ranks}" + (f" with --jobs {jobs}" if jobs > 1 else "") + f": this "
+                          f"machine gives the study {usable_cpus()} CPU(s), and each rank needs one of its own "
+                          f"(at most {usable_cpus() // jobs})")
     # The slots' warm workers first: their imports (torch, 2-3 s) overlap the probe and the stores'
     # set-up instead of holding up the first trial. A slot's CPUs do not depend on its device.
     cpus = sorted(os.sched_getaffinity(0))[:usable_cpus()]
@@ -228,14 +236,18 @@ def _study(target: str, argv: tuple[str, ...] | None, target_notes: list[str], l
         reporter = progress or Reporter()
     for line in [*target_notes, *notes]:
         reporter.note(line)
+    ranks = limits["nproc_per_node"]
+    if ranks > 1 and limits["ceiling_windows"]:
+        reporter.note(f"no ceilings on {ranks} ranks: a part measured alone on one rank would wait on the "
+                      "others' collectives (samples/s, data wait and the loss are measured as usual)")
     budget = Budget(warmup_s=limits["warmup"], window_s=limits["window"], windows=limits["windows"],
-                    ceiling_windows=limits["ceiling_windows"], startup_s=limits["startup_timeout"],
+                    ceiling_windows=0 if ranks > 1 else limits["ceiling_windows"], startup_s=limits["startup_timeout"],
                     stall_s=limits["stall_timeout"], compile_s=limits["compile_timeout"], timeout_s=timeout)
     options = StudyOptions(target, trials, study, storage, tracking_uri, store, device, budget,
                            int(ram_budget * 2**30) if ram_budget else None, seed,
                            limits["divergence_tolerance"], limits["prune"], limits["confirm"],
                            limits["store_patience"], limits["max_load"], limits["remeasure"],
-                           limits["quiet_wait"], limits["max_spread"], argv)
+                           limits["quiet_wait"], limits["max_spread"], argv, ranks)
     store_created = not store.exists()  # (a study stopped by bad input at its baseline removes it)
     # the storage before the tracking store: a bad URL creates nothing
     backend = open_storage(store, storage, options.store_patience, reporter.note)

@@ -122,6 +122,9 @@ def _spaces() -> str:
 @click.option("--jobs", "-j", type=_bounded("jobs"), default=D["jobs"], show_default=True,
               help="Trials at once on this host, each on its own share: a disjoint set of the CPUs, "
                    "1/N of the RAM budget and, with several GPUs, a GPU of its own.")
+@click.option("--nproc-per-node", type=_bounded("nproc_per_node"), default=D["nproc_per_node"], show_default=True,
+              help="Ranks per trial: each trial runs through torch.distributed.run (torchrun), each rank on "
+                   "its share of the CPUs (on CUDA, its own GPU); samples/s is summed over the ranks.")
 @click.option("--warmup", type=_bounded("warmup"), default=D["warmup"], show_default=True,
               help="Seconds of warmup before measuring.")
 @click.option("--window", type=_bounded("window"), default=D["window"], show_default=True,
@@ -212,7 +215,10 @@ def run(target: str | None, args: tuple[str, ...], module: str | None, quiet: bo
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.option("-m", "module", metavar="MODULE", help="Run a module as a script (python -m MODULE ARGS).")
 @click.option("--device", default="auto", show_default=True, help="What the export is held against: auto, cpu, cuda:N.")
-def exec_(export_yaml: Path, target: str | None, args: tuple[str, ...], module: str | None, device: str) -> None:
+@click.option("--nproc-per-node", "nproc", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Run it on N ranks through torch.distributed.run (torchrun), each on its share of the CPUs.")
+def exec_(export_yaml: Path, target: str | None, args: tuple[str, ...], module: str | None, device: str,
+          nproc: int) -> None:
     """Run a script unmodified with an exported config: EXPORT.yaml train.py -- ARGS (or -m MODULE -- ARGS).
 
     The DataLoaders and optimizers the script builds get the export's values, as in the study;
@@ -226,7 +232,7 @@ def exec_(export_yaml: Path, target: str | None, args: tuple[str, ...], module: 
     if not is_script(target):
         raise ConfigError(f"{target}: exec runs a script (train.py or -m package.module); a function that "
                           "takes the Run loads the export itself: train(autotune.load('best.yaml'))")
-    sys.exit(exec_script(export_yaml, target, script_args or [], device))
+    sys.exit(exec_script(export_yaml, target, script_args or [], device, nproc))
 
 
 def _open_study(store: Path, storage: str | None, name: str | None):

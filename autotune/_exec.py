@@ -3,17 +3,21 @@ applied from outside its code as it was in the study (``autotune._hooks``)."""
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
 from autotune._knobs import KNOBS, show_value
-from autotune._script import SCRIPT_STAGES, ScriptExited, check_script, label, run_script
+from autotune._config import ConfigError
+from autotune._script import SCRIPT_STAGES, ScriptExited, check_script, label, module_of, run_script
 
 
-def exec_script(export: Path, target: str, argv: Sequence[str], device: str = "auto") -> int:
-    """Run the script in this process with the export applied; return its exit status.
+def exec_script(export: Path, target: str, argv: Sequence[str], device: str = "auto", nproc: int = 1) -> int:
+    """Run the script in this process with the export applied; return its exit status. With
+    ``nproc`` over 1, this process becomes torchrun's (``torch.distributed.run --nproc-per-node``),
+    each of whose ranks runs it so, on its share of the CPUs.
 
     Says once, on stderr, what it applies and what it cannot: a knob this machine cannot
     honour (``autotune.load`` warns and drops it) or one that needs the code (the ``Run`` handle).
@@ -23,16 +27,37 @@ def exec_script(export: Path, target: str, argv: Sequence[str], device: str = "a
     """
     from autotune._export import load
     from autotune._hooks import Hooks
+    from autotune._probe import usable_cpus
+    from autotune._ranks import local_rank, pin_rank, rank_environ, torchrun
 
     check_script(target)
+    ranked = local_rank()
+    if nproc > 1 and ranked is None:
+        if nproc > usable_cpus():
+            raise ConfigError(f"--nproc-per-node {nproc}: this machine gives it {usable_cpus()} CPU(s), and each "
+                              "rank needs one of its own")
+        load(export, device, quiet=True)  # (bad input said once, here, not by every rank)
+        script = ["-m", module_of(target)] if module_of(target) else [target]
+        command = torchrun(nproc, ["autotune", "exec", str(export), "--device", device, *script, "--", *argv])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sys.executable, command, rank_environ(os.environ, nproc))
+    pin_rank()
     recipe = load(export, device, quiet=True)
     recipe.stages = SCRIPT_STAGES
     values = recipe.config.set_values()
     applied = {k: v for k, v in values.items() if KNOBS[k].stage in SCRIPT_STAGES}
     needs_code = {k: v for k, v in values.items() if k not in applied}
     knobs = " ".join(f"{k}={show_value(v)}" for k, v in applied.items()) or "nothing (the code as written)"
-    print(f"autotune: running {label(target, argv)} with {recipe.origin or export}: {knobs}", file=sys.stderr, flush=True)
-    if needs_code:
+    if ranked is not None and ranked[0] > 0:
+        pass  # (rank 0 says it for all)
+    elif ranked is not None:
+        print(f"autotune: {ranked[1]} ranks, each running {label(target, argv)} with {recipe.origin or export}: "
+              f"{knobs}", file=sys.stderr, flush=True)
+    else:
+        print(f"autotune: running {label(target, argv)} with {recipe.origin or export}: {knobs}", file=sys.stderr,
+              flush=True)
+    if needs_code and (ranked is None or ranked[0] == 0):
         print("autotune: not applied to an unmodified script (they need the Run handle): "
               + " ".join(f"{k}={show_value(v)}" for k, v in needs_code.items()), file=sys.stderr, flush=True)
     hooks = Hooks(recipe).install()

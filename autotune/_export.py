@@ -123,7 +123,10 @@ def _honourable(data: Mapping[str, Any], where: str, device: Any, measured: Mapp
 
     from autotune._probe import probe
 
-    here = probe(str(device) if device != "auto" else "auto")
+    # A fused step is tried only for an export that wants it: in a DDP rank, one tried first made
+    # gloo's process group deadlock at the script's end (autotune._probe._fused_reason).
+    wants_fused = any(isinstance(body, Mapping) and body.get("fused_optimizer") is True for body in data.values())
+    here = probe(str(device) if device != "auto" else "auto", try_fused=wants_fused)
     kept: dict[str, Any] = {}
     dropped = []
     for section, body in data.items():

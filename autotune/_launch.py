@@ -113,6 +113,8 @@ class TrialSpec:
     cpus: tuple[int, ...] = ()
     #: A script target's command line (None: a function that takes the Run).
     argv: tuple[str, ...] | None = None
+    #: Ranks (over 1: the worker runs them through torchrun, ``autotune._ranks``).
+    nproc: int = 1
 
 
 def worker_environ(environ: Mapping[str, str], tag: str) -> dict[str, str]:
@@ -145,7 +147,9 @@ def build_command(spec: TrialSpec, event_fd: int, environ: Mapping[str, str],
     if spec.cpus:
         env[CPUS_ENV] = ",".join(map(str, spec.cpus))
     device = spec.device
-    if device.startswith("cuda"):
+    if device.startswith("cuda") and spec.nproc > 1:
+        device = "cuda"  # (each rank takes cuda:LOCAL_RANK)
+    elif device.startswith("cuda"):
         index = int(device.partition(":")[2] or 0)
         visible = [v.strip() for v in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
         env["CUDA_VISIBLE_DEVICES"] = visible[index] if index < len(visible) else str(index)
@@ -159,6 +163,8 @@ def build_command(spec: TrialSpec, event_fd: int, environ: Mapping[str, str],
                "known_ceilings": {part: list(keys) for part, keys in spec.known_ceilings.items()}}
     if spec.argv is not None:
         payload["argv"] = list(spec.argv)
+    if spec.nproc > 1:
+        payload["nproc"] = spec.nproc
     return [python, "-m", "autotune._trial_main", json.dumps(payload)], env
 
 

@@ -13,7 +13,7 @@ from autotune._kinds import Kind
 from autotune._launch import Budget
 from autotune._noise import FOREIGN_LOAD_MAX, QUIET_WAIT_S, REMEASURES, SPREAD_MAX
 from autotune._outcome import headline
-from autotune._script import BAD_INPUT, is_script, label, study_name
+from autotune._script import BAD_INPUT, NPROC, is_script, label, study_name
 from autotune._stores import STORE_PATIENCE_S
 
 if TYPE_CHECKING:
@@ -52,11 +52,15 @@ class StudyOptions:
     max_spread: float = SPREAD_MAX
     #: A script target's command line (None: the target is a function that takes the Run).
     argv: tuple[str, ...] | None = None
+    #: Ranks per trial (``--nproc-per-node``): over 1, each trial runs through torchrun (``autotune._ranks``).
+    nproc: int = 1
 
     @property
     def label(self) -> str:
-        """What the study tunes, as a command line for a script (``train.py -- --epochs 3``)."""
-        return self.target if self.argv is None else label(self.target, self.argv)
+        """What the study tunes, as a command line for a script (``train.py -- --epochs 3``), after
+        ``--nproc-per-node N`` for a job on several ranks (another training: another study)."""
+        what = self.target if self.argv is None else label(self.target, self.argv)
+        return what if self.nproc == 1 else f"{NPROC} {self.nproc} {what}"
 
 
 class Reporter:

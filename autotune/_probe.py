@@ -10,6 +10,7 @@ import os
 import platform
 import resource
 import socket
+import threading
 from pathlib import Path
 
 from typing import TYPE_CHECKING
@@ -76,17 +77,31 @@ def _nvml_info() -> tuple[bool, str | None]:
         pynvml.nvmlShutdown()
 
 
-def _fused_reason(torch, device) -> str | None:
-    """None if AdamW really runs fused on ``device``, else why not (feature detection)."""
+def _fused_reason(torch, device, try_step: bool = True) -> str | None:
+    """None if AdamW really runs fused on ``device`` (``try_step``: a step is run to see), else
+    why not (feature detection)."""
     if "fused" not in inspect.signature(torch.optim.AdamW).parameters:
         return "torch.optim.AdamW takes no fused= argument in this torch"
-    try:
-        param = torch.zeros(2, device=device, requires_grad=True)
-        param.grad = torch.ones(2, device=device)
-        torch.optim.AdamW([param], fused=True).step()
-    except (RuntimeError, ValueError) as exc:
-        return f"fused AdamW fails on {device.type}: {str(exc).splitlines()[0]}"
-    return None
+    if not try_step:
+        return None
+    failed: list[str] = []
+
+    def step() -> None:
+        try:
+            param = torch.zeros(2, device=device, requires_grad=True)
+            param.grad = torch.ones(2, device=device)
+            torch.optim.AdamW([param], fused=True).step()
+        except (RuntimeError, ValueError) as exc:
+            failed.append(str(exc).splitlines()[0])
+
+    # On a thread of its own: a fused step leaves state in its thread's torch thread-locals, which
+    # gloo's work then captures; in a DDP rank that exec had probed on its main thread, the process
+    # group's destructor deadlocked at the script's end (3 of 4 runs here, torch 2.13; plain
+    # torchrun with one fused AdamW step first: 1 of 4).
+    probe_thread = threading.Thread(target=step, name="autotune-fused-probe")
+    probe_thread.start()
+    probe_thread.join()
+    return f"fused AdamW fails on {device.type}: {failed[0]}" if failed else None
 
 
 def _compile_reason(torch, cuda: bool) -> str | None:
@@ -105,12 +120,14 @@ def _compile_reason(torch, cuda: bool) -> str | None:
     return None
 
 
-def probe(device: str = "auto", cpus: int | None = None) -> Fingerprint:
+def probe(device: str = "auto", cpus: int | None = None, try_fused: bool = True) -> Fingerprint:
     """Probe CPUs, RAM, torch, CUDA, NVML and which knob capabilities are present.
 
     Args:
         device: "auto" (the first CUDA device if any, else CPU), "cpu" or "cuda:N".
         cpus: The CPUs the study may use (default: this process's, ``usable_cpus``).
+        try_fused: Run a fused AdamW step to see that it works (else only its signature is
+            read): a process that then trains, an export's, runs none unless it wants fused.
 
     Raises:
         ValueError: a device this machine does not have, or an unknown one.
@@ -131,7 +148,7 @@ def probe(device: str = "auto", cpus: int | None = None) -> Fingerprint:
         reasons[Capability.CUDNN.value] = "torch.backends.cudnn.is_available() is False"
     if cuda and not torch.cuda.is_bf16_supported():
         reasons[Capability.BF16.value] = f"{torch.cuda.get_device_name(dev)} has no bf16 support"
-    fused = _fused_reason(torch, dev)
+    fused = _fused_reason(torch, dev, try_fused)
     if fused:
         reasons[Capability.FUSED_OPTIMIZER.value] = fused
     compiled = _compile_reason(torch, cuda)

@@ -30,6 +30,8 @@ HANDLE_LINES = {
 }
 #: The prefix of a module target: ``-m package.module``.
 MODULE = "-m "
+#: The option of a job on several ranks, as a study's target and an export's header name it.
+NPROC = "--nproc-per-node"
 
 
 def module_of(target: str) -> str | None:

@@ -332,7 +332,7 @@ class StudyRunner:
         budget = self.options.budget.learning(self.options.tolerance) if kind is Kind.BASELINE \
             else self.options.budget
         spec = TrialSpec(self.options.target, config, slot.device, budget, seed=seed, cpus=slot.cpus,
-                         argv=self.options.argv, known_ceilings={} if kind.repeats else found.ceilings.known())
+                         argv=self.options.argv, nproc=self.options.nproc, known_ceilings={} if kind.repeats else found.ceilings.known())
         prune_below = found.decision.winner.median if found.decision.winner and kind.explores else None
         beats = itertools.count(1)
         interrupt = self.scheduler.interrupt

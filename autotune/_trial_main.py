@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune._events import FD_ENV, EventWriter
+from autotune._ranks import RANKS_ENV, launch_ranks, local_rank, pin_rank
 from autotune._slots import CPUS_ENV
 
 #: Lines of a traceback kept as a trial's reason.
@@ -142,19 +143,34 @@ def main(argv: list[str] | None = None) -> int:
     spec = json.loads((argv or sys.argv[1:])[0])
     if "probe" in spec:
         return probe_machine(spec, EventWriter(int(os.environ[FD_ENV])))
-    emit = _Logged(EventWriter(int(os.environ[FD_ENV])))
-    print(f"autotune: trial worker pid {os.getpid()}: {spec['target']} on {spec['device']}, seed {spec['seed']}, "
+    ranked = local_rank() if os.environ.get(RANKS_ENV) else None
+    if ranked is None and spec.get("nproc", 1) > 1:  # the launcher of a trial's ranks (autotune._ranks)
+        writer = EventWriter(int(os.environ[FD_ENV]))
+        writer("started", pid=os.getpid())
+        return launch_ranks(sys.argv[1] if argv is None else argv[0], spec["nproc"], lambda e: writer(
+            e["event"], **{k: v for k, v in e.items() if k not in ("event", "at")}))
+    if ranked is not None:  # one rank of them: its events on its own FIFO
+        fd = os.open(os.path.join(os.environ[RANKS_ENV], str(ranked[0])), os.O_WRONLY)
+        emit = _Logged(EventWriter(fd)) if ranked[0] == 0 else EventWriter(fd)
+        if spec["device"].startswith("cuda"):
+            spec["device"] = f"cuda:{ranked[0]}"
+    else:
+        emit = _Logged(EventWriter(int(os.environ[FD_ENV])))
+    rank = f" (rank {ranked[0]} of {ranked[1]})" if ranked else ""
+    print(f"autotune: trial worker pid {os.getpid()}{rank}: {spec['target']} on {spec['device']}, seed {spec['seed']}, "
           f"config {spec['config'] or '(your code as written)'}", flush=True)
     emit("started", pid=os.getpid())
     # A --jobs slot's CPUs: pinned before torch starts, so that its thread pool and the
     # DataLoader workers (which inherit the mask) stay on them.
     cpus = {int(c) for c in os.environ.get(CPUS_ENV, "").split(",") if c}
+    if ranked is not None:  # a rank keeps to its share of the trial's CPUs
+        cpus = set(pin_rank(sorted(cpus) or None))
     if cpus:
         os.sched_setaffinity(0, cpus)
     try:
         import torch
 
-        if cpus:
+        if cpus and ranked is None:  # (a rank's are OMP_NUM_THREADS: autotune._ranks.pin_rank)
             torch.set_num_threads(len(cpus))
 
         from autotune._config import Config

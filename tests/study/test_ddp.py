@@ -1,0 +1,58 @@
+"""A DDP script under torchrun, tuned unmodified with ``--nproc-per-node 2`` (gloo on the CPU) and run
+in production with ``autotune exec --nproc-per-node 2``; a rank that raises, and one that hangs, end
+their trial with nothing left running (the autouse fixture checks every process the test started)."""
+
+from __future__ import annotations
+
+import subprocess
+
+from helpers import FIXTURES, autotune, cli, cli_env, load_study
+
+from autotune._standing import standing
+
+SCRIPT = FIXTURES / "scripts" / "ddp_style.py"
+TRIALS = ["--warmup", "0.5", "--window", "0.5", "--windows", "3", "--seed", "0", "--confirm", "0"]
+
+
+def test_a_ddp_script_is_tuned_on_two_ranks_and_run_in_production_on_two(tmp_path) -> None:
+    space = tmp_path / "workers.yaml"
+    space.write_text("knobs:\n  num_workers: [0, 2]\n  persistent_workers: [true]\n")
+    done = autotune("run", str(SCRIPT), "--nproc-per-node", "2", "--trials", "2", "--store", "st",
+                    "--space", str(space), *TRIALS, "--", "--epochs", "1000", "--read-ms", "1", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "no ceilings on 2 ranks" in done.stderr
+    study = load_study(tmp_path / "st", "ddp_style")
+    assert study.user_attrs["target"].startswith(f"--nproc-per-node 2 {SCRIPT} -- --epochs 1000")
+    found = standing(study)
+    base, drawn = found.rows
+    assert base.outcome == drawn.outcome == "complete" and drawn.config["num_workers"] == 2
+    # 2 workers per rank read twice as fast as each rank's main process: the job's samples/s, summed
+    assert drawn.samples_per_s > 1.2 * base.samples_per_s, (base.samples_per_s, drawn.samples_per_s)
+    log = (tmp_path / "st" / "trials" / "ddp_style" / "trial-1.log").read_text()
+    assert "2 ranks through torch.distributed.run" in log and "(rank 1 of 2)" in log
+
+    export = tmp_path / "best.yaml"
+    assert autotune("export", "--store", "st", "-o", str(export), cwd=tmp_path).returncode == 0
+    assert f"# run with: autotune exec path --nproc-per-node 2 {SCRIPT} -- --epochs 1000" in export.read_text()
+    ran = autotune("exec", str(export), "--nproc-per-node", "2", str(SCRIPT), "--", "--epochs", "2",
+                   "--size", "256", "--read-ms", "0", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert "autotune: 2 ranks, each running" in ran.stderr and "num_workers=2" in ran.stderr
+    assert "epoch 1: loss" in ran.stdout  # both ranks ran to the end (rank 0 prints after the last all-reduce)
+
+
+def test_a_rank_that_raises_or_hangs_ends_its_trial_and_leaves_nothing_running(tmp_path) -> None:
+    runs = {}
+    for name, fault in (("raises", "--fail-rank"), ("hangs", "--hang-rank")):
+        (tmp_path / name).mkdir()
+        command = cli("run", str(SCRIPT), "--nproc-per-node", "2", "--trials", "1", "--store", "st", *TRIALS,
+                      "--stall-timeout", "3", "--", "--epochs", "1000", "--read-ms", "0", fault, "1",
+                      "--fail-after", "20")
+        runs[name] = subprocess.Popen(command, cwd=tmp_path / name, env=cli_env(None), text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    said = {name: proc.communicate(timeout=180) for name, proc in runs.items()}
+    assert runs["raises"].returncode == 1, said["raises"]
+    assert "rank 1: rank 1 lost its disk" in said["raises"][1]  # the failing rank's own error, named
+    assert runs["hangs"].returncode == 1, said["hangs"]
+    rows = standing(load_study(tmp_path / "hangs" / "st", "ddp_style")).rows
+    assert rows[0].outcome == "timeout" and "stalled: no step finished" in rows[0].reason, rows[0].reason
