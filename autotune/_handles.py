@@ -60,6 +60,7 @@ class Run:
         #: The optimizers built, by class name: whether each takes ``fused=`` (``facts``).
         self._optimizers: dict[str, bool] = {}
         self._scaler = None
+        self._micro: dict[int, int] = {}  # id of an optimizer -> run.step calls on it (accumulation)
         self.lr: float | None = None
 
     # -- the four calls, and the model -------------------------------------------------
@@ -200,20 +201,33 @@ class Run:
         dtype = torch.bfloat16 if amp == "bf16" else torch.float16
         return torch.autocast(device_type=self.device.type, dtype=dtype)
 
-    def step(self, loss: Any, optimizer: Any) -> None:
-        """Backward, optimizer step (through a GradScaler under fp16 only), zero_grad."""
-        if self._value("amp") == "fp16":
-            if self._scaler is None:
-                import torch
+    def step(self, loss: Any, optimizer: Any, *, clip_grad_norm: float | None = None, accumulate: int = 1) -> None:
+        """Backward; then, every ``accumulate`` calls (gradient accumulation: each backward takes
+        ``loss / accumulate``), the optimizer step with the gradients' norm clipped to
+        ``clip_grad_norm`` first (unscaled first under fp16), and zero_grad. The step goes through
+        a GradScaler under fp16 only. The loss the trial watches is ``loss`` as given."""
+        import torch
 
-                self._scaler = torch.amp.GradScaler(self.device.type)
-            self._scaler.scale(loss).backward()
-            self._scaler.step(optimizer)
-            self._scaler.update()
-        else:
-            loss.backward()
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        if accumulate < 1:
+            raise ValueError(f"run.step(accumulate={accumulate!r}): must be 1 or more")
+        fp16 = self._value("amp") == "fp16"
+        if fp16 and self._scaler is None:
+            self._scaler = torch.amp.GradScaler(self.device.type)
+        part = loss / accumulate if accumulate > 1 else loss
+        (self._scaler.scale(part) if fp16 else part).backward()
+        calls = self._micro[id(optimizer)] = self._micro.get(id(optimizer), 0) + 1
+        if calls % accumulate == 0:
+            if clip_grad_norm is not None:
+                if fp16:
+                    self._scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]],
+                                               clip_grad_norm)
+            if fp16:
+                self._scaler.step(optimizer)
+                self._scaler.update()
+            else:
+                optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
         self._after_step(loss)
 
     # -- internals ----------------------------------------------------------------------

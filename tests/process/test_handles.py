@@ -434,3 +434,27 @@ def test_windows_hold_whole_epochs_where_an_epoch_is_shorter_than_two_windows() 
     # an epoch (over 0.03 s) longer than two windows of 5 ms: the windows are cut by time
     _, *cut = _epoch_windows(window_s=0.005, wait_s=0.03)
     assert any(w["samples"] % 64 for w in cut), cut
+
+
+def test_step_clips_the_gradient_norm_before_the_optimizer_steps() -> None:
+    weight = torch.nn.Parameter(torch.zeros(4))
+    opt = torch.optim.SGD([weight], lr=1.0)
+    make().step((weight * torch.full((4,), 100.0)).sum(), opt, clip_grad_norm=0.5)
+    assert weight.detach().norm().item() == pytest.approx(0.5, rel=1e-4)  # 200 unclipped
+    assert weight.grad is None  # zero_grad(set_to_none=True)
+
+
+def test_step_accumulates_gradients_over_calls_and_steps_every_nth() -> None:
+    def loss(w: torch.Tensor, x: float) -> torch.Tensor:
+        return ((w - x) ** 2).sum()
+
+    accumulated, plain = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(2))
+    opt, ref = torch.optim.SGD([accumulated], lr=0.1), torch.optim.SGD([plain], lr=0.1)
+    run = make()
+    run.step(loss(accumulated, 1.0), opt, accumulate=2)
+    assert accumulated.detach().abs().sum() == 0  # no step after the first micro-batch
+    run.step(loss(accumulated, 3.0), opt, accumulate=2)
+    make().step((loss(plain, 1.0) + loss(plain, 3.0)) / 2, ref)  # one step on the mean of both
+    assert torch.allclose(accumulated.detach(), plain.detach())
+    with pytest.raises(ValueError, match=r"accumulate=0"):
+        run.step(loss(accumulated, 1.0), opt, accumulate=0)
