@@ -255,7 +255,7 @@ def export_text(study: optuna.Study, found: Standing) -> str:
     share = f"; each trial on {best.slot['share']} (--jobs)" if best.slot.get("cpus") else ""
     header = [f"autotune: study {study.study_name}, {first}", *rest,
               f"measured on: {fingerprint.get('summary', 'unknown machine')}{share}",
-              _how_to_use(study.user_attrs.get("target", ""))]
+              _how_to_use(study.user_attrs.get("target", ""), study.user_attrs.get("script"))]
     machine = {key: fingerprint[key] for key in MEASURED_ON if fingerprint.get(key) is not None}
     if best.slot.get("cpus"):
         machine["cpus"] = len(best.slot["cpus"])
@@ -263,10 +263,11 @@ def export_text(study: optuna.Study, found: Standing) -> str:
                   f"study {study.study_name}: {first.split(' (')[0]}")
 
 
-def _how_to_use(target: str) -> str:
-    """The export header's last line: how production applies it, for a script or a function."""
+def _how_to_use(target: str, script: bool | None) -> str:
+    """The export header's last line: how production applies it, for a script or a function
+    (``script`` None: a study from before it was recorded, read from the target's form)."""
     from autotune._script import is_script
 
-    if target and is_script(target.split(" -- ")[0]):
-        return f"run with: autotune exec path {target}"
-    return "load with: autotune.load(path)"
+    if script is None:
+        script = bool(target) and is_script(target.split(" -- ")[0])
+    return f"run with: autotune exec path {target}" if script else "load with: autotune.load(path)"

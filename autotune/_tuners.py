@@ -63,6 +63,9 @@ class TunerPhase(str, enum.Enum):
     DONE = "done"
 
 
+#: Whether a study tunes an unmodified script (its export then says ``autotune exec``).
+ATTR_SCRIPT = "script"
+
 def this_process() -> dict[str, Any]:
     """This tuner's identity as stored with its trials: host, pid, start time."""
     import psutil
@@ -141,7 +144,7 @@ class Joined:
 
 
 def join(storage, name: str, sampler, target: str, space: str, fingerprint: Fingerprint, tracker: Tracker,
-         say: Callable[[str], None]) -> Joined:
+         say: Callable[[str], None], script: bool = False) -> Joined:
     """Found study ``name`` or join it; the founder sets it up (``set_up``), a joiner waits for
     that, and does it itself if the founder died first (its baseline is then asked for by the
     first tuner that finds none).
@@ -151,14 +154,14 @@ def join(storage, name: str, sampler, target: str, space: str, fingerprint: Fing
     """
     study, founder = found_or_join(storage, name, sampler)
     if founder:
-        set_up(study, target, space, fingerprint, tracker, baseline=True)
+        set_up(study, target, space, fingerprint, tracker, baseline=True, script=script)
     else:
         deadline = time.monotonic() + SETUP_WAIT_S
         while ATTR_PARENT not in study.user_attrs:
             if time.monotonic() > deadline:
                 say(f"study {name}: the tuner that created it did not set it up within {SETUP_WAIT_S:.0f} s; "
                     "setting it up here")
-                set_up(study, target, space, fingerprint, tracker, baseline=False)
+                set_up(study, target, space, fingerprint, tracker, baseline=False, script=script)
                 break
             time.sleep(0.5)
     known = study.user_attrs.get("target")
@@ -169,8 +172,9 @@ def join(storage, name: str, sampler, target: str, space: str, fingerprint: Fing
 
 
 def set_up(study: optuna.Study, target: str, space: str, fingerprint: Fingerprint, tracker: Tracker,
-           baseline: bool) -> None:
-    """Record what the study tunes, ask for its baseline, start its MLflow parent run.
+           baseline: bool, script: bool = False) -> None:
+    """Record what the study tunes (``target``, and ``script``: whether it is an unmodified script,
+    which production runs with ``autotune exec``), ask for its baseline, start its MLflow parent run.
 
     The parent run's id goes last: tuners joining the study wait for it.
     """
@@ -178,6 +182,7 @@ def set_up(study: optuna.Study, target: str, space: str, fingerprint: Fingerprin
     import warnings
 
     study.set_user_attr("target", target)
+    study.set_user_attr(ATTR_SCRIPT, script)
     study.set_user_attr("space", space)
     study.set_user_attr("fingerprint", {**dataclasses.asdict(fingerprint), "summary": fingerprint.summary()})
     with warnings.catch_warnings():  # "experimental" since Optuna 3.2, and only ours to know
