@@ -34,6 +34,13 @@ class ScriptTrial(Trial):
     def window_s(self) -> float:
         return self._window_s
 
+    def facts(self) -> dict[str, Any]:
+        from autotune._frameworks import detect
+
+        found = super().facts()
+        framework = detect()
+        return {**found, "framework": framework} if framework else found
+
     def _source(self, loader: Iterable[Any]) -> Iterator[Any]:
         return self.hooks.source(loader)
 

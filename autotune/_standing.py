@@ -247,6 +247,7 @@ def compile_payback(win: Group, base: Group | None) -> str | None:
 def export_text(study: optuna.Study, found: Standing) -> str:
     """The winning config as the YAML snippet ``autotune.load`` reads."""
     from autotune._export import MEASURED_ON, render
+    from autotune._frameworks import own_settings
 
     best = found.best
     fingerprint = study.user_attrs.get("fingerprint", {})
@@ -256,6 +257,10 @@ def export_text(study: optuna.Study, found: Standing) -> str:
     header = [f"autotune: study {study.study_name}, {first}", *rest,
               f"measured on: {fingerprint.get('summary', 'unknown machine')}{share}",
               _how_to_use(study.user_attrs.get("target", ""), study.user_attrs.get("script"))]
+    base = found.base.first if found.base else None
+    own = own_settings(best.dataset.get("framework"), best.config, base.config if base else {})
+    if own:  # a Lightning or Trainer script: the same, in the framework's own settings
+        header.append(f"or {own}")
     machine = {key: fingerprint[key] for key in MEASURED_ON if fingerprint.get(key) is not None}
     if best.slot.get("cpus"):
         machine["cpus"] = len(best.slot["cpus"])
