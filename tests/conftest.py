@@ -19,7 +19,8 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 #: process ran alone while the others had finished.
 ORDER = ("study", "process", "unit")
 #: The longest test files, started first of all (each over 40 s of one CPU on the 2-core CI machine).
-LONGEST = ("test_outages", "test_resume", "test_many_tuners", "test_e2e", "test_tuners_retry", "test_noisy_study")
+LONGEST = ("test_outages", "test_resume", "test_many_tuners", "test_ddp", "test_e2e", "test_tuners_retry",
+           "test_noisy_study", "test_frameworks", "test_script_study")
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
