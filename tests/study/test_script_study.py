@@ -14,7 +14,7 @@ SCRIPT = FIXTURES / "scripts" / "mnist_style.py"
 #: Its own command line: epochs of 8 batches (about 1 s at 2 ms an item), so that test passes fall between
 #: the windows; reads slow enough to outweigh its model even beside a CPU hog and the suite's other
 #: studies (at 0.5 ms there, 0, 2 and 4 workers all read 1,317-1,352 samples/s).
-ARGS = ["--", "--epochs", "1000", "--train-size", "512", "--read-ms", "2"]
+ARGS = ["--", "--epochs", "1000", "--train-size", "512", "--test-size", "200", "--read-ms", "2"]
 
 
 def digest() -> str:
