@@ -226,6 +226,12 @@ def _study(target: str, argv: tuple[str, ...] | None, target_notes: list[str], l
         raise ConfigError(str(exc)) from None
     if devices == [device]:
         devices = [fingerprint.device]
+    if limits["nproc_per_node"] > 1 and str(fingerprint.device).startswith("cuda"):
+        import torch
+
+        if limits["nproc_per_node"] * jobs > torch.cuda.device_count():
+            raise ConfigError(f"--nproc-per-node {limits['nproc_per_node']}: each rank takes a GPU of its own, "
+                              f"and this machine shows {torch.cuda.device_count()}")
     slots = plan_slots(jobs, cpus, devices)
     restricted, notes = loaded.restrict(fingerprint)
     if progress is True:

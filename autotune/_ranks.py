@@ -8,7 +8,9 @@ The trial's worker, the process the tuner started, becomes the launcher's parent
 (``launch_ranks``): it starts torchrun, reads each rank's events from a FIFO of the rank's
 own (``RANKS_ENV``), and tells the tuner about one trial: rank 0's events, with each window's
 samples/s summed over the ranks (the whole job's) and its data wait the slowest rank's
-(``combine``). A rank that raises ends the trial with its error, named by rank; one that
+(``combine``). A rank whose windows are done leaves; a collective of another then loses its
+peer, which ends the trial with the windows every rank closed. Before that, a rank that raises
+ends the trial with its error, named by rank; one that
 dies or hangs ends it as a crash or a stall, as a one-process trial would. Every rank is in
 the trial's process group, so none outlives it. Ceilings are not measured on several ranks:
 a part measured alone on one rank would wait on the others' collectives.
@@ -129,6 +131,7 @@ def launch_ranks(payload: str, ranks: int, send: Callable[[dict[str, Any]], None
           "them, data wait is the slowest rank's", flush=True)
     pending: dict[int, dict[int, dict[str, Any]]] = {}  # window index -> rank -> its window
     sent, end, ended_at, closed, exited_at = 0, None, 0.0, set(), None
+    finished: dict[int, dict[str, Any]] = {}  # rank -> its end event (its windows done)
     while True:
         try:
             rank, event = channels.events.get(timeout=0.2)
@@ -140,12 +143,18 @@ def launch_ranks(payload: str, ranks: int, send: Callable[[dict[str, Any]], None
             kind = event["event"]
             if kind == "window":
                 pending.setdefault(event["index"], {})[rank] = event
+            elif kind == "error" and end is None and finished:
+                # A rank whose windows were done has left, and a collective of this one lost its peer:
+                # the trial is over, with the windows every rank closed.
+                end, ended_at = finished[min(finished)], time.monotonic() - LAST_WINDOWS_S
             elif kind == "error" and end is None:
                 send({**event, "message": f"rank {rank}: {event.get('message', '')}"})
                 _stop(proc)
                 return 1
-            elif rank == 0 and kind == "end":
-                end, ended_at = event, time.monotonic()
+            elif kind == "end":
+                finished[rank] = event
+                if rank == 0:
+                    end, ended_at = event, time.monotonic()
             elif rank == 0 and kind not in ("started", "error"):
                 send(event)
         while len(pending.get(sent, {})) == ranks:  # every rank closed window ``sent``
@@ -156,6 +165,8 @@ def launch_ranks(payload: str, ranks: int, send: Callable[[dict[str, Any]], None
             send({**end, "windows": sent})
             _stop(proc)
             return 0
+        if end is None and finished and proc.poll() is not None:  # every rank left without rank 0's end
+            end, ended_at = finished[min(finished)], time.monotonic() - LAST_WINDOWS_S
         if end is None and proc.poll() is not None:
             exited_at = exited_at or time.monotonic()
             if len(closed) == ranks or time.monotonic() - exited_at > 2.0:  # (a rank that died unopened)

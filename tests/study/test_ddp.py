@@ -41,7 +41,7 @@ def test_a_ddp_script_is_tuned_on_two_ranks_and_run_in_production_on_two(tmp_pat
     assert "epoch 1: loss" in ran.stdout  # both ranks ran to the end (rank 0 prints after the last all-reduce)
 
 
-def test_a_rank_that_raises_or_hangs_ends_its_trial_and_leaves_nothing_running(tmp_path) -> None:
+def test_a_rank_that_raises_or_hangs_ends_its_trial_and_a_run_handle_function_trains_on_two(tmp_path) -> None:
     runs = {}
     for name, fault in (("raises", "--fail-rank"), ("hangs", "--hang-rank")):
         (tmp_path / name).mkdir()
@@ -50,7 +50,16 @@ def test_a_rank_that_raises_or_hangs_ends_its_trial_and_leaves_nothing_running(t
                       "--fail-after", "20")
         runs[name] = subprocess.Popen(command, cwd=tmp_path / name, env=cli_env(None), text=True,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # a function that takes the Run, on 2 ranks: one rank may finish its windows first, and the
+    # other's collective then loses its peer; the trial still ends complete
+    (tmp_path / "handle").mkdir()
+    runs["handle"] = subprocess.Popen(
+        cli("run", f"{FIXTURES / 'ddp_train.py'}:train", "--nproc-per-node", "2", "--trials", "1", "--store", "st",
+            *TRIALS), cwd=tmp_path / "handle", env=cli_env(None), text=True, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE)
     said = {name: proc.communicate(timeout=180) for name, proc in runs.items()}
+    assert runs["handle"].returncode == 0, said["handle"]
+    assert standing(load_study(tmp_path / "handle" / "st", "ddp_train")).rows[0].outcome == "complete"
     assert runs["raises"].returncode == 1, said["raises"]
     assert "rank 1: rank 1 lost its disk" in said["raises"][1]  # the failing rank's own error, named
     assert runs["hangs"].returncode == 1, said["hangs"]
