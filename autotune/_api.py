@@ -164,6 +164,7 @@ def _run(target: str, limits: Mapping[str, Any], *, argv: tuple[str, ...] | None
          progress: bool | Reporter) -> Result:
     from autotune._launch import new_tag
     from autotune._probe import usable_cpus
+    from autotune._ranks import check_ranks
     from autotune._slots import plan_slots
     from autotune._space import load_space
     from autotune._stores import check_folder
@@ -179,11 +180,7 @@ def _run(target: str, limits: Mapping[str, Any], *, argv: tuple[str, ...] | None
     else:
         target_notes = check_target(target)
     check_folder(store, f"the store folder {store}")  # read-only or full: said before anything starts
-    ranks = limits["nproc_per_node"]
-    if ranks * jobs > usable_cpus():
-        raise ConfigError(f"--nproc-per-node {ranks}" + (f" with --jobs {jobs}" if jobs > 1 else "") + f": this "
-                          f"machine gives the study {usable_cpus()} CPU(s), and each rank needs one of its own "
-                          f"(at most {usable_cpus() // jobs})")
+    check_ranks(limits["nproc_per_node"], jobs)
     # The slots' warm workers first: their imports (torch, 2-3 s) overlap the probe and the stores'
     # set-up instead of holding up the first trial. A slot's CPUs do not depend on its device.
     cpus = sorted(os.sched_getaffinity(0))[:usable_cpus()]

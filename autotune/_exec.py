@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from autotune._knobs import KNOBS, show_value
-from autotune._config import ConfigError
 from autotune._script import SCRIPT_STAGES, ScriptExited, check_script, label, module_of, run_script
 
 
@@ -27,15 +26,12 @@ def exec_script(export: Path, target: str, argv: Sequence[str], device: str = "a
     """
     from autotune._export import load
     from autotune._hooks import Hooks
-    from autotune._probe import usable_cpus
-    from autotune._ranks import local_rank, pin_rank, rank_environ, torchrun
+    from autotune._ranks import check_ranks, local_rank, pin_rank, rank_environ, torchrun
 
     check_script(target)
     ranked = local_rank()
     if nproc > 1 and ranked is None:
-        if nproc > usable_cpus():
-            raise ConfigError(f"--nproc-per-node {nproc}: this machine gives it {usable_cpus()} CPU(s), and each "
-                              "rank needs one of its own")
+        check_ranks(nproc)
         load(export, device, quiet=True)  # (bad input said once, here, not by every rank)
         script = ["-m", module_of(target)] if module_of(target) else [target]
         command = torchrun(nproc, ["autotune", "exec", str(export), "--device", device, *script, "--", *argv])
@@ -49,13 +45,9 @@ def exec_script(export: Path, target: str, argv: Sequence[str], device: str = "a
     applied = {k: v for k, v in values.items() if KNOBS[k].stage in SCRIPT_STAGES}
     needs_code = {k: v for k, v in values.items() if k not in applied}
     knobs = " ".join(f"{k}={show_value(v)}" for k, v in applied.items()) or "nothing (the code as written)"
-    if ranked is not None and ranked[0] > 0:
-        pass  # (rank 0 says it for all)
-    elif ranked is not None:
-        print(f"autotune: {ranked[1]} ranks, each running {label(target, argv)} with {recipe.origin or export}: "
-              f"{knobs}", file=sys.stderr, flush=True)
-    else:
-        print(f"autotune: running {label(target, argv)} with {recipe.origin or export}: {knobs}", file=sys.stderr,
+    if ranked is None or ranked[0] == 0:  # (rank 0 says it for all)
+        running = f"{ranked[1]} ranks, each running" if ranked else "running"
+        print(f"autotune: {running} {label(target, argv)} with {recipe.origin or export}: {knobs}", file=sys.stderr,
               flush=True)
     if needs_code and (ranked is None or ranked[0] == 0):
         print("autotune: not applied to an unmodified script (they need the Run handle): "

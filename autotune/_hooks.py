@@ -41,6 +41,7 @@ class Hooks:
 
     Attributes:
         training: The training loader, once an optimizer has stepped.
+        built_loader: Whether the script built a DataLoader (after the hooks were installed).
         last_fetched: The loader whose batch was fetched last (None: no loader yielded a batch).
         optimizers: The names of the optimizer classes the script built.
         steps: Optimizer steps taken on the training loader's batches.
@@ -54,17 +55,12 @@ class Hooks:
         self.last_fetched: Any = None
         self.steps = 0  # optimizer steps since the training loader was found (the first one found it)
         self._built: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loader -> its record
-        self._based = False  # a loader was built: the first one's batch size is lr scaling's base until one trains
+        self.built_loader = False  # (the first loader's batch size is lr scaling's base until one trains)
         self._local = threading.local()  # depth of our own calls (a loader built inside one passes as is)
         self._loss: Any = None
         self._stepped_at = -1
         self._undo: list[Callable[[], None]] = []
         self._original_iter: Callable[[Any], Iterator[Any]] | None = None
-
-    @property
-    def built_loader(self) -> bool:
-        """Whether the script built a DataLoader (after the hooks were installed)."""
-        return self._based
 
     # -- installing --------------------------------------------------------------------
 
@@ -128,8 +124,8 @@ class Hooks:
             base = run._base_batch_size
             hooks._call_ours(lambda: original(loader, dataset, **kw))
             hooks._built[loader] = (dataset, kw, base)
-            if not hooks._based:
-                hooks._based = True
+            if not hooks.built_loader:
+                hooks.built_loader = True
                 run._loader_built(loader, dataset, kw)
             else:
                 run._base_batch_size = kept  # the first loader's stays the base until one trains

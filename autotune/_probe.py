@@ -94,10 +94,12 @@ def _fused_reason(torch, device, try_step: bool = True) -> str | None:
         except (RuntimeError, ValueError) as exc:
             failed.append(str(exc).splitlines()[0])
 
-    # On a thread of its own: a fused step leaves state in its thread's torch thread-locals, which
-    # gloo's work then captures; in a DDP rank that exec had probed on its main thread, the process
-    # group's destructor deadlocked at the script's end (3 of 4 runs here, torch 2.13; plain
-    # torchrun with one fused AdamW step first: 1 of 4).
+    # On a thread of its own, which keeps the step out of the caller's thread-locals: in a DDP rank
+    # that had run it on its main thread, gloo's process-group destructor deadlocked at the
+    # script's end (py-spy: it joins a thread that waits for the GIL to free a Python object;
+    # plain torchrun with one fused step first: 1 run of 4; torch 2.13). On a thread it still hung
+    # once in 6, so a process that goes on to train (exec) does not try the step unless it wants
+    # fused (``probe(try_fused=...)``, ``autotune._export``).
     probe_thread = threading.Thread(target=step, name="autotune-fused-probe")
     probe_thread.start()
     probe_thread.join()

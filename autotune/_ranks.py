@@ -10,10 +10,11 @@ own (``RANKS_ENV``), and tells the tuner about one trial: rank 0's events, with 
 samples/s summed over the ranks (the whole job's) and its data wait the slowest rank's
 (``combine``). A rank whose windows are done leaves; a collective of another then loses its
 peer, which ends the trial with the windows every rank closed. Before that, a rank that raises
-ends the trial with its error, named by rank; one that
-dies or hangs ends it as a crash or a stall, as a one-process trial would. Every rank is in
-the trial's process group, so none outlives it. Ceilings are not measured on several ranks:
-a part measured alone on one rank would wait on the others' collectives.
+ends the trial with its error, named by rank; one that dies or hangs ends it as a crash or a
+stall, as a one-process trial would. torchrun starts its ranks in sessions of their own, so the
+trial's process group does not hold them: they carry the trial's tag, by which the tuner ends
+whatever a trial leaves (``autotune._watch``). Ceilings are not measured on several ranks: a
+part measured alone on one rank would wait on the others' collectives.
 """
 
 from __future__ import annotations
@@ -62,11 +63,23 @@ def rank_share(cpus: Sequence[int], rank: int, ranks: int) -> list[int]:
     return list(cpus[rank * size:(rank + 1) * size])
 
 
+def check_ranks(nproc: int, jobs: int = 1) -> None:
+    """Raise ConfigError unless this machine's CPUs give each of ``nproc`` ranks (of each of
+    ``jobs`` trials at once) one of its own."""
+    from autotune._config import ConfigError
+    from autotune._probe import usable_cpus
+
+    cpus = usable_cpus()
+    if nproc * jobs > cpus:
+        raise ConfigError(f"--nproc-per-node {nproc}" + (f" with --jobs {jobs}" if jobs > 1 else "")
+                          + f": this machine gives it {cpus} CPU(s), and each rank needs one of its own "
+                            f"(at most {cpus // jobs})")
+
+
 def pin_rank(cpus: Sequence[int] | None = None) -> list[int] | None:
     """In a rank: keep to its share of ``cpus`` (default: this process's). Its CPUs; None outside
-    a rank. Its torch threads are set by ``OMP_NUM_THREADS`` (``rank_environ``), not here: a rank
-    that called ``torch.set_num_threads`` hung in gloo's process-group destructor at the script's
-    end (3 of 4 runs of tests/fixtures/scripts/ddp_style.py here, torch 2.13; none without)."""
+    a rank. Its torch threads are set as torchrun sets them, by ``OMP_NUM_THREADS``
+    (``rank_environ``)."""
     ranked = local_rank()
     if ranked is None:
         return None
@@ -130,7 +143,8 @@ def launch_ranks(payload: str, ranks: int, send: Callable[[dict[str, Any]], None
     print(f"autotune: {ranks} ranks through torch.distributed.run (pid {proc.pid}); samples/s is summed over "
           "them, data wait is the slowest rank's", flush=True)
     pending: dict[int, dict[int, dict[str, Any]]] = {}  # window index -> rank -> its window
-    sent, end, ended_at, closed, exited_at = 0, None, 0.0, set(), None
+    sent, closed, exited_at = 0, set(), None
+    end, deadline = None, 0.0  # the end event to send, and when to stop waiting for windows
     finished: dict[int, dict[str, Any]] = {}  # rank -> its end event (its windows done)
     while True:
         try:
@@ -146,7 +160,7 @@ def launch_ranks(payload: str, ranks: int, send: Callable[[dict[str, Any]], None
             elif kind == "error" and end is None and finished:
                 # A rank whose windows were done has left, and a collective of this one lost its peer:
                 # the trial is over, with the windows every rank closed.
-                end, ended_at = finished[min(finished)], time.monotonic() - LAST_WINDOWS_S
+                end, deadline = finished[min(finished)], time.monotonic()
             elif kind == "error" and end is None:
                 send({**event, "message": f"rank {rank}: {event.get('message', '')}"})
                 _stop(proc)
@@ -154,19 +168,19 @@ def launch_ranks(payload: str, ranks: int, send: Callable[[dict[str, Any]], None
             elif kind == "end":
                 finished[rank] = event
                 if rank == 0:
-                    end, ended_at = event, time.monotonic()
+                    end, deadline = event, time.monotonic() + LAST_WINDOWS_S
             elif rank == 0 and kind not in ("started", "error"):
                 send(event)
         while len(pending.get(sent, {})) == ranks:  # every rank closed window ``sent``
             send(combine([pending[sent][r] for r in range(ranks)]))
             del pending[sent]
             sent += 1
-        if end is not None and (not pending or time.monotonic() - ended_at > LAST_WINDOWS_S):
+        if end is not None and (not pending or time.monotonic() >= deadline):
             send({**end, "windows": sent})
             _stop(proc)
             return 0
         if end is None and finished and proc.poll() is not None:  # every rank left without rank 0's end
-            end, ended_at = finished[min(finished)], time.monotonic() - LAST_WINDOWS_S
+            end, deadline = finished[min(finished)], time.monotonic()
         if end is None and proc.poll() is not None:
             exited_at = exited_at or time.monotonic()
             if len(closed) == ranks or time.monotonic() - exited_at > 2.0:  # (a rank that died unopened)

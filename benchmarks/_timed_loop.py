@@ -1,5 +1,6 @@
-"""A plain training script that times itself (the script the hooks benchmark runs): an MLP on
-in-memory tensors, Adam, ``--steps`` timed steps after ``--warmup``; prints ``rate N`` (samples/s)."""
+"""A plain training script that times itself (the script the hooks benchmarks run): an MLP on
+in-memory tensors, Adam, ``--steps`` timed steps after ``--warmup``; prints ``rate N`` (samples/s).
+``loop`` is the same loop for a benchmark that runs it in its own process (hooks_in_process.py)."""
 
 import argparse
 import time
@@ -8,26 +9,33 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--steps", type=int, default=3000)
-parser.add_argument("--warmup", type=int, default=100)
-args = parser.parse_args()
-torch.manual_seed(0)
-x = torch.randn(8192, 64)
-y = (x.sum(1) > 0).long()
-loader = DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True, drop_last=True)
-model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 2))
-opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-step, began, samples = 0, None, 0
-while step < args.warmup + args.steps:
-    for xb, yb in loader:
-        if step == args.warmup:
-            began, samples = time.perf_counter(), 0
-        opt.zero_grad()
-        F.cross_entropy(model(xb), yb).backward()
-        opt.step()
-        step += 1
-        samples += len(xb)
-        if step >= args.warmup + args.steps:
-            break
-print(f"rate {samples / (time.perf_counter() - began):.1f}")
+
+def loop(steps: int, warmup: int) -> float:
+    """Samples/s over ``steps`` training steps after ``warmup``."""
+    torch.manual_seed(0)
+    x = torch.randn(8192, 64)
+    y = (x.sum(1) > 0).long()
+    loader = DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True, drop_last=True)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 2))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    step, began, samples = 0, time.perf_counter(), 0
+    while step < warmup + steps:
+        for xb, yb in loader:
+            if step == warmup:
+                began, samples = time.perf_counter(), 0
+            opt.zero_grad()
+            F.cross_entropy(model(xb), yb).backward()
+            opt.step()
+            step += 1
+            samples += len(xb)
+            if step >= warmup + steps:
+                break
+    return samples / (time.perf_counter() - began)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--warmup", type=int, default=100)
+    args = parser.parse_args()
+    print(f"rate {loop(args.steps, args.warmup):.1f}")

@@ -15,12 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 
 import torch
-import torch.nn.functional as F
 from _results import data_path, machine, spread, write_section
-from torch.utils.data import DataLoader, TensorDataset
+from _timed_loop import loop
 
 from autotune._config import Config
 from autotune._handles import Run
@@ -28,29 +26,6 @@ from autotune._hooks import Hooks
 from autotune._script_trial import ScriptTrial
 
 TOPIC = "scripts"
-
-
-def loop(steps: int, warmup: int) -> float:
-    """The training loop of benchmarks/_timed_loop.py, built here: samples/s over ``steps`` after ``warmup``."""
-    torch.manual_seed(0)
-    x = torch.randn(8192, 64)
-    y = (x.sum(1) > 0).long()
-    loader = DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True, drop_last=True)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 2))
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    step, began, samples = 0, time.perf_counter(), 0
-    while step < warmup + steps:
-        for xb, yb in loader:
-            if step == warmup:
-                began, samples = time.perf_counter(), 0
-            opt.zero_grad()
-            F.cross_entropy(model(xb), yb).backward()
-            opt.step()
-            step += 1
-            samples += len(xb)
-            if step >= warmup + steps:
-                break
-    return samples / (time.perf_counter() - began)
 
 
 def hooked(run: Run, steps: int, warmup: int) -> float:
