@@ -214,9 +214,12 @@ class Trial(CeilingPhases, Run):
         self._pending = [part for part in (Part.COMPUTE, Part.LOADER) if self._wants(part)]
         loss = self._win.loss()
         self._warmup_loss = loss
-        self._emit("warmup", steps=self._step, seconds=time.perf_counter() - self._started,
-                   samples=self._win.samples, samples_seen=self._seen, loss=loss, curve=self._win.curve(self._seen),
-                   **({"compile_s": compile_s(self._win.step_times)} if self._compiling else {}))
+        seconds = time.perf_counter() - self._started
+        # at most the warmup's own time: the first step's time counts its wait for the first
+        # batch, which came before the warmup's clock started
+        cost = {"compile_s": min(seconds, compile_s(self._win.step_times))} if self._compiling else {}
+        self._emit("warmup", steps=self._step, seconds=seconds, samples=self._win.samples,
+                   samples_seen=self._seen, loss=loss, curve=self._win.curve(self._seen), **cost)
         self._reset_window(time.perf_counter())
         self._stop_if_nonfinite(loss)
 
