@@ -62,12 +62,13 @@ def main(args: Sequence[str] | None = None) -> None:
 @click.version_option(package_name="autotune")
 def cli() -> None:
     """Tune a PyTorch training loop's loader, transfer, precision and optimizer knobs
-    by measuring short real trials of your own training function.
+    by measuring short real trials of your own training script, unmodified.
 
     \b
-      autotune run runners/mnist.py:train --trials 12
+      autotune run train.py --trials 12 -- ARGS     # or FILE.py:train, a function taking the Run
       autotune show
-      autotune export -o best.yaml     # then: train(autotune.load("best.yaml"))
+      autotune export -o best.yaml
+      autotune exec best.yaml train.py -- ARGS      # production, the winner applied
       autotune report                  # one HTML page: winner, trials, knobs, loss, ceilings
       autotune ui
       autotune doctor

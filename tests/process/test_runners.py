@@ -26,6 +26,7 @@ def _load(name: str):
 
 
 mnist = _load("mnist")
+mnist_script = _load("mnist_script")
 jpeg = _load("jpeg")
 charlm = _load("charlm")
 resnet = _load("resnet")
@@ -94,6 +95,14 @@ def test_mnist_production_run_learns(monkeypatch):
     # Chance is ln(10) = 2.30; one epoch of a CNN on digits gets well below it.
     assert losses[0] > 2.0
     assert sum(losses[-10:]) / 10 < 1.0
+
+
+def test_the_mnist_scripts_test_digits_are_every_class_and_never_trained_on(digits):
+    train, test = mnist_script.split(digits)
+    assert len(test) == mnist_script.TEST_SIZE and len(train) + len(test) == len(digits)
+    assert not set(train.indices) & set(test.indices)
+    assert torch.bincount(digits.labels[test.indices], minlength=10).min() > 20  # (the file is in label order)
+    assert mnist_script.split(digits)[1].indices == test.indices  # the same split in every run
 
 
 # -- jpeg ---------------------------------------------------------------------------------
