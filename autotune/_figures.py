@@ -54,6 +54,8 @@ def summarize(windows: Sequence[Mapping[str, Any]], monitor: Monitor, started: f
         metrics["warmup_s"] = events["warmup"]["seconds"]
         if "compile_s" in events["warmup"]:  # torch.compile's cost, kept out of the windows
             metrics["compile_s"] = events["warmup"]["compile_s"]
+        if "repeat_share" in events["warmup"]:  # rows seen again in its first batches (autotune._streams)
+            metrics["repeat_share"] = events["warmup"]["repeat_share"]
     if not windows:
         return metrics
     rates = [w["samples"] / w["seconds"] for w in windows]
@@ -67,7 +69,11 @@ def summarize(windows: Sequence[Mapping[str, Any]], monitor: Monitor, started: f
         data_wait_frac=sum(w["data_wait"] for w in windows) / sum(w["seconds"] for w in windows),
         **_main_thread(windows),
         measured_samples=float(sum(w["samples"] for w in windows)),
+        samples_per_step=sum(w["samples"] for w in windows) / max(1, sum(w["steps"] for w in windows)),
     )
+    epochs = [w["epoch_rows"] for w in windows if w.get("epoch_rows")]
+    if epochs:  # the rows of its loader's last whole epoch
+        metrics["epoch_rows"] = float(max(epochs))
     outside = sum(w.get("outside_s", 0.0) for w in windows)
     if outside:  # between epochs (an evaluation pass): its own figure, never in samples/s
         metrics["outside_loop_s"] = outside

@@ -46,6 +46,7 @@ from typing import Any
 
 from autotune._ceilings import Ceilings
 from autotune._knobs import KNOBS, Part, batch_of, show_value
+from autotune._outcome import Outcome
 
 #: Share of the CPUs its workers could use (at most one each) under which a loader
 #: counts as waiting: more workers than cores then help.
@@ -148,9 +149,14 @@ def limits(ram_budget: int | None, per_worker: float | None, base_ram: float | N
 
 def epoch_samples(rows: Iterable[Any]) -> int | None:
     """Samples in an epoch as the trials' loaders saw them (batches x batch size; the
-    most any trial saw, so a last partial batch never bounds too low), or None."""
+    most any trial saw, so a last partial batch never bounds too low), or None. A stream,
+    which has no length, counts the rows of a whole epoch (never a distorted trial's, which
+    delivered some twice: ``autotune._streams``)."""
+    rows = list(rows)
     seen = [row.dataset["epoch_batches"] * row.config["batch_size"] for row in rows
             if row.dataset.get("epoch_batches") and isinstance(row.config.get("batch_size"), int)]
+    seen += [int(row.metrics["epoch_rows"]) for row in rows
+             if row.metrics.get("epoch_rows") and row.outcome != Outcome.DISTORTED.value]
     return max(seen) if seen else None
 
 

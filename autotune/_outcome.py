@@ -24,6 +24,9 @@ class Outcome(str, enum.Enum):
     TIMEOUT = "timeout"
     CRASHED = "crashed"
     PRUNED = "pruned"
+    #: Its loader delivered rows more than once, or smaller batches than the baseline's
+    #: (``autotune._streams``): a figure of another training, which never ranks.
+    DISTORTED = "distorted"
     #: The tuner stopped (Ctrl-C, SIGTERM, or it was killed and a later run found
     #: the trial stale): says nothing about the config, so it is not "crashed".
     INTERRUPTED = "interrupted"

@@ -27,6 +27,7 @@ from autotune._outcome import Outcome
 from autotune._space import Choice, IntRange, Space
 from autotune._space_now import base_batch_size
 from autotune._loader_workers import climbed, epoch_samples, more_workers, useful_workers
+from autotune._streams import duplicating
 
 if TYPE_CHECKING:
     from autotune._records import TrialRow
@@ -188,7 +189,8 @@ def climb(row: TrialRow, found: Standing, space: Space, cpus: int) -> Request | 
     persist = domains.get("persistent_workers")
     below = smaller_batch(drawn, base, domains.get("batch_size"))
     smaller = None if below is None else (below, useful_workers(below, base, samples))
-    more = more_workers(row, found.rows, found.ceilings, found.ceilings.cpus or cpus, domain.high, useful,
+    high = 1 if duplicating(found.rows) else domain.high  # (a stream every worker yields whole)
+    more = more_workers(row, found.rows, found.ceilings, found.ceilings.cpus or cpus, high, useful,
                         can_persist=isinstance(persist, Choice) and True in persist.choices, smaller=smaller)
     if more is None:
         return None

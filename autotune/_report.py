@@ -32,7 +32,7 @@ table { border-collapse: collapse; margin: .5em 0; } td, th { padding: .2em .6em
 th { background: #f3f3f3; } tr:nth-child(even) td { background: #fafafa; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .complete { color: #1a7f37; } .pruned { color: #8250df; } .diverged, .crashed, .timeout, .oom_host,
-.oom_gpu { color: #cf222e; } .interrupted { color: #9a6700; } .winner td { font-weight: 600; }
+.oom_gpu, .distorted { color: #cf222e; } .interrupted { color: #9a6700; } .winner td { font-weight: 600; }
 .findings li { margin: .2em 0; } img { max-width: 100%; } .dim { color: #666; }
 td.reason { min-width: 22em; }
 """

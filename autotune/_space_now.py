@@ -20,6 +20,7 @@ from autotune._kinds import Line
 from autotune._knobs import MODEL_KNOBS, batch_of, show_value
 from autotune._noise import doubt
 from autotune._space import Cap, Choice, IntRange, Space
+from autotune._streams import duplicating
 from autotune._loader_workers import epoch_samples, prefetch_high, useful_workers, widened_range
 
 FUSED = "fused_optimizer"
@@ -62,13 +63,19 @@ def draw_caps(found: Standing, space: Space, say: Callable[[Line], None]) -> Cap
     (the loader asks for at most an epoch's batches ahead). ``say`` hears each cap that
     bites, as a line to say once. None before any trial reported its epoch."""
     samples, base = epoch_samples(found.rows), base_batch_size(found)
-    if samples is None:
+    duplicated = duplicating(found.rows)
+    if samples is None and duplicated is None:
         return None
 
     def cap(name: str, values: Mapping[str, Any]) -> int | None:
         batches = useful_workers(values.get("batch_size"), base, samples)  # an epoch's, at this size
         workers = values.get("num_workers")
         domain = space.domains.get(name)  # (as widened)
+        if duplicated is not None and name == "num_workers" and isinstance(domain, IntRange):
+            say(Line(f"num_workers drawn up to 1: with {duplicated.config.get('num_workers')} the loader delivered "
+                     f"rows more than once (trial {duplicated.number}), as it will with any number past one",
+                     "duplicated-workers"))
+            return 1
         if batches is None or not isinstance(domain, IntRange):
             return None
         size = batch_of(values.get("batch_size"), base)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from autotune._ceilings import Ceilings, Verdict
 from autotune._confirm import UNFINISHED, Decision, Group, baseline_group, decide, group_runs
 from autotune._knobs import KNOBS, show_value
-from autotune._outcome import Outcome
+from autotune._outcome import Outcome, headline
 from autotune._records import ATTR_CEILINGS, TrialRow, loss_against_baseline, row_of
 
 if TYPE_CHECKING:
@@ -80,7 +80,9 @@ def standing_of(rows: Sequence[TrialRow], ceilings: Ceilings) -> Standing:
             mine = medians.get(row.number) if row.reliable else None
             return (mine or row.samples_per_s) / base.median
 
-        rows = [dataclasses.replace(r, speedup=speedup(r)) if r.samples_per_s else r for r in rows]
+        # (none for a distorted one: its figure is another training's, autotune._streams)
+        rows = [dataclasses.replace(r, speedup=speedup(r))
+                if r.samples_per_s and r.outcome != Outcome.DISTORTED.value else r for r in rows]
         groups = group_runs(rows)
     return Standing(rows, groups, decide(groups), ceilings)
 
@@ -101,13 +103,15 @@ def throughput_figure(name: str, found: Standing):
     fig = Figure(figsize=(8, 4.4), dpi=110)
     ax = fig.subplots()
     rows = found.rows
+    PRUNED, DISTORTED = Outcome.PRUNED.value, Outcome.DISTORTED.value  # noqa: N806
     finished = [r for r in rows if r.outcome not in UNFINISHED]
     done = [r for r in finished if r.samples_per_s]
     kinds = {"baseline": ("tab:gray", [r for r in done if r.baseline and r.reliable]),
              "believed": ("tab:blue", [r for r in done if not r.baseline and r.reliable]),
              "noisy or short (not ranked)": ("tab:orange", [r for r in done if r.measured and not r.reliable]),
-             "pruned (its windows so far)": ("tab:purple", [r for r in done if r.outcome == Outcome.PRUNED.value]),
-             "diverged": ("tab:red", [r for r in done if not r.measured and r.outcome != Outcome.PRUNED.value])}
+             "pruned (its windows so far)": ("tab:purple", [r for r in done if r.outcome == PRUNED]),
+             "distorted (another training, not ranked)": ("tab:brown", [r for r in done if r.outcome == DISTORTED]),
+             "diverged": ("tab:red", [r for r in done if not r.measured and r.outcome not in (PRUNED, DISTORTED)])}
     for label, (color, those) in kinds.items():
         if those:
             ax.scatter([r.number for r in those], [r.samples_per_s for r in those], c=color, s=20, zorder=3,
@@ -195,6 +199,10 @@ def findings(found: Standing) -> list[str]:
             f"trial {g.first.number} ({g.median:,.0f} samples/s)" for g in decision.ties))
     if doubted:
         lines.append(f"not ranked, figure not believed: {_doubts(doubted, numbers=True)}")
+    distorted = [r for r in found.rows if r.outcome == Outcome.DISTORTED.value]
+    if distorted:  # their figures are another training's (autotune._streams): the first one's why
+        lines.append(f"not ranked, another training: trial{'s' if len(distorted) > 1 else ''} "
+                     f"{', '.join(str(r.number) for r in distorted)}: {headline(distorted[0].reason)}")
     loss = winner_loss_line(win)
     if loss is not None and win is not base:
         lines.append(loss)

@@ -44,6 +44,7 @@ from autotune._scheduler import Heartbeat, Scheduler
 from autotune._slots import Slot
 from autotune._space_now import draw_caps, holds, space_now
 from autotune._standing import Standing, standing
+from autotune._streams import same_training
 from autotune._stores import Spool, open_storage
 from autotune._tuners import (
     HostRegistry,
@@ -351,7 +352,7 @@ class StudyRunner:
             self.recorder.abandon(trial, run_id, exc)
             raise
         base_rate = found.base.median if found.base and found.base.rates else None
-        return trial.number, self.recorder.end(trial, run_id, result, found.ceilings, base_rate)
+        return trial.number, self.recorder.end(trial, run_id, same_training(result, base), found.ceilings, base_rate)
 
     def recover(self) -> list[int]:
         """Close the trials that gone tuners left RUNNING; return their numbers.

@@ -30,6 +30,7 @@ RUN_STATUS = {
     Outcome.OOM_HOST: "FAILED",
     Outcome.TIMEOUT: "FAILED",
     Outcome.CRASHED: "FAILED",
+    Outcome.DISTORTED: "FAILED",
     Outcome.INTERRUPTED: "KILLED",
 }
 

@@ -16,6 +16,7 @@ from autotune._config import Config
 from autotune._guard import judged_span, mean_over
 from autotune._knobs import Part
 from autotune._proctree import tree_cpu_s
+from autotune._streams import Repeats
 from autotune._handles import Run, _batch_len
 from autotune._trial_phases import BudgetSpent, CeilingPhases, Phase, close_epoch
 from autotune._window import Window, compile_s
@@ -91,6 +92,8 @@ class Trial(CeilingPhases, Run):
         self._epoch_s: float | None = None  # the last whole epoch's seconds (run.batches to its end)
         #: When the last epoch of the measured loader ended (None: none ended, or the next began).
         self._outside_since: float | None = None
+        self._repeats = Repeats()  # rows seen again in the first batches (autotune._streams)
+        self._epoch_rows: int | None = None  # the last whole epoch's rows
 
     def _resume_clock(self, now: float) -> None:
         """An epoch begins: the time since the last one ended (an evaluation pass, a checkpoint,
@@ -136,6 +139,7 @@ class Trial(CeilingPhases, Run):
         """The batches of ``it`` (an epoch of ``loader``), counted into the trial's windows."""
         epoch_t0 = time.perf_counter()
         self._resume_clock(epoch_t0)
+        rows = 0
         try:
             while True:
                 if self._phase == Phase.LOADER:
@@ -148,9 +152,11 @@ class Trial(CeilingPhases, Run):
                     try:
                         batch = next(it)
                     except StopIteration:
+                        self._epoch_rows = rows
                         self._epoch_done(time.perf_counter() - epoch_t0)
                         self._outside_since = time.perf_counter()
                         return
+                    rows += _batch_len(batch)
                 waited = time.perf_counter() - t0
                 if not self._announced:  # the first batch: warmup starts now
                     self._announced = True
@@ -159,6 +165,8 @@ class Trial(CeilingPhases, Run):
                                lr=self.lr, dataset=self.facts())
                 if self._phase == Phase.MEASURE and Part.COMPUTE in self._pending:
                     self._cached.append(batch)
+                elif self._phase == Phase.WARMUP and self._epoch_rows is None:  # its first epoch's rows:
+                    self._repeats.add(batch)  # a second epoch repeats them, and faster configs reach it
                 self._batch_samples = _batch_len(batch)
                 yield batch
                 self._count(batch, waited, t0)
@@ -218,8 +226,9 @@ class Trial(CeilingPhases, Run):
         # at most the warmup's own time: the first step's time counts its wait for the first
         # batch, which came before the warmup's clock started
         cost = {"compile_s": min(seconds, compile_s(self._win.step_times))} if self._compiling else {}
+        repeats = {"repeat_share": self._repeats.share} if self._repeats.share is not None else {}
         self._emit("warmup", steps=self._step, seconds=seconds, samples=self._win.samples,
-                   samples_seen=self._seen, loss=loss, curve=self._win.curve(self._seen), **cost)
+                   samples_seen=self._seen, loss=loss, curve=self._win.curve(self._seen), **cost, **repeats)
         self._reset_window(time.perf_counter())
         self._stop_if_nonfinite(loss)
 
@@ -257,7 +266,7 @@ class Trial(CeilingPhases, Run):
         self._sync()
         now = time.perf_counter()
         loss = self._win.loss()
-        extra = {}
+        extra: dict[str, Any] = {} if self._epoch_rows is None else {"epoch_rows": self._epoch_rows}
         if self.device.type == "cuda":
             import torch
 

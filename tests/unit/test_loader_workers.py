@@ -207,7 +207,8 @@ def test_an_epochs_batches_bound_the_range_and_the_line_says_so() -> None:
 
 def test_epoch_samples_from_the_trials_loaders() -> None:
     def seen(batches: int | None, size: int | str) -> SimpleNamespace:
-        return SimpleNamespace(dataset={"epoch_batches": batches}, config={"batch_size": size})
+        return SimpleNamespace(dataset={"epoch_batches": batches}, config={"batch_size": size}, metrics={},
+                               outcome="complete")
 
     # 1,000 samples: 16 batches of 64 (the last one partial), 4 of 256; the most seen is kept
     assert epoch_samples([seen(16, 64), seen(4, 256), seen(None, 64)]) == 1_024

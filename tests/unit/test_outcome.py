@@ -153,7 +153,7 @@ def test_killed_by_a_realtime_signal_is_crashed() -> None:
 
 def test_outcome_values_are_the_documented_strings() -> None:
     assert {o.value for o in Outcome} == {"complete", "diverged", "oom_gpu", "oom_host", "timeout",
-                                          "crashed", "pruned", "interrupted"}
+                                          "crashed", "pruned", "interrupted", "distorted"}
     assert Outcome("oom_gpu") is Outcome.OOM_GPU
 
 
