@@ -14,6 +14,13 @@ from typing import Any
 
 from autotune._config import Config
 from autotune._knobs import KNOBS, MODEL_KNOBS, Stage, batch_of, show_value
+from autotune._loaders import (
+    batch_len,
+    batches_per_epoch,
+    dataset_facts,
+    keep_order,
+    shuffles,
+)
 from autotune._prefetch import iter_batches
 
 
@@ -124,6 +131,7 @@ class Run:
             # DataLoader refuses these without workers; they are inactive knobs then.
             kw.pop("prefetch_factor", None)
             kw.pop("persistent_workers", None)
+        keep_order(kw, kwargs)
         if kw.get("pin_memory") and self.device.type == "cpu":
             kw["pin_memory"] = False  # nothing to pin for; torch would only warn
         workers = kw.get("num_workers", 0)
@@ -131,7 +139,7 @@ class Run:
             # The same batches from a loader without workers (which refuses these kwargs).
             alone = {k: v for k, v in kw.items() if k not in ("num_workers", "prefetch_factor", "persistent_workers",
                                                               "multiprocessing_context")}
-            batches = _batches_per_epoch(DataLoader(dataset, **alone))
+            batches = batches_per_epoch(DataLoader(dataset, **alone))
             if batches is not None and 0 < batches < workers:
                 # A worker makes whole batches: past one per batch of the epoch, the rest never work.
                 kw["num_workers"] = batches
@@ -141,7 +149,7 @@ class Run:
 
     def _loader_built(self, loader: Any, dataset: Any, kw: dict[str, Any]) -> None:
         """Record what the loader built with ``kw`` uses (``resolved``, the dataset's facts)."""
-        self._dataset = dataset_facts(dataset, _batches_per_epoch(loader))
+        self._dataset = {**dataset_facts(dataset, batches_per_epoch(loader)), "shuffles": shuffles(kw)}
         for knob in KNOBS.values():
             if knob.dataloader_kwarg:
                 self._observed[knob.name] = kw.get(knob.dataloader_kwarg, knob.default)
@@ -333,7 +341,7 @@ class Recipe(Run):
         for batch in super().batches(loader):
             yield batch
             start, samples = self._reported
-            samples += _batch_len(batch)
+            samples += batch_len(batch)
             now = time.perf_counter()
             if now - start >= self._report_every:
                 print(f"autotune: {samples / (now - start):,.0f} samples/s over the last {now - start:.3g} s",
@@ -357,43 +365,3 @@ class Recipe(Run):
                           "any CUDA call)", stacklevel=3)
             return
         os.environ[knob.env_var] = value  # read by the caching allocator when CUDA starts
-
-
-def dataset_facts(dataset: Any, epoch_batches: int | None) -> dict[str, Any]:
-    """What a loader reads, for the study: its class, its batches per epoch (None: no
-    length), and whether it fetches a batch in one call (``__getitems__``, which the
-    DataLoader uses in place of one ``__getitem__`` per sample; a ``Subset`` has it when
-    what it wraps does). An IterableDataset makes its own batches: nothing to say."""
-    from torch.utils.data import IterableDataset, Subset
-
-    inner = dataset
-    while isinstance(inner, Subset):
-        inner = inner.dataset
-    facts = {"name": type(inner).__name__, "epoch_batches": epoch_batches}
-    if not isinstance(inner, IterableDataset):
-        facts["batched_fetch"] = callable(getattr(inner, "__getitems__", None))
-    return facts
-
-
-def _batches_per_epoch(loader: Any) -> int | None:
-    """Batches the loader makes per epoch, or None when its dataset has no length."""
-    try:
-        return len(loader)
-    except TypeError:  # an IterableDataset without __len__
-        return None
-
-
-def _batch_len(batch: Any) -> int:
-    """Samples in a batch: the leading dimension of its first tensor."""
-    import torch
-
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() else 1
-    if isinstance(batch, dict):
-        batch = list(batch.values())
-    if isinstance(batch, (list, tuple)):
-        for item in batch:
-            n = _batch_len(item)
-            if n:
-                return n
-    return 0

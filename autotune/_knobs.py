@@ -198,6 +198,10 @@ _KNOB_LIST = [
     Knob("prefetch_factor", "int", Stage.DATALOADER, 2, "Batches each worker loads ahead.",
          minimum=1, active_when=("num_workers", _workers_on), dataloader_kwarg="prefetch_factor",
          acts_on=_LOADER),
+    Knob("in_order", "bool", Stage.DATALOADER, True,
+         "Batches in the sampler's order (false: as the workers finish them, so that one slow "
+         "worker does not hold up the rest); applied only where the loader shuffles.",
+         active_when=("num_workers", _workers_on), dataloader_kwarg="in_order", acts_on=_LOADER),
     Knob("prefetch", "str", Stage.TRANSFER, "none",
          "How the next batches reach the device: inline, a background thread, or a CUDA side stream.",
          choices=("none", "thread", "cuda_stream"), needs={"cuda_stream": Capability.CUDA},

@@ -104,20 +104,22 @@ def _trials_table(found: Standing) -> str:
     best = found.best
     rows = found.rows
     keys, first_of = found.varied_knobs(), found.first_of
-    head = ["#", "outcome", "samples/s", "speedup", "loss", "bound", "data wait", *keys, "reason"]
+    # the reason beside its outcome, before the figures and the knob columns: why a trial
+    # failed, was pruned or distorted is what a reader of a failed row looks for first
+    head = ["#", "outcome", "reason", "samples/s", "speedup", "loss", "bound", "data wait", *keys]
     lines = ["<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
     for r in rows:
         again = f" (= {first_of[r.number]})" if first_of.get(r.number, r.number) != r.number else ""
         label = " ".join(filter(None, [str(r.number), kind_label(r, of=False)])) + again
         wait = r.metrics.get("data_wait_frac")
         cells = [(label, ""), (r.outcome + (f" ({r.doubt.partition(':')[0]})" if r.doubt else ""), r.outcome),
+                 (headline(r.doubt or r.reason), "reason"),
                  (f"{r.samples_per_s:,.0f}" if r.samples_per_s else "-", "num"),
                  (f"{r.speedup:.2f}x" if r.speedup else "-", "num"),
                  (loss_cell(r.metrics), "num"),
                  (r.bottleneck.verdict if r.bottleneck else "-", ""),
                  (f"{wait:.0%}" if wait is not None else "-", "num"),
-                 *((show_value(r.config.get(k, "-")), "") for k in keys),
-                 (headline(r.doubt or r.reason), "reason")]
+                 *((show_value(r.config.get(k, "-")), "") for k in keys)]
         winner = " class='winner'" if best is not None and r.number == best.number else ""
         lines.append(f"<tr{winner}>" + "".join(f"<td class='{c}'>{_e(v)}</td>" for v, c in cells) + "</tr>")
     lines.append("</table><p class='dim'>Bold: the winner. (= N): trial N's config again (a confirmation or a "

@@ -121,12 +121,13 @@ def holds(found: Standing, space: Space, settled_by: int | None, max_load: float
     ``amp``. ``settled_by``: the trial whose loader hold was last said (None: none)."""
     model, model_line = _model_hold(found, space)
     fused, fused_line = _fused_hold(found, space)
+    order, order_line = _order_hold(found, space)
     loader, settled, loader_line = _loader_hold(found, space, settled_by)
     precision, precision_why = _precision_hold(found, space, max_load, max_spread)
-    lines = [line for line in (model_line, fused_line, loader_line) if line]
+    lines = [line for line in (model_line, fused_line, order_line, loader_line) if line]
     if precision_why:
         lines.append(Line(precision_why, f"precision-{precision['amp']}"))
-    return Holds({**model, **fused, **loader, **precision}, {"amp": precision_why} if precision_why else {},
+    return Holds({**model, **fused, **order, **loader, **precision}, {"amp": precision_why} if precision_why else {},
                  tuple(lines), settled)
 
 
@@ -141,6 +142,15 @@ def _fused_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | N
     names = ", ".join(built)
     return {FUSED: None}, Line(f"{FUSED} not tuned: your code's optimizer ({names}) takes no fused= argument, "
                                "so no config can fuse it", "fused")
+
+
+def _order_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
+    """``in_order`` not drawn once a trial saw that the training loader does not shuffle: its
+    order may mean something (a curriculum, a stream's sequence), and the loader keeps it."""
+    if "in_order" not in space.domains or not any(r.dataset.get("shuffles") is False for r in found.rows):
+        return {}, None
+    return {"in_order": None}, Line("in_order not tuned: your training loader does not shuffle, so the order "
+                                    "of its batches is kept", "in-order")
 
 
 def _precision_hold(found: Standing, space: Space, max_load: float,

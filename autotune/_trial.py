@@ -14,10 +14,11 @@ from typing import Any
 from autotune._ceilings import CACHED_BATCHES
 from autotune._config import Config
 from autotune._guard import judged_span, mean_over
+from autotune._handles import Run
 from autotune._knobs import Part
+from autotune._loaders import batch_len
 from autotune._proctree import tree_cpu_s
 from autotune._streams import Repeats
-from autotune._handles import Run, _batch_len
 from autotune._trial_phases import BudgetSpent, CeilingPhases, Phase, close_epoch
 from autotune._window import Window, compile_s
 
@@ -156,7 +157,7 @@ class Trial(CeilingPhases, Run):
                         self._epoch_done(time.perf_counter() - epoch_t0)
                         self._outside_since = time.perf_counter()
                         return
-                    rows += _batch_len(batch)
+                    rows += batch_len(batch)
                 waited = time.perf_counter() - t0
                 if not self._announced:  # the first batch: warmup starts now
                     self._announced = True
@@ -167,7 +168,7 @@ class Trial(CeilingPhases, Run):
                     self._cached.append(batch)
                 elif self._phase == Phase.WARMUP and self._epoch_rows is None:  # its first epoch's rows:
                     self._repeats.add(batch)  # a second epoch repeats them, and faster configs reach it
-                self._batch_samples = _batch_len(batch)
+                self._batch_samples = batch_len(batch)
                 yield batch
                 self._count(batch, waited, t0)
         finally:
@@ -179,7 +180,7 @@ class Trial(CeilingPhases, Run):
 
     def _count(self, batch: Any, waited: float, t0: float) -> None:
         now = time.perf_counter()
-        samples = _batch_len(batch)
+        samples = batch_len(batch)
         self._step += 1
         self._win.steps += 1
         self._win.samples += samples

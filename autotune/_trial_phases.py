@@ -15,8 +15,8 @@ from typing import Any
 
 from autotune._ceilings import ceiling_key
 from autotune._knobs import Part
+from autotune._loaders import batch_len
 from autotune._proctree import tree_cpu_s
-from autotune._handles import _batch_len
 
 #: Batches after which a loader ceiling window may close at a quarter of its length.
 QUICK_LOADER_BATCHES = 32
@@ -107,7 +107,7 @@ class CeilingPhases:
                         self._reset_window(time.perf_counter())
                     continue
                 self._win.steps += 1
-                self._win.samples += _batch_len(batch)
+                self._win.samples += batch_len(batch)
                 elapsed = now - self._win.start
                 # A fast loader is timed over a quarter window: its rate is precise by then.
                 if self._window_due(now) or (elapsed >= self._window_s / 4

@@ -152,6 +152,7 @@ def test_the_report_renders_in_a_real_browser(study_store: Path, tmp_path: Path)
     for section in sections + (["loss"] if winner != 0 else []):  # the winner's loss against the baseline's
         assert f"id='{section}'" in page, section
     assert page.count("src='data:image/png;base64,") == (2 if winner != 0 else 1)  # inlined: no outside file
+    assert "<th>outcome</th><th>reason</th><th>samples/s</th>" in page  # why, beside how it ended
     # no outside address (a bare "http" is not enough: it turned up inside an inlined image's base64,
     # whose alphabet has no ":")
     assert "http://" not in page.split("<body>")[1] and "https://" not in page.split("<body>")[1]

@@ -34,7 +34,7 @@ def test_each_ceiling_keys_on_the_knobs_that_act_on_its_part() -> None:
 def test_every_knob_but_lr_scaling_acts_on_some_part() -> None:
     assert [k.name for k in KNOBS.values() if not k.acts_on] == ["lr_scaling"]
     assert [name for name in KNOBS if loader_only(name)] == [
-        "num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "prefetch"]
+        "num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "in_order", "prefetch"]
 
 
 def test_ceilings_table_takes_the_median_of_repeats() -> None:

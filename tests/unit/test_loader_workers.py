@@ -270,13 +270,15 @@ def test_a_run_says_what_its_loader_reads() -> None:
         return run._dataset
 
     plain = TensorDataset(torch.zeros(10, 2))
-    assert facts(plain, batch_size=4) == {"name": "TensorDataset", "epoch_batches": 3, "batched_fetch": False}
+    assert facts(plain, batch_size=4) == {"name": "TensorDataset", "epoch_batches": 3, "batched_fetch": False,
+                                          "shuffles": False}
+    assert facts(plain, batch_size=4, shuffle=True)["shuffles"] is True
     assert facts(plain, batch_size=4, drop_last=True)["epoch_batches"] == 2
     # a Subset fetches in batches only when what it wraps does
     assert facts(Subset(Batched(), [1, 2, 3]), batch_size=2) == {"name": "Batched", "epoch_batches": 2,
-                                                                  "batched_fetch": True}
+                                                                  "batched_fetch": True, "shuffles": False}
     assert facts(Subset(plain, [1, 2]))["batched_fetch"] is False
-    assert facts(Stream(), batch_size=4) == {"name": "Stream", "epoch_batches": None}
+    assert facts(Stream(), batch_size=4) == {"name": "Stream", "epoch_batches": None, "shuffles": False}
 
 
 def test_a_leader_that_waits_runs_again_with_twice_its_workers_up_to_an_epochs_batches() -> None:
@@ -368,3 +370,23 @@ def test_no_more_workers(drawn: int, rate: float, waits: float, cpu: float, usef
     base = row(0, 0, rate=200.0)
     rows = [base, row(1, 4, rate=1_600.0, waits=0.5, of=34), row(2, drawn, rate=rate, waits=waits, of=34)]
     assert more_workers(rows[2], rows, ceilings((base, 800.0, cpu, 4_000.0)), 2, high=34, useful=useful) is None, why
+
+
+def test_in_order_false_applies_only_to_a_loader_that_shuffles_with_workers() -> None:
+    data = TensorDataset(torch.arange(64.0))
+
+    def built(config: Config, **kwargs):
+        run = Run(config, "cpu")
+        return run.dataloader(data, batch_size=8, **kwargs), run.resolved()
+
+    loader, resolved = built(Config(num_workers=2, in_order=False), shuffle=True)
+    assert loader.in_order is False and resolved["in_order"] is False
+    # a loader that keeps its order (a curriculum, a sequence): the order stays, whatever the config
+    loader, resolved = built(Config(num_workers=2, in_order=False))
+    assert loader.in_order is True and resolved["in_order"] is True
+    # without workers there is nothing to reorder; the user's own in_order=False stays theirs
+    assert built(Config(in_order=False), shuffle=True)[0].in_order is True
+    assert built(Config(num_workers=2), in_order=False)[0].in_order is False
+    # every row once an epoch, in any order
+    loader, _ = built(Config(num_workers=2, in_order=False), shuffle=True)
+    assert sorted(torch.cat([x for (x,) in loader]).tolist()) == list(range(64))

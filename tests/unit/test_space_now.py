@@ -94,3 +94,14 @@ def test_fused_optimizer_is_held_when_no_optimizer_of_the_code_takes_fused() -> 
     assert holds(mixed, space, None, 1.0, 1000.0).values == {}
     # no optimizer seen yet (or a study from before it was recorded): drawn
     assert holds(standing(trial(0, 500.0, config=LOADER)), space, None, 1.0, 1000.0).values == {}
+
+
+def test_in_order_is_held_for_a_training_loader_that_does_not_shuffle() -> None:
+    space = Space("o", {"num_workers": IntRange(0, 2), "in_order": Choice((True, False))})
+    ordered = standing(trial(0, 500.0, config=LOADER, dataset={"shuffles": False}))
+    held = holds(ordered, space, None, 1.0, 1000.0)
+    assert held.values == {"in_order": None}
+    assert held.lines[0].text == ("in_order not tuned: your training loader does not shuffle, so the order of its "
+                                  "batches is kept")
+    shuffled = standing(trial(0, 500.0, config=LOADER, dataset={"shuffles": True}))
+    assert holds(shuffled, space, None, 1.0, 1000.0).values == {}

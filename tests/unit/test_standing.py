@@ -33,7 +33,7 @@ def standing_of(*rows: TrialRow) -> Standing:
 @pytest.mark.parametrize("efficiency, wait, held", [
     # compute-bound at 95%: the loader knobs are held at the trial's (None: the user's own)
     (0.95, 0.01, {"num_workers": 2, "pin_memory": None, "persistent_workers": True,
-                  "prefetch_factor": None, "prefetch": "thread"}),
+                  "prefetch_factor": None, "in_order": None, "prefetch": "thread"}),
     (0.85, 0.01, {}),  # compute-bound but loading still costs 15%
     (0.95, 0.30, {}),  # waits on data: data-bound
 ])

@@ -1,0 +1,74 @@
+"""What a DataLoader reads, and the loader kwargs whose meaning a knob must not change.
+
+Worker side and production side alike (``Run._loader_kwargs`` and the trial's counting):
+no tuner module, no torch import until a function runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def shuffles(kw: Mapping[str, Any]) -> bool:
+    """Whether a DataLoader built with ``kw`` draws its samples in a random order: ``shuffle=True``,
+    or a sampler that shuffles (``RandomSampler``, a ``DistributedSampler(shuffle=True)``)."""
+    from torch.utils.data import RandomSampler
+
+    sampler = kw.get("sampler")
+    return kw.get("shuffle") is True or isinstance(sampler, RandomSampler) or getattr(sampler, "shuffle", False) is True
+
+
+def keep_order(kw: dict[str, Any], user: Mapping[str, Any]) -> dict[str, Any]:
+    """``kw`` with ``in_order`` as it may be: the config's where the loader shuffles and has
+    workers (its order means nothing: batches may then come as workers finish them), else the
+    user's own (default: in order); dropped on a torch whose DataLoader has none (< 2.6)."""
+    import inspect
+
+    from torch.utils.data import DataLoader
+
+    if "in_order" not in inspect.signature(DataLoader.__init__).parameters:
+        kw.pop("in_order", None)
+    elif kw.get("in_order") is False and not (kw.get("num_workers", 0) and shuffles(kw)):
+        kw["in_order"] = user.get("in_order", True)
+    return kw
+
+
+def dataset_facts(dataset: Any, epoch_batches: int | None) -> dict[str, Any]:
+    """What a loader reads, for the study: its class, its batches per epoch (None: no
+    length), and whether it fetches a batch in one call (``__getitems__``, which the
+    DataLoader uses in place of one ``__getitem__`` per sample; a ``Subset`` has it when
+    what it wraps does). An IterableDataset makes its own batches: nothing to say."""
+    from torch.utils.data import IterableDataset, Subset
+
+    inner = dataset
+    while isinstance(inner, Subset):
+        inner = inner.dataset
+    facts = {"name": type(inner).__name__, "epoch_batches": epoch_batches}
+    if not isinstance(inner, IterableDataset):
+        facts["batched_fetch"] = callable(getattr(inner, "__getitems__", None))
+    return facts
+
+
+def batches_per_epoch(loader: Any) -> int | None:
+    """Batches the loader makes per epoch, or None when its dataset has no length."""
+    try:
+        return len(loader)
+    except TypeError:  # an IterableDataset without __len__
+        return None
+
+
+def batch_len(batch: Any) -> int:
+    """Samples in a batch: the leading dimension of its first tensor."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 1
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)):
+        for item in batch:
+            n = batch_len(item)
+            if n:
+                return n
+    return 0
