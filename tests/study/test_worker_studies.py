@@ -41,7 +41,7 @@ def test_a_study_on_a_waiting_loader_widens_its_worker_range(tmp_path: Path) -> 
     # every trial's loader said what it reads: 4,096 samples in its batches (16 or 128), one by one
     facts = [(t.user_attrs["config"]["batch_size"], t.user_attrs["dataset"]) for t in trials]
     assert all(seen == {"name": "SlowReads", "epoch_batches": 4_096 // size, "batched_fetch": False,
-                        "optimizers": {"SGD": True}}
+                        "shuffles": True, "optimizers": {"SGD": True}}
                for size, seen in facts), facts
 
 
