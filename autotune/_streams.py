@@ -67,10 +67,7 @@ def row_prints(batch: Any) -> list[int]:
     rows = tensor.detach().reshape(tensor.shape[0], -1)
     if rows.shape[1] > ROW_ELEMENTS:
         rows = rows[:, torch.linspace(0, rows.shape[1] - 1, ROW_ELEMENTS, device=rows.device).long()]
-    rows = rows.contiguous().cpu()
-    if rows.dtype == torch.bfloat16:  # numpy has no bfloat16: its bits, as int16
-        rows = rows.view(torch.int16)
-    array = rows.numpy()
+    array = rows.contiguous().cpu().view(torch.uint8).numpy()  # its bytes (numpy lacks bfloat16, float8)
     return [hash(array[i].tobytes()) for i in range(array.shape[0])]
 
 
@@ -85,7 +82,12 @@ class Repeats:
         if self.batches >= PRINT_BATCHES:
             return
         self.batches += 1
-        for p in row_prints(batch):
+        try:
+            prints = row_prints(batch)
+        except Exception:  # noqa: BLE001 - a batch it cannot read (a sparse or nested tensor) ends the count, not the trial
+            self.batches = PRINT_BATCHES
+            return
+        for p in prints:
             self.rows += 1
             if p in self._seen:
                 self.repeats += 1

@@ -133,3 +133,13 @@ def test_a_stream_s_epoch_counts_its_rows_never_a_distorted_trial_s() -> None:
     base = trial(0, 800.0, epoch_rows=1024.0)
     assert epoch_samples([base, trial(1, 3000.0, "distorted", epoch_rows=4096.0)]) == 1024
     assert epoch_samples([trial(0, 800.0)]) is None
+
+
+def test_rows_of_any_dtype_are_fingerprinted_and_an_unreadable_batch_ends_the_count_not_the_trial() -> None:
+    for dtype in (torch.bfloat16, torch.bool, torch.int64, torch.float16, torch.float8_e4m3fn):
+        rows = torch.zeros(3, 4).to(dtype)
+        assert len(set(row_prints(rows))) == 1, dtype  # three equal rows
+    repeats = Repeats()
+    repeats.add(torch.sparse_coo_tensor([[0, 1]], [1.0, 2.0], (2,), check_invariants=True))
+    repeats.add(torch.randn(4, 2))  # counted no more
+    assert repeats.batches == PRINT_BATCHES and repeats.share is None
