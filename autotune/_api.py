@@ -78,7 +78,8 @@ def tune(target: str | Callable[..., Any], *, trials: int = TRIALS, space: str |
          confirm: int = CONFIRM, ceiling_windows: int = _BUDGET.ceiling_windows,
          max_load: float = FOREIGN_LOAD_MAX, max_spread: float = SPREAD_MAX, remeasure: int = REMEASURES,
          quiet_wait: float = QUIET_WAIT_S, seed: int | None = None, store_patience: float = STORE_PATIENCE_S,
-         progress: bool | Reporter = True, args: Sequence[str] | None = None, nproc_per_node: int = 1) -> Result:
+         progress: bool | Reporter = True, args: Sequence[str] | None = None, nproc_per_node: int = 1,
+         horizon: float = 1.0) -> Result:
     """Tune a training function, or a script as it is: the study ``autotune run`` runs, from Python.
 
     Each trial runs ``target`` in its own process, so it must be importable: a
@@ -99,6 +100,8 @@ def tune(target: str | Callable[..., Any], *, trials: int = TRIALS, space: str |
         nproc_per_node: Ranks per trial: over 1, each trial runs through PyTorch's launcher
             (``torch.distributed.run --nproc-per-node N``), each rank on its share of the CPUs (on
             CUDA, its own GPU); samples/s is the job's, summed over the ranks.
+        horizon: Hours the winner will train for in production: compile is not drawn once
+            its measured cost would not pay back within them.
         args: The command line of a script target (``"train.py"`` or ``"-m package.train"``,
             no ``:function``): each trial runs it as ``python train.py ARGS`` would, unmodified,
             and applies the config from outside its code (``autotune._hooks``).
@@ -139,6 +142,7 @@ LIMITS: dict[str, tuple[tuple[float, bool] | None, tuple[float, bool] | None]] =
     "prune": ((0, True), (1, True)), "confirm": ((0, True), None), "ceiling_windows": ((0, True), None),
     "max_load": ((0, True), (1, True)), "max_spread": ((0, True), None), "remeasure": ((0, True), None),
     "quiet_wait": ((0, True), None), "store_patience": ((0, True), None), "nproc_per_node": ((1, True), None),
+    "horizon": ((0, False), None),
 }
 INTEGERS = frozenset({"trials", "jobs", "windows", "confirm", "ceiling_windows", "remeasure", "nproc_per_node"})
 
@@ -250,7 +254,7 @@ def _study(target: str, argv: tuple[str, ...] | None, target_notes: list[str], l
                            int(ram_budget * 2**30) if ram_budget else None, seed,
                            limits["divergence_tolerance"], limits["prune"], limits["confirm"],
                            limits["store_patience"], limits["max_load"], limits["remeasure"],
-                           limits["quiet_wait"], limits["max_spread"], argv, ranks)
+                           limits["quiet_wait"], limits["max_spread"], argv, ranks, limits["horizon"])
     store_created = not store.exists()  # (a study stopped by bad input at its baseline removes it)
     # the storage before the tracking store: a bad URL creates nothing
     backend = open_storage(store, storage, options.store_patience, reporter.note)

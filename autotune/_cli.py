@@ -142,6 +142,9 @@ def _spaces() -> str:
 @click.option("--compile-timeout", type=_bounded("compile_timeout"), default=D["compile_timeout"],
               show_default=True,
               help="Seconds torch.compile may take at a trial's first step (with compile in the space).")
+@click.option("--horizon", type=_bounded("horizon"), default=D["horizon"], show_default=True, metavar="HOURS",
+              help="Hours the winner will train for in production: compile is not drawn once its "
+                   "measured cost would not pay back within them.")
 @click.option("--ram-budget", type=_bounded("ram_budget"), default=None, metavar="GIB",
               help="GiB one trial's processes may use (default: 75% of the RAM available at start).")
 @click.option("--divergence-tolerance", type=_bounded("divergence_tolerance"),

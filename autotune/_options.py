@@ -54,6 +54,15 @@ class StudyOptions:
     argv: tuple[str, ...] | None = None
     #: Ranks per trial (``--nproc-per-node``): over 1, each trial runs through torchrun (``autotune._ranks``).
     nproc: int = 1
+    #: Hours the exported config will train for (``--horizon``): compile is held where its cost
+    #: would not pay back within them (``autotune._space_now``).
+    horizon_h: float = 1.0
+
+    @property
+    def hold_limits(self) -> tuple[float, float, float]:
+        """What ``autotune._space_now.holds`` takes after the study's settled trial: the load and
+        spread a believed figure may have, and the production horizon in hours."""
+        return self.max_load, self.max_spread, self.horizon_h
 
     @property
     def label(self) -> str:

@@ -18,10 +18,15 @@ from typing import TYPE_CHECKING, Any
 from autotune._ceilings import loader_only
 from autotune._kinds import Line
 from autotune._knobs import MODEL_KNOBS, batch_of, show_value
+from autotune._loader_workers import (
+    epoch_samples,
+    prefetch_high,
+    useful_workers,
+    widened_range,
+)
 from autotune._noise import doubt
 from autotune._space import Cap, Choice, IntRange, Space
 from autotune._streams import duplicating
-from autotune._loader_workers import epoch_samples, prefetch_high, useful_workers, widened_range
 
 FUSED = "fused_optimizer"
 
@@ -116,10 +121,14 @@ class Holds:
     settled_by: int | None
 
 
-def holds(found: Standing, space: Space, settled_by: int | None, max_load: float, max_spread: float) -> Holds:
+def holds(found: Standing, space: Space, settled_by: int | None, max_load: float, max_spread: float,
+          horizon_h: float = 1.0) -> Holds:
     """The holds of the space now (see the module): the model knobs, the loader knobs and
-    ``amp``. ``settled_by``: the trial whose loader hold was last said (None: none)."""
+    ``amp``. ``settled_by``: the trial whose loader hold was last said (None: none);
+    ``horizon_h``: the hours production trains for (compile must pay back within them)."""
     model, model_line = _model_hold(found, space)
+    if not model:
+        model, model_line = _compile_hold(found, space, horizon_h)
     fused, fused_line = _fused_hold(found, space)
     order, order_line = _order_hold(found, space)
     loader, settled, loader_line = _loader_hold(found, space, settled_by)
@@ -142,6 +151,32 @@ def _fused_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | N
     names = ", ".join(built)
     return {FUSED: None}, Line(f"{FUSED} not tuned: your code's optimizer ({names}) takes no fused= argument, "
                                "so no config can fuse it", "fused")
+
+
+def _compile_hold(found: Standing, space: Space, horizon_h: float) -> tuple[dict[str, Any], Line | None]:
+    """``compile`` held at off once a compiled trial showed that compiling cannot pay back within
+    ``horizon_h`` hours of production: it ran past --compile-timeout, it ran no faster than the
+    baseline, or its cost over the time it saves per second of training is past the horizon.
+    Measured once per study: the first compiled trials decide for every config after them."""
+    if "compile" not in space.domains or found.base is None or not found.base.rates:
+        return {}, None
+    compiled = [r for r in found.rows if r.config.get("compile") not in (None, "off")]
+    stuck = next((r for r in compiled if r.outcome == "timeout" and "torch.compile" in r.reason), None)
+    if stuck is not None:
+        why = f"compiling ran past --compile-timeout in trial {stuck.number}"
+    else:
+        ran = [r for r in compiled if r.reliable and r.metrics.get("compile_s")]
+        if not ran:
+            return {}, None
+        best = max(ran, key=lambda r: r.samples_per_s)
+        saved = 1 - found.base.median / best.samples_per_s  # production seconds saved per second
+        cost = best.metrics["compile_s"]
+        if saved > 0 and cost / saved <= horizon_h * 3600:
+            return {}, None
+        pays = f"pays back after {cost / saved / 3600:.1f} h of training" if saved > 0 else "never pays back"
+        why = (f"trial {best.number} compiled in {cost:.0f} s and runs {best.samples_per_s / found.base.median:.2f}x "
+               f"the baseline, so compiling {pays}, past the {horizon_h:g} h horizon (--horizon)")
+    return {"compile": "off"}, Line(f"compile held at off: {why}", "compile-hold")
 
 
 def _order_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:

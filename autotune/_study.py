@@ -303,7 +303,7 @@ class StudyRunner:
             return Config(**trial.user_attrs.get(ATTR_SAMPLED, {})), {}
         space = self._space_now(found)
         with self._holding:
-            held = holds(found, self.space, self._settled_by, self.options.max_load, self.options.max_spread)
+            held = holds(found, self.space, self._settled_by, *self.options.hold_limits)
             self._settled_by = held.settled_by
         for line in held.lines:
             self.scheduler.say(line)

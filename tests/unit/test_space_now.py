@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from standings import ceilings_of, standing, trial
 
 from autotune._kinds import Line
@@ -105,3 +107,31 @@ def test_in_order_is_held_for_a_training_loader_that_does_not_shuffle() -> None:
                                   "batches is kept")
     shuffled = standing(trial(0, 500.0, config=LOADER, dataset={"shuffles": True}))
     assert holds(shuffled, space, None, 1.0, 1000.0).values == {}
+
+
+COMPILE = Space("c", {"num_workers": IntRange(0, 2), "compile": Choice(("off", "default"))})
+
+
+def test_compile_is_held_once_its_measured_cost_cannot_pay_back_within_the_horizon() -> None:
+    base = trial(0, 1000.0, config={**LOADER, "compile": "off"})
+    # 30 s of compiling for 1.25x: it saves 20% of each second, so it pays back after 150 s
+    quick = trial(1, 1250.0, config={**LOADER, "compile": "default"}, compile_s=30.0)
+    assert holds(standing(base, quick), COMPILE, None, 1.0, 1000.0, horizon_h=1.0).values == {}
+    # 300 s for 1.02x: it saves 2% of each second, so 4.2 h of training before it pays back, past an hour
+    slow = trial(1, 1020.0, config={**LOADER, "compile": "default"}, compile_s=300.0)
+    held = holds(standing(base, slow), COMPILE, None, 1.0, 1000.0, horizon_h=1.0)
+    assert held.values == {"compile": "off"}
+    assert held.lines[0].text == ("compile held at off: trial 1 compiled in 300 s and runs 1.02x the baseline, so "
+                                  "compiling pays back after 4.2 h of training, past the 1 h horizon (--horizon)")
+    # a week-long job wins it back: drawn on
+    assert holds(standing(base, slow), COMPILE, None, 1.0, 1000.0, horizon_h=168.0).values == {}
+    # no faster than the baseline: never pays back
+    flat = trial(1, 990.0, config={**LOADER, "compile": "default"}, compile_s=20.0)
+    assert "never pays back" in holds(standing(base, flat), COMPILE, None, 1.0, 1000.0).lines[0].text
+    # compiling past --compile-timeout (a CPU compile of 168 s): held after that one trial
+    stuck = dataclasses.replace(trial(1, None, "timeout", config={**LOADER, "compile": "default"}),
+                                reason="stalled: no step finished for 60 s while torch.compile compiled the model")
+    held = holds(standing(base, stuck), COMPILE, None, 1.0, 1000.0)
+    assert held.values == {"compile": "off"} and "past --compile-timeout in trial 1" in held.lines[0].text
+    # nothing compiled yet: nothing known
+    assert holds(standing(base), COMPILE, None, 1.0, 1000.0).values == {}
