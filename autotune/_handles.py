@@ -19,7 +19,6 @@ from autotune._loaders import (
     batches_per_epoch,
     dataset_facts,
     keep_order,
-    shuffles,
 )
 from autotune._prefetch import iter_batches
 
@@ -149,7 +148,7 @@ class Run:
 
     def _loader_built(self, loader: Any, dataset: Any, kw: dict[str, Any]) -> None:
         """Record what the loader built with ``kw`` uses (``resolved``, the dataset's facts)."""
-        self._dataset = {**dataset_facts(dataset, batches_per_epoch(loader)), "shuffles": shuffles(kw)}
+        self._dataset = dataset_facts(dataset, batches_per_epoch(loader), kw)
         for knob in KNOBS.values():
             if knob.dataloader_kwarg:
                 self._observed[knob.name] = kw.get(knob.dataloader_kwarg, knob.default)

@@ -6,6 +6,7 @@ no tuner module, no torch import until a function runs.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,32 +20,39 @@ def shuffles(kw: Mapping[str, Any]) -> bool:
     return kw.get("shuffle") is True or isinstance(sampler, RandomSampler) or getattr(sampler, "shuffle", False) is True
 
 
-def keep_order(kw: dict[str, Any], user: Mapping[str, Any]) -> dict[str, Any]:
-    """``kw`` with ``in_order`` as it may be: the config's where the loader shuffles and has
-    workers (its order means nothing: batches may then come as workers finish them), else the
-    user's own (default: in order); dropped on a torch whose DataLoader has none (< 2.6)."""
+@functools.cache
+def _takes_in_order() -> bool:
+    """Whether this torch's DataLoader has ``in_order`` (2.6 and later): read once per process."""
     import inspect
 
     from torch.utils.data import DataLoader
 
-    if "in_order" not in inspect.signature(DataLoader.__init__).parameters:
+    return "in_order" in inspect.signature(DataLoader.__init__).parameters
+
+
+def keep_order(kw: dict[str, Any], user: Mapping[str, Any]) -> dict[str, Any]:
+    """``kw`` with ``in_order`` as it may be: the config's where the loader shuffles and has
+    workers (its order means nothing: batches may then come as workers finish them), else the
+    user's own (default: in order); dropped on a torch whose DataLoader has none (< 2.6)."""
+    if not _takes_in_order():
         kw.pop("in_order", None)
     elif kw.get("in_order") is False and not (kw.get("num_workers", 0) and shuffles(kw)):
         kw["in_order"] = user.get("in_order", True)
     return kw
 
 
-def dataset_facts(dataset: Any, epoch_batches: int | None) -> dict[str, Any]:
-    """What a loader reads, for the study: its class, its batches per epoch (None: no
-    length), and whether it fetches a batch in one call (``__getitems__``, which the
-    DataLoader uses in place of one ``__getitem__`` per sample; a ``Subset`` has it when
-    what it wraps does). An IterableDataset makes its own batches: nothing to say."""
+def dataset_facts(dataset: Any, epoch_batches: int | None, kw: Mapping[str, Any]) -> dict[str, Any]:
+    """What a loader built with ``kw`` reads, for the study: its class, its batches per epoch
+    (None: no length), whether it shuffles (``shuffles``), and whether it fetches a batch in
+    one call (``__getitems__``, which the DataLoader uses in place of one ``__getitem__`` per
+    sample; a ``Subset`` has it when what it wraps does). An IterableDataset makes its own
+    batches: nothing to say of that."""
     from torch.utils.data import IterableDataset, Subset
 
     inner = dataset
     while isinstance(inner, Subset):
         inner = inner.dataset
-    facts = {"name": type(inner).__name__, "epoch_batches": epoch_batches}
+    facts = {"name": type(inner).__name__, "epoch_batches": epoch_batches, "shuffles": shuffles(kw)}
     if not isinstance(inner, IterableDataset):
         facts["batched_fetch"] = callable(getattr(inner, "__getitems__", None))
     return facts

@@ -37,6 +37,10 @@ EPOCH_MARGIN = 1.25
 #: this factor are another training, not a faster one.
 FILL_MARGIN = 0.9
 
+#: The head of a reason for rows delivered more than once (``duplicating`` reads it back from
+#: the store), and of one for smaller batches.
+DUPLICATED, SMALLER = "distorted", "not the same training"
+
 _FIX = ("split the rows in the dataset's __iter__ by torch.utils.data.get_worker_info() (its id and "
         "num_workers), or every worker yields the whole stream")
 
@@ -129,15 +133,15 @@ def distortion(metrics: Mapping[str, Any], config: Mapping[str, Any], base_metri
     by = f"its {workers} DataLoader workers" if isinstance(workers, int) and workers > 1 else "its loader"
     repeats, base_repeats = _number(metrics.get("repeat_share")), _number(base_metrics.get("repeat_share")) or 0.0
     if repeats is not None and repeats - base_repeats >= REPEAT_MARGIN:
-        return (f"distorted: {repeats:.0%} of the rows of its first batches came again (the baseline's: "
+        return (f"{DUPLICATED}: {repeats:.0%} of the rows of its first batches came again (the baseline's: "
                 f"{base_repeats:.0%}): {by} deliver the same rows more than once; {_FIX}")
     rows, base_rows = _number(metrics.get("epoch_rows")), _number(base_metrics.get("epoch_rows"))
     if rows and base_rows and rows > EPOCH_MARGIN * base_rows:
-        return (f"distorted: an epoch of its loader delivered {rows:,.0f} rows, {rows / base_rows:.1f}x the "
+        return (f"{DUPLICATED}: an epoch of its loader delivered {rows:,.0f} rows, {rows / base_rows:.1f}x the "
                 f"baseline's {base_rows:,.0f}: {by} deliver rows more than once; {_FIX}")
     share, base_share = fill(metrics, config.get("batch_size")), fill(base_metrics, base_config.get("batch_size"))
     if share and base_share and share < FILL_MARGIN * base_share:
-        return (f"not the same training: the model saw batches of {metrics['samples_per_step']:.1f} samples on "
+        return (f"{SMALLER}: the model saw batches of {metrics['samples_per_step']:.1f} samples on "
                 f"average, {share:.0%} of its batch_size {config['batch_size']} (the baseline's: {base_share:.0%}): "
                 f"each worker of a stream batches its own rows, so {by} end in partial batches; a smaller batch "
                 "is not a faster config of the same training")
@@ -147,7 +151,8 @@ def distortion(metrics: Mapping[str, Any], config: Mapping[str, Any], base_metri
 def duplicating(rows: Iterable[TrialRow]) -> TrialRow | None:
     """The first trial whose loader delivered rows more than once (a stream that every worker
     yields whole): past one worker, every config would, so none is drawn or climbed to."""
-    return next((r for r in rows if r.outcome == Outcome.DISTORTED.value and r.reason.startswith("distorted:")), None)
+    return next((r for r in rows if r.outcome == Outcome.DISTORTED.value and r.reason.startswith(f"{DUPLICATED}:")),
+                None)
 
 
 def same_training(result: TrialResult, base: TrialRow | None) -> TrialResult:

@@ -50,7 +50,7 @@ class TrialResult:
     ceilings: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     #: Its loss curve (``autotune._guard.loss_curve``): the baseline's judges the study's trials.
     curve: list[Chunk] = dataclasses.field(default_factory=list)
-    #: What its loader read (``autotune._handles.dataset_facts``): batches per epoch, batched fetch.
+    #: What its loader read (``autotune._loaders.dataset_facts``): batches per epoch, batched fetch.
     dataset: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: Its loss against the baseline's as the divergence verdict compared them, complete or
     #: diverged (None: no baseline to judge by, nothing shared with it, or stopped before its
