@@ -288,6 +288,17 @@ class Monitor(Background):
         seen = [s.gpu_foreign for s in self.samples if since <= s.wall <= until and s.gpu_foreign is not None]
         return statistics.fmean(seen) if seen else None
 
+    def limit_now(self) -> str | None:
+        """The tree's memory read now, on the caller's thread: why it is over the budget or the
+        machine under its floor, or None. A verdict that would end the trial for another reason
+        asks first: a tree that pages in gigabytes stops stepping, and on a loaded machine the
+        stall timer (3 s) fired before the sampling thread's next reading named the RAM."""
+        import psutil
+
+        if not self._on_limit:
+            return None
+        return self._limit_reason(tree_memory(read_tree(self._pid).pids), psutil.virtual_memory().available)
+
     def _limit_reason(self, ram: int, available: int) -> str | None:
         if self._budget and ram > self._budget:
             return (f"the trial's processes used {size(ram)}, over the RAM budget "

@@ -24,7 +24,7 @@ from autotune._guard import (
     loss_curve,
     loss_history,
 )
-from autotune._launch import TrialSpec, launch
+from autotune._launch import Budget, TrialSpec, launch
 from autotune._monitor import Monitor, nvml_handle
 from autotune._outcome import Outcome, classify
 from autotune._reap import kill_group, kill_processes
@@ -165,17 +165,12 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
                     continue
                 if interrupt is not None and interrupt.is_set():
                     kill(Outcome.INTERRUPTED, "the tuner was interrupted (Ctrl-C or SIGTERM)")
-                elif "resolved" not in events and now - spawned > budget.startup_s:
-                    kill(Outcome.TIMEOUT, f"startup: no batch after {budget.startup_s:.0f} s "
-                                          "(imports, the dataset, DataLoader workers starting)")
-                elif "resolved" in events and now - alive > stall_limit:
-                    kill(Outcome.TIMEOUT, f"stalled: no step finished for {stall_limit:.0f} s"
-                                          + (" while torch.compile compiled the model (--compile-timeout)"
-                                             if compiling else "")
-                                          + (f" (the last report was at step {step})" if step else ""))
-                elif now - spawned > budget.deadline() + compiled_s:
-                    kill(Outcome.TIMEOUT, f"deadline: still running after {budget.deadline() + compiled_s:.0f} s"
-                                          + (f" ({compiled_s:.0f} s of it compiling)" if compiled_s else ""))
+                elif late := _late(now - spawned, now - alive if "resolved" in events else None,
+                                   stall_limit, compiling is not None, step, budget, compiled_s):
+                    # A tree paging in gigabytes stops stepping: its memory is read now, so that it
+                    # ends as over its RAM, not as stalled, where the sampling thread was behind.
+                    why = monitor.limit_now()
+                    kill(*((Outcome.OOM_HOST, why) if why else (Outcome.TIMEOUT, late)))
     finally:
         kill_group(proc.pid)  # orphaned DataLoader workers, or everything on Ctrl-C
         proc.wait()
@@ -209,3 +204,21 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     return TrialResult(outcome, reason, metrics, window_series(windows, monitor), windows,
                        final.get("config", {}), final.get("base_batch_size"), final.get("lr"), log_path,
                        losses, measured, loss_curve(windows), final.get("dataset") or {}, judged)
+
+
+def _late(running_s: float, since_step_s: float | None, stall_limit: float, compiling: bool,
+          step: int, budget: Budget, compiled_s: float) -> str | None:
+    """Why a running trial is past its time, or None: no batch by ``budget.startup_s``, no step
+    for ``stall_limit`` seconds since its config was resolved (``since_step_s``; None before),
+    or past its deadline (which moves by what compiling took)."""
+    if since_step_s is None and running_s > budget.startup_s:
+        return (f"startup: no batch after {budget.startup_s:.0f} s "
+                "(imports, the dataset, DataLoader workers starting)")
+    if since_step_s is not None and since_step_s > stall_limit:
+        return (f"stalled: no step finished for {stall_limit:.0f} s"
+                + (" while torch.compile compiled the model (--compile-timeout)" if compiling else "")
+                + (f" (the last report was at step {step})" if step else ""))
+    if running_s > budget.deadline() + compiled_s:
+        return (f"deadline: still running after {budget.deadline() + compiled_s:.0f} s"
+                + (f" ({compiled_s:.0f} s of it compiling)" if compiled_s else ""))
+    return None

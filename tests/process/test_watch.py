@@ -19,6 +19,7 @@ from autotune import Config, Outcome
 from autotune._ceilings import CACHED_BATCHES, bottleneck, ceiling_key
 from autotune._knobs import Part
 from autotune._launch import TRIAL_TAG_ENV, Budget, TrialSpec
+from autotune._monitor import Monitor
 from autotune._reap import kill_orphans, sweep_orphans
 from autotune._watch import run_trial
 
@@ -397,6 +398,19 @@ def test_ram_budget_kills_the_group(tmp_path: Path) -> None:
     assert result.reason.endswith("over the RAM budget of 1 MiB")
     assert result.windows == []
     assert result.metrics["ram_peak"] > 2**20  # a killed trial's memory figures are kept
+
+
+def test_a_stall_over_the_ram_budget_ends_as_oom_host_though_the_sampler_is_behind(tmp_path: Path, warm,
+                                                                                    monkeypatch) -> None:
+    # A sampling thread that never reads (as one that fell behind on a loaded machine): the stall
+    # verdict reads the tree's memory itself, and a tree over its budget ends as over its RAM.
+    monkeypatch.setattr(Monitor, "_watch", lambda self: self._stop.wait())
+    budget = Budget(warmup_s=0.2, window_s=0.3, windows=2, stall_s=2)
+    result, _ = trial(tmp_path, "train_hangs", budget=budget, warm=warm, ram_budget=2**20)
+    assert result.outcome is Outcome.OOM_HOST, result.reason
+    assert result.reason.endswith("over the RAM budget of 1 MiB")
+    under, _ = trial(tmp_path, "train_hangs", budget=budget, warm=warm, ram_budget=2**40)
+    assert under.outcome is Outcome.TIMEOUT and under.reason == "stalled: no step finished for 2 s"
 
 
 def test_missing_target_is_crashed_not_raised(tmp_path: Path, warm) -> None:

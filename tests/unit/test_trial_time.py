@@ -1,0 +1,27 @@
+"""When a running trial is past its time (autotune._watch._late): startup, stall, deadline."""
+
+from __future__ import annotations
+
+from autotune._launch import Budget
+from autotune._watch import _late
+
+BUDGET = Budget(startup_s=30, stall_s=3, timeout_s=100)
+
+
+def test_no_batch_by_the_startup_limit_is_a_startup_timeout() -> None:
+    assert _late(29, None, 3, False, 0, BUDGET, 0) is None
+    assert _late(31, None, 3, False, 0, BUDGET, 0).startswith("startup: no batch after 30 s")
+
+
+def test_the_stall_clock_runs_once_the_config_is_resolved_and_names_the_last_step() -> None:
+    assert _late(50, 2.9, 3, False, 0, BUDGET, 0) is None
+    assert _late(50, 3.1, 3, False, 0, BUDGET, 0) == "stalled: no step finished for 3 s"
+    assert _late(50, 3.1, 3, False, 7, BUDGET, 0).endswith("(the last report was at step 7)")
+    assert "while torch.compile compiled" in _late(50, 61, 60, True, 0, BUDGET, 0)
+
+
+def test_the_deadline_moves_by_what_compiling_took() -> None:
+    deadline = BUDGET.deadline()
+    assert _late(deadline + 1, 0.1, 3, False, 5, BUDGET, 0) == f"deadline: still running after {deadline:.0f} s"
+    assert _late(deadline + 1, 0.1, 3, False, 5, BUDGET, 20) is None
+    assert _late(deadline + 21, 0.1, 3, False, 5, BUDGET, 20).endswith("(20 s of it compiling)")
