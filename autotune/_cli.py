@@ -145,6 +145,11 @@ def _spaces() -> str:
 @click.option("--horizon", type=_bounded("horizon"), default=D["horizon"], show_default=True, metavar="HOURS",
               help="Hours the winner will train for in production: compile is not drawn once its "
                    "measured cost would not pay back within them.")
+@click.option("--profile", type=click.Choice(["on", "off"]), default="on", show_default=True,
+              help="After the confirmation, run the baseline and the winner once more with each step "
+                   "timed by part (data wait, copy, forward, backward, optimizer step) and a few steps "
+                   "traced by torch.profiler: the traces go to the MLflow parent run (traces/), the "
+                   "parts to the report and the summary.")
 @click.option("--ram-budget", type=_bounded("ram_budget"), default=None, metavar="GIB",
               help="GiB one trial's processes may use (default: 75% of the RAM available at start).")
 @click.option("--divergence-tolerance", type=_bounded("divergence_tolerance"),
@@ -201,6 +206,7 @@ def run(target: str | None, args: tuple[str, ...], module: str | None, quiet: bo
     if quiet and verbose:
         raise ConfigError("-q/--quiet, -v/--verbose: pick one")
     target, script_args = _target_of(target, args, module)
+    options["profile"] = options["profile"] == "on"
     try:
         result = tune(target, progress=Reporter() if quiet else Progress(verbose), args=script_args, **options)
     except BaselineFailed as exc:  # 2: the input's fault, in one line; 1: the code's, with its traceback
@@ -321,7 +327,8 @@ def report(study: str | None, storage: str | None, store: Path, output: Path | N
     loaded = _open_study(store, storage, study)
     output = output or store / "reports" / f"{loaded.study_name}.html"
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(report_html(loaded.study_name, standing(loaded), loaded.user_attrs.get("fingerprint")))
+    output.write_text(report_html(loaded.study_name, standing(loaded), loaded.user_attrs.get("fingerprint"),
+                                  loaded.user_attrs.get("profile")))
     click.echo(f"wrote {output} (study {loaded.study_name}); open it in a browser", err=True)
 
 

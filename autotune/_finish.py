@@ -18,6 +18,7 @@ from autotune._confirm import UNFINISHED
 from autotune._kinds import Kind
 from autotune._knobs import show_value
 from autotune._noise import is_noisy
+from autotune._profiling import PROFILE_ATTR, parent_figures
 from autotune._recorder import ParentRecord, Recorder
 from autotune._records import kind_of, run_name
 from autotune._standing import Standing, export_text, findings, standing, throughput_figure
@@ -54,7 +55,7 @@ def leave(registry: Registry, liveness: Liveness, ended: str, recorder: Recorder
     this tuner stops on an error (``killed``), the parent run is closed as KILLED here.
     """
     registry.enter(TunerPhase.DONE, ended)
-    others = registry.live_others(liveness, (TunerPhase.SAMPLING, TunerPhase.CONFIRMING))
+    others = registry.live_others(liveness, (TunerPhase.SAMPLING, TunerPhase.CONFIRMING, TunerPhase.PROFILING))
     if not others and killed:
         recorder.kill_parent()
     return others
@@ -97,7 +98,8 @@ def parent_record(study: optuna.Study, found: Standing, ended: str, tuners: int)
     name, rows, best = study.study_name, found.rows, found.best
     artifacts = {"trials.json": json.dumps([dataclasses.asdict(r) for r in rows], indent=1),
                  "ceilings.json": json.dumps(found.ceilings.table(), indent=1),
-                 "report.html": report_html(name, found, study.user_attrs.get("fingerprint"))}
+                 "report.html": report_html(name, found, study.user_attrs.get("fingerprint"),
+                                            study.user_attrs.get(PROFILE_ATTR))}
     metrics: dict[str, float] = {"trials": float(len(rows)),
                                  "noisy_trials": float(sum(1 for r in rows if is_noisy(r.doubt)))}
     lines = findings(found)
@@ -118,12 +120,14 @@ def parent_record(study: optuna.Study, found: Standing, ended: str, tuners: int)
             metrics["best_loss_excess"] = win.loss_excess
         tags.update({"autotune.winner_trial": str(best.number),
                      "autotune.winner_config": " ".join(f"{k}={show_value(v)}" for k, v in best.config.items())})
+    profiled, traces = parent_figures(study.user_attrs.get(PROFILE_ATTR) or {})
+    metrics.update(profiled)
     winners = {r.number for r in found.decision.winner.runs} if found.decision.winner else set()
     # The runs page shows names by default: each says how its trial ended, and which won
     runs = {r.run_id: {"autotune.winner": str(r.number in winners).lower(),
                        "mlflow.runName": run_name(r, r.number in winners)}
             for r in rows if r.run_id and r.outcome not in UNFINISHED}
-    return ParentRecord(artifacts, metrics, tags, runs)
+    return ParentRecord(artifacts, metrics, tags, runs, traces)
 
 
 def figures(study: optuna.Study, found: Standing) -> dict[str, Any]:

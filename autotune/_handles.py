@@ -196,7 +196,8 @@ class Run:
         floating-point inputs in channels-last format when the model is)."""
         self._retain_host_memory()
         channels_last = self._model_seen and bool(self._value("channels_last"))
-        return iter_batches(loader, self.device, self._value("prefetch"), self._non_blocking(), channels_last)
+        return iter_batches(loader, self.device, self._value("prefetch"), self._non_blocking(), channels_last,
+                            self._copy_edge())
 
     def autocast(self):
         """A context manager for the forward pass: AMP per the ``amp`` knob, or nothing."""
@@ -221,9 +222,11 @@ class Run:
         if fp16 and self._scaler is None:
             self._scaler = torch.amp.GradScaler(self.device.type)
         part = loss / accumulate if accumulate > 1 else loss
+        self._edge("backward")
         (self._scaler.scale(part) if fp16 else part).backward()
         calls = self._micro[id(optimizer)] = self._micro.get(id(optimizer), 0) + 1
         if calls % accumulate == 0:
+            self._edge("optimizer")
             if clip_grad_norm is not None:
                 if fp16:
                     self._scaler.unscale_(optimizer)
@@ -235,12 +238,20 @@ class Run:
             else:
                 optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+        self._edge("other")
         self._after_step(loss)
 
     # -- internals ----------------------------------------------------------------------
 
     def _after_step(self, loss: Any) -> None:
         """Hook for Trial's loss accounting; production does nothing per step."""
+
+    def _edge(self, part: str | None) -> None:
+        """Hook for a profile run's step parts (``autotune._profile``): the loop enters ``part``."""
+
+    def _copy_edge(self) -> Any:
+        """Hook for a profile run: called before each batch's copy to the device (None: nothing)."""
+        return None
 
     def _value(self, name: str) -> Any:
         value = getattr(self.config, name)

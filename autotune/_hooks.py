@@ -80,6 +80,10 @@ class Hooks:
 
             handle = register_optimizer_step_post_hook(self._stepped)
             self._undo.append(handle.remove)
+            from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+            before = register_optimizer_step_pre_hook(lambda *_: self.run._edge("optimizer"))
+            self._undo.append(before.remove)
         self.run._retain_host_memory()  # (malloc_retain: from the script's start on)
         return self
 
@@ -203,12 +207,14 @@ class Hooks:
 
         def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
             hooks._loss = tensor  # read at window edges only (``Trial._after_step`` keeps it on the device)
+            hooks.run._edge("backward")
             return original(tensor, *args, **kwargs)
         return backward
 
     def _stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """After any optimizer's step: the loader fetched last trains; its step's loss is counted
         once per batch (a second optimizer stepping on the same batch adds nothing)."""
+        self.run._edge("other")
         if self.training is None:
             if self.last_fetched is None:
                 return

@@ -115,6 +115,9 @@ class TrialSpec:
     argv: tuple[str, ...] | None = None
     #: Ranks (over 1: the worker runs them through torchrun, ``autotune._ranks``).
     nproc: int = 1
+    #: A profile run's trace file (``autotune._profiling``): its step's parts are timed and a few
+    #: steps recorded by torch.profiler after its windows. None: a trial.
+    trace: str | None = None
 
 
 def worker_environ(environ: Mapping[str, str], tag: str) -> dict[str, str]:
@@ -165,6 +168,8 @@ def build_command(spec: TrialSpec, event_fd: int, environ: Mapping[str, str],
         payload["argv"] = list(spec.argv)
     if spec.nproc > 1:
         payload["nproc"] = spec.nproc
+    if spec.trace is not None:
+        payload["trace"] = spec.trace
     return [python, "-m", "autotune._trial_main", json.dumps(payload)], env
 
 

@@ -57,6 +57,8 @@ class StudyOptions:
     #: Hours the exported config will train for (``--horizon``): compile is held where its cost
     #: would not pay back within them (``autotune._space_now``).
     horizon_h: float = 1.0
+    #: Profile runs of the baseline and the winner after the confirmation (``--profile``).
+    profile: bool = True
 
     @property
     def hold_limits(self) -> tuple[float, float, float]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 #: Batches the thread prefetcher keeps ready. Two hide one slow batch; more only
@@ -43,7 +43,7 @@ def to_device(batch: Any, device, non_blocking: bool, channels_last: bool = Fals
 
 
 def iter_batches(loader: Iterable, device, strategy: str, non_blocking: bool,
-                 channels_last: bool = False) -> Iterator[Any]:
+                 channels_last: bool = False, before_copy: Callable[[], None] | None = None) -> Iterator[Any]:
     """Yield the loader's batches on ``device`` using a prefetch strategy.
 
     Args:
@@ -52,8 +52,12 @@ def iter_batches(loader: Iterable, device, strategy: str, non_blocking: bool,
         strategy: "none", "thread" or "cuda_stream".
         non_blocking: Copy asynchronously (right only from pinned memory).
         channels_last: 4-D floating-point tensors arrive in channels-last format.
+        before_copy: Called before each copy on the loop's thread (strategy "none"): a profile
+            run's edge between data wait and copy (``autotune._profile``).
     """
     if strategy == "none":
+        if before_copy is not None:
+            return ((before_copy(), to_device(b, device, non_blocking, channels_last))[1] for b in loader)
         return (to_device(b, device, non_blocking, channels_last) for b in loader)
     if strategy == "thread":
         return _thread_batches(loader, device, non_blocking, channels_last)

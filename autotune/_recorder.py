@@ -61,12 +61,14 @@ class ParentRecord:
         metrics: The study's figures (``best_speedup``, ...).
         tags: Its tags (``autotune.ended``, ``autotune.result``, its name and note).
         runs: Tags to set on each child run, by run id: whether it won, and its name.
+        traces: The profile runs' trace files (``autotune._profiling``), attached under ``traces/``.
     """
 
     artifacts: dict[str, str]
     metrics: dict[str, float]
     tags: dict[str, str]
     runs: dict[str, dict[str, str]]
+    traces: list[str] = dataclasses.field(default_factory=list)
 
 
 class Recorder:
@@ -271,7 +273,7 @@ class Recorder:
         """Close the study's MLflow parent run with what the study found (the last tuner does)."""
         self.tracker.tag_runs(record.runs)
         self.tracker.finish_parent(self.parent_id, record.artifacts, record.metrics, figures, status=status,
-                                   tags=record.tags)
+                                   tags=record.tags, files={"traces": record.traces})
 
     def kill_parent(self) -> None:
         """Close the parent run as KILLED: the last tuner running the study stopped on an error."""

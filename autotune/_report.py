@@ -30,7 +30,7 @@ body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 70em;
 h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 1.8em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; margin: .5em 0; } td, th { padding: .2em .6em; text-align: left; }
 th { background: #f3f3f3; } tr:nth-child(even) td { background: #fafafa; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .complete { color: #1a7f37; } .pruned { color: #8250df; } .diverged, .crashed, .timeout, .oom_host,
 .oom_gpu, .distorted { color: #cf222e; } .interrupted { color: #9a6700; } .winner td { font-weight: 600; }
 .findings li { margin: .2em 0; } img { max-width: 100%; } .dim { color: #666; }
@@ -38,8 +38,10 @@ td.reason { min-width: 22em; }
 """
 
 
-def report_html(name: str, found: Standing, fingerprint: Mapping[str, Any] | None = None) -> str:
-    """The study's report as one HTML page (no outside files: figures are inlined PNGs)."""
+def report_html(name: str, found: Standing, fingerprint: Mapping[str, Any] | None = None,
+                profile: Mapping[str, Any] | None = None) -> str:
+    """The study's report as one HTML page (no outside files: figures are inlined PNGs); with the
+    profile runs' findings (``autotune._profiling``), the baseline's and the winner's steps."""
     from autotune._standing import findings, throughput_figure
 
     rows, best, base = found.rows, found.best, found.base
@@ -56,6 +58,8 @@ def report_html(name: str, found: Standing, fingerprint: Mapping[str, Any] | Non
         if before is not None and after is not None:
             parts.append(f"<p id='data-wait'>Data wait: <b>{before:.0%}</b> of the baseline's step time, "
                          f"<b>{after:.0%}</b> of the winner's.</p>")
+    if profile:
+        parts.append(step_parts_html(profile))
     parts += ["<h2 id='throughput'>samples/s per trial</h2>",
               _img(throughput_figure(name, found), "samples/s per trial"),
               "<h2 id='trials'>Every trial</h2>", _trials_table(found)]
@@ -82,6 +86,39 @@ def report_html(name: str, found: Standing, fingerprint: Mapping[str, Any] | Non
             parts.append(f"<p class='dim'>Not used, the winner ran past them: {_e(', '.join(b.unreliable))}.</p>")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+#: Each step part's colour in the report's bars.
+_PART_COLOURS = {"data_wait": "#cf222e", "copy": "#bf8700", "forward": "#0969da", "backward": "#8250df",
+                 "optimizer": "#1a7f37", "other": "#8c959f"}
+
+
+def step_parts_html(profile: Mapping[str, Any]) -> str:
+    """The baseline's and the winner's steps as stacked bars of their parts (widths to scale
+    with the longer step), their milliseconds in a table, and where the traces are."""
+    from autotune._profile import LABELS, PARTS
+
+    roles = [role for role in ("baseline", "winner") if role in profile]
+    longest = max(profile[r]["parts"].get("step", 0.0) for r in roles) or 1.0
+    out = ["<h2 id='step'>Where a step's time goes</h2>",
+           "<p class='dim'>Each step timed by part over one window of a profile run after the "
+           "confirmation; a few steps after it were traced by torch.profiler: the parent run's "
+           "<code>traces/</code> holds them (open in ui.perfetto.dev or TensorBoard).</p>",
+           "<table><tr><th></th><th>step</th><th style='min-width:22em'></th>",
+           *(f"<th>{_e(LABELS[p])}</th>" for p in PARTS), "</tr>"]
+    for role in roles:
+        parts = profile[role]["parts"]
+        step = parts.get("step", 0.0)
+        bar = "".join(f"<span title='{_e(LABELS[p])} {parts.get(p, 0.0) * 1e3:.2f} ms' style='display:inline-block;"
+                      f"height:1.1em;width:{100 * parts.get(p, 0.0) / longest:.2f}%;background:{_PART_COLOURS[p]}'>"
+                      "</span>" for p in PARTS if parts.get(p, 0.0) > 0)
+        out.append(f"<tr id='step-{role}'><td>{role} (trial {profile[role].get('trial')})</td>"
+                   f"<td class='num'>{step * 1e3:.2f} ms</td><td><div style='width:100%'>{bar}</div></td>"
+                   + "".join(f"<td class='num'>{parts.get(p, 0.0) * 1e3:.2f} ms<br><span class='dim'>"
+                             f"{parts.get(p, 0.0) / step if step else 0:.0%}</span></td>" for p in PARTS) + "</tr>")
+    out.append("</table><p class='dim'>" + " ".join(
+        f"<span style='color:{_PART_COLOURS[p]}'>&#9632;</span> {_e(LABELS[p])}" for p in PARTS) + "</p>")
+    return "".join(out)
 
 
 def knob_effects(rows: Sequence[TrialRow]) -> dict[str, list[tuple[str, float, int]]]:

@@ -36,6 +36,7 @@ from autotune._planner import (
     owed_again,
     without_baseline,
 )
+from autotune._profiling import run_profiles
 from autotune._queue import claim, claim_waiting, write
 from autotune._reap import sweep_orphans
 from autotune._recorder import Recorder
@@ -138,8 +139,7 @@ class StudyRunner:
         from autotune._warm import WarmWorker
 
         self._started = time.monotonic()
-        # One warm worker per slot (autotune._warm), if the caller started none: every trial
-        # of the slot is forked from it.
+        # One warm worker per slot (autotune._warm), if the caller started none: its trials fork from it.
         for slot in self.slots:
             if slot.index not in self._warm:
                 self._warm[slot.index] = WarmWorker(os.environ, new_tag(), slot.cpus)
@@ -151,6 +151,7 @@ class StudyRunner:
                 self.reporter.note(f"killed {swept} trial process(es) that tuners now gone left on this host")
             with self.scheduler.signals(), Heartbeat(self.registry.beat, "this tuner", self.reporter.note):
                 self.scheduler.run(self._work)
+                run_profiles(self, standing(self.study))  # (--profile on, not interrupted, the last tuner)
         except BaseException as exc:  # the parent run must not stay RUNNING if this was its last tuner
             with contextlib.suppress(Exception):  # a store that is down must not hide why we stop
                 leave(self.registry, self._liveness, f"stopped: {exc!r}", self.recorder, killed=True)

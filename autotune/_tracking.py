@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -188,8 +188,10 @@ class Tracker:
 
     def finish_parent(self, run_id: str, artifacts: Mapping[str, str],
                       metrics: Mapping[str, float], figures: Mapping[str, Any] | None = None,
-                      status: str = "FINISHED", tags: Mapping[str, str] | None = None) -> None:
-        """Attach text artifacts, figures, summary metrics and tags to the parent run and close it."""
+                      status: str = "FINISHED", tags: Mapping[str, str] | None = None,
+                      files: Mapping[str, Sequence[str]] | None = None) -> None:
+        """Attach text artifacts, figures, files (by artifact folder), summary metrics and tags to the
+        parent run and close it."""
         from mlflow.entities import Metric, RunTag
 
         now = int(time.time() * 1000)
@@ -199,6 +201,9 @@ class Tracker:
             self._call(self.client.log_text, run_id, text, name)
         for name, figure in (figures or {}).items():
             self._call(self.client.log_figure, run_id, figure, name)
+        for folder, paths in (files or {}).items():
+            for path in paths:
+                self._call(self.client.log_artifact, run_id, path, folder)
         self._call(self.client.set_terminated, run_id, status=status)
 
 

@@ -17,6 +17,7 @@ from autotune._guard import judged_span, mean_over
 from autotune._handles import Run
 from autotune._knobs import Part
 from autotune._loaders import batch_len
+from autotune._profile import ProfilePhase
 from autotune._proctree import tree_cpu_s
 from autotune._streams import Repeats
 from autotune._trial_phases import BudgetSpent, CeilingPhases, Phase, close_epoch
@@ -39,7 +40,7 @@ EPOCH_WINDOWS = 2.0
 ALIGNED_MAX = 3.0
 
 
-class Trial(CeilingPhases, Run):
+class Trial(CeilingPhases, ProfilePhase, Run):
     """A run under tuning: measures the loop in windows and stops it when done.
 
     Warmup steps come first (``warmup_steps`` and at least ``warmup_s``); then
@@ -62,12 +63,17 @@ class Trial(CeilingPhases, Run):
     over that many windows and skipped when ``known_ceilings`` has its key: the
     same loop fed its last few batches again from the device (compute), then the
     loader iterated alone with the transfer (loader).
+
+    With ``trace`` (a profile run, ``autotune._profiling``), each step's parts are timed
+    over the windows and a few steps after them are recorded by torch.profiler into that
+    file (``autotune._profile.ProfilePhase``).
     """
 
     def __init__(self, config: Config, device: Any, emit: Callable[..., None], *,  # type: ignore[valid-type]
                  warmup_steps: int, warmup_s: float, window_s: float, windows: int,
                  min_window_steps: int = 2, ceiling_windows: int = 0, learn_windows: int = 0,
-                 learn_to: float = 0.0, known_ceilings: Mapping[str, Sequence[str]] | None = None) -> None:
+                 learn_to: float = 0.0, known_ceilings: Mapping[str, Sequence[str]] | None = None,
+                 trace: str | None = None) -> None:
         super().__init__(config, device)
         self._emit = emit
         self._warmup_steps, self._warmup_s = warmup_steps, warmup_s
@@ -95,6 +101,7 @@ class Trial(CeilingPhases, Run):
         self._outside_since: float | None = None
         self._repeats = Repeats()  # rows seen again in the first batches (autotune._streams)
         self._epoch_rows: int | None = None  # the last whole epoch's rows
+        self._start_parts(trace)
 
     def _resume_clock(self, now: float) -> None:
         """An epoch begins: the time since the last one ended (an evaluation pass, a checkpoint,
@@ -136,6 +143,9 @@ class Trial(CeilingPhases, Run):
         """An epoch of the loader's batches, as the loop gets them (on the device, per the prefetch knob)."""
         return Run.batches(self, loader)
 
+    def _copy_edge(self) -> Callable[[], None] | None:
+        return None if self._parts is None else lambda: self._edge("copy")
+
     def _measured(self, loader: Iterable[Any], it: Iterator[Any]) -> Iterator[Any]:
         """The batches of ``it`` (an epoch of ``loader``), counted into the trial's windows."""
         epoch_t0 = time.perf_counter()
@@ -150,9 +160,11 @@ class Trial(CeilingPhases, Run):
                     batch = self._cached[self._replayed % len(self._cached)]
                     self._replayed += 1
                 else:
+                    self._edge("data_wait")
                     try:
                         batch = next(it)
                     except StopIteration:
+                        self._edge(None)  # between epochs: outside the loop, as in the windows
                         self._epoch_rows = rows
                         self._epoch_done(time.perf_counter() - epoch_t0)
                         self._outside_since = time.perf_counter()
@@ -169,6 +181,7 @@ class Trial(CeilingPhases, Run):
                 elif self._phase == Phase.WARMUP and self._epoch_rows is None:  # its first epoch's rows:
                     self._repeats.add(batch)  # a second epoch repeats them, and faster configs reach it
                 self._batch_samples = batch_len(batch)
+                self._edge("forward")
                 yield batch
                 self._count(batch, waited, t0)
         finally:
@@ -186,6 +199,12 @@ class Trial(CeilingPhases, Run):
         self._win.samples += samples
         self._win.wait += waited
         self._beat_if_due(now)
+        if self._phase == Phase.PROFILE:
+            if self._recorded_step():
+                self._end_recording()
+                self._phase = Phase.DONE
+                raise BudgetSpent
+            return
         if self._phase == Phase.COMPUTE:
             if self._window_due(now):
                 self._close_ceiling_window(Part.COMPUTE)
@@ -220,6 +239,7 @@ class Trial(CeilingPhases, Run):
     def _end_warmup(self) -> None:
         self._sync()
         self._phase = Phase.MEASURE
+        self._time_parts()
         self._pending = [part for part in (Part.COMPUTE, Part.LOADER) if self._wants(part)]
         loss = self._win.loss()
         self._warmup_loss = loss
@@ -284,7 +304,9 @@ class Trial(CeilingPhases, Run):
         return loss
 
     def finish(self) -> None:
-        """Close a last partial window if the function returned mid-window."""
+        """Close a last partial window if the function returned mid-window (and a profile
+        recording, with the steps it has)."""
+        self._end_recording()
         if self._phase == Phase.MEASURE and self._win.steps >= self._min_window_steps \
                 and self._windows_done < self._windows:
             self._close_window()

@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             Kind = Trial
         run = Kind(Config(**spec["config"]), spec["device"], emit, **spec["budget"],
-                   known_ceilings=spec.get("known_ceilings"))
+                   known_ceilings=spec.get("known_ceilings"), trace=spec.get("trace"))
         run.apply_backends()  # before the user's code: its own later settings win, and are reported
         if script:
             run_script_measured(run, spec["target"], spec["argv"], emit)

@@ -23,12 +23,14 @@ QUICK_LOADER_BATCHES = 32
 
 
 class Phase(enum.Enum):
-    """Where a trial is: warming up, measuring its windows, measuring a ceiling, done."""
+    """Where a trial is: warming up, measuring its windows, measuring a ceiling, recording a
+    profile, done."""
 
     WARMUP = "warmup"
     MEASURE = "measure"
     COMPUTE = Part.COMPUTE.value  # the compute ceiling's windows
     LOADER = Part.LOADER.value  # the loader ceiling's windows
+    PROFILE = "profile"  # a profile run's steps under torch.profiler (autotune._profile)
     DONE = "done"
 
     @property
@@ -57,6 +59,9 @@ class CeilingPhases:
     def _next_phase(self) -> None:
         """After the windows: the compute ceiling, then the loader's, then the end."""
         if not self._pending:
+            if self._start_recording():
+                self._phase = Phase.PROFILE
+                return
             self._phase = Phase.DONE
             raise BudgetSpent
         self._phase = Phase(self._pending.pop(0).value)

@@ -56,10 +56,11 @@ HOST_DIR_ENV = "AUTOTUNE_HOST_DIR"
 
 
 class TunerPhase(str, enum.Enum):
-    """Where a tuner is: its own trials, the confirmation re-runs, or gone."""
+    """Where a tuner is: its own trials, the confirmation re-runs, the profile runs, or gone."""
 
     SAMPLING = "sampling"
     CONFIRMING = "confirming"
+    PROFILING = "profiling"
     DONE = "done"
 
 

@@ -57,6 +57,8 @@ class TrialResult:
     #: end). Also in :attr:`metrics` where finite: ``loss_excess``, and the ``loss_tolerance``
     #: it was held to.
     judged: Comparison | None = None
+    #: A profile run's ``profile`` event (``autotune._profile``): its step's parts, its trace.
+    profile: dict[str, Any] | None = None
 
 
 #: Events that show the training loop is alive (the stall clock restarts on each).
@@ -203,7 +205,8 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     final = events.get("end") or events.get("resolved") or {}
     return TrialResult(outcome, reason, metrics, window_series(windows, monitor), windows,
                        final.get("config", {}), final.get("base_batch_size"), final.get("lr"), log_path,
-                       losses, measured, loss_curve(windows), final.get("dataset") or {}, judged)
+                       losses, measured, loss_curve(windows), final.get("dataset") or {}, judged,
+                       events.get("profile"))
 
 
 def _late(running_s: float, since_step_s: float | None, stall_limit: float, compiling: bool,

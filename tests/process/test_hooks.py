@@ -101,6 +101,32 @@ def test_the_loader_that_trains_is_measured_and_the_test_pass_is_outside_the_win
         assert w["wall"] - before["wall"] == pytest.approx(w["seconds"] + w["outside_s"], abs=0.02)
 
 
+def test_a_profile_run_of_a_script_times_its_steps_by_part_and_traces_them(tmp_path) -> None:
+    """An unmodified script's step, cut at the hooked loader, backward and optimizer step: the
+    parts add up to the window's step time (its test pass outside both), then a trace with them."""
+    from autotune._profile import PARTS, trace_events
+
+    events: list[tuple[str, dict]] = []
+    trace = tmp_path / "script.pt.trace.json.gz"
+    run = ScriptTrial(Config(num_workers=0), "cpu", lambda kind, **e: events.append((kind, e)), warmup_steps=2,
+                      warmup_s=0.0, window_s=0.3, windows=1, min_window_steps=2, trace=str(trace))
+    run.hooks.install()
+    try:
+        with pytest.raises(BudgetSpent):
+            script(epochs=1000, test_pause=0.05)
+    finally:
+        run.hooks.remove()
+    (window,) = [e for kind, e in events if kind == "window"]
+    (profile,) = [e for kind, e in events if kind == "profile"]
+    parts = profile["parts"]
+    assert parts["samples"] == 64  # a step of the training loader's batches
+    assert parts["step"] == pytest.approx(window["seconds"] / window["steps"], rel=0.10)
+    assert all(parts[p] > 0 for p in ("data_wait", "forward", "backward", "optimizer"))
+    assert parts["copy"] == 0  # the script copies its own batches (inside forward)
+    names = {e.get("name") for e in trace_events(trace)}
+    assert {f"autotune.{p}" for p in PARTS if p != "copy"} <= names
+
+
 def test_a_space_for_a_script_drops_what_needs_the_code_in_one_line() -> None:
     dropped, line = not_tuned(["num_workers", "amp", "prefetch", "compile", "batch_size"])
     assert dropped == ["amp", "prefetch", "compile"]

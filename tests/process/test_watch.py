@@ -413,6 +413,22 @@ def test_a_stall_over_the_ram_budget_ends_as_oom_host_though_the_sampler_is_behi
     assert under.outcome is Outcome.TIMEOUT and under.reason == "stalled: no step finished for 2 s"
 
 
+def test_a_profile_run_times_a_run_handle_step_by_part_and_traces_it(tmp_path: Path, warm) -> None:
+    from autotune._profile import PARTS, trace_events
+
+    trace = tmp_path / "t.pt.trace.json.gz"
+    spec = TrialSpec(target=f"{FIXTURE}:train", config=Config(), device="cpu",
+                     budget=dataclasses.replace(FAST, windows=1), trace=str(trace))
+    result = run_trial(spec, tmp_path / "t.log", warm=warm)
+    assert result.outcome is Outcome.COMPLETE, result.reason
+    parts = result.profile["parts"]
+    window = result.windows[0]
+    assert parts["step"] == pytest.approx(window["seconds"] / window["steps"], rel=0.10)
+    assert result.profile["trace"] == str(trace) and result.profile["recorded_steps"] >= 1
+    names = {e.get("name") for e in trace_events(trace)}
+    assert {f"autotune.{p}" for p in PARTS} <= names  # run.batches copies: all six parts
+
+
 def test_missing_target_is_crashed_not_raised(tmp_path: Path, warm) -> None:
     spec = TrialSpec(target=f"{FIXTURE}:no_such_function", config=Config(), budget=FAST)
     result = run_trial(spec, tmp_path / "t.log", warm=warm)

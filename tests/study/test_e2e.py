@@ -28,7 +28,8 @@ def study_store(tmp_path_factory) -> Path:
     """One real study of 3 trials, resumed with 2 more: shared by the tests below."""
 
     def build(cwd: Path) -> None:
-        first = autotune("run", TARGET, "--trials", "3", "--study", "e2e", "--space", "loader", *FAST, cwd=cwd)
+        first = autotune("run", TARGET, "--trials", "3", "--study", "e2e", "--space", "loader", *FAST,
+                         "--profile", "on", cwd=cwd)
         assert first.returncode == 0, first.stderr
         assert "best: trial" in first.stdout
         # piped, as to a log: whole lines, not wrapped at 80 columns
@@ -139,6 +140,39 @@ def test_the_records_describe_themselves(study_store: Path) -> None:
     assert parent.data.tags["mlflow.note.content"].startswith("Study e2e: trial ")
     experiment = client.get_experiment_by_name("e2e")
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"  # opens on training runs
+
+
+def test_the_parent_run_holds_the_baseline_and_winner_steps_traced_and_timed_by_part(study_store: Path) -> None:
+    """The profile runs (``--profile on``): a Chrome trace of the baseline's steps, and of the
+    winner's where it is another config, in the parent run's traces/, with the step's parts as
+    labelled ranges; their milliseconds as parent metrics, in the report and on the terminal;
+    and the parts add up to the step time the profile run measured."""
+    from autotune._profile import PARTS, trace_events
+
+    study = load_study(study_store / "mlflow", "e2e")
+    kept = study.user_attrs["profile"]
+    winner = json.loads(autotune("show", "--json", cwd=study_store).stdout)["winner"]
+    assert set(kept) == ({"baseline", "winner"} if winner not in (None, 0) else {"baseline"})
+    client, _ = mlflow_runs(study_store / "mlflow", "e2e")
+    parent = client.get_run(study.user_attrs["mlflow_parent_run_id"])
+    traces = {a.path for a in client.list_artifacts(parent.info.run_id, "traces")}
+    assert traces == {f"traces/{role}.pt.trace.json.gz" for role in kept}
+    for role, found in kept.items():
+        local = Path(client.download_artifacts(parent.info.run_id, f"traces/{role}.pt.trace.json.gz",
+                                               str(study_store.parent / f"dl-{role}")))
+        names = {e.get("name") for e in trace_events(local)}
+        assert {"autotune.data_wait", "autotune.forward", "autotune.backward", "autotune.optimizer"} <= names
+        assert any(str(n).startswith("aten::") for n in names)  # the profiler's own ops inside them
+        parts = found["parts"]
+        assert parts["step"] == pytest.approx(sum(parts[p] for p in PARTS), rel=1e-6)
+        measured = parts["samples"] / found["samples_per_s"]  # the profile run's own window
+        assert parts["step"] == pytest.approx(measured, rel=0.10)
+        assert parent.data.metrics[f"profile_{role}_step_ms"] == pytest.approx(parts["step"] * 1e3)
+        assert 0 <= parent.data.metrics[f"profile_{role}_data_wait_share"] <= 1
+    out = autotune("report", "-o", str(study_store.parent / "profile-report.html"), cwd=study_store)
+    assert out.returncode == 0, out.stderr
+    page = (study_store.parent / "profile-report.html").read_text()
+    assert "id='step'" in page and all(f"id='step-{role}'" in page for role in kept)
 
 
 def test_the_report_renders_in_a_real_browser(study_store: Path, tmp_path: Path) -> None:

@@ -1,0 +1,137 @@
+"""Profile runs: after the confirmation, the baseline and the winner run once more, each step
+timed by part and a few steps traced by torch.profiler (``autotune._profile``).
+
+The last tuner running the study runs them (with its first slot's CPUs and warm worker,
+taking its turn on them like a trial), outside the Optuna study: they rank nothing. What
+they found is kept in the study (``PROFILE_ATTR``) for whoever closes the parent MLflow run:
+the traces go there under ``traces/``, the parts to its metrics and to the report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune._config import Config
+from autotune._launch import Budget, TrialSpec
+from autotune._profile import PARTS, changed, shares
+from autotune._tuners import TunerPhase
+from autotune._watch import run_trial
+
+if TYPE_CHECKING:
+    from autotune._standing import Standing
+
+#: The study's user attribute holding the profile runs' findings, by role.
+PROFILE_ATTR = "profile"
+#: Trace files as the parent run holds them: ``traces/<role>.pt.trace.json.gz``.
+TRACE_NAME = "{role}.pt.trace.json.gz"
+
+
+def profile_plan(found: Standing, nproc: int = 1) -> tuple[list[tuple[str, int, dict[str, Any]]], str | None]:
+    """Which configs to profile, as ``(role, trial, sampled config)``: the baseline's, and the
+    winner's where the study has one other than the baseline; or why none (a reason to say).
+
+    >>> profile_plan(None)
+    ([], 'no profile: the study has no baseline figure')
+    """
+    if found is None or found.base is None or not found.base.rates:
+        return [], "no profile: the study has no baseline figure"
+    if nproc > 1:
+        return [], (f"no profile on {nproc} ranks: each rank would trace itself into one file "
+                    "(profile a single rank's run with --nproc-per-node 1)")
+    plan = [("baseline", found.base.first.number, {})]
+    winner = found.decision.winner
+    if winner is not None and winner is not found.base and found.best is not None:
+        plan.append(("winner", found.best.number, dict(found.best.sampled)))
+    return plan, None
+
+
+def profile_budget(budget: Budget) -> Budget:
+    """A profile run's budget: the study's warmup, one window, no ceilings, no added windows."""
+    return dataclasses.replace(budget, windows=1, ceiling_windows=0, learn_windows=0, learn_to=0.0)
+
+
+def run_profiles(runner: Any, found: Standing) -> dict[str, Any]:
+    """Run the profile runs of ``found`` (``profile_plan``) with ``--profile on``, when the study
+    was not interrupted, if this tuner (``runner``, an ``autotune._study.StudyRunner``) is the
+    last one running it; keep and say what they found. Returns it, by role (empty: none ran)."""
+    if not runner.options.profile or runner.scheduler.signum:
+        return {}
+    runner.registry.enter(TunerPhase.PROFILING)
+    others = runner.registry.live_others(runner._liveness, (TunerPhase.SAMPLING, TunerPhase.CONFIRMING))
+    profiling = runner.registry.live_others(runner._liveness, (TunerPhase.PROFILING,))
+    if others or any(_identity(t) < _identity(runner._owner) for t in profiling):
+        return {}  # the last one profiles (of two that got here together, the first by identity)
+    plan, why = profile_plan(found, runner.options.nproc)
+    if why:
+        runner.reporter.note(why)
+        return {}
+    options, slot = runner.options, runner.slots[0]
+    folder = runner.recorder.log_dir / "profile"
+    seed = found.base.first.seed if found.base.first.seed is not None else (options.seed or 0)
+    kept: dict[str, Any] = {}
+    began = time.monotonic()
+    for role, number, sampled in plan:
+        trace = folder / TRACE_NAME.format(role=role)
+        spec = TrialSpec(options.target, Config(**sampled), slot.device, profile_budget(options.budget),
+                         seed=seed, cpus=slot.cpus, argv=options.argv, trace=str(trace))
+        with runner.host.turn(slot.cpus or tuple(sorted(os.sched_getaffinity(0))),
+                              f"the {role}'s profile run of study {runner.name} (tuner pid {os.getpid()})",
+                              runner.reporter.note, runner.scheduler.interrupt):
+            result = run_trial(spec, folder / f"{role}.log", runner.ram_budget, warm=runner._warm.get(slot.index),
+                               interrupt=runner.scheduler.interrupt)
+        if result.profile is None:
+            runner.reporter.note(f"no profile of the {role} (trial {number}'s config): {result.outcome.value}: "
+                                 f"{result.reason.splitlines()[0] if result.reason else 'no trace written'}")
+            continue
+        kept[role] = {"trial": number, "parts": result.profile["parts"], "trace": result.profile["trace"],
+                      "recorded_step_s": result.profile["recorded_step_s"],
+                      "samples_per_s": result.metrics.get("samples_per_s")}
+    spent = time.monotonic() - began
+    if kept:
+        runner.study.set_user_attr(PROFILE_ATTR, kept)
+        runner.reporter.note(summary_line(kept, folder) + f"; the profile runs took {spent:.0f} s, "
+                             f"{spent / max(spent, time.monotonic() - runner._started):.0%} of this tuner's time "
+                             "(--profile off skips them)")
+    return kept
+
+
+def _identity(tuner: Mapping[str, Any]) -> tuple[str, int, float]:
+    return str(tuner.get("host")), int(tuner.get("pid") or 0), float(tuner.get("started") or 0.0)
+
+
+def summary_line(kept: Mapping[str, Any], folder: Path) -> str:
+    """What the profile runs found, in one line for the terminal."""
+    base, win = kept.get("baseline"), kept.get("winner")
+    if base and win:
+        said = changed(base["parts"], win["parts"])
+    else:
+        one = base or win
+        top = max(PARTS, key=lambda p: one["parts"].get(p, 0.0))
+        said = f"step {one['parts']['step'] * 1e3:.1f} ms, {shares(one['parts'])[top]:.0%} of it {top.replace('_', ' ')}"
+    return f"profile: {said} (traces: {folder}; in MLflow: the parent run's traces/)"
+
+
+def parent_figures(kept: Mapping[str, Any]) -> tuple[dict[str, float], list[str]]:
+    """The parent run's profile metrics (``profile_<role>_<part>_ms`` and ``..._share``) and
+    the trace files to attach, from the study's ``PROFILE_ATTR``.
+
+    >>> parent_figures({"baseline": {"parts": {"forward": 0.002, "step": 0.004}, "trace": "/t/b.gz"}})[0]["profile_baseline_forward_share"]
+    0.5
+    """
+    metrics: dict[str, float] = {}
+    traces = []
+    for role, found in kept.items():
+        parts = found.get("parts") or {}
+        for part, share in shares(parts).items():
+            metrics[f"profile_{role}_{part}_share"] = share
+        for part in (*PARTS, "step"):
+            if part in parts:
+                metrics[f"profile_{role}_{part}_ms"] = parts[part] * 1e3
+        if found.get("trace") and Path(found["trace"]).exists():
+            traces.append(found["trace"])
+    return metrics, traces

@@ -1,0 +1,78 @@
+"""The profile runs' rules (autotune._profile, autotune._profiling): a step cut into parts that
+tile it, the breakdown, the line the terminal prints, which configs are profiled."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from standings import trial
+
+from autotune._ceilings import Ceilings
+from autotune._launch import Budget
+from autotune._profile import PARTS, StepParts, breakdown, changed, shares
+from autotune._profiling import parent_figures, profile_budget, profile_plan
+from autotune._standing import standing_of
+
+
+def test_the_parts_tile_the_loop_so_they_add_up_to_its_wall_time() -> None:
+    parts = StepParts("cpu")
+    began = time.perf_counter()
+    for part in ("data_wait", "copy", "forward", "backward", "optimizer", "other") * 3:
+        parts.mark(part)
+        time.sleep(0.001)
+    parts.mark(None)  # between epochs: stopped
+    wall = time.perf_counter() - began
+    time.sleep(0.01)  # not counted
+    assert sum(parts.seconds.values()) == pytest.approx(wall, abs=1e-3)
+    assert all(parts.seconds[p] >= 0.003 for p in PARTS)
+    parts.reset()
+    assert sum(parts.seconds.values()) == 0
+
+
+def test_breakdown_is_per_step_and_its_step_is_the_sum() -> None:
+    per = breakdown({"data_wait": 1.0, "forward": 2.0, "backward": 3.0, "optimizer": 4.0}, 10)
+    assert per["step"] == pytest.approx(1.0) and per["copy"] == 0.0
+    assert shares(per)["optimizer"] == pytest.approx(0.4)
+    assert shares({"step": 0.0}) == {}
+    with pytest.raises(ValueError, match="at least one"):
+        breakdown({}, 0)
+
+
+def test_the_line_names_the_parts_that_moved_and_a_changed_batch() -> None:
+    base = {"data_wait": 0.006, "forward": 0.002, "backward": 0.002, "step": 0.010, "samples": 32}
+    same = {"data_wait": 0.0005, "forward": 0.002, "backward": 0.002, "step": 0.0045, "samples": 32}
+    line = changed(base, same)
+    assert line.startswith("step 10.0 ms -> 4.5 ms; data wait 6.0 -> 0.5 ms (60% -> 11% of the step)")
+    assert "forward" not in line  # it did not move
+    bigger = {"data_wait": 0.001, "forward": 0.008, "backward": 0.008, "step": 0.017, "samples": 128}
+    assert "(32 samples) -> 17.0 ms (128 samples), 312.5 -> 132.8 us a sample" in changed(base, bigger)
+
+
+def test_the_baseline_and_a_winner_other_than_it_are_profiled() -> None:
+    won = standing_of([trial(0, 1000), trial(1, 2000, sampled={"num_workers": 2})], Ceilings())
+    plan, why = profile_plan(won)
+    assert why is None and plan == [("baseline", 0, {}), ("winner", 1, {"num_workers": 2})]
+    lost = standing_of([trial(0, 1000), trial(1, 500, sampled={"num_workers": 2})], Ceilings())
+    assert profile_plan(lost) == ([("baseline", 0, {})], None)
+    assert profile_plan(won, nproc=2)[1].startswith("no profile on 2 ranks")
+    assert profile_plan(standing_of([trial(0, None, "crashed")], Ceilings()))[1] == \
+        "no profile: the study has no baseline figure"
+
+
+def test_a_profile_run_measures_one_window_and_no_ceiling() -> None:
+    budget = profile_budget(Budget(warmup_s=2, windows=4, ceiling_windows=2, learn_windows=8, learn_to=0.5))
+    assert (budget.warmup_s, budget.windows, budget.ceiling_windows, budget.learn_windows) == (2, 1, 0, 0)
+
+
+def test_the_parent_run_gets_each_parts_milliseconds_and_share(tmp_path) -> None:
+    trace = tmp_path / "baseline.pt.trace.json.gz"
+    trace.write_bytes(b"")
+    metrics, traces = parent_figures({"baseline": {"parts": {"data_wait": 0.001, "forward": 0.003, "step": 0.004},
+                                                   "trace": str(trace)},
+                                      "winner": {"parts": {"forward": 0.002, "step": 0.002},
+                                                 "trace": str(tmp_path / "gone.gz")}})
+    assert metrics["profile_baseline_data_wait_ms"] == pytest.approx(1.0)
+    assert metrics["profile_baseline_forward_share"] == pytest.approx(0.75)
+    assert metrics["profile_winner_step_ms"] == pytest.approx(2.0)
+    assert traces == [str(trace)]  # a trace no longer on disk is not attached
