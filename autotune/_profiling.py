@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune._config import Config
 from autotune._launch import Budget, TrialSpec
-from autotune._profile import PARTS, changed, shares
+from autotune._profile import LABELS, PARTS, changed, shares
 from autotune._tuners import TunerPhase
 from autotune._watch import run_trial
 
@@ -111,8 +111,9 @@ def summary_line(kept: Mapping[str, Any], folder: Path) -> str:
         said = changed(base["parts"], win["parts"])
     else:
         one = base or win
-        top = max(PARTS, key=lambda p: one["parts"].get(p, 0.0))
-        said = f"step {one['parts']['step'] * 1e3:.1f} ms, {shares(one['parts'])[top]:.0%} of it {top.replace('_', ' ')}"
+        big = sorted(((share, p) for p, share in shares(one["parts"]).items() if share >= 0.05), reverse=True)
+        said = f"the {'baseline' if base else 'winner'}'s step {one['parts']['step'] * 1e3:.1f} ms: " + \
+            ", ".join(f"{LABELS[p]} {share:.0%}" for share, p in big)
     return f"profile: {said} (traces: {folder}; in MLflow: the parent run's traces/)"
 
 

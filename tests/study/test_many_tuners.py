@@ -73,7 +73,7 @@ def test_tuners_started_together_on_a_new_study(postgres: str, mlflow_server, tm
     tuners = 3  # (two is the same race with one racer fewer)
     name = f"together-{tuners}-{uuid.uuid4().hex[:6]}"
     args = ["--study", name, "--storage", postgres, "--tracking-uri", mlflow_server.url, "--trials", "2",
-            "--confirm", "1", *FAST]
+            "--confirm", "1", "--profile", "on", *FAST]
     folders = [tmp_path / f"host{i}" for i in range(tuners)]  # a store folder each, as on separate hosts
     for folder in folders:
         folder.mkdir()
@@ -85,6 +85,13 @@ def test_tuners_started_together_on_a_new_study(postgres: str, mlflow_server, tm
     check_invariants(postgres, mlflow_server.url, name, tuners, own_trials=2 * tuners, confirm=1)
     # the baseline ran once; the tuners that had none to run waited for it
     assert sum("waiting for the baseline (trial 0)" in out for out in outputs) >= 1
+    # one tuner ran the profile runs (the last one running the study), and its traces are the parent's
+    assert sum("\nprofile: " in out for out in outputs) == 1, outputs
+    from mlflow import MlflowClient
+
+    client = MlflowClient(mlflow_server.url)
+    parent = study_of(postgres, name).user_attrs["mlflow_parent_run_id"]
+    assert "traces/baseline.pt.trace.json.gz" in {a.path for a in client.list_artifacts(parent, "traces")}
 
 
 def test_the_parent_run_stays_open_until_the_last_tuner_leaves(postgres: str, mlflow_server, tmp_path: Path,
