@@ -146,6 +146,7 @@ def _spaces() -> str:
               help="Hours the winner will train for in production: compile is not drawn once its "
                    "measured cost would not pay back within them.")
 @click.option("--profile", type=click.Choice(["on", "off"]), default="on", show_default=True,
+              callback=lambda _ctx, _param, value: value == "on",
               help="After the confirmation, run the baseline and the winner once more with each step "
                    "timed by part (data wait, copy, forward, backward, optimizer step) and a few steps "
                    "traced by torch.profiler: the traces go to the MLflow parent run (traces/), the "
@@ -206,7 +207,6 @@ def run(target: str | None, args: tuple[str, ...], module: str | None, quiet: bo
     if quiet and verbose:
         raise ConfigError("-q/--quiet, -v/--verbose: pick one")
     target, script_args = _target_of(target, args, module)
-    options["profile"] = options["profile"] == "on"
     try:
         result = tune(target, progress=Reporter() if quiet else Progress(verbose), args=script_args, **options)
     except BaselineFailed as exc:  # 2: the input's fault, in one line; 1: the code's, with its traceback

@@ -359,7 +359,7 @@ def test_trial_phases_name_their_ceiling() -> None:
     from autotune._knobs import Part
     from autotune._trial import Phase
 
-    assert [p.ceiling for p in Phase] == [None, None, Part.COMPUTE, Part.LOADER, None]
+    assert [p.ceiling for p in Phase] == [None, None, Part.COMPUTE, Part.LOADER, None, None]
 
 
 def _windows_measured(loss_after_warmup: float, **learning) -> list[dict]:
