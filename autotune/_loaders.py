@@ -41,12 +41,18 @@ def keep_order(kw: dict[str, Any], user: Mapping[str, Any]) -> dict[str, Any]:
     return kw
 
 
-def dataset_facts(dataset: Any, epoch_batches: int | None, kw: Mapping[str, Any]) -> dict[str, Any]:
+def dataset_facts(dataset: Any, epoch_batches: int | None, kw: Mapping[str, Any],
+                  ranks: int | None = None) -> dict[str, Any]:
     """What a loader built with ``kw`` reads, for the study: its class, its batches per epoch
     (None: no length), whether it shuffles (``shuffles``), and whether it fetches a batch in
     one call (``__getitems__``, which the DataLoader uses in place of one ``__getitem__`` per
     sample; a ``Subset`` has it when what it wraps does). An IterableDataset makes its own
-    batches: nothing to say of that."""
+    batches: nothing to say of that.
+
+    In a job of ``ranks`` processes (default: torch.distributed's world, 1 outside one) over a
+    map-style dataset, also ``ranks`` and whether its sampler gives each rank its own share
+    (``splits_ranks``): without a ``DistributedSampler`` (or a sampler of ``num_replicas``) each
+    rank reads every row, and the job's samples/s counts each row once per rank."""
     from torch.utils.data import IterableDataset, Subset
 
     inner = dataset
@@ -55,7 +61,18 @@ def dataset_facts(dataset: Any, epoch_batches: int | None, kw: Mapping[str, Any]
     facts = {"name": type(inner).__name__, "epoch_batches": epoch_batches, "shuffles": shuffles(kw)}
     if not isinstance(inner, IterableDataset):
         facts["batched_fetch"] = callable(getattr(inner, "__getitems__", None))
+        ranks = world_size() if ranks is None else ranks
+        if ranks > 1:
+            sampler = kw.get("sampler") or getattr(kw.get("batch_sampler"), "sampler", None)
+            facts.update(ranks=ranks, splits_ranks=(getattr(sampler, "num_replicas", 1) or 1) > 1)
     return facts
+
+
+def world_size() -> int:
+    """Processes in this process's torch.distributed job (1 outside one)."""
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 def batches_per_epoch(loader: Any) -> int | None:

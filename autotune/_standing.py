@@ -211,7 +211,7 @@ def findings(found: Standing) -> list[str]:
         each = [r.bottleneck.efficiency for r in win.runs if r.reliable and r.bottleneck and r.bottleneck.efficiency]
         if len(each) > 1:
             lines[-1] += f" (each run: {', '.join(f'{e:.0%}' for e in each)})"
-    lines += filter(None, [compile_payback(win, base), fetch_hint(win.lead)])
+    lines += filter(None, [compile_payback(win, base), fetch_hint(win.lead), rank_hint(win.lead)])
     return lines
 
 
@@ -235,6 +235,18 @@ def fetch_hint(lead: TrialRow) -> str | None:
     return (f"hint: {lead.dataset.get('name', 'your dataset')} fetches one sample per call; a "
             "__getitems__(self, indices) method returning the batch's samples lets the DataLoader fetch "
             "each batch in one call (one read, one lock, one index), which no knob can do")
+
+
+def rank_hint(lead: TrialRow) -> str | None:
+    """For a job on several ranks whose sampler does not split the dataset by rank (each rank
+    reads every row: ``autotune._loaders.dataset_facts``): what its samples/s counts, and the fix."""
+    if lead.dataset.get("splits_ranks") is not False:
+        return None
+    ranks = lead.dataset.get("ranks", 2)
+    return (f"note: each of the {ranks} ranks reads every row of {lead.dataset.get('name', 'your dataset')} "
+            f"an epoch (its sampler does not split it by rank): samples/s counts each row {ranks} times, "
+            f"{ranks}x the rows training sees; a torch.utils.data.DistributedSampler gives each rank its share "
+            "(the speedups compare configs of the same code, and hold)")
 
 
 def compile_payback(win: Group, base: Group | None) -> str | None:

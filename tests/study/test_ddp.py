@@ -26,6 +26,9 @@ def test_a_ddp_script_is_tuned_on_two_ranks_and_run_in_production_on_two(tmp_pat
     found = standing(study)
     base, drawn = found.rows
     assert base.outcome == drawn.outcome == "complete" and drawn.config["num_workers"] == 2
+    # its DistributedSampler gives each rank its share: nothing to say (without one: a note line)
+    assert (base.dataset["ranks"], base.dataset["splits_ranks"]) == (2, True)
+    assert "ranks reads every row" not in done.stdout
     # 2 workers per rank read twice as fast as each rank's main process: the job's samples/s, summed
     assert drawn.samples_per_s > 1.2 * base.samples_per_s, (base.samples_per_s, drawn.samples_per_s)
     log = (tmp_path / "st" / "trials" / "ddp_style" / "trial-1.log").read_text()

@@ -390,3 +390,19 @@ def test_in_order_false_applies_only_to_a_loader_that_shuffles_with_workers() ->
     # every row once an epoch, in any order
     loader, _ = built(Config(num_workers=2, in_order=False), shuffle=True)
     assert sorted(torch.cat([x for (x,) in loader]).tolist()) == list(range(64))
+
+
+def test_a_loader_on_several_ranks_says_whether_its_sampler_splits_the_dataset_by_rank() -> None:
+    from torch.utils.data import BatchSampler, DistributedSampler, RandomSampler
+
+    from autotune._loaders import dataset_facts
+
+    data = TensorDataset(torch.zeros(64, 2))
+    split = DistributedSampler(data, num_replicas=2, rank=0)
+    assert dataset_facts(data, 4, {"sampler": split}, ranks=2)["splits_ranks"] is True
+    batched = BatchSampler(DistributedSampler(data, num_replicas=2, rank=1), 8, False)
+    assert dataset_facts(data, 4, {"batch_sampler": batched}, ranks=2)["splits_ranks"] is True
+    for whole in ({"shuffle": True}, {"sampler": RandomSampler(data)}):  # every rank reads every row
+        facts = dataset_facts(data, 4, whole, ranks=2)
+        assert (facts["ranks"], facts["splits_ranks"]) == (2, False)
+    assert "splits_ranks" not in dataset_facts(data, 4, {"shuffle": True})  # one process: nothing to split

@@ -57,6 +57,16 @@ def test_findings_of_a_confirmed_win() -> None:
     assert lines[2].startswith("bottleneck: 94% of the data-on-device ceiling")
 
 
+def test_findings_say_what_samples_per_s_counts_where_every_rank_reads_every_row() -> None:
+    rows = [dataclasses.replace(r, dataset={"name": "Shards", "ranks": 2, "splits_ranks": split})
+            for r in (row(0, 100, baseline=True), row(1, 150)) for split in (False,)]
+    line = findings(standing_of(*rows))[-1]
+    assert line.startswith("note: each of the 2 ranks reads every row of Shards an epoch")
+    assert "DistributedSampler" in line
+    split = [dataclasses.replace(r, dataset={"name": "Shards", "ranks": 2, "splits_ranks": True}) for r in rows]
+    assert not any(line.startswith("note: each of") for line in findings(standing_of(*split)))
+
+
 def test_findings_give_the_winners_loss_against_the_baselines_not_the_baselines_own() -> None:
     def judged(r: TrialRow, excess: float) -> TrialRow:
         return dataclasses.replace(r, metrics={**r.metrics, "loss_excess": excess, "loss_tolerance": 0.5})
