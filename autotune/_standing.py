@@ -205,7 +205,7 @@ def findings(found: Standing) -> list[str]:
                      f"{', '.join(str(r.number) for r in distorted)}: {headline(distorted[0].reason)}")
     loss = winner_loss_line(win)
     if loss is not None and win is not base:
-        lines.append(loss)
+        lines.append(loss + (to_loss_clause(win, found.speedup(win)) if base is not None and base.rates else ""))
     if win.lead.bottleneck is not None:
         lines.append(f"bottleneck: {win.lead.bottleneck.why}")
         each = [r.bottleneck.efficiency for r in win.runs if r.reliable and r.bottleneck and r.bottleneck.efficiency]
@@ -222,6 +222,19 @@ def winner_loss_line(win: Group) -> str | None:
         return None
     tolerance = next((r.metrics["loss_tolerance"] for r in win.runs if "loss_tolerance" in r.metrics), None)
     return f"loss: {loss_against_baseline(win.loss_excess, tolerance, win.losses)}"
+
+
+def to_loss_clause(win: Group, speedup: float) -> str:
+    """What the winner's speedup is worth in time to the baseline's loss (``autotune._guard.to_loss``:
+    the median over its runs of the samples it took to the loss the baseline had over its judged
+    span, against the baseline's), or nothing where no run got there."""
+    ratios = [r.metrics["to_loss_ratio"] for r in win.runs if r.reliable and r.metrics.get("to_loss_ratio")]
+    if not ratios:
+        return ""
+    ratio = statistics.median(ratios)
+    target = next(r.metrics["to_loss_target"] for r in win.runs if r.metrics.get("to_loss_ratio"))
+    return (f"; to the baseline's loss ({target:.3g}) it took {ratio:.2f}x the baseline's samples: "
+            f"{speedup / ratio:.2f}x in time")
 
 
 def fetch_hint(lead: TrialRow) -> str | None:

@@ -23,6 +23,7 @@ from autotune._guard import (
     judged_curve,
     loss_curve,
     loss_history,
+    to_loss,
 )
 from autotune._launch import Budget, TrialSpec, launch
 from autotune._monitor import Monitor, nvml_handle
@@ -202,6 +203,9 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
         if (reference or reference_curve) and outcome in (Outcome.COMPLETE, Outcome.DIVERGED) else None
     if judged is not None and math.isfinite(judged.excess):
         metrics.update(loss_excess=judged.excess, loss_tolerance=tolerance)
+        reached = to_loss(reference_curve, curve)
+        if reached is not None and reached.ratio is not None:  # (its speedup to that loss: speedup / ratio)
+            metrics.update(to_loss_ratio=reached.ratio, to_loss_target=reached.target)
     final = events.get("end") or events.get("resolved") or {}
     return TrialResult(outcome, reason, metrics, window_series(windows, monitor), windows,
                        final.get("config", {}), final.get("base_batch_size"), final.get("lr"), log_path,

@@ -16,6 +16,8 @@ from autotune._guard import (
     loss_history,
     lr_retry,
     prune_reason,
+    samples_to,
+    to_loss,
 )
 
 NAN, INF = math.nan, math.inf
@@ -238,3 +240,27 @@ def test_flat_reference(first, span_loss, flat) -> None:
     why = flat_reference([(100.0, first)], [(0.0, 512.0, first, 8), (512.0, 1024.0, span_loss, 8)])
     assert (why is not None) is flat
     assert flat_reference([], []) is None
+
+
+def curve_of(losses: list[float], per: float = 1000.0) -> list[tuple[float, float, float, int]]:
+    """A loss curve of pieces ``per`` samples wide, 8 steps each."""
+    return [(i * per, (i + 1) * per, loss, 8) for i, loss in enumerate(losses)]
+
+
+def test_samples_to_a_loss_are_counted_as_the_judged_span_averages_not_at_one_lucky_piece() -> None:
+    falling = curve_of([2.0, 1.6, 1.3, 1.1, 1.0, 0.9, 0.85, 0.8])
+    assert samples_to(falling, 0.9) == 8000  # the mean over [4000, 8000] is 0.89
+    lucky = curve_of([2.0, 0.5, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0])  # one piece under: not there
+    assert samples_to(lucky, 0.9) is None
+
+
+def test_a_batch_that_learns_half_as_much_per_sample_takes_twice_the_samples_to_the_baselines_loss() -> None:
+    base = curve_of([2.0 / (1 + i) for i in range(16)])
+    half = curve_of([2.0 / (1 + i / 2) for i in range(32)])  # the same curve, stretched over twice the samples
+    found = to_loss(base, half)
+    assert found.target == pytest.approx(0.3173, rel=1e-3)  # the baseline's mean over its span, 4,096-8,192
+    assert (found.reference, found.samples) == (8000, 16000) and found.ratio == 2.0
+    assert to_loss(base, base).ratio == 1.0  # the baseline's own re-run: 1
+    short = to_loss(base, half[:10])  # stopped before it got there: no ratio, and how far it got
+    assert short.ratio is None and short.reach == 10000
+    assert to_loss([], half) is None

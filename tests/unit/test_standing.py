@@ -67,6 +67,20 @@ def test_findings_say_what_samples_per_s_counts_where_every_rank_reads_every_row
     assert not any(line.startswith("note: each of") for line in findings(standing_of(*split)))
 
 
+def test_the_winners_loss_line_says_its_speedup_in_time_to_the_baselines_loss() -> None:
+    def judged(r: TrialRow, ratio: float | None) -> TrialRow:
+        extra = {"to_loss_ratio": ratio, "to_loss_target": 0.31} if ratio else {}
+        return dataclasses.replace(r, metrics={**r.metrics, "loss_excess": 0.3, "loss_tolerance": 0.5, **extra})
+
+    # 2x the samples/s, but 1.6x (the median of its runs) the samples to the baseline's loss: 1.25x in time
+    found = standing_of(row(0, 100, baseline=True), judged(row(1, 200), 1.5), judged(row(2, 200, confirms=1), 1.6),
+                        judged(row(3, 200, confirms=1), 1.7), row(4, 100, confirms=0))
+    line = next(line for line in findings(found) if line.startswith("loss: "))
+    assert line.endswith("; to the baseline's loss (0.31) it took 1.60x the baseline's samples: 1.25x in time")
+    unreached = standing_of(row(0, 100, baseline=True), judged(row(1, 200), None))
+    assert "in time" not in next(line for line in findings(unreached) if line.startswith("loss: "))
+
+
 def test_findings_give_the_winners_loss_against_the_baselines_not_the_baselines_own() -> None:
     def judged(r: TrialRow, excess: float) -> TrialRow:
         return dataclasses.replace(r, metrics={**r.metrics, "loss_excess": excess, "loss_tolerance": 0.5})
