@@ -76,6 +76,7 @@ def run_profiles(runner: Any, found: Standing) -> dict[str, Any]:
     kept: dict[str, Any] = {}
     began = time.monotonic()
     for role, number, sampled in plan:
+        started = time.monotonic()
         trace = folder / TRACE_NAME.format(role=role)
         spec = TrialSpec(options.target, Config(**sampled), slot.device, profile_budget(options.budget),
                          seed=seed, cpus=slot.cpus, argv=options.argv, trace=str(trace))
@@ -90,7 +91,8 @@ def run_profiles(runner: Any, found: Standing) -> dict[str, Any]:
             continue
         kept[role] = {"trial": number, "parts": result.profile["parts"], "trace": result.profile["trace"],
                       "recorded_step_s": result.profile["recorded_step_s"],
-                      "samples_per_s": result.metrics.get("samples_per_s")}
+                      "samples_per_s": result.metrics.get("samples_per_s"),
+                      "seconds": time.monotonic() - started}
     spent = time.monotonic() - began
     if kept:
         runner.study.set_user_attr(PROFILE_ATTR, kept)
