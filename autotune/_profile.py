@@ -143,20 +143,24 @@ def changed(base: Mapping[str, float], winner: Mapping[str, float]) -> str:
     >>> changed({"data_wait": 0.010, "forward": 0.004, "backward": 0.004, "step": 0.018, "samples": 32},
     ...         {"data_wait": 0.001, "forward": 0.004, "backward": 0.004, "step": 0.009, "samples": 32})
     'step 18.0 ms -> 9.0 ms; data wait 10.0 -> 1.0 ms (56% -> 11% of the step)'
-    >>> changed({"forward": 0.002, "step": 0.002, "samples": 32}, {"forward": 0.004, "step": 0.004, "samples": 128})
-    'step 2.0 ms (32 samples) -> 4.0 ms (128 samples), 62.5 -> 31.2 us a sample; forward 2.0 -> 4.0 ms (100% -> 100% of the step)'
+    >>> changed({"data_wait": 0.001, "forward": 0.001, "step": 0.002, "samples": 32},
+    ...         {"data_wait": 0.001, "forward": 0.004, "step": 0.005, "samples": 128})
+    'step 2.0 ms (32 samples) -> 5.0 ms (128 samples), 62.5 -> 39.1 us a sample; data wait 31.2 -> 7.8 us a sample (50% -> 20% of the step)'
     """
-    moved = sorted((part for part in PARTS if base.get(part, 0.0) or winner.get(part, 0.0)),
-                   key=lambda p: -abs(base.get(p, 0.0) - winner.get(p, 0.0)))
-    before, after = shares(base), shares(winner)
-    parts = [f"{LABELS[p]} {base.get(p, 0.0) * 1e3:.1f} -> {winner.get(p, 0.0) * 1e3:.1f} ms "
-             f"({before.get(p, 0.0):.0%} -> {after.get(p, 0.0):.0%} of the step)"
-             for p in moved[:2] if abs(base.get(p, 0.0) - winner.get(p, 0.0)) >= 0.1 * base.get("step", 0.0)]
-    step = f"step {base.get('step', 0.0) * 1e3:.1f} ms -> {winner.get('step', 0.0) * 1e3:.1f} ms"
     n0, n1 = base.get("samples"), winner.get("samples")
-    if n0 and n1 and abs(n0 - n1) > 0.01 * n0:  # another batch: a step is not the same work
+    per_sample = bool(n0 and n1 and abs(n0 - n1) > 0.01 * n0)  # another batch: a step is not the same work
+    scale0, scale1, unit = (1e6 / n0, 1e6 / n1, "us a sample") if per_sample else (1e3, 1e3, "ms")
+    moved = sorted((part for part in PARTS if base.get(part, 0.0) or winner.get(part, 0.0)),
+                   key=lambda p: -abs(base.get(p, 0.0) * scale0 - winner.get(p, 0.0) * scale1))
+    before, after = shares(base), shares(winner)
+    parts = [f"{LABELS[p]} {base.get(p, 0.0) * scale0:.1f} -> {winner.get(p, 0.0) * scale1:.1f} {unit} "
+             f"({before.get(p, 0.0):.0%} -> {after.get(p, 0.0):.0%} of the step)"
+             for p in moved[:2]
+             if abs(base.get(p, 0.0) * scale0 - winner.get(p, 0.0) * scale1) >= 0.1 * base.get("step", 0.0) * scale0]
+    step = f"step {base.get('step', 0.0) * 1e3:.1f} ms -> {winner.get('step', 0.0) * 1e3:.1f} ms"
+    if per_sample:
         step = (f"step {base['step'] * 1e3:.1f} ms ({n0:.0f} samples) -> {winner['step'] * 1e3:.1f} ms "
-                f"({n1:.0f} samples), {base['step'] / n0 * 1e6:.1f} -> {winner['step'] / n1 * 1e6:.1f} us a sample")
+                f"({n1:.0f} samples), {base['step'] * scale0:.1f} -> {winner['step'] * scale1:.1f} us a sample")
     return "; ".join([step, *parts])
 
 
