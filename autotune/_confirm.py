@@ -48,6 +48,17 @@ class Group:
         return [r.samples_per_s for r in self.runs if r.reliable]
 
     @property
+    def ranked(self) -> list[float]:
+        """What each believed run ranks on (``TrialRow.ranked_rate``): :attr:`rates`, or where the
+        config trains on another batch size, its time to the baseline's loss as a rate."""
+        return [r.ranked_rate for r in self.runs if r.reliable]
+
+    @property
+    def ranked_median(self) -> float:
+        """The median of :attr:`ranked`: the config's place in the study."""
+        return statistics.median(self.ranked)
+
+    @property
     def lead(self) -> TrialRow:
         """The run that speaks for the config: its first believed one, else its first."""
         return next((r for r in self.runs if r.reliable), self.first)
@@ -97,7 +108,7 @@ class Group:
 
 def beats(a: Group, b: Group) -> bool:
     """Whether ``a`` is faster than ``b`` beyond the noise: each of its runs beats each of b's."""
-    return a.confirmed and b.confirmed and min(a.rates) > max(b.rates)
+    return a.confirmed and b.confirmed and min(a.ranked) > max(b.ranked)
 
 
 def group_runs(rows: Sequence[TrialRow]) -> list[Group]:
@@ -135,10 +146,11 @@ class Decision:
     """Which config won, and how sure that is.
 
     Attributes:
-        winner: The fastest feasible config by median that beats the baseline
+        winner: The fastest feasible config by median (``Group.ranked_median``: on another batch
+            size, in time to the baseline's loss) that beats the baseline
             (when both are confirmed), else the baseline; None with no feasible run.
         baseline: The baseline's group.
-        fastest: The feasible config with the highest median, winner or not.
+        fastest: The feasible config with the highest (ranked) median, winner or not.
         ties: Confirmed configs the winner does not beat: inside the noise of it.
     """
 
@@ -167,10 +179,10 @@ def decide(groups: Sequence[Group]) -> Decision:
     feasible = [g for g in groups if g.feasible]
     if not feasible:
         return Decision(None, base, None, ())
-    fastest = max(feasible, key=lambda g: g.median)
+    fastest = max(feasible, key=lambda g: g.ranked_median)
     judged = base is not None and base.confirmed  # (a baseline with no believed figure is not)
     contenders = [g for g in feasible if g is base or not judged or beats(g, base)]
-    winner = max(contenders, key=lambda g: g.median)
+    winner = max(contenders, key=lambda g: g.ranked_median)
     ties = tuple(g for g in feasible if g is not winner and g.confirmed and winner.confirmed
                  and not beats(winner, g))
     return Decision(winner, base, fastest, ties)
@@ -185,7 +197,7 @@ def _only_noisy(group: Group) -> bool:
 def _rank(group: Group) -> float:
     """Its median, or for a config with noisy runs only, their best: a lower bound, mostly
     (others slow a run down more often than they speed it up)."""
-    return group.median if group.rates else max(r.samples_per_s for r in group.doubted)
+    return group.ranked_median if group.rates else max(r.ranked_rate for r in group.doubted)
 
 
 def plan(groups: Sequence[Group], runs: int, top: int = CONFIRM_TOP) -> list[int]:

@@ -24,7 +24,9 @@ from autotune._kinds import Kind
 from autotune._optuna_io import frozen_by_id, frozen_trial, handle, set_param, trial_id_of
 from autotune._outcome import Outcome, headline
 from autotune._records import (
+    ATTR_BASE_BATCH,
     ATTR_BASELINE,
+    ATTR_CONFIG,
     ATTR_DOUBT,
     ATTR_HEARTBEAT,
     ATTR_KIND,
@@ -39,6 +41,7 @@ from autotune._records import (
     ATTR_SLOT,
     ATTR_WORKER,
     kind_of,
+    ranked_rate,
 )
 from autotune._stores import Spool, first_line
 
@@ -212,8 +215,12 @@ class Recorder:
                     set_param(self.study, trial_id, name, dist, value)
             trial.set_user_attr(ATTR_OUTCOME, attrs[ATTR_OUTCOME])
             try:
-                self._tell(frozen.number, trial, Outcome(attrs[ATTR_OUTCOME]),
-                           attrs[ATTR_METRICS].get("samples_per_s"), attrs.get(ATTR_DOUBT))
+                # the sampler learns what ranks: a config on another batch, its time to the baseline's
+                # loss; a diverged one its real speed (infeasible: a fast region whose lr is worth another try)
+                rate = ranked_rate(attrs[ATTR_METRICS], (attrs.get(ATTR_CONFIG) or {}).get("batch_size"),
+                                   attrs.get(ATTR_BASE_BATCH)) if attrs[ATTR_OUTCOME] == Outcome.COMPLETE.value \
+                    else attrs[ATTR_METRICS].get("samples_per_s")
+                self._tell(frozen.number, trial, Outcome(attrs[ATTR_OUTCOME]), rate, attrs.get(ATTR_DOUBT))
             except optuna.exceptions.UpdateFinishedTrialError:
                 return self.apply(record)  # closed meanwhile: judged as above
         logged = record["mlflow"]

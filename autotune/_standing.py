@@ -54,7 +54,7 @@ class Standing:
 
     def speedup(self, group: Group) -> float | None:
         """A config's median over the baseline's median (None while either has no believed figure)."""
-        return group.median / self.base.median if self.base and self.base.rates and group.rates else None
+        return group.ranked_median / self.base.ranked_median if self.base and self.base.rates and group.rates else None
 
 
 
@@ -74,11 +74,11 @@ def standing_of(rows: Sequence[TrialRow], ceilings: Ceilings) -> Standing:
     if base is not None and base.rates:
         # One answer per config: a believed run shows its config's median speedup (the
         # baseline's are 1.00x); a doubted or diverged one its own figure's.
-        medians = {r.number: g.median for g in groups if g.rates for r in g.runs}
+        medians = {r.number: g.ranked_median for g in groups if g.rates for r in g.runs}
 
-        def speedup(row: TrialRow) -> float:
+        def speedup(row: TrialRow) -> float:  # (on another batch: in time to the baseline's loss)
             mine = medians.get(row.number) if row.reliable else None
-            return (mine or row.samples_per_s) / base.median
+            return (mine or row.ranked_rate) / base.ranked_median
 
         # (none for a distorted one: its figure is another training's, autotune._streams)
         rows = [dataclasses.replace(r, speedup=speedup(r))
@@ -178,6 +178,11 @@ def findings(found: Standing) -> list[str]:
     if base is not None and not base.rates:
         lines = [f"trial {win.first.number}, {win.median:,.0f} samples/s, ±{spread / 2:.0%}; no speedup: "
                  f"unreliable baseline, every run of it was {_doubts(base.doubted)}"]
+    elif base is not None and win is not base and to_loss_of(win):
+        lines = [f"trial {win.first.number}, {found.speedup(win):.2f}x the baseline in time to its loss: "
+                 f"{win.median / base.median:.2f}x its samples/s ({win.median:,.0f} vs {base.median:,.0f}, "
+                 f"±{spread / 2:.0%}) at {to_loss_of(win):.2f}x the samples for the baseline's loss "
+                 f"(batch size {win.lead.config.get('batch_size')}, the code's {win.lead.base_batch_size})"]
     elif base is not None and win is not base:
         lines = [f"trial {win.first.number}, {found.speedup(win):.2f}x the baseline "
                  f"({win.median:,.0f} vs {base.median:,.0f} samples/s, ±{spread / 2:.0%})"]
@@ -205,7 +210,7 @@ def findings(found: Standing) -> list[str]:
                      f"{', '.join(str(r.number) for r in distorted)}: {headline(distorted[0].reason)}")
     loss = winner_loss_line(win)
     if loss is not None and win is not base:
-        lines.append(loss + (to_loss_clause(win, found.speedup(win)) if base is not None and base.rates else ""))
+        lines.append(loss + to_loss_clause(win))
     if win.lead.bottleneck is not None:
         lines.append(f"bottleneck: {win.lead.bottleneck.why}")
         each = [r.bottleneck.efficiency for r in win.runs if r.reliable and r.bottleneck and r.bottleneck.efficiency]
@@ -224,17 +229,23 @@ def winner_loss_line(win: Group) -> str | None:
     return f"loss: {loss_against_baseline(win.loss_excess, tolerance, win.losses)}"
 
 
-def to_loss_clause(win: Group, speedup: float) -> str:
-    """What the winner's speedup is worth in time to the baseline's loss (``autotune._guard.to_loss``:
-    the median over its runs of the samples it took to the loss the baseline had over its judged
-    span, against the baseline's), or nothing where no run got there."""
-    ratios = [r.metrics["to_loss_ratio"] for r in win.runs if r.reliable and r.metrics.get("to_loss_ratio")]
-    if not ratios:
+def to_loss_of(group: Group) -> float | None:
+    """For a config on another batch size than the code's: the median over its believed runs of
+    the samples it took to the baseline's loss over the baseline's (``TrialRow.to_loss``); None
+    for one on the code's batch size, or where none was compared."""
+    ratios = [r.to_loss for r in group.runs if r.reliable and r.to_loss]
+    return statistics.median(ratios) if ratios else None
+
+
+def to_loss_clause(win: Group) -> str:
+    """For a winner on another batch size: the loss it was ranked on reaching (the baseline's
+    over its judged span, ``autotune._guard.to_loss``), else nothing."""
+    ratio = to_loss_of(win)
+    if ratio is None:
         return ""
-    ratio = statistics.median(ratios)
-    target = next(r.metrics["to_loss_target"] for r in win.runs if r.metrics.get("to_loss_ratio"))
-    return (f"; to the baseline's loss ({target:.3g}) it took {ratio:.2f}x the baseline's samples: "
-            f"{speedup / ratio:.2f}x in time")
+    target = next(r.metrics["to_loss_target"] for r in win.runs if r.metrics.get("to_loss_target"))
+    return (f"; ranked on its time to the baseline's loss ({target:.3g}), for which it took {ratio:.2f}x "
+            "the baseline's samples")
 
 
 def fetch_hint(lead: TrialRow) -> str | None:

@@ -128,9 +128,9 @@ class Progress:
         excess = row.metrics.get("loss_excess")
         if excess is not None and row.outcome == Outcome.COMPLETE.value:  # a diverged one's reason says it
             wait_text += f"  loss {signed_share(excess)}"
-            ratio = row.metrics.get("to_loss_ratio")
-            if ratio and row.speedup and not row.baseline:  # the speedup in time to the baseline's loss
-                wait_text += f" {row.speedup / ratio:.2f}x to it"
+            if row.to_loss and row.speedup:  # another batch: its speedup is in time to the baseline's loss
+                over = "" if row.metrics.get("to_loss_ratio") else "over "  # (not there by its last sample)
+                wait_text += f", {over}{row.to_loss:.2f}x the samples to it ({row.speedup * row.to_loss:.2f}x samples/s)"
         bound = row.bottleneck
         # The share of the model's own rate (fed from the device), as the summary's bottleneck line
         # says it: a data-bound loop far under it shows how much its loading costs.

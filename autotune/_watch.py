@@ -206,6 +206,8 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
         reached = to_loss(reference_curve, curve)
         if reached is not None and reached.ratio is not None:  # (its speedup to that loss: speedup / ratio)
             metrics.update(to_loss_ratio=reached.ratio, to_loss_target=reached.target)
+        elif reached is not None and reached.reach > reached.reference:  # not there by its last sample:
+            metrics.update(to_loss_beyond=reached.reach / reached.reference, to_loss_target=reached.target)
     final = events.get("end") or events.get("resolved") or {}
     return TrialResult(outcome, reason, metrics, window_series(windows, monitor), windows,
                        final.get("config", {}), final.get("base_batch_size"), final.get("lr"), log_path,

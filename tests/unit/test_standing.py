@@ -67,18 +67,30 @@ def test_findings_say_what_samples_per_s_counts_where_every_rank_reads_every_row
     assert not any(line.startswith("note: each of") for line in findings(standing_of(*split)))
 
 
-def test_the_winners_loss_line_says_its_speedup_in_time_to_the_baselines_loss() -> None:
-    def judged(r: TrialRow, ratio: float | None) -> TrialRow:
+def test_a_config_on_another_batch_ranks_on_its_time_to_the_baselines_loss() -> None:
+    def judged(r: TrialRow, ratio: float | None, batch: int = 64) -> TrialRow:
         extra = {"to_loss_ratio": ratio, "to_loss_target": 0.31} if ratio else {}
-        return dataclasses.replace(r, metrics={**r.metrics, "loss_excess": 0.3, "loss_tolerance": 0.5, **extra})
+        return dataclasses.replace(r, config={"batch_size": batch}, base_batch_size=32,
+                                   metrics={**r.metrics, "loss_excess": 0.3, "loss_tolerance": 0.5, **extra})
 
-    # 2x the samples/s, but 1.6x (the median of its runs) the samples to the baseline's loss: 1.25x in time
-    found = standing_of(row(0, 100, baseline=True), judged(row(1, 200), 1.5), judged(row(2, 200, confirms=1), 1.6),
-                        judged(row(3, 200, confirms=1), 1.7), row(4, 100, confirms=0))
-    line = next(line for line in findings(found) if line.startswith("loss: "))
-    assert line.endswith("; to the baseline's loss (0.31) it took 1.60x the baseline's samples: 1.25x in time")
-    unreached = standing_of(row(0, 100, baseline=True), judged(row(1, 200), None))
-    assert "in time" not in next(line for line in findings(unreached) if line.startswith("loss: "))
+    base = [judged(row(0, 100, baseline=True), 1.0, 32), judged(row(4, 100, confirms=0), 1.0, 32)]
+    # 2x the samples/s at 1.5-1.7x the samples to the baseline's loss: 1.25x (the median) in time
+    found = standing_of(base[0], judged(row(1, 200), 1.5), judged(row(2, 200, confirms=1), 1.6),
+                        judged(row(3, 200, confirms=1), 1.7), base[1])
+    lines = findings(found)
+    assert found.decision.winner.first.number == 1 and found.speedup(found.decision.winner) == pytest.approx(1.25)
+    assert lines[0] == ("trial 1, 1.25x the baseline in time to its loss: 2.00x its samples/s (200 vs 100, ±0%) "
+                        "at 1.60x the samples for the baseline's loss (batch size 64, the code's 32)")
+    assert next(line for line in lines if line.startswith("loss: ")).endswith(
+        "; ranked on its time to the baseline's loss (0.31), for which it took 1.60x the baseline's samples")
+    # 2.4x the samples/s but 3x the samples: slower to the loss than a config on the code's batch at 1.3x
+    found = standing_of(base[0], judged(row(1, 240), 3.0), judged(row(2, 240, confirms=1), 3.0),
+                        judged(row(3, 130), 1.0, 32), judged(row(5, 130, confirms=3), 1.0, 32), base[1])
+    assert found.decision.winner.first.number == 3 and found.decision.fastest.first.number == 3
+    assert found.speedup(next(g for g in found.groups if g.first.number == 1)) == pytest.approx(0.8)
+    # not there by its last sample: ranked on the bound (at most its samples/s over 2.5)
+    bound = dataclasses.replace(judged(row(1, 200), None), metrics={"samples_per_s": 200.0, "to_loss_beyond": 2.5})
+    assert bound.ranked_rate == pytest.approx(80.0) and bound.to_loss == 2.5
 
 
 def test_findings_give_the_winners_loss_against_the_baselines_not_the_baselines_own() -> None:
