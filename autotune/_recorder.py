@@ -41,7 +41,7 @@ from autotune._records import (
     ATTR_SLOT,
     ATTR_WORKER,
     kind_of,
-    ranked_rate,
+    told_rate,
 )
 from autotune._stores import Spool, first_line
 
@@ -215,11 +215,8 @@ class Recorder:
                     set_param(self.study, trial_id, name, dist, value)
             trial.set_user_attr(ATTR_OUTCOME, attrs[ATTR_OUTCOME])
             try:
-                # the sampler learns what ranks: a config on another batch, its time to the baseline's
-                # loss; a diverged one its real speed (infeasible: a fast region whose lr is worth another try)
-                rate = ranked_rate(attrs[ATTR_METRICS], (attrs.get(ATTR_CONFIG) or {}).get("batch_size"),
-                                   attrs.get(ATTR_BASE_BATCH)) if attrs[ATTR_OUTCOME] == Outcome.COMPLETE.value \
-                    else attrs[ATTR_METRICS].get("samples_per_s")
+                rate = told_rate(attrs[ATTR_OUTCOME], attrs[ATTR_METRICS], attrs.get(ATTR_CONFIG) or {},
+                                 attrs.get(ATTR_BASE_BATCH))
                 self._tell(frozen.number, trial, Outcome(attrs[ATTR_OUTCOME]), rate, attrs.get(ATTR_DOUBT))
             except optuna.exceptions.UpdateFinishedTrialError:
                 return self.apply(record)  # closed meanwhile: judged as above

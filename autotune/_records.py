@@ -132,6 +132,21 @@ def ranked_rate(metrics: Mapping[str, float], batch: Any, base_batch: int | None
     return rate / ratio
 
 
+def told_rate(outcome: str, metrics: Mapping[str, float], config: Mapping[str, Any],
+              base_batch: int | None) -> float | None:
+    """The value Optuna's sampler learns for a finished trial: what a complete one ranks on
+    (``ranked_rate``); a diverged one's real samples/s (it is infeasible by its constraint: a fast
+    region, whose lr may be worth another try).
+
+    >>> m = {"samples_per_s": 200.0, "to_loss_ratio": 2.0}
+    >>> told_rate("complete", m, {"batch_size": 64}, 32), told_rate("diverged", m, {"batch_size": 64}, 32)
+    (100.0, 200.0)
+    """
+    if outcome == Outcome.COMPLETE.value:
+        return ranked_rate(metrics, config.get("batch_size"), base_batch)
+    return metrics.get("samples_per_s")
+
+
 def row_of(trial: optuna.trial.FrozenTrial, ceilings: Ceilings) -> TrialRow:
     """Read one Optuna trial back as a row (speedup left for ``standing`` to fill)."""
     attrs = trial.user_attrs
