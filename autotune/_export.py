@@ -97,7 +97,7 @@ def load(path: str | Path | None = None, device: Any = "auto", *, check: bool = 
     about (the config may not be the fastest here: tune again).
 
     Example:
-        >>> train(autotune.load("best.yaml", report_every=60))
+        >>> train(autotune.load("best.yaml", report_every=60))  # doctest: +SKIP
 
     Args:
         report_every: Print the samples/s training reaches every that many seconds.
