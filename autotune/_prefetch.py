@@ -57,13 +57,22 @@ def iter_batches(loader: Iterable, device, strategy: str, non_blocking: bool,
     """
     if strategy == "none":
         if before_copy is not None:
-            return ((before_copy(), to_device(b, device, non_blocking, channels_last))[1] for b in loader)
+            return _edged_batches(loader, device, non_blocking, channels_last, before_copy)
         return (to_device(b, device, non_blocking, channels_last) for b in loader)
     if strategy == "thread":
         return _thread_batches(loader, device, non_blocking, channels_last)
     if strategy == "cuda_stream":
         return _stream_batches(loader, device, channels_last)
     raise ValueError(f"prefetch={strategy!r}; allowed: none, thread, cuda_stream")
+
+
+def _edged_batches(loader: Iterable, device, non_blocking: bool, channels_last: bool,
+                   before_copy: Callable[[], None]) -> Iterator[Any]:
+    """The loader's batches copied on this thread, ``before_copy`` called between each batch's
+    arrival and its copy."""
+    for batch in loader:
+        before_copy()
+        yield to_device(batch, device, non_blocking, channels_last)
 
 
 _DONE = object()

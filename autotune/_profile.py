@@ -31,8 +31,8 @@ PARTS = ("data_wait", "copy", "forward", "backward", "optimizer", "other")
 #: What the report and the summary call each part.
 LABELS = {"data_wait": "data wait", "copy": "copy to device", "forward": "forward",
           "backward": "backward", "optimizer": "optimizer step", "other": "other"}
-#: Steps recorded under torch.profiler after the timed window: 2 warm up its recording
-#: (its first steps carry its own start), the rest are the trace.
+#: Steps recorded under torch.profiler after the timed window, all in the trace; the first 2
+#: carry the profiler's own start and are left out of the recorded steps' time.
 PROFILER_WARMUP, PROFILER_ACTIVE = 2, 6
 
 
@@ -40,17 +40,17 @@ class StepParts:
     """The current part of the loop, its seconds summed per part, and its range in the trace.
 
     ``mark(part)`` ends the part running and starts ``part``: the parts tile the loop's
-    time, so their sum over a stretch is the stretch's wall time. With ``ranges`` each part
-    is also a ``torch.profiler.record_function`` range (they show in a trace when one is
-    recording); with ``sync`` each edge waits for the device first.
+    time, so their sum over a stretch is the stretch's wall time. With ``ranges`` set each
+    part is also a ``torch.profiler.record_function`` range (they show in a trace when one is
+    recording); on a CUDA device each edge waits for the device first.
     """
 
     def __init__(self, device: Any, ranges: bool = False) -> None:
         self.seconds = dict.fromkeys(PARTS, 0.0)
+        self.ranges = ranges
         self._part: str | None = None
         self._since = 0.0
         self._range: Any = None
-        self._ranges = ranges
         self._sync = getattr(device, "type", "cpu") == "cuda"
         self._device = device
 
@@ -67,7 +67,7 @@ class StepParts:
             self._range.__exit__(None, None, None)
             self._range = None
         self._part, self._since = part, now
-        if part is not None and self._ranges:
+        if part is not None and self.ranges:
             from torch.profiler import record_function
 
             self._range = record_function(f"autotune.{part}")
@@ -172,9 +172,10 @@ class ProfilePhase:
     def _start_parts(self, trace: str | None) -> None:
         self._trace = trace
         self._parts = StepParts(self.device) if trace else None
-        self._parts_from = 0  # the step the timed stretch starts at
+        self._parts_from = self._parts_seen = 0  # the step and the samples the timed stretch starts at
         self._recording: Any = None
-        self._recorded = 0
+        self._recorded = 0  # steps ended under the profiler
+        self._recording_t0 = 0.0  # when the recorded steps past PROFILER_WARMUP began
         self._timed: dict[str, float] | None = None
 
     def _edge(self, part: str | None) -> None:
@@ -195,7 +196,7 @@ class ProfilePhase:
         self._timed = {**breakdown(self._parts.seconds, steps), "samples": (self._seen - self._parts_seen) / steps}
         self._recording = recorder(self.device)
         self._recording.__enter__()
-        self._parts._ranges = True
+        self._parts.ranges = True
         self._recording_t0 = time.perf_counter()
         return True
 
@@ -203,7 +204,7 @@ class ProfilePhase:
         """A step ended under the profiler; True once the trace has all it records."""
         self._recorded += 1
         if self._recorded == PROFILER_WARMUP:
-            self._recording_t0, self._recorded_from = time.perf_counter(), self._recorded
+            self._recording_t0 = time.perf_counter()
         return self._recorded >= PROFILER_WARMUP + PROFILER_ACTIVE
 
     def _end_recording(self) -> None:
@@ -212,7 +213,7 @@ class ProfilePhase:
             return
         recording, self._recording = self._recording, None
         self._edge(None)
-        steps = max(1, self._recorded - getattr(self, "_recorded_from", 0))
+        steps = max(1, self._recorded - (PROFILER_WARMUP if self._recorded >= PROFILER_WARMUP else 0))
         seconds = time.perf_counter() - self._recording_t0
         recording.__exit__(None, None, None)
         path = Path(self._trace)

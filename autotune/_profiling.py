@@ -72,7 +72,7 @@ def run_profiles(runner: Any, found: Standing) -> dict[str, Any]:
         return {}
     options, slot = runner.options, runner.slots[0]
     folder = runner.recorder.log_dir / "profile"
-    seed = found.base.first.seed if found.base.first.seed is not None else (options.seed or 0)
+    seed = found.seed(options.seed)
     kept: dict[str, Any] = {}
     began = time.monotonic()
     for role, number, sampled in plan:
@@ -80,7 +80,7 @@ def run_profiles(runner: Any, found: Standing) -> dict[str, Any]:
         trace = folder / TRACE_NAME.format(role=role)
         spec = TrialSpec(options.target, Config(**sampled), slot.device, profile_budget(options.budget),
                          seed=seed, cpus=slot.cpus, argv=options.argv, trace=str(trace))
-        with runner.host.turn(slot.cpus or tuple(sorted(os.sched_getaffinity(0))),
+        with runner.host.turn(slot.runs_on,
                               f"the {role}'s profile run of study {runner.name} (tuner pid {os.getpid()})",
                               runner.reporter.note, runner.scheduler.interrupt):
             result = run_trial(spec, folder / f"{role}.log", runner.ram_budget, warm=runner._warm.get(slot.index),

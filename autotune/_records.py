@@ -88,12 +88,8 @@ class TrialRow:
 
     @property
     def to_loss(self) -> float | None:
-        """Where its batch differs from the code's: the samples it took to the baseline's loss
-        over the baseline's (``to_loss_ratio``; a lower bound, ``to_loss_beyond``, where it did not
-        get there); None where the batch is the code's or nothing was compared."""
-        if not changes_batch(self.config.get("batch_size"), self.base_batch_size):
-            return None
-        return self.metrics.get("to_loss_ratio") or self.metrics.get("to_loss_beyond")
+        """See ``batch_to_loss``."""
+        return batch_to_loss(self.metrics, self.config.get("batch_size"), self.base_batch_size)
 
     @property
     def measured(self) -> bool:
@@ -112,6 +108,15 @@ def changes_batch(batch: Any, base_batch: int | None) -> bool:
     return isinstance(batch, int) and isinstance(base_batch, int) and batch != base_batch
 
 
+def batch_to_loss(metrics: Mapping[str, float], batch: Any, base_batch: int | None) -> float | None:
+    """Where a run trained on another batch size than the code's: the samples it took to the
+    baseline's loss over the baseline's (``to_loss_ratio``; a lower bound, ``to_loss_beyond``,
+    where it did not get there); None on the code's batch size, or where nothing was compared."""
+    if not changes_batch(batch, base_batch):
+        return None
+    return metrics.get("to_loss_ratio") or metrics.get("to_loss_beyond")
+
+
 def ranked_rate(metrics: Mapping[str, float], batch: Any, base_batch: int | None) -> float | None:
     """The rate a run ranks on: its samples/s; where it trains on another batch size than the
     code's, its samples/s over the samples it took to the baseline's loss against the baseline's
@@ -126,10 +131,8 @@ def ranked_rate(metrics: Mapping[str, float], batch: Any, base_batch: int | None
     200.0
     """
     rate = metrics.get("samples_per_s")
-    ratio = metrics.get("to_loss_ratio") or metrics.get("to_loss_beyond")
-    if not rate or not ratio or not changes_batch(batch, base_batch):
-        return rate
-    return rate / ratio
+    ratio = batch_to_loss(metrics, batch, base_batch)
+    return rate / ratio if rate and ratio else rate
 
 
 def told_rate(outcome: str, metrics: Mapping[str, float], config: Mapping[str, Any],

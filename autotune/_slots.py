@@ -11,6 +11,7 @@ recorded with every trial and said in the export.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 
 from autotune._config import ConfigError
@@ -34,6 +35,12 @@ class Slot:
     cpus: tuple[int, ...]
     of_cpus: int
     device: str
+
+    @property
+    def runs_on(self) -> tuple[int, ...]:
+        """The CPUs its trials run on: its own, or every CPU this process may use when not pinned
+        (what its trials take turns on with other tuners', and whose load they are judged by)."""
+        return self.cpus or tuple(sorted(os.sched_getaffinity(0)))
 
     def share(self) -> str:
         """``CPUs 0-1 (2 of 4), cuda:1`` (``all 4 CPUs`` when not pinned)."""

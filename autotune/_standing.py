@@ -52,6 +52,14 @@ class Standing:
         """The knobs whose value differs between trials (the rest say nothing in a table)."""
         return [k for k in KNOBS if len({show_value(r.config.get(k, "-")) for r in self.rows}) > 1]
 
+    def seed(self, given: int | None) -> int:
+        """The seed every trial trains from: the baseline's (common random numbers: the same initial
+        weights and data order, so the loss verdict compares configs, not seeds; on jpeg a trial's
+        own seed moved its excess by up to 16 points and flipped one verdict in 18), else ``given``
+        (``--seed``), else 0."""
+        base = self.base.first if self.base else None
+        return base.seed if base is not None and base.seed is not None else (given or 0)
+
     def speedup(self, group: Group) -> float | None:
         """A config's median over the baseline's median (None while either has no believed figure)."""
         return group.ranked_median / self.base.ranked_median if self.base and self.base.rates and group.rates else None

@@ -72,10 +72,6 @@ if TYPE_CHECKING:
 POLL_S = 2.0
 
 
-def _all_cpus() -> tuple[int, ...]:
-    return tuple(sorted(os.sched_getaffinity(0)))
-
-
 class StudyRunner:
     """Runs ``options.trials`` trials of one study, beside any number of other tuners on the
     same study (``autotune._tuners``)."""
@@ -277,7 +273,7 @@ class StudyRunner:
         if isinstance(decision, Request) and decision.kind is Kind.REMEASURE:
             if self.scheduler.interrupt.is_set():
                 return
-            quiet, load, waited = self.scheduler.wait_quiet(slot.cpus or _all_cpus(), self.options.max_load,
+            quiet, load, waited = self.scheduler.wait_quiet(slot.runs_on, self.options.max_load,
                                                             self.options.quiet_wait)
             if self.scheduler.interrupt.is_set():
                 return
@@ -322,10 +318,7 @@ class StudyRunner:
         kind = kind_of(trial.user_attrs)
         config, holding = self._config(trial, kind, found)
         base = found.base.first if found.base else None
-        # Every trial trains from the baseline's seed (common random numbers): the same initial
-        # weights and data order, so the loss verdict compares configs, not seeds. On jpeg, a
-        # trial's own seed moved its excess by up to 16 points and flipped one verdict in 18.
-        seed = base.seed if base and base.seed is not None else (self.options.seed or 0)
+        seed = found.seed(self.options.seed)
         tags = {"autotune.fingerprint": self.fingerprint.summary(),
                 **{f"autotune.held.{knob}": why for knob, why in holding.items()}}  # (the MLflow UI shows why)
         run_id = self.recorder.begin(trial, self._owner, config, slot, seed, tags)
@@ -341,7 +334,7 @@ class StudyRunner:
         try:
             with Heartbeat(lambda: self.recorder.beat(trial, next(beats)), f"trial {trial.number}",
                            self.reporter.note), \
-                    self.host.turn(slot.cpus or _all_cpus(), f"trial {trial.number} of study {self.name} "
+                    self.host.turn(slot.runs_on, f"trial {trial.number} of study {self.name} "
                                    f"(tuner pid {os.getpid()})", lambda line: self.scheduler.say(Line(line, "turn")),
                                    interrupt):
                 result = run_trial(spec, self.recorder.log_path(trial.number), self.ram_budget,
