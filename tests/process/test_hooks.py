@@ -78,16 +78,23 @@ def script(epochs: int, test_pause: float) -> None:
                 time.sleep(test_pause / 2)  # 2 batches: the pass takes test_pause
 
 
-def test_the_loader_that_trains_is_measured_and_the_test_pass_is_outside_the_windows() -> None:
+def measured(test_pause: float, **trial) -> tuple[ScriptTrial, list[tuple[str, dict]]]:
+    """``script`` run as a trial measures it (no loader workers, windows of 0.3 s after 2 warmup
+    steps, ``trial`` for the rest) until its budget ends it; the trial and its events."""
     events: list[tuple[str, dict]] = []
     run = ScriptTrial(Config(num_workers=0), "cpu", lambda kind, **e: events.append((kind, e)), warmup_steps=2,
-                      warmup_s=0.0, window_s=0.3, windows=3, min_window_steps=2)
+                      warmup_s=0.0, window_s=0.3, min_window_steps=2, **trial)
     run.hooks.install()
     try:
         with pytest.raises(BudgetSpent):
-            script(epochs=1000, test_pause=0.1)
+            script(epochs=1000, test_pause=test_pause)
     finally:
         run.hooks.remove()
+    return run, events
+
+
+def test_the_loader_that_trains_is_measured_and_the_test_pass_is_outside_the_windows() -> None:
+    run, events = measured(0.1, windows=3)
     windows = [e for kind, e in events if kind == "window"]
     assert len(windows) == 3
     assert run.hooks.training is not None and run.hooks.training.batch_size == 64  # not the test loader (128)
@@ -106,16 +113,8 @@ def test_a_profile_run_of_a_script_times_its_steps_by_part_and_traces_them(tmp_p
     parts add up to the window's step time (its test pass outside both), then a trace with them."""
     from autotune._profile import PARTS, trace_events
 
-    events: list[tuple[str, dict]] = []
     trace = tmp_path / "script.pt.trace.json.gz"
-    run = ScriptTrial(Config(num_workers=0), "cpu", lambda kind, **e: events.append((kind, e)), warmup_steps=2,
-                      warmup_s=0.0, window_s=0.3, windows=1, min_window_steps=2, trace=str(trace))
-    run.hooks.install()
-    try:
-        with pytest.raises(BudgetSpent):
-            script(epochs=1000, test_pause=0.05)
-    finally:
-        run.hooks.remove()
+    _, events = measured(0.05, windows=1, trace=str(trace))
     (window,) = [e for kind, e in events if kind == "window"]
     (profile,) = [e for kind, e in events if kind == "profile"]
     parts = profile["parts"]
