@@ -65,7 +65,11 @@ def run_profiles(runner: Any, found: Standing) -> dict[str, Any]:
     others = runner.registry.live_others(runner._liveness, (TunerPhase.SAMPLING, TunerPhase.CONFIRMING))
     profiling = runner.registry.live_others(runner._liveness, (TunerPhase.PROFILING,))
     if others or any(_identity(t) < _identity(runner._owner) for t in profiling):
-        return {}  # the last one profiles (of two that got here together, the first by identity)
+        # The last one profiles (of two that got here together, the first by identity). This one
+        # leaves the phase at once: the last, checking a moment later, would see it profiling and,
+        # were it the first by identity, leave the profile runs to it; nobody would run them.
+        runner.registry.enter(TunerPhase.DONE)
+        return {}
     plan, why = profile_plan(found, runner.options.nproc)
     if why:
         runner.reporter.note(why)

@@ -76,3 +76,43 @@ def test_the_parent_run_gets_each_parts_milliseconds_and_share(tmp_path) -> None
     assert metrics["profile_baseline_forward_share"] == pytest.approx(0.75)
     assert metrics["profile_winner_step_ms"] == pytest.approx(2.0)
     assert traces == [str(trace)]  # a trace no longer on disk is not attached
+
+
+def test_the_last_tuner_to_finish_runs_the_profile_runs_and_one_of_two_that_finish_together() -> None:
+    """Three tuners of one study (a real, in-memory Optuna study): each that finishes while another
+    still confirms leaves the profile runs to the last one, and steps out of the profiling phase
+    at once (else the last, seeing it there first by identity, would leave them to it: nobody
+    would run them); of two that get there together, the first by identity runs them."""
+    from types import SimpleNamespace
+
+    import optuna
+
+    from autotune._profiling import run_profiles
+    from autotune._tuners import Liveness, Registry, TunerPhase
+
+    study = optuna.create_study()
+    owners = [{"host": "h", "pid": pid, "started": 1.0} for pid in (1, 2, 3)]
+    registries = [Registry(study, owner) for owner in owners]
+    for registry in registries:
+        registry.enter(TunerPhase.CONFIRMING)
+    liveness = Liveness("h", alive=lambda pid, started: True)
+    planned: list[int] = []
+
+    def finish(i: int) -> None:  # found=None: a tuner that gets to plan says "no profile", runs nothing
+        runner = SimpleNamespace(options=SimpleNamespace(profile=True, nproc=1), scheduler=SimpleNamespace(signum=None),
+                                 registry=registries[i], _liveness=liveness, _owner=owners[i],
+                                 reporter=SimpleNamespace(note=lambda line: planned.append(i)))
+        assert run_profiles(runner, None) == {}
+
+    finish(0)
+    finish(1)
+    assert planned == [] and [r._phase for r in registries[:2]] == [TunerPhase.DONE] * 2
+    finish(2)
+    assert planned == [2]  # the last one
+    planned.clear()
+    for registry in registries:  # two get there together: pid 1 and pid 3
+        registry.enter(TunerPhase.DONE)
+    registries[2].enter(TunerPhase.PROFILING)
+    finish(0)
+    finish(2)
+    assert planned == [0]
