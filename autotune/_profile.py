@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from autotune._memline import MemoryLine, memory_path
+
 #: A step's parts, in the order a step passes them. ``copy``: the batch's copy to the device
 #: on the loop's thread (0 where a prefetcher copies on its own thread or stream: overlapped);
 #: ``forward``: from the batch to the backward (the model and the loss; in an unmodified script
@@ -53,6 +55,8 @@ class StepParts:
         self._range: Any = None
         self._sync = getattr(device, "type", "cpu") == "cuda"
         self._device = device
+        #: On CUDA, the allocator's bytes at each edge of the timed window (``autotune._memline``).
+        self.memory = MemoryLine(device) if self._sync else None
 
     def mark(self, part: str | None) -> None:
         """End the running part (if any) and start ``part`` (None: stop timing)."""
@@ -67,6 +71,8 @@ class StepParts:
             self._range.__exit__(None, None, None)
             self._range = None
         self._part, self._since = part, now
+        if self.memory is not None and part is not None:
+            self.memory.sample(part)
         if part is not None and self.ranges:
             from torch.profiler import record_function
 
@@ -177,6 +183,7 @@ class ProfilePhase:
         self._recorded = 0  # steps ended under the profiler
         self._recording_t0 = 0.0  # when the recorded steps past PROFILER_WARMUP began
         self._timed: dict[str, float] | None = None
+        self._memory: dict[str, Any] | None = None  # on CUDA: the allocator over the window (MemoryFinding)
 
     def _edge(self, part: str | None) -> None:
         if self._parts is not None:
@@ -187,6 +194,8 @@ class ProfilePhase:
         if self._parts is not None:
             self._parts.reset()
             self._parts_from, self._parts_seen = self._step, self._seen
+            if self._parts.memory is not None:
+                self._parts.memory.start(self._step)
 
     def _start_recording(self) -> bool:
         """After the windows: start torch.profiler; False where this is no profile run."""
@@ -194,6 +203,11 @@ class ProfilePhase:
             return False
         steps = max(1, self._step - self._parts_from)
         self._timed = {**breakdown(self._parts.seconds, steps), "samples": (self._seen - self._parts_seen) / steps}
+        line = self._parts.memory
+        if line is not None and line.active:
+            found = line.stop(self._step)
+            line.write(memory_path(self._trace), found)
+            self._memory = {**found.as_dict(), "timeline": str(memory_path(self._trace))}
         self._recording = recorder(self.device)
         self._recording.__enter__()
         self._parts.ranges = True
@@ -219,4 +233,4 @@ class ProfilePhase:
         path = Path(self._trace)
         size = write_trace(recording, path)
         self._emit("profile", parts=self._timed, trace=str(path), trace_bytes=size,
-                   recorded_steps=steps, recorded_step_s=seconds / steps)
+                   recorded_steps=steps, recorded_step_s=seconds / steps, memory=self._memory)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune._config import Config
 from autotune._launch import Budget, TrialSpec
+from autotune._memline import EXPANDABLE, MemoryFinding, memory_lines, swing_reason
 from autotune._profile import LABELS, PARTS, changed, shares
 from autotune._tuners import TunerPhase
 from autotune._watch import run_trial
@@ -74,36 +75,69 @@ def run_profiles(runner: Any, found: Standing) -> dict[str, Any]:
     if why:
         runner.reporter.note(why)
         return {}
-    options, slot = runner.options, runner.slots[0]
     folder = runner.recorder.log_dir / "profile"
-    seed = found.seed(options.seed)
     kept: dict[str, Any] = {}
     began = time.monotonic()
     for role, number, sampled in plan:
-        started = time.monotonic()
-        trace = folder / TRACE_NAME.format(role=role)
-        spec = TrialSpec(options.target, Config(**sampled), slot.device, profile_budget(options.budget),
-                         seed=seed, cpus=slot.cpus, argv=options.argv, trace=str(trace))
-        with runner.host.turn(slot.runs_on,
-                              f"the {role}'s profile run of study {runner.name} (tuner pid {os.getpid()})",
-                              runner.reporter.note, runner.scheduler.interrupt):
-            result = run_trial(spec, folder / f"{role}.log", runner.ram_budget, warm=runner._warm.get(slot.index),
-                               interrupt=runner.scheduler.interrupt)
-        if result.profile is None:
-            runner.reporter.note(f"no profile of the {role} (trial {number}'s config): {result.outcome.value}: "
-                                 f"{result.reason.splitlines()[0] if result.reason else 'no trace written'}")
-            continue
-        kept[role] = {"trial": number, "parts": result.profile["parts"], "trace": result.profile["trace"],
-                      "recorded_step_s": result.profile["recorded_step_s"],
-                      "samples_per_s": result.metrics.get("samples_per_s"),
-                      "seconds": time.monotonic() - started}
+        found_here = _profile_run(runner, found, role, number, sampled, folder)
+        if found_here is not None:
+            kept[role] = found_here
+    for role, again in expandable_plan(kept, plan):
+        found_here = _profile_run(runner, found, again, kept[role]["trial"],
+                                  {**dict(next(s for r, _, s in plan if r == role)), "cuda_alloc_conf": EXPANDABLE},
+                                  folder)
+        if found_here is not None:
+            kept[again] = found_here
     spent = time.monotonic() - began
     if kept:
         runner.study.set_user_attr(PROFILE_ATTR, kept)
         runner.reporter.note(summary_line(kept, folder) + f"; the profile runs took {spent:.0f} s, "
                              f"{spent / max(spent, time.monotonic() - runner._started):.0%} of this tuner's time "
                              "(--profile off skips them)")
+        for line in memory_lines(kept):
+            runner.reporter.note(line)
     return kept
+
+
+def _profile_run(runner: Any, found: Standing, role: str, number: int, sampled: Mapping[str, Any],
+                 folder: Path) -> dict[str, Any] | None:
+    """One profile run of trial ``number``'s ``sampled`` config as ``role``; what it found (None:
+    it wrote no trace, and the terminal says why)."""
+    options, slot = runner.options, runner.slots[0]
+    started = time.monotonic()
+    trace = folder / TRACE_NAME.format(role=role)
+    spec = TrialSpec(options.target, Config(**sampled), slot.device, profile_budget(options.budget),
+                     seed=found.seed(options.seed), cpus=slot.cpus, argv=options.argv, trace=str(trace))
+    with runner.host.turn(slot.runs_on, f"the {role}'s profile run of study {runner.name} (tuner pid {os.getpid()})",
+                          runner.reporter.note, runner.scheduler.interrupt):
+        result = run_trial(spec, folder / f"{role}.log", runner.ram_budget, warm=runner._warm.get(slot.index),
+                           interrupt=runner.scheduler.interrupt)
+    if result.profile is None:
+        runner.reporter.note(f"no profile of the {role} (trial {number}'s config): {result.outcome.value}: "
+                             f"{result.reason.splitlines()[0] if result.reason else 'no trace written'}")
+        return None
+    return {"trial": number, "parts": result.profile["parts"], "trace": result.profile["trace"],
+            "recorded_step_s": result.profile["recorded_step_s"], "memory": result.profile.get("memory"),
+            "samples_per_s": result.metrics.get("samples_per_s"), "seconds": time.monotonic() - started}
+
+
+def expandable_plan(kept: Mapping[str, Any], plan: list[tuple[str, int, dict[str, Any]]]) -> list[tuple[str, str]]:
+    """Which profiled configs to run again with ``expandable_segments:True``, as ``(role, the
+    new run's role)``: those whose reserved memory swings (``swing_reason``), on CUDA, that
+    did not already run with it. The winner's where both swing (production runs it).
+
+    >>> swinging = {"memory": {"steps": 50, "reserved_peak": 3 << 30, "allocated_peak": 1 << 30}}
+    >>> expandable_plan({"baseline": swinging}, [("baseline", 0, {})])
+    [('baseline', 'baseline_expandable')]
+    >>> expandable_plan({"baseline": swinging}, [("baseline", 0, {"cuda_alloc_conf": "expandable_segments:True"})])
+    []
+    """
+    configs = {role: sampled for role, _, sampled in plan}
+    swinging = [role for role, found in kept.items()
+                if role in configs and configs[role].get("cuda_alloc_conf") != EXPANDABLE
+                and found.get("memory") and swing_reason(MemoryFinding.from_dict(found["memory"]))]
+    pick = "winner" if "winner" in swinging else (swinging[0] if swinging else None)
+    return [] if pick is None else [(pick, f"{pick}_expandable")]
 
 
 def _identity(tuner: Mapping[str, Any]) -> tuple[str, int, float]:
@@ -139,6 +173,11 @@ def parent_figures(kept: Mapping[str, Any]) -> tuple[dict[str, float], list[str]
         for part in (*PARTS, "step"):
             if part in parts:
                 metrics[f"profile_{role}_{part}_ms"] = parts[part] * 1e3
-        if found.get("trace") and Path(found["trace"]).exists():
-            traces.append(found["trace"])
+        memory = found.get("memory") or {}
+        for key in ("allocated_peak", "reserved_peak"):
+            if key in memory:
+                metrics[f"profile_{role}_{key}_mib"] = memory[key] / (1 << 20)
+        if "mallocs" in memory:
+            metrics[f"profile_{role}_cuda_mallocs"] = float(memory["mallocs"])
+        traces += [path for path in (found.get("trace"), memory.get("timeline")) if path and Path(path).exists()]
     return metrics, traces

@@ -98,7 +98,7 @@ def step_parts_html(profile: Mapping[str, Any]) -> str:
     with the longer step), their milliseconds in a table, and where the traces are."""
     from autotune._profile import LABELS, PARTS
 
-    roles = [role for role in ("baseline", "winner") if role in profile]
+    roles = [role for role in ("baseline", "winner", "baseline_expandable", "winner_expandable") if role in profile]
     longest = max(profile[r]["parts"].get("step", 0.0) for r in roles) or 1.0
     out = ["<h2 id='step'>Where a step's time goes</h2>",
            "<p class='dim'>Each step timed by part over one window of a profile run after the "
@@ -116,7 +116,10 @@ def step_parts_html(profile: Mapping[str, Any]) -> str:
                    f"<td class='num'>{step * 1e3:.2f} ms</td><td><div style='width:100%'>{bar}</div></td>"
                    + "".join(f"<td class='num'>{parts.get(p, 0.0) * 1e3:.2f} ms<br><span class='dim'>"
                              f"{parts.get(p, 0.0) / step if step else 0:.0%}</span></td>" for p in PARTS) + "</tr>")
-    out.append("</table><p class='dim'>" + " ".join(
+    from autotune._memline import memory_lines
+
+    out.append("</table>" + "".join(f"<p id='memory'>{_e(line)}</p>" for line in memory_lines(profile))
+               + "<p class='dim'>" + " ".join(
         f"<span style='color:{_PART_COLOURS[p]}'>&#9632;</span> {_e(LABELS[p])}" for p in PARTS) + "</p>")
     return "".join(out)
 
