@@ -39,7 +39,7 @@ def test_a_cuda_profile_run_records_the_allocator_over_its_window(tmp_path: Path
     memory = result.profile["memory"]
     timeline = json.loads(Path(memory["timeline"]).read_text())
     samples = timeline["samples"]
-    assert timeline["finding"]["steps"] == memory["steps"] == result.windows[0]["steps"]
+    assert timeline["finding"]["steps"] == memory["steps"] >= 1
     assert {s[1] for s in samples} >= {"start", "end", *PARTS}  # every edge of a step (run.batches copies)
     assert all(0 < allocated <= reserved for _, _, allocated, reserved in samples)
     assert max(s[3] for s in samples) <= memory["reserved_peak"]
