@@ -89,7 +89,7 @@ def without_baseline(found: Standing, watched: int | None) -> Wait | Failed | Re
 def after_trial(row: TrialRow, found: Standing, settings: Settings) -> list[Decision]:
     """What this trial's end asks for, in order (see the module)."""
     decisions = [owed_again(row, found), measure_again(row, settings.remeasure)]
-    if row.kind.explores and row.outcome == Outcome.DIVERGED.value:
+    if row.kind.explores and (row.outcome == Outcome.DIVERGED.value or slow_learner(row)):
         decisions.append(retry_lr(row, found, settings.space, settings.trials_left))
     if row.kind.explores and row.reliable and settings.trials_left:
         decisions.append(climb(row, found, settings.space, settings.cpus))
@@ -134,8 +134,24 @@ def after_quiet_wait(request: Request, quiet: bool, load: float, waited: float, 
         + f" (attempt {request.attempt + 1} of {limit + 1})")
 
 
+#: A complete run at a larger batch that took at least this many times the baseline's samples
+#: to the baseline's loss learns too little per sample for its lr: its config is worth a
+#: larger one (``retry_lr``), as a diverged one's is.
+SLOW_LEARNER = 1.5
+
+
+def slow_learner(row: TrialRow) -> bool:
+    """A complete run at a larger batch than the code's that needed ``SLOW_LEARNER`` times the
+    baseline's samples (or more: not there by its end) to the baseline's loss."""
+    ratio = row.to_loss
+    return row.outcome == Outcome.COMPLETE.value and ratio is not None and ratio >= SLOW_LEARNER \
+        and isinstance(row.config.get("batch_size"), int) and bool(row.base_batch_size) \
+        and row.config["batch_size"] > row.base_batch_size
+
+
 def retry_lr(row: TrialRow, found: Standing, space: Space, trials_left: bool) -> Decision | None:
-    """A drawn config judged diverged that ran faster than the best so far: its config again
+    """A drawn config judged diverged (or, at a larger batch, complete but a ``slow_learner``)
+    that ran faster than the best so far: its config again
     with the next ``lr_scaling`` (``autotune._guard.lr_retry``), while this tuner has trials
     of its own left. Not when a trial has drawn that config with that ``lr_scaling`` already
     (another slot's or tuner's, running or done: it is judged on its own, and the line says
@@ -150,7 +166,8 @@ def retry_lr(row: TrialRow, found: Standing, space: Space, trials_left: bool) ->
     domain = space.domains.get("lr_scaling")
     rate, size = row.samples_per_s, row.config.get("batch_size")
     base = found.base.median if found.base and found.base.rates else None
-    best = found.decision.winner.median if found.decision.winner else base
+    winner = found.decision.winner
+    best = winner.ranked_median if winner is not None and winner.ranked else base
     if not isinstance(domain, Choice) or row.lr is None or not rate or not best or rate <= best \
             or not row.base_batch_size or not isinstance(size, int):
         return None
@@ -163,7 +180,9 @@ def retry_lr(row: TrialRow, found: Standing, space: Space, trials_left: bool) ->
     if step is None or not trials_left:
         return None
     wanted = {**row.sampled, "lr_scaling": step}
-    said = (f"trial {row.number} diverged at batch size {size} ({size / row.base_batch_size:g}x the code's) "
+    what = "diverged" if row.outcome == Outcome.DIVERGED.value else \
+        f"took {row.to_loss:.2g}x the baseline's samples to its loss"
+    said = (f"trial {row.number} {what} at batch size {size} ({size / row.base_batch_size:g}x the code's) "
             f"with lr_scaling {scaling}, but ran at {rate:,.0f} samples/s, past the best so far ({best:,.0f})")
     other = next((r for r in found.rows if r.sampled == wanted), None)
     if other is not None:

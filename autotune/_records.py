@@ -239,7 +239,7 @@ def trial_note(number: int, outcome: Outcome, reason: str, doubt: str | None, sa
             Kind.SAMPLED: "a config the study drew",
             Kind.CONFIRM: f"trial {of}'s config again, to confirm it",
             Kind.REMEASURE: f"trial {of}'s config again, measured on a quiet machine",
-            Kind.RETRY: f"trial {of}'s config, which diverged, with lr_scaling "
+            Kind.RETRY: f"trial {of}'s config, whose lr held it back, with lr_scaling "
                         f"{attrs.get(ATTR_SAMPLED, {}).get('lr_scaling')}",
             Kind.MORE_WORKERS: f"trial {of}'s config with more DataLoader workers",
             Kind.SMALLER_BATCH: f"trial {of}'s config at a smaller batch size with more DataLoader workers"}[kind]

@@ -23,11 +23,11 @@ from autotune._guard import (
     judged_curve,
     loss_curve,
     loss_history,
-    to_loss,
 )
 from autotune._launch import Budget, TrialSpec, launch
 from autotune._monitor import Monitor, nvml_handle
 from autotune._outcome import Outcome, classify
+from autotune._to_loss import to_loss
 from autotune._reap import kill_group, kill_processes
 
 if TYPE_CHECKING:

@@ -15,10 +15,11 @@ from autotune._guard import (
     loss_at,
     loss_history,
     lr_retry,
+    judge_loss,
     prune_reason,
-    samples_to,
-    to_loss,
+    same_steps,
 )
+from autotune._to_loss import samples_to, to_loss
 
 NAN, INF = math.nan, math.inf
 
@@ -197,27 +198,47 @@ def test_divergence_compares_the_same_samples_whatever_the_pieces() -> None:
     # the baseline reached 700 or 1,000 samples (slower, faster): the same span
     assert judged_span(CURVE[:7]) == judged_span([*CURVE, (800, 1000, 0.45, 4)]) == (256, 512)
     # a fast trial, in big pieces: the one in the span (middle 500) reads 0.8, like the baseline
-    fast = [(0, 400, 1.5, 8), (400, 600, 0.8, 8), (600, 800, 0.75, 8), (800, 1600, 0.7, 8)]
+    # (on the baseline's batch: 25 samples a step, as CURVE)
+    fast = [(0, 400, 1.5, 16), (400, 600, 0.8, 8), (600, 800, 0.75, 8), (800, 1600, 0.7, 32)]
     assert divergence(BASE, [], reference_curve=CURVE, curve=fast) is None
     # 1.28 there: (1.28 - 0.8) / 0.8 = 60% worse, over the tolerance
-    worse = [(0, 300, 1.5, 8), (300, 500, 1.28, 8), (500, 800, 0.9, 8)]
+    worse = [(0, 300, 1.5, 12), (300, 500, 1.28, 8), (500, 800, 0.9, 12)]
     assert divergence(BASE, [], reference_curve=CURVE, curve=worse) == (
         "loss 1.28 vs the baseline's 0.8 over the same samples (256-512): 60% worse, over the 50% tolerance")
     # a slow trial that got to 400: both judged on 256-400 only, the baseline's 0.9 there
-    assert divergence(BASE, [], reference_curve=CURVE, curve=[(0, 300, 1.7, 4), (300, 400, 1.0, 4)]) is None
+    assert divergence(BASE, [], reference_curve=CURVE, curve=[(0, 300, 1.7, 12), (300, 400, 1.0, 4)]) is None
     assert "over the same samples (256-400): 67% worse" in divergence(
-        BASE, [], reference_curve=CURVE, curve=[(0, 300, 1.7, 4), (300, 400, 1.5, 4)])
+        BASE, [], reference_curve=CURVE, curve=[(0, 300, 1.7, 12), (300, 400, 1.5, 4)])
     # a nan anywhere in the curve is divergence
     assert "loss is nan" in divergence(BASE, [], reference_curve=CURVE, curve=[(0, 100, float("nan"), 1)])
     # a trial that never reached the span: the histories decide (as without curves)
     assert divergence(BASE, BASE, reference_curve=CURVE, curve=[(0, 200, 1.2, 4)]) is None
 
 
+def test_a_larger_batch_is_judged_at_the_same_steps_not_the_same_samples() -> None:
+    # 4x the baseline's batch (100 samples a step), its loss step for step the baseline's: at the
+    # same samples it is far worse (a quarter of the steps), at the same steps it trains alike.
+    by_step = [c[2] for c in CURVE]
+    big = [(j * 100, j * 100 + 100, by_step[j // 4], 1) for j in range(4 * len(by_step))]
+    assert judge_loss(BASE, [], CURVE, big).excess > DIVERGENCE_TOLERANCE  # what the verdict used to read
+    assert divergence(BASE, [], reference_curve=CURVE, curve=big) is None
+    # the same batch, learning 60% worse per step: diverged, said in steps
+    bad = [(a, b, loss * 1.6, n) for a, b, loss, n in big]
+    assert divergence(BASE, [], reference_curve=CURVE, curve=bad) == (
+        "loss 0.94 vs the baseline's 0.587 over the same steps (16-32): 60% worse, over the 50% tolerance")
+    # a smaller batch has taken more steps for the same samples: judged at the same samples
+    small = [(i * 50, i * 50 + 50, 2.0 - i * 0.1, 4) for i in range(16)]
+    assert same_steps(BASE, [], CURVE, small) is None
+    assert "over the same samples" in divergence(BASE, [], reference_curve=CURVE, curve=small)
+    assert same_steps(BASE, [], CURVE, CURVE) is None and same_steps(BASE, [], [], big) is None
+
+
 def test_judge_loss_gives_the_comparison_whatever_the_verdict() -> None:
     from autotune._guard import Comparison, judge_loss
 
     # the fast trial above passes: its loss on the span is the baseline's, 0% worse
-    fast = [(0, 400, 1.5, 8), (400, 600, 0.8, 8), (600, 800, 0.75, 8), (800, 1600, 0.7, 8)]
+    # (on the baseline's batch: 25 samples a step, as CURVE)
+    fast = [(0, 400, 1.5, 16), (400, 600, 0.8, 8), (600, 800, 0.75, 8), (800, 1600, 0.7, 32)]
     assert judge_loss(BASE, [], CURVE, fast) == pytest.approx(Comparison(0.0, 0.8, 0.8, 256, 512))
     # a slow one that got to 400 is compared on 256-400: (1.0 - 0.9) / 0.9 = 11% worse, passing
     assert judge_loss(BASE, [], CURVE, [(0, 300, 1.7, 4), (300, 400, 1.0, 4)]) == pytest.approx(
