@@ -339,6 +339,7 @@ def report(study: str | None, storage: str | None, store: Path, output: Path | N
 @click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True)
 def ui(store: Path, tracking_uri: str | None, port: int) -> None:
     """Serve the MLflow UI over the study's tracking store on 127.0.0.1."""
+    from autotune._tracking import runs_pages
     from autotune._tracking import tracking_uri as default_uri
 
     uri = default_uri(store, tracking_uri)
@@ -350,6 +351,8 @@ def ui(store: Path, tracking_uri: str | None, port: int) -> None:
             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     os.environ["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"
     click.echo(f"MLflow UI: http://127.0.0.1:{port}  (Ctrl-C stops it)", err=True)
+    for line in runs_pages(uri, f"http://127.0.0.1:{port}"):
+        click.echo(line, err=True)
     os.execv(sys.executable, argv)
 
 

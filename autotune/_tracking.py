@@ -43,6 +43,29 @@ def tracking_uri(store: Path, explicit: str | None = None) -> str:
     return explicit or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{store.resolve()}/mlflow.db"
 
 
+def runs_url(base: str, experiment_id: str) -> str:
+    """A study's runs page listing every trial's run, fastest first: ordered by a metric, MLflow's
+    runs page lists child runs flat instead of folded under their parent run.
+
+    >>> runs_url("http://127.0.0.1:5000", "1")
+    'http://127.0.0.1:5000/#/experiments/1/runs?orderByKey=metrics.%60samples_per_s%60&orderByAsc=false'
+    """
+    return f"{base}/#/experiments/{experiment_id}/runs?orderByKey=metrics.%60samples_per_s%60&orderByAsc=false"
+
+
+def runs_pages(uri: str, base: str) -> list[str]:
+    """One line per study in the store at ``uri``: its runs page with every trial listed
+    (``runs_url``); none where the store cannot be read."""
+    from mlflow.tracking import MlflowClient
+
+    try:
+        experiments = MlflowClient(uri).search_experiments()
+    except Exception:  # noqa: BLE001 - the UI still serves the store; the line is a courtesy
+        return []
+    return [f"  study {e.name}, every trial fastest first: {runs_url(base, e.experiment_id)}"
+            for e in experiments if e.name != "Default"]
+
+
 class Tracker:
     """Writes a study's runs to one MLflow tracking store.
 

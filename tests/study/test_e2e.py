@@ -376,12 +376,15 @@ def _free_port() -> int:
 
 def test_ui_serves_the_store_on_localhost(study_store: Path, tmp_path: Path) -> None:
     """The MLflow UI over the store; in a real browser its runs page names the study's result
-    (the parent run's name) without picking a column."""
+    (the parent run's name) without picking a column, and the page `ui` prints for the study
+    lists every trial's run (not folded under the parent) with its outcome, speedup and
+    samples/s in its name."""
     port = _free_port()
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    said = tmp_path / "ui.err"
     proc = subprocess.Popen([sys.executable, "-m", "autotune", "ui", "--port", str(port)],
                             cwd=study_store, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+                            stderr=said.open("w"), start_new_session=True)
     try:
         deadline = time.monotonic() + 60
         body = None
@@ -396,6 +399,13 @@ def test_ui_serves_the_store_on_localhost(study_store: Path, tmp_path: Path) -> 
         page = chromium(tmp_path, "--virtual-time-budget=20000", "--dump-dom",
                         f"http://127.0.0.1:{port}/#/experiments/{experiment}/runs")
         assert re.search(r"e2e: trial \d+ wins, \d+\.\d\dx", page), page[-2000:]
+        listed = re.search(r"study e2e, every trial fastest first: (\S+)", said.read_text())
+        assert listed and listed.group(1).endswith(f"/#/experiments/{experiment}/runs"
+                                                   "?orderByKey=metrics.%60samples_per_s%60&orderByAsc=false")
+        flat = chromium(tmp_path, "--virtual-time-budget=20000", "--dump-dom", listed.group(1))
+        names = re.findall(r"trial-(\d+): (WINNER|baseline|complete)[^<]*? (\d+\.\d\d)x ([\d,]+)/s", flat)
+        assert sorted({int(n[0]) for n in names}) == [0, 1, 2, 3, 4], flat[-3000:]  # all 5, unfolded
+        assert any(n[1] == "WINNER" for n in names)
     finally:
         os.killpg(proc.pid, 9)
         proc.wait()

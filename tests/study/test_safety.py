@@ -95,7 +95,7 @@ def test_each_reason_says_what_happened(fault_study) -> None:
     assert "Segmentation fault" in reasons[5]  # faulthandler's report, from the trial log
     assert reasons[6].startswith("OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB")
     assert "under 20% of the best so far" in reasons[7]
-    assert "over the same samples" in reasons[0]  # the loss rule's words, on either path
+    assert "over the same steps" in reasons[0]  # the loss rule's words (a 4x batch: at the same steps)
 
 
 def test_killed_trials_keep_their_figures(fault_study) -> None:

@@ -111,6 +111,27 @@ def test_a_fast_config_diverged_on_its_lr_runs_again_with_the_next_scaling() -> 
     assert retry_lr(row, found, Space("fixed", {"lr_scaling": Fixed("none")}), True) is None
 
 
+def test_a_complete_larger_batch_slow_to_the_baselines_loss_runs_again_with_the_next_scaling() -> None:
+    """Judged at the same steps, a larger batch held back by its lr is complete; the samples it
+    took to the baseline's loss (2.5x here) say its lr is too small, as divergence did."""
+    slow = trial(1, 2000.0, sampled={"batch_size": "2x", "lr_scaling": "none"},
+                 config={"batch_size": 32, "lr_scaling": "none"}, lr=0.01, to_loss_ratio=2.5)
+    found = standing(trial(0, 1000.0), slow)
+    assert slow.ranked_rate == 800.0  # ranks under the baseline: its time to the loss
+    decisions = after_trial(slow, found, settings())
+    (retry,) = [d for d in decisions if isinstance(d, Request) and d.kind is Kind.RETRY]
+    assert retry.config == {"batch_size": "2x", "lr_scaling": "sqrt"}
+    assert retry.why.startswith("trial 1 took 2.5x the baseline's samples to its loss at batch size 32 (2x the "
+                                "code's) with lr_scaling none, but ran at 2,000 samples/s, past the best so far (1,000)")
+    # near the baseline's samples, or on the code's batch: nothing to retry
+    near = dataclasses.replace(slow, metrics={**slow.metrics, "to_loss_ratio": 1.2})
+    assert not [d for d in after_trial(near, standing(trial(0, 1000.0), near), settings())
+                if isinstance(d, Request) and d.kind is Kind.RETRY]
+    same = trial(1, 2000.0, sampled={"lr_scaling": "none"}, config={"batch_size": 16}, lr=0.01, to_loss_ratio=2.5)
+    assert not [d for d in after_trial(same, standing(trial(0, 1000.0), same), settings())
+                if isinstance(d, Request) and d.kind is Kind.RETRY]
+
+
 def test_a_retry_that_another_trial_drew_already_is_said_not_run() -> None:
     row = diverged()
     other = trial(2, None, "running", sampled={"batch_size": "2x", "lr_scaling": "sqrt"})
