@@ -185,19 +185,21 @@ def kind_label(row: TrialRow, of: bool = True) -> str:
 
 
 def run_name(row: TrialRow, winner: bool) -> str:
-    """A trial's MLflow run name, which the runs page shows without picking columns:
-    ``trial-3: WINNER 2.13x 10,535/s``, ``trial-0: baseline 1.00x 4,946/s``, ``trial-5: pruned``
-    (its speedup as it ranks, its samples/s as measured)."""
-    what = "WINNER" if winner else "baseline" if row.baseline else row.outcome
-    if winner and row.baseline:
-        what = "WINNER (baseline)"
-    if row.outcome != Outcome.COMPLETE.value and (winner or row.baseline):
-        what += f", {row.outcome}"
-    speed = f" {row.speedup:.2f}x" if row.speedup and row.outcome == Outcome.COMPLETE.value else ""
-    speed += f" {row.samples_per_s:,.0f}/s" if row.samples_per_s else ""
-    again = f" (= trial {row.of})" if row.kind.repeats else ""
-    doubt = f" ({row.doubt.partition(':')[0]})" if row.doubt else ""
-    return f"trial-{row.number}: {what}{speed}{doubt}{again}"
+    """A trial's MLflow run name, which the runs page shows without picking columns, in the
+    room its name column gives (about 24 characters): ``#3 WINNER 2.13x 10,535/s``,
+    ``#0 base 1.00x 4,946/s``, ``#4 1.21x 6,010/s`` (complete), ``#5 pruned 1,200/s``,
+    ``#7 1.90x 9,400/s (= #3)`` (a repeat): its speedup as it ranks, its samples/s as measured.
+    """
+    what = ["WINNER"] if winner else []
+    if row.baseline:
+        what.append("base")
+    if row.outcome != Outcome.COMPLETE.value:
+        what.append(row.outcome)
+    speedup = row.speedup if row.outcome == Outcome.COMPLETE.value else None
+    figures = ([f"{speedup:.2f}x"] if speedup else []) + ([f"{row.samples_per_s:,.0f}/s"] if row.samples_per_s else [])
+    again = [f"(= #{row.of})"] if row.kind.repeats else []
+    doubt = [f"({row.doubt.partition(':')[0]})"] if row.doubt else []
+    return " ".join([f"#{row.number}", *what, *figures, *doubt, *again])
 
 
 def signed_share(x: float) -> str:

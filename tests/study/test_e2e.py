@@ -129,9 +129,9 @@ def test_the_records_describe_themselves(study_store: Path) -> None:
                                               for n, (k, of, b) in kinds.items()}
     assert {t["number"]: (t["kind"], t["of"], t["baseline"]) for t in data["trials"]} == kinds
     # the runs page shows names without picking columns: how each trial ended, which won
-    assert all(r.info.run_name.startswith(f"trial-{n}: ") for n, r in children.items())
+    assert all(r.info.run_name.startswith(f"#{n} ") for n, r in children.items())
     assert "WINNER" in children[winner].info.run_name
-    assert children[0].info.run_name.startswith("trial-0: " + ("WINNER (baseline)" if winner == 0 else "baseline"))
+    assert children[0].info.run_name.startswith("#0 " + ("WINNER base" if winner == 0 else "base"))
     assert all(r.data.tags.get("autotune.winner") in ("true", "false") for r in children.values())
     parent = client.get_run(parent_id)
     assert parent.data.tags["autotune.winner_trial"] == str(winner)
@@ -403,9 +403,9 @@ def test_ui_serves_the_store_on_localhost(study_store: Path, tmp_path: Path) -> 
         assert listed and listed.group(1).endswith(f"/#/experiments/{experiment}/runs"
                                                    "?orderByKey=metrics.%60samples_per_s%60&orderByAsc=false")
         flat = chromium(tmp_path, "--virtual-time-budget=20000", "--dump-dom", listed.group(1))
-        names = re.findall(r"trial-(\d+): (WINNER|baseline|complete)[^<]*? (\d+\.\d\d)x ([\d,]+)/s", flat)
+        names = re.findall(r"#(\d+) (WINNER )?(?:base )?(\d+\.\d\d)x ([\d,]+)/s", flat)
         assert sorted({int(n[0]) for n in names}) == [0, 1, 2, 3, 4], flat[-3000:]  # all 5, unfolded
-        assert any(n[1] == "WINNER" for n in names)
+        assert any(n[1] == "WINNER " for n in names)
     finally:
         os.killpg(proc.pid, 9)
         proc.wait()
