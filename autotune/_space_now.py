@@ -161,7 +161,7 @@ def _compile_hold(found: Standing, space: Space, horizon_h: float) -> tuple[dict
     if "compile" not in space.domains or found.base is None or not found.base.rates:
         return {}, None
     compiled = [r for r in found.rows if r.config.get("compile") not in (None, "off")]
-    stuck = next((r for r in compiled if r.outcome == "timeout" and "torch.compile" in r.reason), None)
+    stuck = next((r for r in compiled if r.outcome == "timeout" and "compile_unfinished_s" in r.metrics), None)
     if stuck is not None:
         why = f"compiling ran past --compile-timeout in trial {stuck.number}"
     else:

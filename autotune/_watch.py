@@ -186,6 +186,8 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     stderr_tail = log_tail(log_path.read_text(errors="replace"))
     metrics = summarize(windows, monitor, started, events)
     metrics.update(overheads(arrived))
+    if compiling is not None:  # stopped while torch.compile compiled: how long it had been at it
+        metrics["compile_unfinished_s"] = time.monotonic() - compiling
     measured = summarize_ceilings(ceilings)
     losses = loss_history(events.get("warmup"), windows)
     curve = judged_curve(events.get("warmup"), windows)

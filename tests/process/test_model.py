@@ -60,6 +60,7 @@ def test_a_compile_past_its_timeout_is_killed_and_says_which_limit(tmp_path: Pat
     assert result.reason.startswith("stalled: no step finished for 1 s while torch.compile compiled the model "
                                     "(--compile-timeout)"), result.reason
     assert "compiling" in [e["event"] for e in events] and not result.windows
+    assert result.metrics["compile_unfinished_s"] >= 1  # what the study holds compile on
 
 
 def test_a_function_without_run_model_leaves_the_model_knobs_inactive(tmp_path: Path, warm) -> None:

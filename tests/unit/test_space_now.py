@@ -129,9 +129,13 @@ def test_compile_is_held_once_its_measured_cost_cannot_pay_back_within_the_horiz
     flat = trial(1, 990.0, config={**LOADER, "compile": "default"}, compile_s=20.0)
     assert "never pays back" in holds(standing(base, flat), COMPILE, None, 1.0, 1000.0).lines[0].text
     # compiling past --compile-timeout (a CPU compile of 168 s): held after that one trial
-    stuck = dataclasses.replace(trial(1, None, "timeout", config={**LOADER, "compile": "default"}),
-                                reason="stalled: no step finished for 60 s while torch.compile compiled the model")
+    # (read from the figure the trial kept, not from its reason's words)
+    stuck = trial(1, None, "timeout", config={**LOADER, "compile": "default"}, compile_unfinished_s=60.0)
     held = holds(standing(base, stuck), COMPILE, None, 1.0, 1000.0)
     assert held.values == {"compile": "off"} and "past --compile-timeout in trial 1" in held.lines[0].text
+    # a compiled trial that stalled after compiling (its own loop hung) says nothing of compiling
+    hung = dataclasses.replace(trial(1, None, "timeout", config={**LOADER, "compile": "default"}),
+                               reason="stalled: no step finished for 60 s while torch.compile compiled the model")
+    assert holds(standing(base, hung), COMPILE, None, 1.0, 1000.0).values == {}
     # nothing compiled yet: nothing known
     assert holds(standing(base), COMPILE, None, 1.0, 1000.0).values == {}
