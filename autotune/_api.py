@@ -79,7 +79,7 @@ def tune(target: str | Callable[..., Any], *, trials: int = TRIALS, space: str |
          max_load: float = FOREIGN_LOAD_MAX, max_spread: float = SPREAD_MAX, remeasure: int = REMEASURES,
          quiet_wait: float = QUIET_WAIT_S, seed: int | None = None, store_patience: float = STORE_PATIENCE_S,
          progress: bool | Reporter = True, args: Sequence[str] | None = None, nproc_per_node: int = 1,
-         horizon: float = 1.0, profile: bool = True) -> Result:
+         horizon: float = 1.0, profile: bool = True, warm_start: bool = True) -> Result:
     """Tune a training function, or a script as it is: the study ``autotune run`` runs, from Python.
 
     Each trial runs ``target`` in its own process, so it must be importable: a
@@ -105,6 +105,8 @@ def tune(target: str | Callable[..., Any], *, trials: int = TRIALS, space: str |
         profile: After the confirmation, run the baseline and the winner once more with each step
             timed by part and a few steps traced by torch.profiler (``autotune._profiling``): the
             traces go to the parent MLflow run, the parts to the report and the summary.
+        warm_start: A new study whose target an earlier study in the same storage tuned runs that
+            study's top configs first, each measured here (``autotune._warm_start``).
         args: The command line of a script target (``"train.py"`` or ``"-m package.train"``,
             no ``:function``): each trial runs it as ``python train.py ARGS`` would, unmodified,
             and applies the config from outside its code (``autotune._hooks``).
@@ -125,7 +127,7 @@ def tune(target: str | Callable[..., Any], *, trials: int = TRIALS, space: str |
     given = {name: value for name, value in locals().items() if name in LIMITS}
     for name, value in given.items():
         _check(name, value)
-    given["profile"] = bool(profile)
+    given["profile"], given["warm_start"] = bool(profile), bool(warm_start)
     if args is not None and not (isinstance(target, str) and is_script(target)):
         raise ConfigError(f"args={list(args)!r}: a command line is for a script target (train.py or "
                           f"-m package.module), not the function {target!r}")
@@ -259,7 +261,7 @@ def _study(target: str, argv: tuple[str, ...] | None, target_notes: list[str], l
                            limits["divergence_tolerance"], limits["prune"], limits["confirm"],
                            limits["store_patience"], limits["max_load"], limits["remeasure"],
                            limits["quiet_wait"], limits["max_spread"], argv, ranks, limits["horizon"],
-                           profile=limits.get("profile", True))
+                           profile=limits.get("profile", True), warm_start=limits.get("warm_start", True))
     store_created = not store.exists()  # (a study stopped by bad input at its baseline removes it)
     # the storage before the tracking store: a bad URL creates nothing
     backend = open_storage(store, storage, options.store_patience, reporter.note)

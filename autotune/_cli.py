@@ -151,6 +151,10 @@ def _spaces() -> str:
                    "timed by part (data wait, copy, forward, backward, optimizer step) and a few steps "
                    "traced by torch.profiler: the traces go to the MLflow parent run (traces/), the "
                    "parts to the report and the summary.")
+@click.option("--warm-start", type=click.Choice(["on", "off"]), default="on", show_default=True,
+              callback=lambda _ctx, _param, value: value == "on",
+              help="A new study of a target that an earlier study in the same storage tuned runs that "
+                   "study's top configs first (each measured here, not copied).")
 @click.option("--ram-budget", type=_bounded("ram_budget"), default=None, metavar="GIB",
               help="GiB one trial's processes may use (default: 75% of the RAM available at start).")
 @click.option("--divergence-tolerance", type=_bounded("divergence_tolerance"),

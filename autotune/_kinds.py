@@ -31,6 +31,8 @@ class Kind(str, enum.Enum):
     MORE_WORKERS = "more_workers"
     #: A leader's config run again at the next smaller batch size, with twice the workers (``of``: the leader).
     SMALLER_BATCH = "smaller_batch"
+    #: A top config of an earlier study of the same target, run first (``autotune._warm_start``).
+    WARM_START = "warm_start"
 
     @property
     def repeats(self) -> bool:
@@ -42,7 +44,7 @@ class Kind(str, enum.Enum):
     def explores(self) -> bool:
         """It runs a config other than the baseline for the first time: the follow-up rules
         (a retry with another lr, more workers) look at it."""
-        return self in (Kind.SAMPLED, Kind.RETRY, Kind.MORE_WORKERS, Kind.SMALLER_BATCH)
+        return self in (Kind.SAMPLED, Kind.RETRY, Kind.MORE_WORKERS, Kind.SMALLER_BATCH, Kind.WARM_START)
 
     @property
     def label(self) -> str:

@@ -59,6 +59,8 @@ class StudyOptions:
     horizon_h: float = 1.0
     #: Profile runs of the baseline and the winner after the confirmation (``--profile``).
     profile: bool = True
+    #: A new study runs an earlier study's top configs of the same target first (``--warm-start``).
+    warm_start: bool = True
 
     @property
     def hold_limits(self) -> tuple[float, float, float]:

@@ -246,7 +246,8 @@ def trial_note(number: int, outcome: Outcome, reason: str, doubt: str | None, sa
             Kind.RETRY: f"trial {of}'s config, whose lr held it back, with lr_scaling "
                         f"{attrs.get(ATTR_SAMPLED, {}).get('lr_scaling')}",
             Kind.MORE_WORKERS: f"trial {of}'s config with more DataLoader workers",
-            Kind.SMALLER_BATCH: f"trial {of}'s config at a smaller batch size with more DataLoader workers"}[kind]
+            Kind.SMALLER_BATCH: f"trial {of}'s config at a smaller batch size with more DataLoader workers",
+            Kind.WARM_START: "a top config of an earlier study of this target, run first (warm start)"}[kind]
     parts = [f"Trial {number} ({what}): {outcome.value}."]
     if samples_per_s:
         parts.append(f"{samples_per_s:,.0f} samples/s" + (f", {samples_per_s / baseline:.2f}x the baseline's "

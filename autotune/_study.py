@@ -88,7 +88,8 @@ class StudyRunner:
                                           self.reporter.note)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         joined = join(storage, self.name, optuna.samplers.TPESampler(seed=options.seed), options.label,
-                      space.name, fingerprint, tracker, self.reporter.note, script=options.argv is not None)
+                      space.name, fingerprint, tracker, self.reporter.note, script=options.argv is not None,
+                      warm_start=options.warm_start)
         self.study = joined.study
         self._owner = this_process()
         self._liveness = Liveness(self._owner["host"])

@@ -145,7 +145,7 @@ class Joined:
 
 
 def join(storage, name: str, sampler, target: str, space: str, fingerprint: Fingerprint, tracker: Tracker,
-         say: Callable[[str], None], script: bool = False) -> Joined:
+         say: Callable[[str], None], script: bool = False, warm_start: bool = False) -> Joined:
     """Found study ``name`` or join it; the founder sets it up (``set_up``), a joiner waits for
     that, and does it itself if the founder died first (its baseline is then asked for by the
     first tuner that finds none).
@@ -156,6 +156,14 @@ def join(storage, name: str, sampler, target: str, space: str, fingerprint: Fing
     study, founder = found_or_join(storage, name, sampler)
     if founder:
         set_up(study, target, space, fingerprint, tracker, baseline=True, script=script)
+        if warm_start:
+            from autotune._warm_start import find_source
+
+            source = find_source(storage, name, target, study.user_attrs["fingerprint"])
+            for request in source.requests() if source else ():
+                write(study, request)
+            if source:
+                say(source.line())
     else:
         deadline = time.monotonic() + SETUP_WAIT_S
         while ATTR_PARENT not in study.user_attrs:

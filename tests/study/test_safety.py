@@ -148,7 +148,7 @@ def test_show_lists_every_outcome_with_its_reason(fault_study) -> None:
     for outcome in set(FAULTS.values()):
         assert outcome in out.stdout
     for words in ("stalled: no step finished", "over the RAM budget", "killed by SIGSEGV",
-                  "CUDA out of memory", "under 20% of the best", "over the same samples"):
+                  "CUDA out of memory", "under 20% of the best", "over the same steps"):
         assert words in out.stdout
 
 
@@ -156,3 +156,24 @@ def test_the_run_prints_each_outcome_as_it_happens(fault_study) -> None:
     _, output = fault_study
     for outcome in set(FAULTS.values()):
         assert outcome in output
+
+
+def test_a_new_study_of_the_same_target_runs_the_earlier_ones_top_configs_first(fault_study, tmp_path: Path) -> None:
+    """Warm start: a second study of faulty_train.py in a copy of the faults study's store runs the
+    one config that beat that study's baseline (num_workers 1) right after its own baseline,
+    measured here, and says where it came from."""
+    import shutil
+
+    cwd, _ = fault_study
+    store = tmp_path / "copy"
+    shutil.copytree(cwd, store)
+    out = autotune("run", FAULTY, "--study", "again", "--warm-start", "on", "--trials", "2",
+                   "--space", str(store / "faults.yaml"), *SHORT_TRIALS, cwd=store)
+    assert out.returncode == 0, out.stderr
+    said = " ".join(out.stderr.split())
+    assert "warm start: the 1 top config(s) of study faults (" in said, said
+    assert "run first, measured here (the same target on this machine; --warm-start off skips this)" in said
+    again = load_study(store / "mlflow", "again").get_trials()
+    assert [t.user_attrs["kind"] for t in again] == ["baseline", "warm_start"]
+    assert again[1].params == {"num_workers": 1}  # the sampler learns from it as from a draw
+    assert again[1].user_attrs["outcome"] == "complete", again[1].user_attrs["reason"]
