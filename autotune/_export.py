@@ -83,7 +83,8 @@ def recipe_from_mapping(data: Any, where: str, device: Any = "auto", **recipe: A
 
 
 def load(path: str | Path | None = None, device: Any = "auto", *, check: bool = True,
-         report_every: float | None = None, quiet: bool = False) -> Recipe:
+         report_every: float | None = None, quiet: bool = False, adapt: bool = False,
+         tracking_uri: str | None = None) -> Recipe:
     """Load an exported YAML as a Recipe for production training.
 
     ``load()`` with no path gives the baseline: the code as written, PyTorch's
@@ -102,18 +103,25 @@ def load(path: str | Path | None = None, device: Any = "auto", *, check: bool = 
     Args:
         report_every: Print the samples/s training reaches every that many seconds.
         quiet: Do not print the line saying what the recipe trains with.
+        adapt: Keep measuring the loop's data wait and, between epochs, move ``num_workers``
+            and ``prefetch_factor`` when it rises or falls past thresholds, each move printed
+            once (``autotune._adapt``); nothing that changes the math moves.
+        tracking_uri: With ``adapt``, log the production job's epochs and the loader values in
+            force to an MLflow run there (experiment ``autotune-production``).
 
     Raises:
         ConfigError: the file, the key, the value and what is allowed.
     """
+    extra = {"adapt": adapt, "tracking_uri": tracking_uri} if adapt else {}
     if path is None:
-        return recipe_from_mapping({}, "defaults", device, report_every=report_every, quiet=quiet)
+        return recipe_from_mapping({}, "defaults", device, report_every=report_every, quiet=quiet, **extra)
     data = read_yaml(Path(path))
     measured = data.get(MEASURED_SECTION) if isinstance(data, Mapping) else None
     origin = f"{path}" + (f" ({measured['found']})" if isinstance(measured, Mapping) and measured.get("found") else "")
     if check and isinstance(data, Mapping):
         data = _honourable(data, str(path), device, measured if isinstance(measured, Mapping) else {})
-    return recipe_from_mapping(data, str(path), device, origin=origin, report_every=report_every, quiet=quiet)
+    return recipe_from_mapping(data, str(path), device, origin=origin, report_every=report_every, quiet=quiet,
+                               **extra)
 
 
 def _honourable(data: Mapping[str, Any], where: str, device: Any, measured: Mapping[str, Any]) -> dict[str, Any]:

@@ -316,11 +316,18 @@ class Recipe(Run):
 
     def __init__(self, config: Config, device: Any = "auto",  # type: ignore[valid-type]
                  base_batch_size: int | None = None, *, origin: str | None = None,
-                 report_every: float | None = None, quiet: bool = False) -> None:
+                 report_every: float | None = None, quiet: bool = False, adapt: bool = False,
+                 tracking_uri: str | None = None) -> None:
         super().__init__(config, device)
         self.base_batch_size = base_batch_size
         self.origin = origin
         self._report_every, self._quiet = report_every, quiet
+        self.adaptive = None  # with adapt: the loaders it moves between epochs (autotune._adapt)
+        if adapt:
+            from autotune._adapt import AdaptiveLoaders, production_log
+            from autotune._probe import usable_cpus
+
+            self.adaptive = AdaptiveLoaders(usable_cpus(), log=production_log(tracking_uri, origin))
         self._reported: tuple[float, int] | None = None  # (since, samples) of the report under way
         self._said = False
         self.apply_backends()
@@ -334,21 +341,29 @@ class Recipe(Run):
                           "starts from the code's value", stacklevel=2)
         return loader
 
+    def _loader_built(self, loader: Any, dataset: Any, kw: dict[str, Any]) -> None:
+        super()._loader_built(loader, dataset, kw)
+        if self.adaptive is not None:
+            self.adaptive.built(loader, dataset, kw)
+
     def batches(self, loader: Iterable[Any]) -> Iterator[Any]:
         if not self._said and not self._quiet:
             self._said = True
             knobs = " ".join(f"{k}={show_value(v)}" for k, v in self.resolved().items())
-            print(f"autotune: training with {self.origin or 'the defaults'} on {self.device}: {knobs}",
+            print(f"autotune: training with {self.origin or 'the defaults'} on {self.device}: {knobs}"
+                  + (" (adapting num_workers and prefetch_factor between epochs)" if self.adaptive else ""),
                   file=sys.stderr, flush=True)
+        epoch = (self.adaptive.iterate(loader, lambda chosen: Run.batches(self, chosen), batch_len)
+                 if self.adaptive is not None else Run.batches(self, loader))
         if not self._report_every:
-            yield from super().batches(loader)
+            yield from epoch
             return
         # The count spans epochs (one call of batches each): epochs shorter than report_every
         # would otherwise never report. A batch counts once its step is done (when the loop
         # asks for the next), so a period's rate is steps finished in it, never one ahead.
         if self._reported is None:
             self._reported = (time.perf_counter(), 0)
-        for batch in super().batches(loader):
+        for batch in epoch:
             yield batch
             start, samples = self._reported
             samples += batch_len(batch)

@@ -1,0 +1,210 @@
+"""The adaptive loader in production: ``autotune.load(path, adapt=True)``.
+
+A study measures one afternoon; in production the storage slows, a neighbour takes cores, and
+the exported worker count is wrong for hours. With ``adapt`` the recipe keeps measuring what the
+loop waits on its loader, epoch by epoch, and between epochs moves ``num_workers`` (and, with
+the workers at their most, ``prefetch_factor``) when that wait rises or falls past thresholds
+(``decide``: a pure rule over the epochs so far). It never changes what changes the math (the
+batch size, the lr, the precision), never moves within an epoch (a new iterator would replay or
+skip samples), and undoes a move that ran slower. Every move is printed once and, with a
+tracking URI, logged to an MLflow run of the production job with the values in force.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import time
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from typing import Any
+
+#: Data wait (the share of an epoch's wall time the loop waited for its next batch) past which
+#: the loader is short of workers, and under which it has more than it needs.
+HIGH, LOW = 0.10, 0.02
+#: Epochs in a row past a threshold before a move (twice that under ``LOW``): one slow epoch
+#: (a cache refilling, a neighbour's burst) moves nothing.
+PATIENCE = 2
+#: A move that ran under this share of the rate before it is undone.
+WORSE = 0.97
+#: The most workers per usable CPU (an I/O-bound loader's workers mostly sleep) and in all.
+WORKERS_PER_CPU, MOST_WORKERS = 4, 64
+#: The most ``prefetch_factor`` a move asks for.
+MOST_PREFETCH = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Epoch:
+    """One measured epoch: its data wait share, samples/s, and the loader's values in force."""
+
+    wait: float
+    rate: float
+    workers: int
+    prefetch: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Move:
+    """New loader values, and why, in one line."""
+
+    workers: int
+    prefetch: int | None
+    why: str
+
+
+def decide(epochs: Sequence[Epoch], floor: int, ceiling: int,
+           worse: Collection[tuple[int, int | None]] = ()) -> Move | None:
+    """The loader's values for the next epoch, or None to keep them.
+
+    Up where the last ``PATIENCE`` epochs at these values all waited over ``HIGH``: workers to
+    what would have fed the loop (its workers over the share of time they kept up, Little's
+    law), at most ``ceiling``; with the workers at ``ceiling``, ``prefetch_factor`` doubled.
+    Down one step (a quarter of the workers) where ``2 * PATIENCE`` epochs all waited under
+    ``LOW``, never under ``floor`` (the export's own). Back to the values before a move whose
+    second epoch (the first pays for starting its workers) ran under ``WORSE`` of their rate;
+    from values in ``worse`` (moves undone so) up, nothing is moved to again.
+
+    >>> up = [Epoch(0.5, 500.0, 2, 2), Epoch(0.5, 510.0, 2, 2)]
+    >>> decide(up, 2, 8)
+    Move(workers=4, prefetch=2, why='data wait 50% over 2 epochs (over 10%): num_workers 2 -> 4')
+    >>> decide([*up, Epoch(0.3, 600.0, 4, 2), Epoch(0.3, 450.0, 4, 2)], 2, 8).why
+    'num_workers 4 -> 2: the move ran 0.88x the samples/s before it'
+    >>> decide([*up, Epoch(0.6, 500.0, 2, 2)], 2, 8, worse={(4, 2)}) is None
+    True
+    """
+    last = epochs[-1]
+    run = next((i for i, e in enumerate(reversed(epochs)) if (e.workers, e.prefetch) != (last.workers, last.prefetch)),
+               len(epochs))
+    before = epochs[-run - 1] if run < len(epochs) else None
+    if before is not None and run == 2 and last.rate < WORSE * before.rate:
+        undo = f", prefetch_factor {last.prefetch} -> {before.prefetch}" if last.prefetch != before.prefetch else ""
+        return Move(before.workers, before.prefetch, f"num_workers {last.workers} -> {before.workers}{undo}: "
+                                                     f"the move ran {last.rate / before.rate:.2f}x the samples/s before it")
+    recent = epochs[-PATIENCE:]
+    if run >= PATIENCE and all(e.wait > HIGH for e in recent):
+        wait = sum(e.wait for e in recent) / len(recent)
+        said = f"data wait {wait:.0%} over {len(recent)} epochs (over {HIGH:.0%}): "
+        if last.workers < ceiling:
+            wanted = min(ceiling, max(last.workers + 1, math.ceil(max(last.workers, 1) / max(1 - wait, 0.05))))
+            move = Move(wanted, last.prefetch, said + f"num_workers {last.workers} -> {wanted}")
+        elif last.workers and last.prefetch is not None and last.prefetch < MOST_PREFETCH:
+            wanted = min(MOST_PREFETCH, 2 * last.prefetch)
+            move = Move(last.workers, wanted, said + f"prefetch_factor {last.prefetch} -> {wanted} "
+                                                     f"(num_workers at its most here, {ceiling})")
+        else:
+            return None
+        undone = any(move.workers >= w and (move.prefetch or 0) >= (p or 0) for w, p in worse)
+        return None if undone else move
+    calm = epochs[-2 * PATIENCE:]
+    if run >= 2 * PATIENCE and last.workers > floor and all(e.wait < LOW for e in calm):
+        wanted = max(floor, last.workers - max(1, last.workers // 4))
+        return Move(wanted, last.prefetch, f"data wait under {LOW:.0%} over {len(calm)} epochs: "
+                                           f"num_workers {last.workers} -> {wanted}")
+    return None
+
+
+def most_workers(cpus: int, exported: int) -> int:
+    """The most workers a move asks for on ``cpus`` usable CPUs (never under the export's).
+
+    >>> most_workers(2, 2), most_workers(32, 4), most_workers(2, 12)
+    (8, 64, 12)
+    """
+    return max(exported, min(MOST_WORKERS, WORKERS_PER_CPU * cpus))
+
+
+class AdaptiveLoaders:
+    """The loaders a recipe built, rebuilt between epochs with the values ``decide`` moves to;
+    each epoch measured at the loop (how long it waited for each batch)."""
+
+    def __init__(self, cpus: int, say: Any = None, log: Any = None) -> None:
+        self._built: dict[int, dict[str, Any]] = {}  # id(user's loader) -> its state
+        self._cpus = cpus
+        self._say = say or (lambda line: print(f"autotune: adapt: {line}", file=sys.stderr, flush=True))
+        self._log = log  # (step, metrics, values) -> None: the production run's MLflow logging
+        self.moves: list[Move] = []
+
+    def built(self, loader: Any, dataset: Any, kwargs: Mapping[str, Any]) -> None:
+        """Remember what ``loader`` was built from (its final DataLoader kwargs)."""
+        workers = int(kwargs.get("num_workers", 0) or 0)
+        self._built[id(loader)] = {"dataset": dataset, "kwargs": dict(kwargs), "current": loader, "epochs": [],
+                                   "floor": workers, "ceiling": most_workers(self._cpus, workers), "worse": set()}
+
+    def epochs(self, loader: Any) -> list[Epoch]:
+        """The epochs measured on ``loader`` so far."""
+        return list(self._built[id(loader)]["epochs"]) if id(loader) in self._built else []
+
+    def iterate(self, loader: Any, batches: Any, count: Any) -> Iterator[Any]:
+        """An epoch of ``loader`` (the loader in force for it), through ``batches`` (the recipe's
+        own iteration: the device copy and prefetch), measured; then the next epoch's values."""
+        state = self._built.get(id(loader))
+        if state is None:  # not built by this recipe: as it is
+            yield from batches(loader)
+            return
+        current = state["current"]
+        waited = samples = 0.0
+        began = asked = time.perf_counter()
+        for batch in batches(current):
+            waited += time.perf_counter() - asked
+            yield batch
+            samples += count(batch)
+            asked = time.perf_counter()
+        wall = time.perf_counter() - began
+        if wall <= 0 or not samples:
+            return
+        kw = state["kwargs"]
+        epoch = Epoch(waited / wall, samples / wall, int(kw.get("num_workers", 0) or 0), kw.get("prefetch_factor"))
+        state["epochs"].append(epoch)
+        move = decide(state["epochs"], state["floor"], state["ceiling"], state["worse"])
+        if move is not None and move.why.endswith("the samples/s before it"):
+            state["worse"].add((epoch.workers, epoch.prefetch))  # undone: not moved to again
+        if self._log is not None:
+            self._log(len(state["epochs"]), {"data_wait_frac": epoch.wait, "samples_per_s": epoch.rate},
+                      {"num_workers": epoch.workers, "prefetch_factor": epoch.prefetch})
+        if move is not None:
+            self._rebuild(state, move)
+
+    def _rebuild(self, state: dict[str, Any], move: Move) -> None:
+        from torch.utils.data import DataLoader
+
+        old = state["current"]
+        kw = {**state["kwargs"], "num_workers": move.workers}
+        if move.workers:
+            kw["prefetch_factor"] = move.prefetch or 2
+        else:
+            kw.pop("prefetch_factor", None)
+            kw.pop("persistent_workers", None)
+        state["current"], state["kwargs"] = DataLoader(state["dataset"], **kw), kw
+        shutdown = getattr(getattr(old, "_iterator", None), "_shutdown_workers", None)
+        if shutdown is not None and old is not state["current"]:
+            shutdown()  # a persistent loader's workers would live on
+        self.moves.append(move)
+        self._say(move.why)
+
+
+def production_log(tracking_uri: str | None, origin: str | None) -> Any:
+    """With a tracking URI, an MLflow run for the production job (experiment
+    ``autotune-production``, named after the recipe's origin) and the logging of each epoch
+    (``AdaptiveLoaders``'s ``log``): its data wait and samples/s as metrics, the loader values in
+    force as metrics and as the tag ``autotune.adapt``; None without one."""
+    if not tracking_uri:
+        return None
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name("autotune-production")
+    experiment_id = experiment.experiment_id if experiment else client.create_experiment("autotune-production")
+    run = client.create_run(experiment_id, run_name=f"production: {origin or 'the defaults'}",
+                            tags={"autotune.origin": origin or "the defaults"})
+    in_force: list[str] = []
+
+    def log(step: int, metrics: Mapping[str, float], values: Mapping[str, Any]) -> None:
+        figures = {**metrics, **{k: float(v) for k, v in values.items() if v is not None}}
+        for key, value in figures.items():
+            client.log_metric(run.info.run_id, key, value, step=step)
+        now = " ".join(f"{k}={v}" for k, v in values.items())
+        if not in_force or in_force[-1] != now:
+            in_force.append(now)
+            client.set_tag(run.info.run_id, "autotune.adapt", now)
+
+    log.run_id = run.info.run_id  # type: ignore[attr-defined]
+    return log

@@ -1,0 +1,109 @@
+"""The adaptive loader in production (autotune._adapt): a recipe loaded with ``adapt=True`` keeps
+its speed when the storage slows, and says each move; the rule itself on hand-built epochs."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from torch.utils.data import Dataset
+
+import autotune
+from autotune._adapt import HIGH, PATIENCE, Epoch, decide
+
+#: A read's wait before and after the storage slows (4x), and when it does.
+READ_S, SLOWER, SLOW_AFTER_S = 0.002, 4, 3.0
+
+
+class SlowingReads(Dataset):
+    """Each read waits, like storage; 4x longer from ``slow_at`` (a wall-clock time, so that every
+    DataLoader worker, a process of its own, sees the change at once)."""
+
+    def __init__(self, slow_at: float, n: int = 256) -> None:
+        self.slow_at, self.n = slow_at, n
+        self.x = torch.randn(n, 8, generator=torch.Generator().manual_seed(0))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        time.sleep(READ_S * (SLOWER if time.time() >= self.slow_at else 1))
+        return self.x[i], self.x[i].sum()
+
+
+def train(recipe, seconds: float) -> list[tuple[float, float, int]]:
+    """Train for ``seconds``; each epoch's (start, duration, samples) on the wall clock."""
+    data = SlowingReads(time.time() + SLOW_AFTER_S)
+    model = torch.nn.Linear(8, 1)
+    loader = recipe.dataloader(data, batch_size=16, shuffle=True)
+    opt = recipe.optimizer(torch.optim.SGD, model.parameters(), lr=0.01)
+    epochs, end = [], time.time() + seconds
+    while time.time() < end:
+        start, samples = time.time(), 0
+        for x, y in recipe.batches(loader):
+            recipe.step(torch.nn.functional.mse_loss(model(x).squeeze(1), y), opt)
+            samples += len(x)
+        epochs.append((start - data.slow_at, time.time() - start, samples))
+    return epochs
+
+
+def rate_after(epochs: list[tuple[float, float, int]], settle_s: float) -> float:
+    """samples/s over the epochs that began ``settle_s`` after the storage slowed."""
+    late = [(d, n) for start, d, n in epochs if start >= settle_s]
+    assert len(late) >= 2, epochs
+    return sum(n for _, n in late) / sum(d for d, _ in late)
+
+
+def test_an_adaptive_recipe_recovers_its_rate_when_reads_slow_4x_and_says_each_move(tmp_path, capfd) -> None:
+    export = tmp_path / "best.yaml"
+    export.write_text("dataloader:\n  num_workers: 2\n  prefetch_factor: 2\n")
+    fixed = train(autotune.load(export, "cpu"), 12.0)
+    adaptive_recipe = autotune.load(export, "cpu", adapt=True, tracking_uri=f"sqlite:///{tmp_path / 'prod.db'}")
+    adaptive = train(adaptive_recipe, 12.0)
+    said = capfd.readouterr().err
+    plain, adapted = rate_after(fixed, 4.0), rate_after(adaptive, 4.0)
+    assert adapted >= 1.5 * plain, (plain, adapted, adaptive_recipe.adaptive.moves)
+    moves = adaptive_recipe.adaptive.moves
+    assert moves and moves[0].workers > 2
+    for move in moves:  # each move said once, on stderr
+        assert said.count(f"autotune: adapt: {move.why}") == 1
+    assert "(adapting num_workers and prefetch_factor between epochs)" in said
+    # ... and logged: the production run's epochs and the values in force
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'prod.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("autotune-production").experiment_id])
+    workers = [m.value for m in client.get_metric_history(run.info.run_id, "num_workers")]
+    assert workers[0] == 2 and max(workers) >= moves[0].workers
+    assert run.data.tags["autotune.adapt"].startswith("num_workers=")
+    assert len(client.get_metric_history(run.info.run_id, "data_wait_frac")) == len(adaptive)
+
+
+def test_the_rule_waits_for_patience_and_never_moves_what_it_undid() -> None:
+    slow = Epoch(0.6, 300.0, 2, 2)
+    assert decide([slow] * (PATIENCE - 1), 2, 8) is None  # one slow epoch moves nothing
+    assert decide([slow] * PATIENCE, 2, 8).workers == 5  # 2 / (1 - 0.6): what would feed the loop
+    assert decide([Epoch(HIGH / 2, 900.0, 2, 2)] * 10, 2, 8) is None  # under the threshold: kept
+    # at the most workers: prefetch doubles, then nothing
+    assert decide([Epoch(0.4, 300.0, 8, 2)] * PATIENCE, 2, 8).prefetch == 4
+    assert decide([Epoch(0.4, 300.0, 8, 16)] * PATIENCE, 2, 8) is None
+    # calm for 2 x PATIENCE epochs: a quarter fewer workers, never under the export's
+    calm = [Epoch(0.01, 900.0, 8, 2)] * (2 * PATIENCE)
+    assert decide(calm, 2, 8).workers == 6 and decide([Epoch(0.01, 900.0, 2, 2)] * 9, 2, 8) is None
+    # a move whose second epoch ran slower is undone, and not tried again from there
+    moved = [slow, slow, Epoch(0.3, 320.0, 5, 2), Epoch(0.3, 280.0, 5, 2)]
+    back = decide(moved, 2, 8)
+    assert (back.workers, back.prefetch) == (2, 2) and back.why.startswith("num_workers 5 -> 2: the move ran 0.93x")
+    assert decide([*moved, slow, slow], 2, 8, worse={(5, 2)}) is None
+
+
+@pytest.mark.parametrize("adapt", [False, True])
+def test_an_adaptive_recipe_trains_the_same_batches(adapt: bool) -> None:
+    """Moves happen between epochs only: every epoch yields every sample once."""
+    recipe = autotune.load(None, "cpu", adapt=adapt, quiet=True)
+    data = SlowingReads(time.time() + 0.5, n=64)
+    loader = recipe.dataloader(data, batch_size=8, shuffle=True, num_workers=1)
+    for _ in range(6):
+        seen = torch.cat([x for x, _ in recipe.batches(loader)])
+        assert sorted(map(tuple, seen.tolist())) == sorted(map(tuple, data.x.tolist()))  # each sample once
