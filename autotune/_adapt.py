@@ -25,10 +25,15 @@ HIGH, LOW = 0.10, 0.02
 #: Epochs in a row past a threshold before a move (twice that under ``LOW``): one slow epoch
 #: (a cache refilling, a neighbour's burst) moves nothing.
 PATIENCE = 2
-#: A move that ran under this share of the rate before it is undone.
+#: A move down that ran under this share of the rate before it is undone; a move up (more
+#: workers or prefetch, which cost RAM and CPU) that did not gain ``1 / WORSE`` of it, too.
 WORSE = 0.97
 #: The most workers per usable CPU (an I/O-bound loader's workers mostly sleep) and in all.
 WORKERS_PER_CPU, MOST_WORKERS = 4, 64
+#: Epochs and seconds (both must pass) the values a move was undone back to stay put
+#: (``decide``'s ``stuck``): long enough not to churn (each move restarts the workers), short
+#: enough to follow a storage that slows hours into the job.
+STUCK_EPOCHS, STUCK_S = 16, 600.0
 #: The most ``prefetch_factor`` a move asks for.
 MOST_PREFETCH = 16
 
@@ -53,7 +58,7 @@ class Move:
 
 
 def decide(epochs: Sequence[Epoch], floor: int, ceiling: int,
-           worse: Collection[tuple[int, int | None]] = ()) -> Move | None:
+           stuck: Collection[tuple[int, int | None]] = ()) -> Move | None:
     """The loader's values for the next epoch, or None to keep them.
 
     Up where the last ``PATIENCE`` epochs at these values all waited over ``HIGH``: workers to
@@ -61,42 +66,46 @@ def decide(epochs: Sequence[Epoch], floor: int, ceiling: int,
     law), at most ``ceiling``; with the workers at ``ceiling``, ``prefetch_factor`` doubled.
     Down one step (a quarter of the workers) where ``2 * PATIENCE`` epochs all waited under
     ``LOW``, never under ``floor`` (the export's own). Back to the values before a move whose
-    second epoch (the first pays for starting its workers) ran under ``WORSE`` of their rate;
-    from values in ``worse`` (moves undone so) up, nothing is moved to again.
+    second epoch (the first pays for starting its workers) ran under ``WORSE`` of their rate, or,
+    for a move up, gained less than ``1 / WORSE`` (more workers cost RAM and CPU); an undo is
+    not itself judged, and ``stuck`` (the values a move was undone back to) move no more the
+    same way: where more workers did not help, waiting is not for want of them (the CPUs are).
 
     >>> up = [Epoch(0.5, 500.0, 2, 2), Epoch(0.5, 510.0, 2, 2)]
     >>> decide(up, 2, 8)
     Move(workers=4, prefetch=2, why='data wait 50% over 2 epochs (over 10%): num_workers 2 -> 4')
     >>> decide([*up, Epoch(0.3, 600.0, 4, 2), Epoch(0.3, 450.0, 4, 2)], 2, 8).why
     'num_workers 4 -> 2: the move ran 0.88x the samples/s before it'
-    >>> decide([*up, Epoch(0.6, 500.0, 2, 2)], 2, 8, worse={(4, 2)}) is None
+    >>> decide([*up, Epoch(0.6, 500.0, 2, 2)], 2, 8, stuck={(2, 2)}) is None
     True
     """
-    last = epochs[-1]
-    run = next((i for i, e in enumerate(reversed(epochs)) if (e.workers, e.prefetch) != (last.workers, last.prefetch)),
-               len(epochs))
-    before = epochs[-run - 1] if run < len(epochs) else None
-    if before is not None and run == 2 and last.rate < WORSE * before.rate:
-        undo = f", prefetch_factor {last.prefetch} -> {before.prefetch}" if last.prefetch != before.prefetch else ""
-        return Move(before.workers, before.prefetch, f"num_workers {last.workers} -> {before.workers}{undo}: "
-                                                     f"the move ran {last.rate / before.rate:.2f}x the samples/s before it")
+    values = [(e.workers, e.prefetch) for e in epochs]
+    runs = [i for i in range(1, len(values)) if values[i] != values[i - 1]]  # where each later run starts
+    run = len(epochs) - (runs[-1] if runs else 0)
+    last, before = epochs[-1], (epochs[runs[-1] - 1] if runs else None)
+    undoing = len(runs) >= 2 and values[runs[-2] - 1] == values[-1]  # back where the run before started
+    up = before is not None and (last.workers, last.prefetch or 0) > (before.workers, before.prefetch or 0)
+    if before is not None and not undoing and run == 2 and \
+            last.rate < (before.rate / WORSE if up else WORSE * before.rate):
+        undo = ", ".join([f"num_workers {last.workers} -> {before.workers}"] * (last.workers != before.workers)
+                         + [f"prefetch_factor {last.prefetch} -> {before.prefetch}"] * (last.prefetch != before.prefetch))
+        return Move(before.workers, before.prefetch,
+                    f"{undo}: the move ran {last.rate / before.rate:.2f}x the samples/s before it")
+    stays = (last.workers, last.prefetch) in stuck
     recent = epochs[-PATIENCE:]
-    if run >= PATIENCE and all(e.wait > HIGH for e in recent):
+    if run >= PATIENCE and all(e.wait > HIGH for e in recent) and not stays:
         wait = sum(e.wait for e in recent) / len(recent)
         said = f"data wait {wait:.0%} over {len(recent)} epochs (over {HIGH:.0%}): "
         if last.workers < ceiling:
             wanted = min(ceiling, max(last.workers + 1, math.ceil(max(last.workers, 1) / max(1 - wait, 0.05))))
-            move = Move(wanted, last.prefetch, said + f"num_workers {last.workers} -> {wanted}")
-        elif last.workers and last.prefetch is not None and last.prefetch < MOST_PREFETCH:
+            return Move(wanted, last.prefetch, said + f"num_workers {last.workers} -> {wanted}")
+        if last.workers and last.prefetch is not None and last.prefetch < MOST_PREFETCH:
             wanted = min(MOST_PREFETCH, 2 * last.prefetch)
-            move = Move(last.workers, wanted, said + f"prefetch_factor {last.prefetch} -> {wanted} "
+            return Move(last.workers, wanted, said + f"prefetch_factor {last.prefetch} -> {wanted} "
                                                      f"(num_workers at its most here, {ceiling})")
-        else:
-            return None
-        undone = any(move.workers >= w and (move.prefetch or 0) >= (p or 0) for w, p in worse)
-        return None if undone else move
+        return None
     calm = epochs[-2 * PATIENCE:]
-    if run >= 2 * PATIENCE and last.workers > floor and all(e.wait < LOW for e in calm):
+    if run >= 2 * PATIENCE and last.workers > floor and all(e.wait < LOW for e in calm) and not stays:
         wanted = max(floor, last.workers - max(1, last.workers // 4))
         return Move(wanted, last.prefetch, f"data wait under {LOW:.0%} over {len(calm)} epochs: "
                                            f"num_workers {last.workers} -> {wanted}")
@@ -127,7 +136,7 @@ class AdaptiveLoaders:
         """Remember what ``loader`` was built from (its final DataLoader kwargs)."""
         workers = int(kwargs.get("num_workers", 0) or 0)
         self._built[id(loader)] = {"dataset": dataset, "kwargs": dict(kwargs), "current": loader, "epochs": [],
-                                   "floor": workers, "ceiling": most_workers(self._cpus, workers), "worse": set()}
+                                   "floor": workers, "ceiling": most_workers(self._cpus, workers), "stuck": {}}
 
     def epochs(self, loader: Any) -> list[Epoch]:
         """The epochs measured on ``loader`` so far."""
@@ -154,9 +163,12 @@ class AdaptiveLoaders:
         kw = state["kwargs"]
         epoch = Epoch(waited / wall, samples / wall, int(kw.get("num_workers", 0) or 0), kw.get("prefetch_factor"))
         state["epochs"].append(epoch)
-        move = decide(state["epochs"], state["floor"], state["ceiling"], state["worse"])
+        seen, now = len(state["epochs"]), time.monotonic()
+        stuck = {values for values, (epoch_at, at) in state["stuck"].items()
+                 if seen - epoch_at < STUCK_EPOCHS or now - at < STUCK_S}
+        move = decide(state["epochs"], state["floor"], state["ceiling"], stuck)
         if move is not None and move.why.endswith("the samples/s before it"):
-            state["worse"].add((epoch.workers, epoch.prefetch))  # undone: not moved to again
+            state["stuck"][(move.workers, move.prefetch)] = (seen, now)  # undone back to these: they stay a while
         if self._log is not None:
             self._log(len(state["epochs"]), {"data_wait_frac": epoch.wait, "samples_per_s": epoch.rate},
                       {"num_workers": epoch.workers, "prefetch_factor": epoch.prefetch})

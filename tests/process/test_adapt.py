@@ -20,21 +20,22 @@ class SlowingReads(Dataset):
     """Each read waits, like storage; 4x longer from ``slow_at`` (a wall-clock time, so that every
     DataLoader worker, a process of its own, sees the change at once)."""
 
-    def __init__(self, slow_at: float, n: int = 256) -> None:
-        self.slow_at, self.n = slow_at, n
+    def __init__(self, slow_at: float, n: int = 256, read_s: float = READ_S, slower: float = SLOWER) -> None:
+        self.slow_at, self.n, self.read_s, self.slower = slow_at, n, read_s, slower
         self.x = torch.randn(n, 8, generator=torch.Generator().manual_seed(0))
 
     def __len__(self) -> int:
         return self.n
 
     def __getitem__(self, i: int):
-        time.sleep(READ_S * (SLOWER if time.time() >= self.slow_at else 1))
+        time.sleep(self.read_s * (self.slower if time.time() >= self.slow_at else 1))
         return self.x[i], self.x[i].sum()
 
 
-def train(recipe, seconds: float) -> list[tuple[float, float, int]]:
-    """Train for ``seconds``; each epoch's (start, duration, samples) on the wall clock."""
-    data = SlowingReads(time.time() + SLOW_AFTER_S)
+def train(recipe, seconds: float, step_s: float = 0.0, **reads) -> list[tuple[float, float, int]]:
+    """Train for ``seconds`` (each step also ``step_s`` of compute, slept); each epoch's (start
+    relative to when reads slow, duration, samples) on the wall clock."""
+    data = SlowingReads(time.time() + SLOW_AFTER_S, **reads)
     model = torch.nn.Linear(8, 1)
     loader = recipe.dataloader(data, batch_size=16, shuffle=True)
     opt = recipe.optimizer(torch.optim.SGD, model.parameters(), lr=0.01)
@@ -43,6 +44,7 @@ def train(recipe, seconds: float) -> list[tuple[float, float, int]]:
         start, samples = time.time(), 0
         for x, y in recipe.batches(loader):
             recipe.step(torch.nn.functional.mse_loss(model(x).squeeze(1), y), opt)
+            time.sleep(step_s)
             samples += len(x)
         epochs.append((start - data.slow_at, time.time() - start, samples))
     return epochs
@@ -95,7 +97,14 @@ def test_the_rule_waits_for_patience_and_never_moves_what_it_undid() -> None:
     moved = [slow, slow, Epoch(0.3, 320.0, 5, 2), Epoch(0.3, 280.0, 5, 2)]
     back = decide(moved, 2, 8)
     assert (back.workers, back.prefetch) == (2, 2) and back.why.startswith("num_workers 5 -> 2: the move ran 0.93x")
-    assert decide([*moved, slow, slow], 2, 8, worse={(5, 2)}) is None
+    assert decide([*moved, slow, slow], 2, 8, stuck={(2, 2)}) is None
+    # the undo itself is not judged as a move (it ran slower than the move's last epoch: as it should)
+    assert decide([*moved, Epoch(0.6, 300.0, 2, 2), Epoch(0.6, 290.0, 2, 2)], 2, 8, stuck={(2, 2)}) is None
+    # a move up (more workers or prefetch: RAM and CPU) that gained nothing is undone too
+    flat = [slow, slow, Epoch(0.5, 305.0, 5, 2), Epoch(0.5, 301.0, 5, 2)]
+    assert decide(flat, 2, 8).why == "num_workers 5 -> 2: the move ran 1.00x the samples/s before it"
+    gained = [slow, slow, Epoch(0.2, 500.0, 5, 2), Epoch(0.2, 520.0, 5, 2)]
+    assert decide(gained, 2, 8).workers == 7  # kept, and still short: on up
 
 
 @pytest.mark.parametrize("adapt", [False, True])
