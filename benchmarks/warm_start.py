@@ -37,7 +37,7 @@ def study(store: Path, target: str, name: str, trials: int, warm: bool) -> dict:
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     began = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "autotune", "run", target, "--study", name, "--trials", str(trials),
-                           "--warm-start", "on" if warm else "off", "--profile", "off", "-q"],
+                           "--warm-start", "on" if warm else "off", "--profile", "off"],
                           cwd=store, env=env, capture_output=True, text=True, timeout=3600)
     wall = time.monotonic() - began
     if done.returncode != 0:
@@ -45,7 +45,7 @@ def study(store: Path, target: str, name: str, trials: int, warm: bool) -> dict:
     storage = optuna.storages.JournalStorage(JournalFileBackend(str(store / "mlflow" / "optuna.journal")))
     found = standing(optuna.load_study(study_name=name, storage=storage))
     win = found.decision.winner
-    said = [line for line in done.stderr.splitlines() if line.startswith("warm start:")]
+    said = [" ".join(line.split()) for line in done.stderr.splitlines() if line.startswith("warm start:")]
     return {"name": name, "trials": trials, "warm": warm, "wall_s": wall,
             "speedup": found.speedup(win) if win is not None else 1.0,
             "winner": dict(found.best.sampled) if found.best is not None else {},
@@ -82,7 +82,8 @@ def main() -> None:
             "| study | trials | winner's speedup | wall | winner |\n|---|---|---|---|---|\n" + rows +
             f"\n\nThe warm study reached **{spread(reach, '.0f')}%** of the first study's speedup with "
             f"{args.second_trials} trials against its {args.first_trials} (goal: at least 95%); the cold study "
-            f"of {args.second_trials} trials {spread(cold, '.0f')}%. Its line: `{runs[-1]['warm']['warm_line']}`.\n")
+            f"of {args.second_trials} trials {spread(cold, '.0f')}%."
+            + (f" Its line: `{runs[-1]['warm']['warm_line']}`." if runs[-1]['warm']['warm_line'] else "") + "\n")
     write_section(TOPIC, f"Warm start ({time.strftime('%Y-%m-%d')})", body)
     print(body)
 
