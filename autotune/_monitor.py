@@ -214,6 +214,7 @@ class Monitor(Background):
         self.cpus = tuple(cpus) or tuple(sorted(os.sched_getaffinity(0)))
         self._tuner = psutil.Process()
         self._gpu_seen = 0  # NVML's timestamp of the last per-process sample read
+        self.ram_now = 0  # the tree's memory as ``limit_now`` last read it
         self._gpu_foreign_off = False
         super().__init__("autotune-monitor")
 
@@ -297,7 +298,15 @@ class Monitor(Background):
 
         if not self._on_limit:
             return None
-        return self._limit_reason(tree_memory(read_tree(self._pid).pids), psutil.virtual_memory().available)
+        self.ram_now = tree_memory(read_tree(self._pid).pids)
+        return self._limit_reason(self.ram_now, psutil.virtual_memory().available)
+
+    def last_ram(self) -> int:
+        """The tree's memory as last read (PSS where read, else RSS; 0 before any reading)."""
+        for sample in reversed(self.samples):
+            if sample.ram is not None:
+                return sample.ram
+        return self.samples[-1].rss if self.samples else 0
 
     def _limit_reason(self, ram: int, available: int) -> str | None:
         if self._budget and ram > self._budget:

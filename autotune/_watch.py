@@ -137,6 +137,7 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     # stall clock allows budget.compile_s, and the deadline moves by what it took.
     compiling: float | None = None
     stall_limit, compiled_s = budget.stall_s, 0.0
+    paged_from = 0  # the tree's memory at the last step, or when a stall was last put off for paging
     judge({"event": "spawned", "pid": proc.pid, "tag": tag})
     try:
         with Monitor(proc.pid, ram_budget, lambda why: kill(Outcome.OOM_HOST, why), gpu, floor,
@@ -154,7 +155,7 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
                     if event["event"] == "compiling":  # torch.compile at the first forward: no step
                         compiling, stall_limit = now, max(budget.stall_s, budget.compile_s)
                     elif event["event"] in _PROGRESS:
-                        alive, step = now, event.get("step", step)
+                        alive, step, paged_from = now, event.get("step", step), monitor.last_ram()
                         if compiling is not None:  # the deadline moves by what compiling took
                             compiled_s += now - compiling
                             compiling, stall_limit = None, budget.stall_s
@@ -173,7 +174,14 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
                     # A tree paging in gigabytes stops stepping: its memory is read now, so that it
                     # ends as over its RAM, not as stalled, where the sampling thread was behind.
                     why = monitor.limit_now()
-                    kill(*((Outcome.OOM_HOST, why) if why else (Outcome.TIMEOUT, late)))
+                    if why:
+                        kill(Outcome.OOM_HOST, why)
+                    elif late.startswith("stalled") and paging(monitor, paged_from):
+                        # still faulting memory in (a loaded machine pages slowly): not stalled yet;
+                        # judged again a stall later, over the RAM budget by then or grown again
+                        paged_from, alive = monitor.ram_now, now
+                    else:
+                        kill(Outcome.TIMEOUT, late)
     finally:
         kill_group(proc.pid)  # orphaned DataLoader workers, or everything on Ctrl-C
         proc.wait()
@@ -215,6 +223,16 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
                        final.get("config", {}), final.get("base_batch_size"), final.get("lr"), log_path,
                        losses, measured, loss_curve(windows), final.get("dataset") or {}, judged,
                        events.get("profile"))
+
+
+#: A stalled tree whose memory grew at least this much since it was last read is paging in.
+PAGING_BYTES = 64 << 20
+
+
+def paging(monitor: Monitor, since: int) -> bool:
+    """Whether the tree's memory (read now by ``monitor.limit_now``) grew ``PAGING_BYTES`` past
+    ``since`` (its reading at the last step, or when a stall was last put off)."""
+    return bool(since) and monitor.ram_now > since + PAGING_BYTES
 
 
 def _late(running_s: float, since_step_s: float | None, stall_limit: float, compiling: bool,

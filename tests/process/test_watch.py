@@ -412,6 +412,15 @@ def test_a_stall_over_the_ram_budget_ends_as_oom_host_though_the_sampler_is_behi
     assert under.outcome is Outcome.TIMEOUT and under.reason == "stalled: no step finished for 2 s"
 
 
+def test_a_tree_still_paging_memory_in_is_not_stalled(tmp_path: Path, warm) -> None:
+    """No step for 4 s while 1 GiB is faulted in (a RAM hog on a loaded machine paged that slowly):
+    the stall verdict reads the tree's memory, sees it grow and waits; the trial then steps on."""
+    budget = Budget(warmup_s=0.2, window_s=0.3, windows=2, stall_s=2)
+    result, _ = trial(tmp_path, "train_pages_slowly", budget=budget, warm=warm, ram_budget=2**40)
+    assert result.outcome is Outcome.COMPLETE, result.reason
+    assert result.metrics["ram_peak"] > 2**30
+
+
 def test_a_profile_run_times_a_run_handle_step_by_part_and_traces_it(tmp_path: Path, warm) -> None:
     from autotune._profile import PARTS, trace_events
 
