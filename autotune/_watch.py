@@ -176,9 +176,10 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
                     why = monitor.limit_now()
                     if why:
                         kill(Outcome.OOM_HOST, why)
-                    elif late.startswith("stalled") and paging(monitor, paged_from):
+                    elif late.startswith("stalled") and compiling is None and paging(monitor, paged_from):
                         # still faulting memory in (a loaded machine pages slowly): not stalled yet;
                         # judged again a stall later, over the RAM budget by then or grown again
+                        # (not while compiling: --compile-timeout bounds that, memory or not)
                         paged_from, alive = monitor.ram_now, now
                     else:
                         kill(Outcome.TIMEOUT, late)
