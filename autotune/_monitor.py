@@ -298,8 +298,12 @@ class Monitor(Background):
 
         if not self._on_limit:
             return None
+        return self._limit_reason(self.read_ram(), psutil.virtual_memory().available)
+
+    def read_ram(self) -> int:
+        """The tree's memory (PSS) read now, on the caller's thread (also kept as ``ram_now``)."""
         self.ram_now = tree_memory(read_tree(self._pid).pids)
-        return self._limit_reason(self.ram_now, psutil.virtual_memory().available)
+        return self.ram_now
 
     def last_ram(self) -> int:
         """The tree's memory as last read (PSS where read, else RSS; 0 before any reading)."""

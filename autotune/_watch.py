@@ -155,7 +155,10 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
                     if event["event"] == "compiling":  # torch.compile at the first forward: no step
                         compiling, stall_limit = now, max(budget.stall_s, budget.compile_s)
                     elif event["event"] in _PROGRESS:
-                        alive, step, paged_from = now, event.get("step", step), monitor.last_ram()
+                        # (the tree read here where the sampler has not read it yet: a trial that pages
+                        # in from its first steps is judged against its memory before them)
+                        alive, step = now, event.get("step", step)
+                        paged_from = monitor.last_ram() or monitor.read_ram()
                         if compiling is not None:  # the deadline moves by what compiling took
                             compiled_s += now - compiling
                             compiling, stall_limit = None, budget.stall_s
