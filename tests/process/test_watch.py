@@ -198,7 +198,9 @@ def test_the_bottleneck_verdict_on_real_trials(tmp_path: Path, func: str, verdic
         # a factor 2: with a busy core beside it, this tiny model's step (torch's 2 threads
         # contending) has measured 15x slower, 1.3 k samples/s against 450 from the loader.
         assert ceilings["loader"] < ceilings["compute"] / 2
-        assert result.metrics["samples_per_s"] <= ceilings["loader"] * 1.1
+        # (1.3: the ceiling is one window measured alone, and on the loaded CI machine a sleeping
+        # loader's window read 381 samples/s where the trial's windows read 447)
+        assert result.metrics["samples_per_s"] <= ceilings["loader"] * 1.3
         assert "the loader alone makes" in bound.why
 
 
