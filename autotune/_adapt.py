@@ -50,11 +50,13 @@ class Epoch:
 
 @dataclasses.dataclass(frozen=True)
 class Move:
-    """New loader values, and why, in one line."""
+    """New loader values, and why, in one line; ``undoes``: back to the values before a move
+    that did not pay."""
 
     workers: int
     prefetch: int | None
     why: str
+    undoes: bool = False
 
 
 def decide(epochs: Sequence[Epoch], floor: int, ceiling: int,
@@ -73,7 +75,7 @@ def decide(epochs: Sequence[Epoch], floor: int, ceiling: int,
 
     >>> up = [Epoch(0.5, 500.0, 2, 2), Epoch(0.5, 510.0, 2, 2)]
     >>> decide(up, 2, 8)
-    Move(workers=4, prefetch=2, why='data wait 50% over 2 epochs (over 10%): num_workers 2 -> 4')
+    Move(workers=4, prefetch=2, why='data wait 50% over 2 epochs (over 10%): num_workers 2 -> 4', undoes=False)
     >>> decide([*up, Epoch(0.3, 600.0, 4, 2), Epoch(0.3, 450.0, 4, 2)], 2, 8).why
     'num_workers 4 -> 2: the move ran 0.88x the samples/s before it'
     >>> decide([*up, Epoch(0.6, 500.0, 2, 2)], 2, 8, stuck={(2, 2)}) is None
@@ -90,7 +92,7 @@ def decide(epochs: Sequence[Epoch], floor: int, ceiling: int,
         undo = ", ".join([f"num_workers {last.workers} -> {before.workers}"] * (last.workers != before.workers)
                          + [f"prefetch_factor {last.prefetch} -> {before.prefetch}"] * (last.prefetch != before.prefetch))
         return Move(before.workers, before.prefetch,
-                    f"{undo}: the move ran {last.rate / before.rate:.2f}x the samples/s before it")
+                    f"{undo}: the move ran {last.rate / before.rate:.2f}x the samples/s before it", undoes=True)
     stays = (last.workers, last.prefetch) in stuck
     recent = epochs[-PATIENCE:]
     if run >= PATIENCE and all(e.wait > HIGH for e in recent) and not stays:
@@ -138,10 +140,6 @@ class AdaptiveLoaders:
         self._built[id(loader)] = {"dataset": dataset, "kwargs": dict(kwargs), "current": loader, "epochs": [],
                                    "floor": workers, "ceiling": most_workers(self._cpus, workers), "stuck": {}}
 
-    def epochs(self, loader: Any) -> list[Epoch]:
-        """The epochs measured on ``loader`` so far."""
-        return list(self._built[id(loader)]["epochs"]) if id(loader) in self._built else []
-
     def iterate(self, loader: Any, batches: Any, count: Any) -> Iterator[Any]:
         """An epoch of ``loader`` (the loader in force for it), through ``batches`` (the recipe's
         own iteration: the device copy and prefetch), measured; then the next epoch's values."""
@@ -167,7 +165,7 @@ class AdaptiveLoaders:
         stuck = {values for values, (epoch_at, at) in state["stuck"].items()
                  if seen - epoch_at < STUCK_EPOCHS or now - at < STUCK_S}
         move = decide(state["epochs"], state["floor"], state["ceiling"], stuck)
-        if move is not None and move.why.endswith("the samples/s before it"):
+        if move is not None and move.undoes:
             state["stuck"][(move.workers, move.prefetch)] = (seen, now)  # undone back to these: they stay a while
         if self._log is not None:
             self._log(len(state["epochs"]), {"data_wait_frac": epoch.wait, "samples_per_s": epoch.rate},

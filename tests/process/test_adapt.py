@@ -99,6 +99,7 @@ def test_the_rule_waits_for_patience_and_never_moves_what_it_undid() -> None:
     moved = [slow, slow, Epoch(0.3, 320.0, 5, 2), Epoch(0.3, 280.0, 5, 2)]
     back = decide(moved, 2, 8)
     assert (back.workers, back.prefetch) == (2, 2) and back.why.startswith("num_workers 5 -> 2: the move ran 0.93x")
+    assert back.undoes and not decide([slow] * PATIENCE, 2, 8).undoes
     assert decide([*moved, slow, slow], 2, 8, stuck={(2, 2)}) is None
     # the undo itself is not judged as a move (it ran slower than the move's last epoch: as it should)
     assert decide([*moved, Epoch(0.6, 300.0, 2, 2), Epoch(0.6, 290.0, 2, 2)], 2, 8, stuck={(2, 2)}) is None
