@@ -60,7 +60,7 @@ class Move:
 
 
 def decide(epochs: Sequence[Epoch], floor: int, ceiling: int,
-           stuck: Collection[tuple[int, int | None]] = ()) -> Move | None:
+           stuck: Collection[tuple[int, int | None]] = (), most_prefetch: int = MOST_PREFETCH) -> Move | None:
     """The loader's values for the next epoch, or None to keep them.
 
     Up where the last ``PATIENCE`` epochs at these values all waited over ``HIGH``: workers to
@@ -72,6 +72,7 @@ def decide(epochs: Sequence[Epoch], floor: int, ceiling: int,
     for a move up, gained less than ``1 / WORSE`` (more workers cost RAM and CPU); an undo is
     not itself judged, and ``stuck`` (the values a move was undone back to) move no more the
     same way: where more workers did not help, waiting is not for want of them (the CPUs are).
+    ``prefetch_factor`` goes up to ``most_prefetch`` at most (lower after a memory margin step).
 
     >>> up = [Epoch(0.5, 500.0, 2, 2), Epoch(0.5, 510.0, 2, 2)]
     >>> decide(up, 2, 8)
@@ -101,8 +102,8 @@ def decide(epochs: Sequence[Epoch], floor: int, ceiling: int,
         if last.workers < ceiling:
             wanted = min(ceiling, max(last.workers + 1, math.ceil(max(last.workers, 1) / max(1 - wait, 0.05))))
             return Move(wanted, last.prefetch, said + f"num_workers {last.workers} -> {wanted}")
-        if last.workers and last.prefetch is not None and last.prefetch < MOST_PREFETCH:
-            wanted = min(MOST_PREFETCH, 2 * last.prefetch)
+        if last.workers and last.prefetch is not None and last.prefetch < most_prefetch:
+            wanted = min(most_prefetch, 2 * last.prefetch)
             return Move(last.workers, wanted, said + f"prefetch_factor {last.prefetch} -> {wanted} "
                                                      f"(num_workers at its most here, {ceiling})")
         return None
@@ -125,36 +126,83 @@ def most_workers(cpus: int, exported: int) -> int:
 
 class AdaptiveLoaders:
     """The loaders a recipe built, rebuilt between epochs with the values ``decide`` moves to;
-    each epoch measured at the loop (how long it waited for each batch)."""
+    each epoch measured at the loop (how long it waited for each batch). Within an epoch, the
+    memory margin (``autotune._margin``): past it, the values step down to what fits, mid-epoch
+    where the loader can go on where it was (a map-style dataset delivering in order), and stay
+    at most there for the rest of the job."""
 
-    def __init__(self, cpus: int, say: Any = None, log: Any = None) -> None:
+    def __init__(self, cpus: int, say: Any = None, log: Any = None, budget: int | None = None) -> None:
+        from autotune._margin import Cgroup, Footprint, default_budget
+
         self._built: dict[int, dict[str, Any]] = {}  # id(user's loader) -> its state
         self._cpus = cpus
         self._say = say or (lambda line: print(f"autotune: adapt: {line}", file=sys.stderr, flush=True))
         self._log = log  # (step, metrics, values) -> None: the production run's MLflow logging
+        # In a memory cgroup with a limit (a container's), its own count against it; else an estimate.
+        self._cgroup = Cgroup.find()
+        self.budget = min(budget or default_budget(self._cgroup), self._cgroup.limit if self._cgroup else 1 << 62)
+        self.counted_by = "its memory cgroup" if self._cgroup else "an estimate of the process tree"
+        self._footprint = Footprint()
         self.moves: list[Move] = []
 
     def built(self, loader: Any, dataset: Any, kwargs: Mapping[str, Any]) -> None:
-        """Remember what ``loader`` was built from (its final DataLoader kwargs)."""
+        """Remember what ``loader`` was built from (its final DataLoader kwargs), and build the
+        loader the epochs run on: the same, its batches counted and its order kept."""
+        from torch.utils.data import IterableDataset
+
+        from autotune._margin import Counted, EpochOrder
+
         workers = int(kwargs.get("num_workers", 0) or 0)
-        self._built[id(loader)] = {"dataset": dataset, "kwargs": dict(kwargs), "current": loader, "epochs": [],
-                                   "floor": workers, "ceiling": most_workers(self._cpus, workers), "stuck": {}}
+        kw = {**kwargs, "collate_fn": Counted(loader.collate_fn, workers)}
+        order = None
+        if loader.batch_sampler is not None and not isinstance(dataset, IterableDataset) \
+                and kwargs.get("in_order", True):
+            order = EpochOrder(loader.batch_sampler)
+            kw = {k: v for k, v in kw.items() if k not in ("batch_size", "shuffle", "sampler", "drop_last")}
+            kw["batch_sampler"] = order
+        self._built[id(loader)] = {"dataset": dataset, "kwargs": kw, "current": None, "epochs": [], "order": order,
+                                   "floor": workers, "ceiling": most_workers(self._cpus, workers), "stuck": {},
+                                   "prefetch": MOST_PREFETCH, "step": None}
+        self._build(self._built[id(loader)], kw)
 
     def iterate(self, loader: Any, batches: Any, count: Any) -> Iterator[Any]:
         """An epoch of ``loader`` (the loader in force for it), through ``batches`` (the recipe's
         own iteration: the device copy and prefetch), measured; then the next epoch's values."""
+        from autotune._margin import CHECK_EVERY
+
         state = self._built.get(id(loader))
         if state is None:  # not built by this recipe: as it is
             yield from batches(loader)
             return
-        current = state["current"]
+        state["kwargs"]["collate_fn"].restart()
         waited = samples = 0.0
+        peak = 0
         began = asked = time.perf_counter()
-        for batch in batches(current):
-            waited += time.perf_counter() - asked
-            yield batch
-            samples += count(batch)
-            asked = time.perf_counter()
+        checked = -CHECK_EVERY  # the first batch of a loader is checked: its queue fills from there
+        while True:
+            source, step = batches(state["current"]), None
+            for batch in source:
+                state["current"].generator = state["kwargs"].get("generator")  # its iterator has its seed
+                waited += time.perf_counter() - asked
+                yield batch
+                samples += count(batch)
+                counted = state["kwargs"]["collate_fn"]
+                counted.took(batch)
+                if state["order"] is not None:
+                    state["order"].trained()
+                asked = time.perf_counter()
+                if asked - checked >= CHECK_EVERY:
+                    checked = asked
+                    step, used = self._check(state, counted)
+                    peak = max(peak, used)
+                    if step is not None and state["order"] is not None:
+                        break  # on at the batch reached, with the values that fit
+            else:
+                break
+            source.close()  # (its loader's workers go with it)
+            state["order"].resume()
+            self._step(state, step, mid_epoch=True)
+            asked, checked = time.perf_counter(), -CHECK_EVERY
         wall = time.perf_counter() - began
         if wall <= 0 or not samples:
             return
@@ -164,31 +212,75 @@ class AdaptiveLoaders:
         seen, now = len(state["epochs"]), time.monotonic()
         stuck = {values for values, (epoch_at, at) in state["stuck"].items()
                  if seen - epoch_at < STUCK_EPOCHS or now - at < STUCK_S}
-        move = decide(state["epochs"], state["floor"], state["ceiling"], stuck)
+        move = decide(state["epochs"], state["floor"], state["ceiling"], stuck, state["prefetch"])
         if move is not None and move.undoes:
             state["stuck"][(move.workers, move.prefetch)] = (seen, now)  # undone back to these: they stay a while
         if self._log is not None:
-            self._log(len(state["epochs"]), {"data_wait_frac": epoch.wait, "samples_per_s": epoch.rate},
+            memory = {"ram_gib": peak / 2**30} if peak else {}
+            self._log(len(state["epochs"]), {"data_wait_frac": epoch.wait, "samples_per_s": epoch.rate, **memory},
                       {"num_workers": epoch.workers, "prefetch_factor": epoch.prefetch})
-        if move is not None:
+        if state["step"] is not None:  # a step the loader could not take mid-epoch
+            self._step(state, state["step"], mid_epoch=False)
+        elif move is not None:
             self._rebuild(state, move)
 
-    def _rebuild(self, state: dict[str, Any], move: Move) -> None:
-        from torch.utils.data import DataLoader
+    def _check(self, state: dict[str, Any], counted: Any) -> tuple[Any, int]:
+        """The margin's step for the tree as it is now (or None), and what it holds."""
+        from autotune._margin import fit
 
-        old = state["current"]
+        kw = state["kwargs"]
+        in_flight, size = counted.in_flight()
+        used = self._cgroup.used() if self._cgroup is not None else None
+        held = max(0, used - in_flight) if used is not None else self._footprint.held()
+        workers = int(kw.get("num_workers", 0) or 0)
+        step = fit(held, size, self.budget, workers, kw.get("prefetch_factor"))
+        if step is not None and state["order"] is None and state["step"] is None:
+            state["step"] = step  # taken at the epoch's end: this loader cannot go on mid-epoch
+            self._say(step.why + " (at the epoch's end: this loader cannot go on mid-epoch)")
+        return (step if state["order"] is not None else None), held + in_flight
+
+    def _step(self, state: dict[str, Any], step: Any, mid_epoch: bool) -> None:
+        """Take a margin step, and hold it: no later move goes above it."""
+        state["step"] = None
+        state["ceiling"] = min(state["ceiling"], step.workers)
+        state["floor"] = min(state["floor"], step.workers)
+        state["prefetch"] = min(state["prefetch"], step.prefetch or MOST_PREFETCH)
+        state["epochs"] = []  # the rates before were at values it may not go back to
+        self._rebuild(state, Move(step.workers, step.prefetch, step.why), said=mid_epoch, mid_epoch=mid_epoch)
+
+    def _rebuild(self, state: dict[str, Any], move: Move, said: bool = True, mid_epoch: bool = False) -> None:
+        persistent = bool(state["kwargs"].get("persistent_workers"))
         kw = {**state["kwargs"], "num_workers": move.workers}
         if move.workers:
             kw["prefetch_factor"] = move.prefetch or 2
         else:
             kw.pop("prefetch_factor", None)
             kw.pop("persistent_workers", None)
-        state["current"], state["kwargs"] = DataLoader(state["dataset"], **kw), kw
-        shutdown = getattr(getattr(old, "_iterator", None), "_shutdown_workers", None)
-        if shutdown is not None and old is not state["current"]:
-            shutdown()  # a persistent loader's workers would live on
+        self._build(state, kw, own_seed=mid_epoch or persistent)
         self.moves.append(move)
-        self._say(move.why)
+        if said:
+            self._say(move.why)
+
+    @staticmethod
+    def _build(state: dict[str, Any], kw: dict[str, Any], own_seed: bool = False) -> None:
+        """Build the loader the next batches come from. With ``own_seed`` (where the loader as
+        exported would not start an iterator: mid-epoch, or between epochs of persistent
+        workers), its first iterator draws its workers' seed from a generator of its own, so the
+        process's random state (and the next epoch's order) stays that of the export's loader."""
+        import torch
+        from torch.utils.data import DataLoader
+
+        from autotune._margin import Counted
+
+        old = state["current"]
+        if old is not None:
+            # a new loader: nothing of it in flight
+            kw["collate_fn"] = Counted(kw["collate_fn"].collate, int(kw.get("num_workers", 0) or 0))
+        built = {**kw, "generator": torch.Generator()} if own_seed else kw
+        state["current"], state["kwargs"] = DataLoader(state["dataset"], **built), kw
+        shutdown = getattr(getattr(old, "_iterator", None), "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()  # a persistent loader's workers would live on
 
 
 def production_log(tracking_uri: str | None, origin: str | None) -> Any:

@@ -84,7 +84,7 @@ def recipe_from_mapping(data: Any, where: str, device: Any = "auto", **recipe: A
 
 def load(path: str | Path | None = None, device: Any = "auto", *, check: bool = True,
          report_every: float | None = None, quiet: bool = False, adapt: bool = False,
-         tracking_uri: str | None = None) -> Recipe:
+         tracking_uri: str | None = None, ram_budget: float | None = None) -> Recipe:
     """Load an exported YAML as a Recipe for production training.
 
     ``load()`` with no path gives the baseline: the code as written, PyTorch's
@@ -108,15 +108,24 @@ def load(path: str | Path | None = None, device: Any = "auto", *, check: bool = 
             once (``autotune._adapt``); nothing that changes the math moves.
         tracking_uri: With ``adapt``, log the production job's epochs and the loader values in
             force to an MLflow run there (experiment ``autotune-production``).
+        ram_budget: With ``adapt``, the GiB of host RAM the training process and its workers
+            may hold (default: 75% of what this machine has available, as a study's trial);
+            past 85% of it, ``num_workers`` and ``prefetch_factor`` step down to what fits
+            (``autotune._margin``), each step printed, instead of the job being killed.
 
     Raises:
         ConfigError: the file, the key, the value and what is allowed.
     """
-    extra = {"adapt": adapt, "tracking_uri": tracking_uri} if adapt else {}
+    if ram_budget is not None and (isinstance(ram_budget, bool) or not isinstance(ram_budget, (int, float))
+                                   or not ram_budget > 0):
+        raise ConfigError(f"load(ram_budget={ram_budget!r}): must be a number of GiB over 0")
+    extra = {"adapt": adapt, "tracking_uri": tracking_uri, "ram_budget": ram_budget} if adapt else {}
     if path is None:
         return recipe_from_mapping({}, "defaults", device, report_every=report_every, quiet=quiet, **extra)
     data = read_yaml(Path(path))
     measured = data.get(MEASURED_SECTION) if isinstance(data, Mapping) else None
+    if adapt and isinstance(measured, Mapping) and isinstance(measured.get("ram_peak_gib"), (int, float)):
+        extra["ram_peak"] = float(measured["ram_peak_gib"])
     origin = f"{path}" + (f" ({measured['found']})" if isinstance(measured, Mapping) and measured.get("found") else "")
     if check and isinstance(data, Mapping):
         data = _honourable(data, str(path), device, measured if isinstance(measured, Mapping) else {})

@@ -317,7 +317,8 @@ class Recipe(Run):
     def __init__(self, config: Config, device: Any = "auto",  # type: ignore[valid-type]
                  base_batch_size: int | None = None, *, origin: str | None = None,
                  report_every: float | None = None, quiet: bool = False, adapt: bool = False,
-                 tracking_uri: str | None = None) -> None:
+                 tracking_uri: str | None = None, ram_budget: float | None = None,
+                 ram_peak: float | None = None) -> None:
         super().__init__(config, device)
         self.base_batch_size = base_batch_size
         self.origin = origin
@@ -327,7 +328,9 @@ class Recipe(Run):
             from autotune._adapt import AdaptiveLoaders, production_log
             from autotune._probe import usable_cpus
 
-            self.adaptive = AdaptiveLoaders(usable_cpus(), log=production_log(tracking_uri, origin))
+            self.adaptive = AdaptiveLoaders(usable_cpus(), log=production_log(tracking_uri, origin),
+                                            budget=int(ram_budget * 2**30) if ram_budget else None)
+        self._ram_peak = ram_peak  # GiB: the study's winner's highest host RAM, from the export
         self._reported: tuple[float, int] | None = None  # (since, samples) of the report under way
         self._said = False
         self.apply_backends()
@@ -351,8 +354,7 @@ class Recipe(Run):
             self._said = True
             knobs = " ".join(f"{k}={show_value(v)}" for k, v in self.resolved().items())
             print(f"autotune: training with {self.origin or 'the defaults'} on {self.device}: {knobs}"
-                  + (" (adapting num_workers and prefetch_factor between epochs)" if self.adaptive else ""),
-                  file=sys.stderr, flush=True)
+                  + (self._adapting() if self.adaptive else ""), file=sys.stderr, flush=True)
         epoch = (self.adaptive.iterate(loader, lambda chosen: Run.batches(self, chosen), batch_len)
                  if self.adaptive is not None else Run.batches(self, loader))
         if not self._report_every:
@@ -373,6 +375,17 @@ class Recipe(Run):
                       file=sys.stderr, flush=True)
                 start, samples = now, 0
             self._reported = (start, samples)
+
+    def _adapting(self) -> str:
+        """What the adaptive loader does, and the RAM budget it keeps within (and the study's
+        winner's highest, where the export has it)."""
+        from autotune._margin import MARGIN
+
+        budget = self.adaptive.budget / 2**30
+        peak = "" if self._ram_peak is None else f"; the study's winner held {self._ram_peak:.2f} GiB" + (
+            ": over this budget, so expect steps down" if self._ram_peak > budget else "")
+        return (f" (adapting num_workers and prefetch_factor between epochs, and stepping them down past "
+                f"{MARGIN:.0%} of a {budget:.2f} GiB RAM budget, counted by {self.adaptive.counted_by}{peak})")
 
     def _apply_alloc_conf(self) -> None:
         """Set ``cuda_alloc_conf`` for the CUDA allocator, or say it is too late for it."""

@@ -306,7 +306,10 @@ def export_text(study: optuna.Study, found: Standing) -> str:
     first, *rest = findings(found)
     # A config tuned on a --jobs slot is tuned for that share of the host.
     share = f"; each trial on {best.slot['share']} (--jobs)" if best.slot.get("cpus") else ""
-    header = [f"autotune: study {study.study_name}, {first}", *rest,
+    memory = winner_memory(found)
+    held = ["memory: the winner's highest " + ", ".join(f"{value} GiB {MEMORY_WORDS[key]}"
+                                                        for key, value in memory.items())] if memory else []
+    header = [f"autotune: study {study.study_name}, {first}", *rest, *held,
               f"measured on: {fingerprint.get('summary', 'unknown machine')}{share}",
               _how_to_use(study.user_attrs.get("target", ""), study.user_attrs.get("script"))]
     base = found.base.first if found.base else None
@@ -316,8 +319,26 @@ def export_text(study: optuna.Study, found: Standing) -> str:
     machine = {key: fingerprint[key] for key in MEASURED_ON if fingerprint.get(key) is not None}
     if best.slot.get("cpus"):
         machine["cpus"] = len(best.slot["cpus"])
+    machine.update(memory)
     return render(best.config, best.base_batch_size, header, machine,
                   f"study {study.study_name}: {first.split(' (')[0]}")
+
+
+#: What an export's memory figures (``winner_memory``) are, in its header.
+MEMORY_WORDS = {"ram_peak_gib": "host RAM (its process tree, PSS)", "gpu_mem_peak_gib": "GPU memory"}
+
+
+def winner_memory(found: Standing) -> dict[str, float]:
+    """The winner's highest host RAM (its process tree's PSS) and GPU memory over its believed
+    runs, in GiB: what ``autotune.load(path, adapt=True)`` holds against its RAM budget."""
+    win = found.decision.winner
+    runs = [r for r in win.runs if r.reliable] if win else []
+    out = {}
+    for key, metric in (("ram_peak_gib", "ram_peak"), ("gpu_mem_peak_gib", "gpu_mem_peak")):
+        values = [r.metrics[metric] for r in runs if r.metrics.get(metric)]
+        if values:
+            out[key] = round(max(values) / 2**30, 2)
+    return out
 
 
 def _how_to_use(target: str, script: bool | None) -> str:

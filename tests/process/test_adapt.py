@@ -72,7 +72,7 @@ def test_an_adaptive_recipe_recovers_its_rate_when_reads_slow_4x_and_says_each_m
     assert moves and moves[0].workers > 2
     for move in moves:  # each move said once, on stderr
         assert said.count(f"autotune: adapt: {move.why}") == 1
-    assert "(adapting num_workers and prefetch_factor between epochs)" in said
+    assert "(adapting num_workers and prefetch_factor between epochs, and stepping them down past 85% of a " in said
     # ... and logged: the production run's epochs and the values in force
     from mlflow.tracking import MlflowClient
 
