@@ -143,6 +143,7 @@ class AdaptiveLoaders:
         self.budget = min(budget or default_budget(self._cgroup), self._cgroup.limit if self._cgroup else 1 << 62)
         self.counted_by = "its memory cgroup" if self._cgroup else "an estimate of the process tree"
         self._footprint = Footprint()
+        self.make: Any = None  # (dataset, **kwargs) -> a DataLoader; None: DataLoader itself
         self.moves: list[Move] = []
 
     def built(self, loader: Any, dataset: Any, kwargs: Mapping[str, Any]) -> None:
@@ -199,7 +200,12 @@ class AdaptiveLoaders:
                         break  # on at the batch reached, with the values that fit
             else:
                 break
-            source.close()  # (its loader's workers go with it)
+            # its loader's workers go with it: a generator's (the recipe's batches) closed, a
+            # DataLoader iterator's (a script's loop under autotune exec) shut down
+            end = getattr(source, "close", None) or getattr(source, "_shutdown_workers", None)
+            if end is not None:
+                end()
+            source = None
             state["order"].resume()
             self._step(state, step, mid_epoch=True)
             asked, checked = time.perf_counter(), -CHECK_EVERY
@@ -261,8 +267,7 @@ class AdaptiveLoaders:
         if said:
             self._say(move.why)
 
-    @staticmethod
-    def _build(state: dict[str, Any], kw: dict[str, Any], own_seed: bool = False) -> None:
+    def _build(self, state: dict[str, Any], kw: dict[str, Any], own_seed: bool = False) -> None:
         """Build the loader the next batches come from. With ``own_seed`` (where the loader as
         exported would not start an iterator: mid-epoch, or between epochs of persistent
         workers), its first iterator draws its workers' seed from a generator of its own, so the
@@ -277,10 +282,22 @@ class AdaptiveLoaders:
             # a new loader: nothing of it in flight
             kw["collate_fn"] = Counted(kw["collate_fn"].collate, int(kw.get("num_workers", 0) or 0))
         built = {**kw, "generator": torch.Generator()} if own_seed else kw
-        state["current"], state["kwargs"] = DataLoader(state["dataset"], **built), kw
+        state["current"], state["kwargs"] = (self.make or DataLoader)(state["dataset"], **built), kw
         shutdown = getattr(getattr(old, "_iterator", None), "_shutdown_workers", None)
         if shutdown is not None:
             shutdown()  # a persistent loader's workers would live on
+
+
+def adapting_line(adaptive: AdaptiveLoaders, ram_peak: float | None) -> str:
+    """What the adaptive loader does, said after the values a recipe trains with: the RAM budget
+    it keeps within, how that is counted, and the study's winner's highest (GiB, from the export)."""
+    from autotune._margin import MARGIN
+
+    budget = adaptive.budget / 2**30
+    peak = "" if ram_peak is None else f"; the study's winner held {ram_peak:.2f} GiB" + (
+        ": over this budget, so expect steps down" if ram_peak > budget else "")
+    return (f" (adapting num_workers and prefetch_factor between epochs, and stepping them down past "
+            f"{MARGIN:.0%} of a {budget:.2f} GiB RAM budget, counted by {adaptive.counted_by}{peak})")
 
 
 def production_log(tracking_uri: str | None, origin: str | None) -> Any:

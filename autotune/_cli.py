@@ -231,8 +231,12 @@ def run(target: str | None, args: tuple[str, ...], module: str | None, quiet: bo
 @click.option("--device", default="auto", show_default=True, help="What the export is held against: auto, cpu, cuda:N.")
 @click.option("--nproc-per-node", "nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="Run it on N ranks through torch.distributed.run (torchrun), each on its share of the CPUs.")
+@click.option("--adapt", is_flag=True, help="Adapt num_workers, prefetch_factor as autotune.load(path, adapt=True).")
+@click.option("--tracking-uri", help="With --adapt: log each epoch and the values in force to an MLflow run there.")
+@click.option("--ram-budget", type=click.FloatRange(min=0, min_open=True), metavar="GIB", help="With --adapt: "
+              "the RAM the job may hold [default: its memory cgroup's limit, else 75% of what is available].")
 def exec_(export_yaml: Path, target: str | None, args: tuple[str, ...], module: str | None, device: str,
-          nproc: int) -> None:
+          nproc: int, adapt: bool, tracking_uri: str | None, ram_budget: float | None) -> None:
     """Run a script unmodified with an exported config: EXPORT.yaml train.py -- ARGS (or -m MODULE -- ARGS).
 
     The DataLoaders and optimizers the script builds get the export's values, as in the study;
@@ -246,7 +250,7 @@ def exec_(export_yaml: Path, target: str | None, args: tuple[str, ...], module: 
     if not is_script(target):
         raise ConfigError(f"{target}: exec runs a script (train.py or -m package.module); a function that "
                           "takes the Run loads the export itself: train(autotune.load('best.yaml'))")
-    sys.exit(exec_script(export_yaml, target, script_args or [], device, nproc))
+    sys.exit(exec_script(export_yaml, target, script_args or [], device, nproc, adapt, tracking_uri, ram_budget))
 
 
 def _open_study(store: Path, storage: str | None, name: str | None):

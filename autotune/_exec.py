@@ -9,17 +9,21 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
+from autotune._config import ConfigError
 from autotune._knobs import KNOBS, show_value
 from autotune._script import SCRIPT_STAGES, ScriptExited, check_script, label, module_of, run_script
 
 
-def exec_script(export: Path, target: str, argv: Sequence[str], device: str = "auto", nproc: int = 1) -> int:
+def exec_script(export: Path, target: str, argv: Sequence[str], device: str = "auto", nproc: int = 1,
+                adapt: bool = False, tracking_uri: str | None = None, ram_budget: float | None = None) -> int:
     """Run the script in this process with the export applied; return its exit status. With
     ``nproc`` over 1, this process becomes torchrun's (``torch.distributed.run --nproc-per-node``),
     each of whose ranks runs it so, on its share of the CPUs.
 
     Says once, on stderr, what it applies and what it cannot: a knob this machine cannot
     honour (``autotune.load`` warns and drops it) or one that needs the code (the ``Run`` handle).
+    With ``adapt``, every loader the script builds adapts as ``autotune.load(path, adapt=True)``'s
+    (``tracking_uri``, ``ram_budget``: as there), each rank on its own.
 
     Raises:
         ConfigError: the export or the script is bad input.
@@ -28,18 +32,23 @@ def exec_script(export: Path, target: str, argv: Sequence[str], device: str = "a
     from autotune._hooks import Hooks
     from autotune._ranks import check_ranks, local_rank, pin_rank, rank_environ, torchrun
 
+    if not adapt and (tracking_uri or ram_budget):
+        raise ConfigError(f"{'--tracking-uri' if tracking_uri else '--ram-budget'}: applies with --adapt only")
     check_script(target)
     ranked = local_rank()
     if nproc > 1 and ranked is None:
         check_ranks(nproc)
         load(export, device, quiet=True)  # (bad input said once, here, not by every rank)
         script = ["-m", module_of(target)] if module_of(target) else [target]
-        command = torchrun(nproc, ["autotune", "exec", str(export), "--device", device, *script, "--", *argv])
+        adapting = ["--adapt"] * adapt + ["--tracking-uri", tracking_uri] * bool(tracking_uri) \
+            + ["--ram-budget", str(ram_budget)] * bool(ram_budget)
+        command = torchrun(nproc, ["autotune", "exec", str(export), "--device", device, *adapting, *script,
+                                   "--", *argv])
         sys.stdout.flush()
         sys.stderr.flush()
         os.execve(sys.executable, command, rank_environ(os.environ, nproc))
     pin_rank()
-    recipe = load(export, device, quiet=True)
+    recipe = load(export, device, quiet=True, adapt=adapt, tracking_uri=tracking_uri, ram_budget=ram_budget)
     recipe.stages = SCRIPT_STAGES
     values = recipe.config.set_values()
     applied = {k: v for k, v in values.items() if KNOBS[k].stage in SCRIPT_STAGES}
@@ -47,8 +56,9 @@ def exec_script(export: Path, target: str, argv: Sequence[str], device: str = "a
     knobs = " ".join(f"{k}={show_value(v)}" for k, v in applied.items()) or "nothing (the code as written)"
     if ranked is None or ranked[0] == 0:  # (rank 0 says it for all)
         running = f"{ranked[1]} ranks, each running" if ranked else "running"
-        print(f"autotune: {running} {label(target, argv)} with {recipe.origin or export}: {knobs}", file=sys.stderr,
-              flush=True)
+        adapting = recipe._adapting() if recipe.adaptive is not None else ""
+        print(f"autotune: {running} {label(target, argv)} with {recipe.origin or export}: {knobs}{adapting}",
+              file=sys.stderr, flush=True)
     if needs_code and (ranked is None or ranked[0] == 0):
         print("autotune: not applied to an unmodified script (they need the Run handle): "
               + " ".join(f"{k}={show_value(v)}" for k, v in needs_code.items()), file=sys.stderr, flush=True)

@@ -377,15 +377,9 @@ class Recipe(Run):
             self._reported = (start, samples)
 
     def _adapting(self) -> str:
-        """What the adaptive loader does, and the RAM budget it keeps within (and the study's
-        winner's highest, where the export has it)."""
-        from autotune._margin import MARGIN
+        from autotune._adapt import adapting_line
 
-        budget = self.adaptive.budget / 2**30
-        peak = "" if self._ram_peak is None else f"; the study's winner held {self._ram_peak:.2f} GiB" + (
-            ": over this budget, so expect steps down" if self._ram_peak > budget else "")
-        return (f" (adapting num_workers and prefetch_factor between epochs, and stepping them down past "
-                f"{MARGIN:.0%} of a {budget:.2f} GiB RAM budget, counted by {self.adaptive.counted_by}{peak})")
+        return adapting_line(self.adaptive, self._ram_peak)
 
     def _apply_alloc_conf(self) -> None:
         """Set ``cuda_alloc_conf`` for the CUDA allocator, or say it is too late for it."""

@@ -84,6 +84,10 @@ class Hooks:
 
             before = register_optimizer_step_pre_hook(lambda *_: self.run._edge("optimizer"))
             self._undo.append(before.remove)
+        elif getattr(self.run, "adaptive", None) is not None:  # production with adapt: every loader built
+            self._original_iter = DataLoader.__iter__
+            self._patch(DataLoader, "__iter__", self._adapted_iter)
+            self.run.adaptive.make = lambda dataset, **kw: self._call_ours(lambda: DataLoader(dataset, **kw))
         self.run._retain_host_memory()  # (malloc_retain: from the script's start on)
         return self
 
@@ -130,10 +134,26 @@ class Hooks:
             hooks._built[loader] = (dataset, kw, base)
             if not hooks.built_loader:
                 hooks.built_loader = True
-                run._loader_built(loader, dataset, kw)
+                hooks._call_ours(lambda: run._loader_built(loader, dataset, kw))  # (a recipe's adapt: its loader)
             else:
                 run._base_batch_size = kept  # the first loader's stays the base until one trains
+                if getattr(run, "adaptive", None) is not None:
+                    hooks._call_ours(lambda: run.adaptive.built(loader, dataset, kw))
         return __init__
+
+    def _adapted_iter(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """Production with ``adapt``: an epoch of a loader the script built comes from the loader
+        in force for it (``autotune._adapt.AdaptiveLoaders``), measured, its values moved between
+        epochs and stepped down near the RAM budget."""
+        from autotune._loaders import batch_len
+
+        hooks = self
+
+        def __iter__(loader: Any) -> Iterator[Any]:
+            if hooks._ours() or loader not in hooks._built:
+                return original(loader)
+            return hooks.run.adaptive.iterate(loader, original, batch_len)
+        return __iter__
 
     def _loader_iter(self, original: Callable[..., Any]) -> Callable[..., Any]:
         hooks = self

@@ -25,6 +25,9 @@ from typing import Any
 
 #: Past this share of the budget the loader's values step down.
 MARGIN = 0.85
+#: Share of the RAM available at the start that one trial's processes may use, and by default
+#: a recipe's (``default_budget``).
+RAM_BUDGET_FRACTION = 0.75
 #: Seconds between two readings of the tree at most (a reading costs about 20 us a process).
 CHECK_EVERY = 0.1
 #: Seconds between two walks of the process tree for new workers.
@@ -283,8 +286,6 @@ def default_budget(cgroup: Cgroup | None = None) -> int:
     available RAM, counting what this process already holds as its own), and no more than the
     limit of its memory cgroup (``Cgroup``), if it has one."""
     import psutil
-
-    from autotune._options import RAM_BUDGET_FRACTION
 
     host = int((psutil.virtual_memory().available + psutil.Process().memory_info().rss) * RAM_BUDGET_FRACTION)
     return min(host, cgroup.limit) if cgroup is not None else host

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION
 from autotune._kinds import Kind
 from autotune._launch import Budget
+from autotune._margin import RAM_BUDGET_FRACTION  # (re-exported: the share of RAM a trial may use)
 from autotune._noise import FOREIGN_LOAD_MAX, QUIET_WAIT_S, REMEASURES, SPREAD_MAX
 from autotune._outcome import headline
 from autotune._script import BAD_INPUT, NPROC, is_script, label, study_name
@@ -24,8 +25,6 @@ if TYPE_CHECKING:
 #: Default store folder (relative to where autotune runs): the Optuna journal,
 #: the MLflow database and artifacts, and the trials' logs.
 DEFAULT_STORE = Path("mlflow")
-#: Share of the RAM available at the start that one trial's processes may use.
-RAM_BUDGET_FRACTION = 0.75
 
 
 @dataclasses.dataclass(frozen=True)

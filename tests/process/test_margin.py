@@ -87,8 +87,8 @@ def job(*args: str, group: Path | None = None) -> subprocess.CompletedProcess:
     def join() -> None:  # in the child, before it runs the job: the whole tree is in the cgroup
         (group / "cgroup.procs").write_text(str(os.getpid()))
 
-    return subprocess.run([sys.executable, str(JOB), *args], capture_output=True, text=True, timeout=180,
-                          env=cli_env(), preexec_fn=join if group is not None else None)
+    return subprocess.run([sys.executable, str(JOB), *args], check=False, capture_output=True, text=True,
+                          timeout=180, env=cli_env(), preexec_fn=join if group is not None else None)
 
 
 def result(done: subprocess.CompletedProcess) -> dict:
@@ -138,3 +138,20 @@ def test_outside_a_cgroup_the_recipe_steps_down_on_its_estimate_of_the_tree(tmp_
     assert steps and "of its 1.00 GiB budget" in steps[0], adaptive.stderr[-2000:]
     if Cgroup.find() is None:  # (a machine whose own cgroup has a limit counts by it)
         assert "counted by an estimate of the process tree" in adaptive.stderr
+
+
+def test_autotune_exec_adapt_steps_the_loader_of_an_unmodified_script_down(tmp_path) -> None:
+    export = tmp_path / "best.yaml"
+    export.write_text(EXPORT)
+    plain = result(job("-", "--plain", "--step-s", "0", "--grow", "4096"))["epochs"]
+    command = [sys.executable, "-m", "autotune", "exec", str(export)]
+    done = subprocess.run([*command, "--adapt", "--ram-budget", "1", str(JOB), "--", "-", "--plain"], check=False,
+                          capture_output=True, text=True, timeout=180, env=cli_env())
+    assert result(done)["epochs"] == plain  # the script's own order, though its loader stepped down mid-epoch
+    assert "(adapting num_workers and prefetch_factor between epochs, and stepping them down past 85% of a " \
+           "1.00 GiB RAM budget" in done.stderr
+    steps = [line for line in done.stderr.splitlines() if line.startswith("autotune: adapt: ") and "budget:" in line]
+    assert steps and "6 workers x 8 batches of 16 MiB" in steps[0], done.stderr[-2000:]
+    alone = subprocess.run([*command, "--ram-budget", "1", str(JOB)], check=False, capture_output=True, text=True,
+                           timeout=60, env=cli_env())
+    assert alone.returncode == 2 and "--ram-budget: applies with --adapt only" in alone.stderr
