@@ -19,6 +19,8 @@ import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
+from autotune._margin import gpu_line
+
 #: Data wait (the share of an epoch's wall time the loop waited for its next batch) past which
 #: the loader is short of workers, and under which it has more than it needs.
 HIGH, LOW = 0.10, 0.02
@@ -144,6 +146,11 @@ class AdaptiveLoaders:
         self.counted_by = "its memory cgroup" if self._cgroup else "an estimate of the process tree"
         self._footprint = Footprint()
         self.make: Any = None  # (dataset, **kwargs) -> a DataLoader; None: DataLoader itself
+        # GiB: the study's winner's highest host RAM and GPU memory (the export's), where known
+        self.ram_peak: float | None = None
+        self.gpu_peak: float | None = None
+        self._gpu_total: int | None = None
+        self._gpu_said = False
         self.moves: list[Move] = []
 
     def built(self, loader: Any, dataset: Any, kwargs: Mapping[str, Any]) -> None:
@@ -243,7 +250,22 @@ class AdaptiveLoaders:
         if step is not None and state["order"] is None and state["step"] is None:
             state["step"] = step  # taken at the epoch's end: this loader cannot go on mid-epoch
             self._say(step.why + " (at the epoch's end: this loader cannot go on mid-epoch)")
+        self._check_gpu()
         return (step if state["order"] is not None else None), held + in_flight
+
+    def _check_gpu(self) -> None:
+        """Say once when the GPU's reserved memory passes the margin (``autotune._margin.gpu_line``)."""
+        import torch
+
+        if self._gpu_said or not torch.cuda.is_initialized():
+            return
+        device = torch.cuda.current_device()
+        if self._gpu_total is None:
+            self._gpu_total = torch.cuda.get_device_properties(device).total_memory
+        line = gpu_line(torch.cuda.memory_reserved(device), self._gpu_total, self.gpu_peak)
+        if line is not None:
+            self._gpu_said = True
+            self._say(line)
 
     def _step(self, state: dict[str, Any], step: Any, mid_epoch: bool) -> None:
         """Take a margin step, and hold it: no later move goes above it."""
@@ -288,12 +310,13 @@ class AdaptiveLoaders:
             shutdown()  # a persistent loader's workers would live on
 
 
-def adapting_line(adaptive: AdaptiveLoaders, ram_peak: float | None) -> str:
+def adapting_line(adaptive: AdaptiveLoaders) -> str:
     """What the adaptive loader does, said after the values a recipe trains with: the RAM budget
     it keeps within, how that is counted, and the study's winner's highest (GiB, from the export)."""
     from autotune._margin import MARGIN
 
     budget = adaptive.budget / 2**30
+    ram_peak = adaptive.ram_peak
     peak = "" if ram_peak is None else f"; the study's winner held {ram_peak:.2f} GiB" + (
         ": over this budget, so expect steps down" if ram_peak > budget else "")
     return (f" (adapting num_workers and prefetch_factor between epochs, and stepping them down past "

@@ -124,8 +124,9 @@ def load(path: str | Path | None = None, device: Any = "auto", *, check: bool = 
         return recipe_from_mapping({}, "defaults", device, report_every=report_every, quiet=quiet, **extra)
     data = read_yaml(Path(path))
     measured = data.get(MEASURED_SECTION) if isinstance(data, Mapping) else None
-    if adapt and isinstance(measured, Mapping) and isinstance(measured.get("ram_peak_gib"), (int, float)):
-        extra["ram_peak"] = float(measured["ram_peak_gib"])
+    for key, name in (("ram_peak_gib", "ram_peak"), ("gpu_mem_peak_gib", "gpu_peak")):
+        if adapt and isinstance(measured, Mapping) and isinstance(measured.get(key), (int, float)):
+            extra[name] = float(measured[key])
     origin = f"{path}" + (f" ({measured['found']})" if isinstance(measured, Mapping) and measured.get("found") else "")
     if check and isinstance(data, Mapping):
         data = _honourable(data, str(path), device, measured if isinstance(measured, Mapping) else {})

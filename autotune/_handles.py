@@ -318,7 +318,7 @@ class Recipe(Run):
                  base_batch_size: int | None = None, *, origin: str | None = None,
                  report_every: float | None = None, quiet: bool = False, adapt: bool = False,
                  tracking_uri: str | None = None, ram_budget: float | None = None,
-                 ram_peak: float | None = None) -> None:
+                 ram_peak: float | None = None, gpu_peak: float | None = None) -> None:
         super().__init__(config, device)
         self.base_batch_size = base_batch_size
         self.origin = origin
@@ -330,7 +330,7 @@ class Recipe(Run):
 
             self.adaptive = AdaptiveLoaders(usable_cpus(), log=production_log(tracking_uri, origin),
                                             budget=int(ram_budget * 2**30) if ram_budget else None)
-        self._ram_peak = ram_peak  # GiB: the study's winner's highest host RAM, from the export
+            self.adaptive.ram_peak, self.adaptive.gpu_peak = ram_peak, gpu_peak  # GiB, from the export
         self._reported: tuple[float, int] | None = None  # (since, samples) of the report under way
         self._said = False
         self.apply_backends()
@@ -379,7 +379,7 @@ class Recipe(Run):
     def _adapting(self) -> str:
         from autotune._adapt import adapting_line
 
-        return adapting_line(self.adaptive, self._ram_peak)
+        return adapting_line(self.adaptive)
 
     def _apply_alloc_conf(self) -> None:
         """Set ``cuda_alloc_conf`` for the CUDA allocator, or say it is too late for it."""

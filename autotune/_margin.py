@@ -29,9 +29,9 @@ MARGIN = 0.85
 #: a recipe's (``default_budget``).
 RAM_BUDGET_FRACTION = 0.75
 #: Seconds between two readings of the tree at most (a reading costs about 20 us a process).
-CHECK_EVERY = 0.1
+CHECK_EVERY = 0.2
 #: Seconds between two walks of the process tree for new workers.
-WALK_EVERY = 1.0
+WALK_EVERY = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +78,23 @@ def fit(held: float, batch_bytes: float, budget: float, workers: int, prefetch: 
                 f"{workers} workers x {depth} batches of {batch_bytes / 2**20:,.0f} MiB on {held / 2**30:.2f} GiB "
                 f"would reach {projected / 2**30:.2f} GiB, {projected / budget:.0%} of its {budget / 2**30:.2f} GiB "
                 "budget: " + ", ".join(moved))
+
+
+def gpu_line(reserved: int, total: int, peak_gib: float | None) -> str | None:
+    """A line for GPU memory past ``MARGIN`` of the device's, or None. Said, not stepped: what
+    sets it (the batch, the model, the precision) is math an adaptive recipe never changes.
+
+    >>> gpu_line(70 * 2**30, 80 * 2**30, 41.5)
+    "GPU memory: 70.0 GiB reserved, 88% of the device's 80.0 GiB (the study's winner peaked at 41.5 GiB); the batch and the model set it, which adapt never changes: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True cuts what fragmentation adds"
+    >>> gpu_line(10 * 2**30, 80 * 2**30, None) is None
+    True
+    """
+    if total <= 0 or reserved < MARGIN * total:
+        return None
+    peak = f" (the study's winner peaked at {peak_gib:.1f} GiB)" if peak_gib else ""
+    return (f"GPU memory: {reserved / 2**30:.1f} GiB reserved, {reserved / total:.0%} of the device's "
+            f"{total / 2**30:.1f} GiB{peak}; the batch and the model set it, which adapt never changes: "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True cuts what fragmentation adds")
 
 
 def batch_bytes(batch: Any) -> int:

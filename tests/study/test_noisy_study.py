@@ -23,6 +23,10 @@ while time.time() - began < 120:
 
 
 TRAIN = "tests/fixtures/cli_train.py:train"
+#: The others' share of the tuner's CPU past which a figure is noisy, here: the hog shares that CPU
+#: with every runnable process of the trial (its loop and its DataLoader workers), and in a suite
+#: run on a slower host it read as 18% of it, under the default (FOREIGN_LOAD_MAX, 20%).
+MAX_LOAD = FOREIGN_LOAD_MAX / 2
 
 
 def stop_hogs(hogs: list[subprocess.Popen]) -> None:
@@ -47,7 +51,7 @@ def test_a_study_measures_again_the_trial_hogs_slowed_and_ranks_only_believed_fi
     # past any limit (it once outlasted 8 s, and the baseline measured on a quiet machine).
     tuner = subprocess.Popen(["taskset", "-c", cpu, *cli("run", TRAIN, "--trials", "2", "--store", str(tmp_path / "st"), "--warmup", "0.2",
                                  "--window", "0.3", "--windows", "3", "--confirm", "0", "--space", "loader",
-                                 "--seed", "0", "--max-load", str(FOREIGN_LOAD_MAX), "--quiet-wait", "12",
+                                 "--seed", "0", "--max-load", str(MAX_LOAD), "--quiet-wait", "12",
                                  "--remeasure", "1")],
                              cwd=ROOT, env=cli_env({"PYTHONUNBUFFERED": "1"}), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
@@ -73,7 +77,7 @@ def test_a_study_measures_again_the_trial_hogs_slowed_and_ranks_only_believed_fi
     assert done.returncode == 0, done.stderr
     found = standing(load_study(tmp_path / "st", "cli_train"))
     first = found.rows[0]
-    assert first.baseline and first.metrics["foreign_cpu"] > FOREIGN_LOAD_MAX  # the hog took its share of the CPU
+    assert first.baseline and first.metrics["foreign_cpu"] > MAX_LOAD  # the hog took its share of the CPU
     assert first.doubt.startswith("noisy: other processes used")
     trials = load_study(tmp_path / "st", "cli_train").trials
     assert trials[first.number].state.name == "FAIL"  # the sampler is not told a noisy figure
