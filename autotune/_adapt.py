@@ -38,16 +38,22 @@ WORKERS_PER_CPU, MOST_WORKERS = 4, 64
 STUCK_EPOCHS, STUCK_S = 16, 600.0
 #: The most ``prefetch_factor`` a move asks for.
 MOST_PREFETCH = 16
+#: The share of the usable CPUs the training process tree kept busy past which no move goes up:
+#: the loop waits for CPU time, which more workers only split finer (on 2 CPUs, 4 workers
+#: waited 30% with the CPUs full, and each move up was tried, lost 1-9%, and undone).
+CPU_FULL = 0.9
 
 
 @dataclasses.dataclass(frozen=True)
 class Epoch:
-    """One measured epoch: its data wait share, samples/s, and the loader's values in force."""
+    """One measured epoch: its data wait share, samples/s, the loader's values in force, and
+    the share of the usable CPUs its process tree kept busy (None: not read)."""
 
     wait: float
     rate: float
     workers: int
     prefetch: int | None
+    cpu: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +80,7 @@ def decide(epochs: Sequence[Epoch], floor: int, ceiling: int,
     for a move up, gained less than ``1 / WORSE`` (more workers cost RAM and CPU); an undo is
     not itself judged, and ``stuck`` (the values a move was undone back to) move no more the
     same way: where more workers did not help, waiting is not for want of them (the CPUs are).
+    Nor does a move go up while the tree keeps ``CPU_FULL`` of the CPUs busy (``Epoch.cpu``).
     ``prefetch_factor`` goes up to ``most_prefetch`` at most (lower after a memory margin step).
 
     >>> up = [Epoch(0.5, 500.0, 2, 2), Epoch(0.5, 510.0, 2, 2)]
@@ -82,6 +89,8 @@ def decide(epochs: Sequence[Epoch], floor: int, ceiling: int,
     >>> decide([*up, Epoch(0.3, 600.0, 4, 2), Epoch(0.3, 450.0, 4, 2)], 2, 8).why
     'num_workers 4 -> 2: the move ran 0.88x the samples/s before it'
     >>> decide([*up, Epoch(0.6, 500.0, 2, 2)], 2, 8, stuck={(2, 2)}) is None
+    True
+    >>> decide([Epoch(0.5, 500.0, 2, 2, cpu=0.95)] * 2, 2, 8) is None  # waiting for CPU, not workers
     True
     """
     values = [(e.workers, e.prefetch) for e in epochs]
@@ -98,7 +107,8 @@ def decide(epochs: Sequence[Epoch], floor: int, ceiling: int,
                     f"{undo}: the move ran {last.rate / before.rate:.2f}x the samples/s before it", undoes=True)
     stays = (last.workers, last.prefetch) in stuck
     recent = epochs[-PATIENCE:]
-    if run >= PATIENCE and all(e.wait > HIGH for e in recent) and not stays:
+    full = all(e.cpu is not None and e.cpu >= CPU_FULL for e in recent)
+    if run >= PATIENCE and all(e.wait > HIGH for e in recent) and not stays and not full:
         wait = sum(e.wait for e in recent) / len(recent)
         said = f"data wait {wait:.0%} over {len(recent)} epochs (over {HIGH:.0%}): "
         if last.workers < ceiling:
@@ -183,6 +193,7 @@ class AdaptiveLoaders:
             yield from batches(loader)
             return
         state["kwargs"]["collate_fn"].restart()
+        cpu_began = self._footprint.cpu()
         waited = samples = 0.0
         peak = 0
         began = asked = time.perf_counter()
@@ -220,7 +231,9 @@ class AdaptiveLoaders:
         if wall <= 0 or not samples:
             return
         kw = state["kwargs"]
-        epoch = Epoch(waited / wall, samples / wall, int(kw.get("num_workers", 0) or 0), kw.get("prefetch_factor"))
+        busy = (self._footprint.cpu() - cpu_began) / (wall * self._cpus) if cpu_began is not None else None
+        epoch = Epoch(waited / wall, samples / wall, int(kw.get("num_workers", 0) or 0), kw.get("prefetch_factor"),
+                      busy)
         state["epochs"].append(epoch)
         seen, now = len(state["epochs"]), time.monotonic()
         stuck = {values for values, (epoch_at, at) in state["stuck"].items()
@@ -230,6 +243,7 @@ class AdaptiveLoaders:
             state["stuck"][(move.workers, move.prefetch)] = (seen, now)  # undone back to these: they stay a while
         if self._log is not None:
             memory = {"ram_gib": peak / 2**30} if peak else {}
+            memory.update({"cpu_busy_frac": busy} if busy is not None else {})
             self._log(len(state["epochs"]), {"data_wait_frac": epoch.wait, "samples_per_s": epoch.rate, **memory},
                       {"num_workers": epoch.workers, "prefetch_factor": epoch.prefetch})
         if state["step"] is not None:  # a step the loader could not take mid-epoch

@@ -217,18 +217,33 @@ class Footprint:
         self._first: dict[int, int] = {}  # worker pid -> its private memory when first seen
         self._walked = -WALK_EVERY
 
+    def _walk(self, now: float) -> None:
+        import psutil
+
+        self._walked = now
+        try:
+            self._workers = self._me.children(recursive=True)
+        except psutil.Error:
+            self._workers = []
+        alive = {proc.pid for proc in self._workers}
+        self._first = {pid: first for pid, first in self._first.items() if pid in alive}
+
+    def cpu(self) -> float | None:
+        """CPU seconds the tree has used (its live workers', and what reaped ones used), read now."""
+        from autotune._proctree import tree_cpu
+
+        self._walk(time.monotonic())
+        try:
+            return tree_cpu([self._me, *self._workers])
+        except Exception:  # noqa: BLE001 (a reading the platform refuses: not known)
+            return None
+
     def held(self) -> int:
         import psutil
 
         now = time.monotonic()
         if now - self._walked >= WALK_EVERY:
-            self._walked = now
-            try:
-                self._workers = self._me.children(recursive=True)
-            except psutil.Error:
-                self._workers = []
-            alive = {proc.pid for proc in self._workers}
-            self._first = {pid: first for pid, first in self._first.items() if pid in alive}
+            self._walk(now)
         total = self._me.memory_info().rss
         for proc in self._workers:
             try:

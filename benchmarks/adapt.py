@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "tests" / "process"))
 TOPIC = "production"
 
 
-def run(adapt: bool, seconds: float, slows: bool) -> dict:
+def run(adapt: bool, seconds: float, slows: bool, persistent: bool = False) -> dict:
     import autotune
     from test_adapt import SLOW_AFTER_S, rate_after, train
 
@@ -43,7 +43,7 @@ def run(adapt: bool, seconds: float, slows: bool) -> dict:
         workers, reads, step_s = (2, {"n": 1024}, 0.0) if slows \
             else (4, {"read_s": 0.0002, "slower": 1.0, "n": 4096}, 0.005)
         export.write_text(f"dataloader:\n  num_workers: {workers}\n  prefetch_factor: 2\n"
-                          f"  persistent_workers: {str(not slows).lower()}\n")
+                          f"  persistent_workers: {str(persistent or not slows).lower()}\n")
         recipe = autotune.load(export, "cpu", adapt=adapt, quiet=True)
         epochs = train(recipe, seconds, step_s, **reads)
     moves = [m.why for m in recipe.adaptive.moves] if recipe.adaptive else []
@@ -56,23 +56,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=12.0)
+    parser.add_argument("--persistent", action="store_true", help="the slowed loader's workers persistent too")
     args = parser.parse_args()
     slowed = []
     steady = []
     for i in range(args.turns):
         order = (False, True) if i % 2 == 0 else (True, False)
-        slowed.append({a: run(a, args.seconds, True) for a in order})
+        slowed.append({a: run(a, args.seconds, True, args.persistent) for a in order})
         steady.append({a: run(a, args.seconds, False) for a in order})
         print(json.dumps({"slowed": {str(k): v for k, v in slowed[-1].items()},
                           "steady": {str(k): v for k, v in steady[-1].items()}}), flush=True)
-    raw = data_path(TOPIC, "adapt", ".json")
+    raw = data_path(TOPIC, "adapt-persistent" if args.persistent else "adapt", ".json")
     raw.write_text(json.dumps({"machine": machine(), "seconds": args.seconds,
                                "slowed": [{str(k): v for k, v in t.items()} for t in slowed],
                                "steady": [{str(k): v for k, v in t.items()} for t in steady]}, indent=1))
     gain = [t[True]["rate"] / t[False]["rate"] for t in slowed]
     cost = [100 * t[True]["rate"] / t[False]["rate"] for t in steady]
     body = (f"Machine: {machine()}.\n\nCommand: `python benchmarks/adapt.py --turns {args.turns} --seconds "
-            f"{args.seconds:g}`; raw figures `{raw.relative_to(ROOT / 'benchmarks')}`. The recipe: `num_workers: 2`, "
+            f"{args.seconds:g}{' --persistent' * args.persistent}`; raw figures `{raw.relative_to(ROOT / 'benchmarks')}`. "
+            f"The recipe: `num_workers: 2`, `persistent_workers: {str(args.persistent).lower()}`, "
             "`prefetch_factor: 2`, batch 16 over 1,024 reads (tests/process/test_adapt.py's loader); the steady "
             "one `num_workers: 4` persistent, 4,096 reads of 0.2 ms, a 5 ms step; turns interleaved, the order alternating.\n\n"
             f"- **Storage 4x slower from 3 s on**: samples/s over the epochs from 4 s after the change, without "
@@ -83,7 +85,8 @@ def main() -> None:
             f"(goal: over 98%; medians {statistics.median(t[True]['rate'] for t in steady):,.0f} and "
             f"{statistics.median(t[False]['rate'] for t in steady):,.0f} samples/s); moves made: "
             f"{sum(len(t[True]['moves']) for t in steady)} in {args.turns} turns.\n")
-    write_section(TOPIC, f"Adaptive loader ({time.strftime('%Y-%m-%d')})", body)
+    title = "Adaptive loader" + (", persistent workers" if args.persistent else "")
+    write_section(TOPIC, f"{title} ({time.strftime('%Y-%m-%d')})", body)
     print(body)
 
 

@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import Dataset
 
 import autotune
-from autotune._adapt import HIGH, PATIENCE, Epoch, decide
+from autotune._adapt import CPU_FULL, HIGH, PATIENCE, Epoch, decide
 
 #: A read's wait before and after the storage slows (4x), and when it does.
 READ_S, SLOWER, SLOW_AFTER_S = 0.002, 4, 3.0
@@ -108,6 +108,10 @@ def test_the_rule_waits_for_patience_and_never_moves_what_it_undid() -> None:
     assert decide(flat, 2, 8).why == "num_workers 5 -> 2: the move ran 1.00x the samples/s before it"
     gained = [slow, slow, Epoch(0.2, 500.0, 5, 2), Epoch(0.2, 520.0, 5, 2)]
     assert decide(gained, 2, 8).workers == 7  # kept, and still short: on up
+    # waiting while the tree keeps the CPUs busy is waiting for CPU: no move up (down still may)
+    busy = Epoch(0.6, 300.0, 2, 2, cpu=CPU_FULL)
+    assert decide([busy] * PATIENCE, 2, 8) is None and decide([slow, busy], 2, 8) is not None
+    assert decide([Epoch(0.01, 900.0, 8, 2, cpu=1.0)] * (2 * PATIENCE), 2, 8).workers == 6
 
 
 @pytest.mark.parametrize("adapt", [False, True])
