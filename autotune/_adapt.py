@@ -231,7 +231,8 @@ class AdaptiveLoaders:
         if wall <= 0 or not samples:
             return
         kw = state["kwargs"]
-        busy = (self._footprint.cpu() - cpu_began) / (wall * self._cpus) if cpu_began is not None else None
+        cpu_ended = self._footprint.cpu()
+        busy = (cpu_ended - cpu_began) / (wall * self._cpus) if None not in (cpu_began, cpu_ended) else None
         epoch = Epoch(waited / wall, samples / wall, int(kw.get("num_workers", 0) or 0), kw.get("prefetch_factor"),
                       busy)
         state["epochs"].append(epoch)
