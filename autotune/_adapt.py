@@ -38,16 +38,16 @@ WORKERS_PER_CPU, MOST_WORKERS = 4, 64
 STUCK_EPOCHS, STUCK_S = 16, 600.0
 #: The most ``prefetch_factor`` a move asks for.
 MOST_PREFETCH = 16
-#: The share of the usable CPUs the training process tree kept busy past which no move goes up:
-#: the loop waits for CPU time, which more workers only split finer (on 2 CPUs, 4 workers
-#: waited 30% with the CPUs full, and each move up was tried, lost 1-9%, and undone).
+#: The share of its CPUs kept busy (by the job or others) past which no move goes up: the loop
+#: waits for CPU time, which more workers only split finer (on 2 CPUs, 4 workers waited 30% with
+#: the CPUs full, and each move up was tried, lost 1-9%, and undone).
 CPU_FULL = 0.9
 
 
 @dataclasses.dataclass(frozen=True)
 class Epoch:
     """One measured epoch: its data wait share, samples/s, the loader's values in force, and
-    the share of the usable CPUs its process tree kept busy (None: not read)."""
+    the share of the process's CPUs kept busy (``cpu_seconds``; None: not read)."""
 
     wait: float
     rate: float
@@ -80,7 +80,7 @@ def decide(epochs: Sequence[Epoch], floor: int, ceiling: int,
     for a move up, gained less than ``1 / WORSE`` (more workers cost RAM and CPU); an undo is
     not itself judged, and ``stuck`` (the values a move was undone back to) move no more the
     same way: where more workers did not help, waiting is not for want of them (the CPUs are).
-    Nor does a move go up while the tree keeps ``CPU_FULL`` of the CPUs busy (``Epoch.cpu``).
+    Nor does a move go up while ``CPU_FULL`` of the CPUs are busy (``Epoch.cpu``).
     ``prefetch_factor`` goes up to ``most_prefetch`` at most (lower after a memory margin step).
 
     >>> up = [Epoch(0.5, 500.0, 2, 2), Epoch(0.5, 510.0, 2, 2)]
@@ -193,7 +193,7 @@ class AdaptiveLoaders:
             yield from batches(loader)
             return
         state["kwargs"]["collate_fn"].restart()
-        cpu_began = self._footprint.cpu()
+        cpu_began = cpu_seconds()
         waited = samples = 0.0
         peak = 0
         began = asked = time.perf_counter()
@@ -231,8 +231,8 @@ class AdaptiveLoaders:
         if wall <= 0 or not samples:
             return
         kw = state["kwargs"]
-        cpu_ended = self._footprint.cpu()
-        busy = (cpu_ended - cpu_began) / (wall * self._cpus) if None not in (cpu_began, cpu_ended) else None
+        cpu_ended = cpu_seconds()
+        busy = (cpu_ended[0] - cpu_began[0]) / (wall * cpu_ended[1]) if cpu_began and cpu_ended else None
         epoch = Epoch(waited / wall, samples / wall, int(kw.get("num_workers", 0) or 0), kw.get("prefetch_factor"),
                       busy)
         state["epochs"].append(epoch)
@@ -323,6 +323,22 @@ class AdaptiveLoaders:
         shutdown = getattr(getattr(old, "_iterator", None), "_shutdown_workers", None)
         if shutdown is not None:
             shutdown()  # a persistent loader's workers would live on
+
+
+def cpu_seconds() -> tuple[float, int] | None:
+    """Busy CPU seconds of the CPUs this process may run on (every process's: the job's own, and
+    a neighbour's, which more workers cannot take either), and how many they are; None where not
+    read. Not the tree's own times: in a sandbox (gVisor) the kernel's work for a worker's pipes
+    and shared memory is in no process's times, and a tree read 60% busy on full CPUs."""
+    import os
+
+    from autotune._monitor import cpus_busy
+
+    try:
+        cpus = tuple(sorted(os.sched_getaffinity(0)))
+        return cpus_busy(cpus), len(cpus)
+    except (AttributeError, OSError):
+        return None
 
 
 def adapting_line(adaptive: AdaptiveLoaders) -> str:
