@@ -7,13 +7,15 @@ RAM budget steps ``prefetch_factor`` and ``num_workers`` down to what fits (``fi
 says so, and keeps the lower values for the rest of the job; it never changes what changes the
 math (the batch size, the lr, the precision).
 
-What it counts (``Footprint``), from cheap reads: the main process's RSS, each worker's private
-memory (RSS less its shared pages), and the batches in flight, counted in bytes where they are
-made (``Counted``: the collate function, in the workers) and where the loop takes them. The
-last term is what a tree's PSS misses and a container's memory limit does not: a batch a worker
-has sent and the loop has not taken sits in shared memory that no process maps (measured here:
-8 workers x prefetch 8 of 64 MiB batches held 3.4 GiB of ``/dev/shm`` while the tree's PSS read
-1.5 GiB).
+What it counts: in a memory cgroup with a limit (a container's: ``Cgroup``), the cgroup's own
+working set, against its limit; elsewhere (``Footprint``), from cheap reads, the main process's
+RSS and each worker's private memory (RSS less its shared pages), plus the batches in flight,
+counted in bytes where they are made (``Counted``: the collate function, in the workers) and
+where the loop takes them. That last term is what a tree's PSS misses and a container's limit
+does not: a batch a worker has sent and the loop has not taken sits in shared memory that no
+process maps (measured here: 8 workers x prefetch 8 of 64 MiB batches held 3.4 GiB of
+``/dev/shm`` while the tree's PSS read 1.5 GiB). Either way the step judges the bound, the
+batches the loader may hold at the size it now makes, not the queue as last read.
 """
 
 from __future__ import annotations
