@@ -230,6 +230,18 @@ class Footprint:
         alive = {proc.pid for proc in self._workers}
         self._first = {pid: first for pid, first in self._first.items() if pid in alive}
 
+    def cpu(self) -> float | None:
+        """CPU seconds the tree has used (its live workers', and what reaped ones used), read now."""
+        import psutil
+
+        from autotune._proctree import tree_cpu
+
+        self._walk(time.monotonic())
+        try:
+            return tree_cpu([self._me, *self._workers])
+        except psutil.Error:
+            return None
+
     def held(self) -> int:
         import psutil
 
