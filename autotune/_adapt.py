@@ -380,13 +380,15 @@ def production_log(tracking_uri: str | None, origin: str | None) -> Any:
     in_force: list[str] = []
 
     def log(step: int, metrics: Mapping[str, float], values: Mapping[str, Any]) -> None:
+        from mlflow.entities import Metric, RunTag
+
+        # One call an epoch (one transaction, one request to a server): the loop waits for it.
         figures = {**metrics, **{k: float(v) for k, v in values.items() if v is not None}}
-        for key, value in figures.items():
-            client.log_metric(run.info.run_id, key, value, step=step)
+        stamp = int(time.time() * 1000)
         now = " ".join(f"{k}={v}" for k, v in values.items())
-        if not in_force or in_force[-1] != now:
-            in_force.append(now)
-            client.set_tag(run.info.run_id, "autotune.adapt", now)
+        tags = [] if in_force and in_force[-1] == now else [RunTag("autotune.adapt", now)]
+        in_force.append(now)
+        client.log_batch(run.info.run_id, metrics=[Metric(k, v, stamp, step) for k, v in figures.items()], tags=tags)
 
     log.run_id = run.info.run_id  # type: ignore[attr-defined]
     return log

@@ -236,7 +236,9 @@ class Footprint:
 
         from autotune._proctree import tree_cpu
 
-        self._walk(time.monotonic())
+        now = time.monotonic()
+        if now - self._walked >= WALK_EVERY:  # (a walk reads every process of the machine)
+            self._walk(now)
         try:
             return tree_cpu([self._me, *self._workers])
         except psutil.Error:
