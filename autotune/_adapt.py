@@ -207,22 +207,23 @@ class AdaptiveLoaders:
         began = asked = time.perf_counter()
         checked = -CHECK_EVERY  # the first batch of a loader is checked: its queue fills from there
         while True:
-            source, step = batches(state["current"]), None
+            source, step, seeded = batches(state["current"]), None, False
+            counted, order = state["kwargs"]["collate_fn"], state["order"]
             for batch in source:
-                state["current"].generator = state["kwargs"].get("generator")  # its iterator has its seed
+                if not seeded:  # its iterator has drawn its seed: the user's generator again
+                    state["current"].generator, seeded = state["kwargs"].get("generator"), True
                 waited += time.perf_counter() - asked
                 yield batch
                 samples += count(batch)
-                counted = state["kwargs"]["collate_fn"]
                 counted.took(batch)
-                if state["order"] is not None:
-                    state["order"].trained()
+                if order is not None:
+                    order.trained()
                 asked = time.perf_counter()
                 if asked - checked >= CHECK_EVERY:
                     checked = asked
                     step, used = self._check(state, counted)
                     peak = max(peak, used)
-                    if step is not None and state["order"] is not None:
+                    if step is not None and order is not None:
                         break  # on at the batch reached, with the values that fit
             else:
                 break
@@ -232,7 +233,7 @@ class AdaptiveLoaders:
             if end is not None:
                 end()
             source = None
-            state["order"].resume()
+            order.resume()
             self._step(state, step, mid_epoch=True)
             asked, checked = time.perf_counter(), -CHECK_EVERY
         wall = time.perf_counter() - began
@@ -303,12 +304,9 @@ class AdaptiveLoaders:
 
     def _rebuild(self, state: dict[str, Any], move: Move, said: bool = True, mid_epoch: bool = False) -> None:
         persistent = bool(state["kwargs"].get("persistent_workers"))
-        kw = {**state["kwargs"], "num_workers": move.workers}
-        if move.workers:
-            kw["prefetch_factor"] = move.prefetch or 2
-        else:
-            kw.pop("prefetch_factor", None)
-            kw.pop("persistent_workers", None)
+        from autotune._loaders import drop_worker_kwargs
+
+        kw = drop_worker_kwargs({**state["kwargs"], "num_workers": move.workers, "prefetch_factor": move.prefetch or 2})
         self._build(state, kw, own_seed=mid_epoch or persistent)
         self.moves.append(move)
         if said:

@@ -233,7 +233,7 @@ def run(target: str | None, args: tuple[str, ...], module: str | None, quiet: bo
               help="Run it on N ranks through torch.distributed.run (torchrun), each on its share of the CPUs.")
 @click.option("--adapt", is_flag=True, help="Adapt num_workers, prefetch_factor as autotune.load(path, adapt=True).")
 @click.option("--tracking-uri", help="With --adapt: log each epoch and the values in force to an MLflow run there.")
-@click.option("--ram-budget", type=click.FloatRange(min=0, min_open=True), metavar="GIB", help="With --adapt: "
+@click.option("--ram-budget", type=_bounded("ram_budget"), metavar="GIB", help="With --adapt: "
               "the RAM the job may hold [default: its memory cgroup's limit, else 75% of what is available].")
 def exec_(export_yaml: Path, target: str | None, args: tuple[str, ...], module: str | None, device: str,
           nproc: int, adapt: bool, tracking_uri: str | None, ram_budget: float | None) -> None:

@@ -18,6 +18,7 @@ from autotune._loaders import (
     batch_len,
     batches_per_epoch,
     dataset_facts,
+    drop_worker_kwargs,
     keep_order,
 )
 from autotune._prefetch import iter_batches
@@ -126,10 +127,7 @@ class Run:
                     continue
                 value = batch_of(value, self._base_batch_size)
             kw[knob.dataloader_kwarg] = value
-        if kw.get("num_workers", 0) == 0:
-            # DataLoader refuses these without workers; they are inactive knobs then.
-            kw.pop("prefetch_factor", None)
-            kw.pop("persistent_workers", None)
+        drop_worker_kwargs(kw)
         keep_order(kw, kwargs)
         if kw.get("pin_memory") and self.device.type == "cpu":
             kw["pin_memory"] = False  # nothing to pin for; torch would only warn

@@ -30,6 +30,15 @@ def _takes_in_order() -> bool:
     return "in_order" in inspect.signature(DataLoader.__init__).parameters
 
 
+def drop_worker_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
+    """``kw`` without what a DataLoader refuses when it has no workers (``prefetch_factor``,
+    ``persistent_workers``: inactive knobs then), where ``num_workers`` is 0 or unset."""
+    if not kw.get("num_workers", 0):
+        kw.pop("prefetch_factor", None)
+        kw.pop("persistent_workers", None)
+    return kw
+
+
 def keep_order(kw: dict[str, Any], user: Mapping[str, Any]) -> dict[str, Any]:
     """``kw`` with ``in_order`` as it may be: the config's where the loader shuffles and has
     workers (its order means nothing: batches may then come as workers finish them), else the

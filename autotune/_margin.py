@@ -219,16 +219,19 @@ class Footprint:
         self._first: dict[int, int] = {}  # worker pid -> its private memory when first seen
         self._walked = -WALK_EVERY
 
-    def _walk(self, now: float) -> None:
-        import psutil
+    def _workers_now(self) -> list[Any]:
+        """The tree's other processes, walked again at most every ``WALK_EVERY`` s."""
+        import os
 
-        self._walked = now
-        try:
-            self._workers = self._me.children(recursive=True)
-        except psutil.Error:
-            self._workers = []
-        alive = {proc.pid for proc in self._workers}
-        self._first = {pid: first for pid, first in self._first.items() if pid in alive}
+        from autotune._proctree import process_tree
+
+        now = time.monotonic()
+        if now - self._walked >= WALK_EVERY:
+            self._walked = now
+            self._workers = process_tree(os.getpid())[1:]
+            alive = {proc.pid for proc in self._workers}
+            self._first = {pid: first for pid, first in self._first.items() if pid in alive}
+        return self._workers
 
     def cpu(self) -> float | None:
         """CPU seconds the tree has used (its live workers', and what reaped ones used), read now."""
@@ -236,22 +239,16 @@ class Footprint:
 
         from autotune._proctree import tree_cpu
 
-        now = time.monotonic()
-        if now - self._walked >= WALK_EVERY:  # (a walk reads every process of the machine)
-            self._walk(now)
         try:
-            return tree_cpu([self._me, *self._workers])
+            return tree_cpu([self._me, *self._workers_now()])
         except psutil.Error:
             return None
 
     def held(self) -> int:
         import psutil
 
-        now = time.monotonic()
-        if now - self._walked >= WALK_EVERY:
-            self._walk(now)
         total = self._me.memory_info().rss
-        for proc in self._workers:
+        for proc in self._workers_now():
             try:
                 info = proc.memory_info()
             except psutil.Error:

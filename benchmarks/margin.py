@@ -16,10 +16,7 @@ delegated v2).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
-import signal
 import sys
 import tempfile
 import time
@@ -55,11 +52,7 @@ def once(export: Path, limit: int, *args: str) -> dict:
         out = {"rc": done.returncode, "wall_s": wall, "peak_mib": peak(group) / 2**20,
                "killed": done.returncode != 0 and test_margin._hits(group) > 0}
     finally:
-        for pid in (group / "cgroup.procs").read_text().split():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid), signal.SIGKILL)
-        time.sleep(0.5)
-        group.rmdir()
+        test_margin.remove(group)
     if done.returncode == 0:
         out["moves"] = json.loads(done.stdout.strip().splitlines()[-1])["moves"]
     return out

@@ -64,15 +64,19 @@ def memory_limit() -> Iterator[Path]:
     try:
         yield group
     finally:
-        for _ in range(50):
-            pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            with contextlib.suppress(OSError):
-                group.rmdir()
-                break
-            time.sleep(0.1)
+        remove(group)
+
+
+def remove(group: Path) -> None:
+    """Kill what is left in the cgroup, and remove it (the kernel refuses while a process is in it)."""
+    for _ in range(50):
+        for pid in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            group.rmdir()
+            return
+        time.sleep(0.1)
 
 
 def _hits(group: Path) -> int:
