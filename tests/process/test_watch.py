@@ -303,12 +303,13 @@ def test_a_hang_before_the_first_batch_is_a_startup_timeout(tmp_path: Path) -> N
 
 
 def test_a_trial_past_its_deadline_is_killed(tmp_path: Path) -> None:
-    # Healthy and making progress, but 1000 windows will not fit in 10 s (and a window will, even
-    # where a cold start-up takes 5 s: the other test process compiling on both cores, on a slow host).
-    budget = Budget(warmup_s=0.2, window_s=0.3, windows=1000, timeout_s=10)
+    # Healthy and making progress, but 1000 windows will not fit in 20 s (and a window will, even
+    # where a cold start-up takes over 10 s: the whole suite on two slow cores, which at 10 s
+    # killed one in CI before its first window).
+    budget = Budget(warmup_s=0.2, window_s=0.3, windows=1000, timeout_s=20)
     result, watch = trial(tmp_path, "train", budget=budget)
     assert result.outcome is Outcome.TIMEOUT
-    assert result.reason == "deadline: still running after 10 s"
+    assert result.reason == "deadline: still running after 20 s"
     assert result.windows  # what it measured is kept
     assert not survivors(watch)
 

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from helpers import FIXTURES, autotune, built_once, cli_env, load_study, mlflow_runs
 
+from autotune._guard import LEARN_WINDOWS
+
 FIXTURE = FIXTURES / "cli_train.py"
 TARGET = f"{FIXTURE}:train"
 # Pruning off: these tests count complete trials (tests/study/test_safety.py prunes).
@@ -77,7 +79,10 @@ def test_every_trial_once_in_optuna_and_mlflow(study_store: Path) -> None:
             assert run.data.params[knob] == (str(value).lower() if isinstance(value, bool) else str(value))
         assert run.data.params["resolved.batch_size"] == "32"
         history = client.get_metric_history(run.info.run_id, "window_samples_per_s")
-        assert [m.step for m in history] == [0, 1]
+        # the baseline measures up to LEARN_WINDOWS x its windows more while its loss has not
+        # fallen (its curve judges divergence: in CI, a loaded host took 4 windows to fall)
+        most = 2 + (LEARN_WINDOWS * 2 if t.number == 0 else 0)
+        assert [m.step for m in history] == list(range(len(history))) and 2 <= len(history) <= most
     parent = client.get_run(parent_id)
     assert parent.info.status == "FINISHED"
     assert "best_samples_per_s" in parent.data.metrics
