@@ -8,6 +8,7 @@ checks, the same study.
 from __future__ import annotations
 
 import inspect
+import math
 import os
 import sys
 import threading
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from autotune._config import ConfigError
 from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION
 from autotune._launch import TRIAL_TAG_ENV, Budget
+from autotune._margin import RAM_BUDGET_LEAST
 from autotune._noise import FOREIGN_LOAD_MAX, QUIET_WAIT_S, REMEASURES, SPREAD_MAX
 from autotune._options import DEFAULT_STORE
 from autotune._result import Result
@@ -144,7 +146,7 @@ LIMITS: dict[str, tuple[tuple[float, bool] | None, tuple[float, bool] | None]] =
     "window": ((0.05, True), None), "windows": ((1, True), None), "timeout": ((1, True), None),
     "startup_timeout": ((1, True), None), "stall_timeout": ((0.5, True), None),
     "compile_timeout": ((1, True), None),
-    "ram_budget": ((0.01, True), None), "divergence_tolerance": ((0, False), None),
+    "ram_budget": ((RAM_BUDGET_LEAST, True), None), "divergence_tolerance": ((0, False), None),
     "prune": ((0, True), (1, True)), "confirm": ((0, True), None), "ceiling_windows": ((0, True), None),
     "max_load": ((0, True), (1, True)), "max_spread": ((0, True), None), "remeasure": ((0, True), None),
     "quiet_wait": ((0, True), None), "store_patience": ((0, True), None), "nproc_per_node": ((1, True), None),
@@ -160,12 +162,14 @@ def _check(name: str, value: Any) -> None:
     low, high = LIMITS[name]
     kind = "an integer" if name in INTEGERS else "a number"
     wrong_type = isinstance(value, bool) or not isinstance(value, int if name in INTEGERS else (int, float))
-    out = not wrong_type and ((low and (value < low[0] if low[1] else value <= low[0]))
+    out = not wrong_type and (not math.isfinite(value)
+                              or (low and (value < low[0] if low[1] else value <= low[0]))
                               or (high and (value > high[0] if high[1] else value >= high[0])))
     if wrong_type or out:
         bounds = " and ".join(filter(None, [
             low and f"{'>=' if low[1] else '>'} {low[0]}", high and f"{'<=' if high[1] else '<'} {high[0]}"]))
-        raise ConfigError(f"{name}={value!r}: must be {kind} {bounds}")
+        finite = "a finite number" if not wrong_type and not math.isfinite(value) else kind
+        raise ConfigError(f"{name}={value!r}: must be {finite} {bounds}")
 
 
 def _run(target: str, limits: Mapping[str, Any], *, argv: tuple[str, ...] | None, trials: int, space: str, study: str | None,

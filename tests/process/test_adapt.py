@@ -32,29 +32,42 @@ class SlowingReads(Dataset):
         return self.x[i], self.x[i].sum()
 
 
-def train(recipe, seconds: float, step_s: float = 0.0, **reads) -> list[tuple[float, float, int]]:
+def train(recipe, seconds: float, step_s: float = 0.0, **reads) -> list[tuple[float, float, int, float]]:
     """Train for ``seconds`` (each step also ``step_s`` of compute, slept); each epoch's (start
-    relative to when reads slow, duration, samples) on the wall clock."""
+    relative to when reads slow, duration, samples, seconds the loop waited for a batch) on the
+    wall clock."""
     data = SlowingReads(time.time() + SLOW_AFTER_S, **reads)
     model = torch.nn.Linear(8, 1)
     loader = recipe.dataloader(data, batch_size=16, shuffle=True)
     opt = recipe.optimizer(torch.optim.SGD, model.parameters(), lr=0.01)
     epochs, end = [], time.time() + seconds
     while time.time() < end:
-        start, samples = time.time(), 0
-        for x, y in recipe.batches(loader):
+        start, samples, waited = time.time(), 0, 0.0
+        batches = iter(recipe.batches(loader))
+        while True:
+            asked = time.perf_counter()
+            x, y = next(batches, (None, None))
+            waited += time.perf_counter() - asked
+            if x is None:
+                break
             recipe.step(torch.nn.functional.mse_loss(model(x).squeeze(1), y), opt)
             time.sleep(step_s)
             samples += len(x)
-        epochs.append((start - data.slow_at, time.time() - start, samples))
+        epochs.append((start - data.slow_at, time.time() - start, samples, waited))
     return epochs
 
 
-def rate_after(epochs: list[tuple[float, float, int]], settle_s: float) -> float:
+def rate_after(epochs: list[tuple[float, float, int, float]], settle_s: float) -> float:
     """samples/s over the epochs that began ``settle_s`` after the storage slowed."""
-    late = [(d, n) for start, d, n in epochs if start >= settle_s]
+    late = [(d, n) for start, d, n, _ in epochs if start >= settle_s]
     assert len(late) >= 2, epochs
     return sum(n for _, n in late) / sum(d for d, _ in late)
+
+
+def waited_after(epochs: list[tuple[float, float, int, float]], settle_s: float) -> float:
+    """The share of its time the loop waited for batches over the epochs of ``rate_after``."""
+    late = [(d, w) for start, d, _, w in epochs if start >= settle_s]
+    return sum(w for _, w in late) / sum(d for d, _ in late)
 
 
 def test_an_adaptive_recipe_recovers_its_rate_when_reads_slow_4x_and_says_each_move(tmp_path, capfd) -> None:

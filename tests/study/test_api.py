@@ -59,7 +59,10 @@ def test_bad_arguments_name_the_argument_and_what_is_allowed(tmp_path: Path) -> 
     for kwargs, said in [({"trials": 0}, "trials=0: must be an integer >= 1"),
                          ({"prune": 1.5}, "prune=1.5: must be a number >= 0 and <= 1"),
                          ({"windows": 2.5}, "windows=2.5: must be an integer >= 1"),
-                         ({"divergence_tolerance": 0}, "divergence_tolerance=0: must be a number > 0")]:
+                         ({"divergence_tolerance": 0}, "divergence_tolerance=0: must be a number > 0"),
+                         # (nan passes every comparison: it once passed every bound)
+                         ({"window": float("nan")}, "window=nan: must be a finite number >= 0.05"),
+                         ({"ram_budget": float("inf")}, "ram_budget=inf: must be a finite number >= 0.01")]:
         with pytest.raises(ConfigError, match=re.escape(said)):
             autotune.tune(f"{FIXTURE}:train", store=tmp_path, **kwargs)
     with pytest.raises(ConfigError, match="a lambda or a nested function"):

@@ -136,6 +136,15 @@ def test_load_missing_file() -> None:
         load("nowhere/best.yaml", device="cpu")
 
 
+@pytest.mark.parametrize("budget", [0, -1, 0.001, True, "1", float("nan"), float("inf")])
+def test_an_adaptive_load_takes_the_ram_budget_a_study_takes(budget: object) -> None:
+    # (the study's bound: tune(ram_budget=) and --ram-budget refuse what load refuses)
+    with pytest.raises(ConfigError, match=re.escape(f"load(ram_budget={budget!r}): must be a finite number of GiB >= 0.01")):
+        load(None, "cpu", adapt=True, ram_budget=budget)
+    with pytest.raises(ConfigError, match=r"ram_budget=.*must be a (finite )?number >= 0\.01"):
+        autotune.tune(lambda run: None, ram_budget=budget if isinstance(budget, (int, float)) else -1.0)
+
+
 def test_every_knob_can_be_exported_in_its_own_section(tmp_path: Path) -> None:
     values = {name: knob.default for name, knob in KNOBS.items()}
     path = tmp_path / "defaults.yaml"
