@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from helpers import ROOT, autotune, load_study, mlflow_runs
 
+from autotune._kinds import Kind
 from autotune._standing import standing
 
 
 def test_a_study_stops_drawing_a_precision_its_machine_runs_far_slower(tmp_path) -> None:
-    """A real study on a function whose bf16 steps sleep 4 ms (a CPU without native bf16, on
+    """A real study on a function whose bf16 steps sleep 20 ms (a CPU without native bf16, on
     any host): once three bf16 trials have run at under half of fp32's best, every later
     trial runs fp32, and its MLflow run says why."""
     space = tmp_path / "space.yaml"
@@ -27,5 +28,9 @@ def test_a_study_stops_drawing_a_precision_its_machine_runs_far_slower(tmp_path)
     _, runs = mlflow_runs(store, "slow_bf16_train")
     held = {int(r.data.tags["autotune.trial"]): r.data.tags.get("autotune.held.amp")
             for r in runs if "autotune.trial" in r.data.tags}
-    assert all(held[r.number].startswith("amp held at off: its 3 bf16 trials") for r in later)
+    # each later draw says why (a repeat runs the config it repeats, drawn before: under load a
+    # CI run closed a trial as stale and ran its config again, untagged)
+    drawn = [r for r in later if r.kind is Kind.SAMPLED]
+    assert drawn and all((held[r.number] or "").startswith("amp held at off: its 3 bf16 trials") for r in drawn), \
+        [(r.number, r.kind, r.reason, held[r.number]) for r in later]
     assert not any(held[n] for n in range(bf16[2] + 1))
