@@ -4,7 +4,7 @@ A study measures one afternoon; in production the storage slows, a neighbour tak
 the exported worker count is wrong for hours. With ``adapt`` the recipe keeps measuring what the
 loop waits on its loader, epoch by epoch, and between epochs moves ``num_workers`` (and, with
 the workers at their most, ``prefetch_factor``) when that wait rises or falls past thresholds
-(``decide``: a pure rule over the epochs so far). It never changes what changes the math (the
+(``autotune._adapt_rule.decide``: a pure rule over the epochs so far). It never changes what changes the math (the
 batch size, the lr, the precision), never moves within an epoch (a new iterator would replay or
 skip samples), and undoes a move that ran slower. Every move is printed once and, with a
 tracking URI, logged to an MLflow run of the production job with the values in force.
@@ -12,136 +12,13 @@ tracking URI, logged to an MLflow run of the production job with the values in f
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import sys
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
+from autotune._adapt_rule import MOST_PREFETCH, STUCK_EPOCHS, STUCK_S, Epoch, Move, decide, most_workers
 from autotune._margin import gpu_line
-
-#: Data wait (the share of an epoch's wall time the loop waited for its next batch) past which
-#: the loader is short of workers, and under which it has more than it needs.
-HIGH, LOW = 0.10, 0.02
-#: Epochs in a row past a threshold before a move (twice that under ``LOW``): one slow epoch
-#: (a cache refilling, a neighbour's burst) moves nothing.
-PATIENCE = 2
-#: A move down that ran under this share of the rate before it is undone; a move up (more
-#: workers or prefetch, which cost RAM and CPU) that did not gain ``1 / WORSE`` of it, too.
-WORSE = 0.97
-#: The most workers per usable CPU (an I/O-bound loader's workers mostly sleep) and in all.
-WORKERS_PER_CPU, MOST_WORKERS = 4, 64
-#: Epochs and seconds (both must pass) the values a move was undone back to stay put
-#: (``decide``'s ``stuck``): long enough not to churn (each move restarts the workers), short
-#: enough to follow a storage that slows hours into the job.
-STUCK_EPOCHS, STUCK_S = 16, 600.0
-#: The most ``prefetch_factor`` a move asks for.
-MOST_PREFETCH = 16
-#: The share of its CPUs kept busy (by the job or others) past which no move goes up, where the
-#: training tree itself keeps ``CPU_OWN`` of them busy: the loop then waits for CPU time, which
-#: more workers only split finer. Busy CPUs beside a loader whose workers sleep on storage do not
-#: stop more of them from helping (its loop needs little CPU: a test of it failed in CI under a
-#: guard on the machine's share alone). Reasoned and unit-tested, not yet seen to bind: the steady
-#: benchmark's data wait of 30% on a 2-CPU host came with its CPUs 40% busy (the sandbox's pipe
-#: latency, in no CPU time), and its moves up were tried and undone.
-CPU_FULL = 0.9
-CPU_OWN = 0.5
-
-
-@dataclasses.dataclass(frozen=True)
-class Epoch:
-    """One measured epoch: its data wait share, samples/s, the loader's values in force, the
-    share of the process's CPUs kept busy (``cpu``, by every process: ``cpu_seconds``) and by
-    the training process tree itself (``own``); None: not read."""
-
-    wait: float
-    rate: float
-    workers: int
-    prefetch: int | None
-    cpu: float | None = None
-    own: float | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Move:
-    """New loader values, and why, in one line; ``undoes``: back to the values before a move
-    that did not pay."""
-
-    workers: int
-    prefetch: int | None
-    why: str
-    undoes: bool = False
-
-
-def decide(epochs: Sequence[Epoch], floor: int, ceiling: int,
-           stuck: Collection[tuple[int, int | None]] = (), most_prefetch: int = MOST_PREFETCH) -> Move | None:
-    """The loader's values for the next epoch, or None to keep them.
-
-    Up where the last ``PATIENCE`` epochs at these values all waited over ``HIGH``: workers to
-    what would have fed the loop (its workers over the share of time they kept up, Little's
-    law), at most ``ceiling``; with the workers at ``ceiling``, ``prefetch_factor`` doubled.
-    Down one step (a quarter of the workers) where ``2 * PATIENCE`` epochs all waited under
-    ``LOW``, never under ``floor`` (the export's own). Back to the values before a move whose
-    second epoch (the first pays for starting its workers) ran under ``WORSE`` of their rate, or,
-    for a move up, gained less than ``1 / WORSE`` (more workers cost RAM and CPU); an undo is
-    not itself judged, and ``stuck`` (the values a move was undone back to) move no more the
-    same way: where more workers did not help, waiting is not for want of them (the CPUs are).
-    Nor does a move go up while ``CPU_FULL`` of the CPUs are busy and the tree itself keeps
-    ``CPU_OWN`` of them so (``Epoch.cpu``, ``Epoch.own``): its loop waits for CPU, not workers.
-    ``prefetch_factor`` goes up to ``most_prefetch`` at most (lower after a memory margin step).
-
-    >>> up = [Epoch(0.5, 500.0, 2, 2), Epoch(0.5, 510.0, 2, 2)]
-    >>> decide(up, 2, 8)
-    Move(workers=4, prefetch=2, why='data wait 50% over 2 epochs (over 10%): num_workers 2 -> 4', undoes=False)
-    >>> decide([*up, Epoch(0.3, 600.0, 4, 2), Epoch(0.3, 450.0, 4, 2)], 2, 8).why
-    'num_workers 4 -> 2: the move ran 0.88x the samples/s before it'
-    >>> decide([*up, Epoch(0.6, 500.0, 2, 2)], 2, 8, stuck={(2, 2)}) is None
-    True
-    >>> decide([Epoch(0.5, 500.0, 2, 2, cpu=0.95, own=0.7)] * 2, 2, 8) is None  # waiting for CPU
-    True
-    """
-    values = [(e.workers, e.prefetch) for e in epochs]
-    runs = [i for i in range(1, len(values)) if values[i] != values[i - 1]]  # where each later run starts
-    run = len(epochs) - (runs[-1] if runs else 0)
-    last, before = epochs[-1], (epochs[runs[-1] - 1] if runs else None)
-    undoing = len(runs) >= 2 and values[runs[-2] - 1] == values[-1]  # back where the run before started
-    up = before is not None and (last.workers, last.prefetch or 0) > (before.workers, before.prefetch or 0)
-    if before is not None and not undoing and run == 2 and \
-            last.rate < (before.rate / WORSE if up else WORSE * before.rate):
-        undo = ", ".join([f"num_workers {last.workers} -> {before.workers}"] * (last.workers != before.workers)
-                         + [f"prefetch_factor {last.prefetch} -> {before.prefetch}"] * (last.prefetch != before.prefetch))
-        return Move(before.workers, before.prefetch,
-                    f"{undo}: the move ran {last.rate / before.rate:.2f}x the samples/s before it", undoes=True)
-    stays = (last.workers, last.prefetch) in stuck
-    recent = epochs[-PATIENCE:]
-    full = all(e.cpu is not None and e.own is not None and e.cpu >= CPU_FULL and e.own >= CPU_OWN for e in recent)
-    if run >= PATIENCE and all(e.wait > HIGH for e in recent) and not stays and not full:
-        wait = sum(e.wait for e in recent) / len(recent)
-        said = f"data wait {wait:.0%} over {len(recent)} epochs (over {HIGH:.0%}): "
-        if last.workers < ceiling:
-            wanted = min(ceiling, max(last.workers + 1, math.ceil(max(last.workers, 1) / max(1 - wait, 0.05))))
-            return Move(wanted, last.prefetch, said + f"num_workers {last.workers} -> {wanted}")
-        if last.workers and last.prefetch is not None and last.prefetch < most_prefetch:
-            wanted = min(most_prefetch, 2 * last.prefetch)
-            return Move(last.workers, wanted, said + f"prefetch_factor {last.prefetch} -> {wanted} "
-                                                     f"(num_workers at its most here, {ceiling})")
-        return None
-    calm = epochs[-2 * PATIENCE:]
-    if run >= 2 * PATIENCE and last.workers > floor and all(e.wait < LOW for e in calm) and not stays:
-        wanted = max(floor, last.workers - max(1, last.workers // 4))
-        return Move(wanted, last.prefetch, f"data wait under {LOW:.0%} over {len(calm)} epochs: "
-                                           f"num_workers {last.workers} -> {wanted}")
-    return None
-
-
-def most_workers(cpus: int, exported: int) -> int:
-    """The most workers a move asks for on ``cpus`` usable CPUs (never under the export's).
-
-    >>> most_workers(2, 2), most_workers(32, 4), most_workers(2, 12)
-    (8, 64, 12)
-    """
-    return max(exported, min(MOST_WORKERS, WORKERS_PER_CPU * cpus))
 
 
 class AdaptiveLoaders:
@@ -202,23 +79,27 @@ class AdaptiveLoaders:
             return
         state["kwargs"]["collate_fn"].restart()
         cpu_began, own_began = cpu_seconds(), self._footprint.cpu()
-        waited = samples = 0.0
+        waited = unmade = samples = 0.0
         peak = 0
         began = asked = time.perf_counter()
         checked = -CHECK_EVERY  # the first batch of a loader is checked: its queue fills from there
         while True:
             source, step, seeded = batches(state["current"]), None, False
             counted, order = state["kwargs"]["collate_fn"], state["order"]
+            ready = 0  # batches made and not taken when the loop asked (0: it waits for a worker)
             for batch in source:
                 if not seeded:  # its iterator has drawn its seed: the user's generator again
                     state["current"].generator, seeded = state["kwargs"].get("generator"), True
-                waited += time.perf_counter() - asked
+                wait = time.perf_counter() - asked
+                waited += wait
+                unmade += wait if ready <= 0 else 0.0
                 yield batch
                 samples += count(batch)
                 counted.took(batch)
                 if order is not None:
                     order.trained()
                 asked = time.perf_counter()
+                ready = counted.ready()
                 if asked - checked >= CHECK_EVERY:
                     checked = asked
                     step, used = self._check(state, counted)
@@ -245,7 +126,7 @@ class AdaptiveLoaders:
         own = (own_ended - own_began) / (wall * cpu_ended[1]) if None not in (own_began, own_ended, cpu_ended) \
             else None
         epoch = Epoch(waited / wall, samples / wall, int(kw.get("num_workers", 0) or 0), kw.get("prefetch_factor"),
-                      busy, own)
+                      busy, own, unmade / wall)
         state["epochs"].append(epoch)
         seen, now = len(state["epochs"]), time.monotonic()
         stuck = {values for values, (epoch_at, at) in state["stuck"].items()
@@ -256,7 +137,8 @@ class AdaptiveLoaders:
         if self._log is not None:
             memory = {"ram_gib": peak / 2**30} if peak else {}
             memory.update({k: v for k, v in (("cpu_busy_frac", busy), ("cpu_own_frac", own)) if v is not None})
-            self._log(len(state["epochs"]), {"data_wait_frac": epoch.wait, "samples_per_s": epoch.rate, **memory},
+            self._log(len(state["epochs"]), {"data_wait_frac": epoch.wait, "data_wait_unmade_frac": epoch.wanting,
+                                             "samples_per_s": epoch.rate, **memory},
                       {"num_workers": epoch.workers, "prefetch_factor": epoch.prefetch})
         if state["step"] is not None:  # a step the loader could not take mid-epoch
             self._step(state, state["step"], mid_epoch=False)

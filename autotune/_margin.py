@@ -147,6 +147,10 @@ class Counted:
         self.taken[0] += self.last
         self.taken[1] += 1
 
+    def ready(self) -> int:
+        """Batches made and not taken yet (in flight, or waiting in a queue for the loop)."""
+        return sum(self.made[1::3]) - self.taken[1]
+
     def in_flight(self) -> tuple[int, int]:
         """Bytes in flight, and a batch's bytes: the largest of the last each worker made and
         the last the loop took (items that grow show in the batches made first: those taken

@@ -11,7 +11,7 @@
    without ``adapt`` is recorded, to show that it was steady on the host.
 
 Writes the section ``Adaptive loader (DATE)`` of ``results/production.md`` and
-``data/production/adapt.json`` (``adapt-steady.json`` for ``--cases steady``).
+``data/production/adapt.json`` (``adapt-steady[-Nms].json`` for ``--cases steady``).
 
     python benchmarks/adapt.py --turns 5
     python benchmarks/adapt.py --turns 5 --cases steady
@@ -79,7 +79,8 @@ def main() -> None:
         print(json.dumps({"slowed": {str(k): v for k, v in (slowed or [{}])[-1].items()},
                           "steady": {str(k): v for k, v in (steady or [{}])[-1].items()}}), flush=True)
     name = "adapt-persistent" if args.persistent else "adapt"
-    raw = data_path(TOPIC, name if "slowed" in cases else "adapt-steady", ".json")
+    steady_name = "adapt-steady" + (f"-{args.steady_step_ms:g}ms" if args.steady_step_ms != 20 else "")
+    raw = data_path(TOPIC, name if "slowed" in cases else steady_name, ".json")
     raw.write_text(json.dumps({"machine": machine(), "seconds": args.seconds, "steady_step_ms": args.steady_step_ms,
                                "slowed": [{str(k): v for k, v in t.items()} for t in slowed],
                                "steady": [{str(k): v for k, v in t.items()} for t in steady]}, indent=1))

@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import Dataset
 
 import autotune
-from autotune._adapt import CPU_FULL, CPU_OWN, HIGH, PATIENCE, Epoch, decide
+from autotune._adapt_rule import CPU_FULL, CPU_OWN, HIGH, PATIENCE, Epoch, decide
 
 #: A read's wait before and after the storage slows (4x), and when it does.
 READ_S, SLOWER, SLOW_AFTER_S = 0.002, 4, 3.0
@@ -131,6 +131,14 @@ def test_the_rule_waits_for_patience_and_never_moves_what_it_undid() -> None:
     assert decide([Epoch(0.01, 900.0, 8, 2, cpu=1.0, own=1.0)] * (2 * PATIENCE), 2, 8).workers == 6
     # ... but CPUs others keep busy beside a loader whose workers sleep on storage: on up
     assert decide([Epoch(0.6, 300.0, 2, 2, cpu=1.0, own=0.1)] * PATIENCE, 2, 8).workers == 5
+    # a wait for batches made already is their hand-over, which more workers do not shorten: kept;
+    # the wait with none made yet is what moves, and sets how many
+    handed = Epoch(0.3, 300.0, 4, 2, unmade=0.02)
+    assert decide([handed] * 10, 4, 16) is None
+    assert decide([Epoch(0.6, 300.0, 2, 2, unmade=0.5)] * PATIENCE, 2, 8).why == \
+        "data wait 50% over 2 epochs (over 10%): num_workers 2 -> 4"
+    # ... and it is not calm either: the move down reads the whole wait
+    assert decide([handed] * (2 * PATIENCE), 2, 16) is None
 
 
 @pytest.mark.parametrize("adapt", [False, True])

@@ -105,5 +105,6 @@ def test_bytes_in_flight_are_those_made_less_those_taken() -> None:
     assert counted.in_flight() == (384, 128)
     counted.took(made[0])
     assert counted.in_flight() == (256, 128)
+    assert counted.ready() == 2  # batches made that the loop has not taken
     counted.restart()  # a new epoch: nothing in flight, the size kept
-    assert counted.in_flight() == (0, 128)
+    assert counted.in_flight() == (0, 128) and counted.ready() == 0
