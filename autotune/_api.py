@@ -8,7 +8,6 @@ checks, the same study.
 from __future__ import annotations
 
 import inspect
-import math
 import os
 import sys
 import threading
@@ -16,10 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autotune._bounds import LIMITS, check
 from autotune._config import ConfigError
 from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION
 from autotune._launch import TRIAL_TAG_ENV, Budget
-from autotune._margin import RAM_BUDGET_LEAST
 from autotune._noise import FOREIGN_LOAD_MAX, QUIET_WAIT_S, REMEASURES, SPREAD_MAX
 from autotune._options import DEFAULT_STORE
 from autotune._result import Result
@@ -128,7 +127,7 @@ def tune(target: str | Callable[..., Any], *, trials: int = TRIALS, space: str |
                            "the script that calls it. Guard that call with `if __name__ == \"__main__\":`")
     given = {name: value for name, value in locals().items() if name in LIMITS}
     for name, value in given.items():
-        _check(name, value)
+        check(name, value)
     given["profile"], given["warm_start"] = bool(profile), bool(warm_start)
     if args is not None and not (isinstance(target, str) and is_script(target)):
         raise ConfigError(f"args={list(args)!r}: a command line is for a script target (train.py or "
@@ -138,38 +137,6 @@ def tune(target: str | Callable[..., Any], *, trials: int = TRIALS, space: str |
     return _run(target, given, argv=argv, trials=trials, space=str(space), study=study, storage=storage,
                 store=Path(store), tracking_uri=tracking_uri, device=device, jobs=jobs, timeout=timeout,
                 ram_budget=ram_budget, seed=seed, progress=progress)
-
-
-#: Each numeric option's bounds, for tune and the CLI alike: (least, inclusive?), (most, inclusive?).
-LIMITS: dict[str, tuple[tuple[float, bool] | None, tuple[float, bool] | None]] = {
-    "trials": ((1, True), None), "jobs": ((1, True), None), "warmup": ((0, True), None),
-    "window": ((0.05, True), None), "windows": ((1, True), None), "timeout": ((1, True), None),
-    "startup_timeout": ((1, True), None), "stall_timeout": ((0.5, True), None),
-    "compile_timeout": ((1, True), None),
-    "ram_budget": ((RAM_BUDGET_LEAST, True), None), "divergence_tolerance": ((0, False), None),
-    "prune": ((0, True), (1, True)), "confirm": ((0, True), None), "ceiling_windows": ((0, True), None),
-    "max_load": ((0, True), (1, True)), "max_spread": ((0, True), None), "remeasure": ((0, True), None),
-    "quiet_wait": ((0, True), None), "store_patience": ((0, True), None), "nproc_per_node": ((1, True), None),
-    "horizon": ((0, False), None),
-}
-INTEGERS = frozenset({"trials", "jobs", "windows", "confirm", "ceiling_windows", "remeasure", "nproc_per_node"})
-
-
-def _check(name: str, value: Any) -> None:
-    """Raise ConfigError unless ``value`` is allowed for option ``name`` (None: its default)."""
-    if value is None and name in ("timeout", "ram_budget"):
-        return
-    low, high = LIMITS[name]
-    kind = "an integer" if name in INTEGERS else "a number"
-    wrong_type = isinstance(value, bool) or not isinstance(value, int if name in INTEGERS else (int, float))
-    out = not wrong_type and (not math.isfinite(value)
-                              or (low and (value < low[0] if low[1] else value <= low[0]))
-                              or (high and (value > high[0] if high[1] else value >= high[0])))
-    if wrong_type or out:
-        bounds = " and ".join(filter(None, [
-            low and f"{'>=' if low[1] else '>'} {low[0]}", high and f"{'<=' if high[1] else '<'} {high[0]}"]))
-        finite = "a finite number" if not wrong_type and not math.isfinite(value) else kind
-        raise ConfigError(f"{name}={value!r}: must be {finite} {bounds}")
 
 
 def _run(target: str, limits: Mapping[str, Any], *, argv: tuple[str, ...] | None, trials: int, space: str, study: str | None,

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from autotune._api import DEFAULTS as D
-from autotune._api import INTEGERS, LIMITS
+from autotune._bounds import INTEGERS, LIMITS
 from autotune._config import ConfigError
 from autotune._confirm import CONFIRM_TOP
 from autotune._knobs import KNOBS, show_value

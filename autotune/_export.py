@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from autotune._bounds import RAM_BUDGET_LEAST, allowed
 from autotune._config import Config, ConfigError, read_yaml
 from autotune._knobs import KNOBS, Stage, show_value, unknown_knob_message
-from autotune._margin import RAM_BUDGET_LEAST
 from autotune._handles import Recipe
 
 #: The one key of an export that is not a knob: the batch size the lr was written for.
@@ -117,8 +117,7 @@ def load(path: str | Path | None = None, device: Any = "auto", *, check: bool = 
     Raises:
         ConfigError: the file, the key, the value and what is allowed.
     """
-    if ram_budget is not None and (isinstance(ram_budget, bool) or not isinstance(ram_budget, (int, float))
-                                   or not RAM_BUDGET_LEAST <= ram_budget < float("inf")):
+    if ram_budget is not None and not allowed("ram_budget", ram_budget):
         raise ConfigError(f"load(ram_budget={ram_budget!r}): must be a finite number of GiB >= {RAM_BUDGET_LEAST} "
                           "(as a study's --ram-budget)")
     extra = {"adapt": adapt, "tracking_uri": tracking_uri, "ram_budget": ram_budget} if adapt else {}

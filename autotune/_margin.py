@@ -30,8 +30,6 @@ MARGIN = 0.85
 #: Share of the RAM available at the start that one trial's processes may use, and by default
 #: a recipe's (``default_budget``).
 RAM_BUDGET_FRACTION = 0.75
-#: The least RAM budget, in GiB, that a study or a recipe takes (less holds no Python process).
-RAM_BUDGET_LEAST = 0.01
 #: Seconds between two readings of the tree at most (a reading costs about 20 us a process).
 CHECK_EVERY = 0.2
 #: Seconds between two walks of the process tree for new workers.
