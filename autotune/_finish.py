@@ -21,7 +21,7 @@ from autotune._noise import is_noisy
 from autotune._profiling import PROFILE_ATTR, parent_figures
 from autotune._recorder import ParentRecord, Recorder
 from autotune._records import kind_of, run_name
-from autotune._standing import Standing, export_text, findings, standing, throughput_figure
+from autotune._standing import Standing, export_text, findings, standing
 from autotune._tuners import Liveness, Registry, TunerPhase, describe
 
 if TYPE_CHECKING:
@@ -41,8 +41,11 @@ def finish(study: optuna.Study, store: Path, registry: Registry, liveness: Liven
         say(f"the study's MLflow parent run stays open: {describe(others)} still run study {study.study_name}, "
             "and the last one closes it")
         return found
-    record = parent_record(study, found, ended, 1 + len(registry.others()))
-    recorder.close_parent(record, figures(study, found), "KILLED" if signum else "FINISHED")
+    from autotune._report import throughput_png
+
+    plot = throughput_png(study.study_name, found)  # once: the report and the parent run share it
+    record = parent_record(study, found, ended, 1 + len(registry.others()), plot)
+    recorder.close_parent(record, {"throughput.png": plot}, "KILLED" if signum else "FINISHED")
     return found
 
 
@@ -91,15 +94,17 @@ def export(study: optuna.Study, found: Standing, store: Path) -> Path | None:
     return path
 
 
-def parent_record(study: optuna.Study, found: Standing, ended: str, tuners: int) -> ParentRecord:
-    """The parent run's closing record, from the study's standing."""
+def parent_record(study: optuna.Study, found: Standing, ended: str, tuners: int,
+                  throughput: bytes | None = None) -> ParentRecord:
+    """The parent run's closing record, from the study's standing (``throughput``: its samples/s
+    plot as PNG, if rendered already)."""
     from autotune._report import report_html
 
     name, rows, best = study.study_name, found.rows, found.best
     artifacts = {"trials.json": json.dumps([dataclasses.asdict(r) for r in rows], indent=1),
                  "ceilings.json": json.dumps(found.ceilings.table(), indent=1),
                  "report.html": report_html(name, found, study.user_attrs.get("fingerprint"),
-                                            study.user_attrs.get(PROFILE_ATTR))}
+                                            study.user_attrs.get(PROFILE_ATTR), throughput)}
     metrics: dict[str, float] = {"trials": float(len(rows)),
                                  "noisy_trials": float(sum(1 for r in rows if is_noisy(r.doubt)))}
     lines = findings(found)
@@ -129,7 +134,3 @@ def parent_record(study: optuna.Study, found: Standing, ended: str, tuners: int)
             for r in rows if r.run_id and r.outcome not in UNFINISHED}
     return ParentRecord(artifacts, metrics, tags, runs, traces)
 
-
-def figures(study: optuna.Study, found: Standing) -> dict[str, Any]:
-    """The parent run's plots, by artifact name."""
-    return {"throughput.png": throughput_figure(study.study_name, found)}

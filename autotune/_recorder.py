@@ -273,10 +273,11 @@ class Recorder:
             return False
         return True
 
-    def close_parent(self, record: ParentRecord, figures: Mapping[str, Any], status: str) -> None:
-        """Close the study's MLflow parent run with what the study found (the last tuner does)."""
+    def close_parent(self, record: ParentRecord, images: Mapping[str, bytes], status: str) -> None:
+        """Close the study's MLflow parent run with what the study found (the last tuner does);
+        ``images``: PNGs by artifact name."""
         self.tracker.tag_runs(record.runs)
-        self.tracker.finish_parent(self.parent_id, record.artifacts, record.metrics, figures, status=status,
+        self.tracker.finish_parent(self.parent_id, record.artifacts, record.metrics, images, status=status,
                                    tags=record.tags, files={"traces": record.traces})
 
     def kill_parent(self) -> None:

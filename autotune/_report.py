@@ -39,10 +39,11 @@ td.reason { min-width: 22em; }
 
 
 def report_html(name: str, found: Standing, fingerprint: Mapping[str, Any] | None = None,
-                profile: Mapping[str, Any] | None = None) -> str:
+                profile: Mapping[str, Any] | None = None, throughput: bytes | None = None) -> str:
     """The study's report as one HTML page (no outside files: figures are inlined PNGs); with the
-    profile runs' findings (``autotune._profiling``), the baseline's and the winner's steps."""
-    from autotune._standing import findings, throughput_figure
+    profile runs' findings (``autotune._profiling``), the baseline's and the winner's steps.
+    ``throughput``: the samples/s plot as PNG, if the caller rendered it already (``throughput_png``)."""
+    from autotune._standing import findings
 
     rows, best, base = found.rows, found.best, found.base
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>autotune: study {_e(name)}</title>"
@@ -61,7 +62,7 @@ def report_html(name: str, found: Standing, fingerprint: Mapping[str, Any] | Non
     if profile:
         parts.append(step_parts_html(profile))
     parts += ["<h2 id='throughput'>samples/s per trial</h2>",
-              _img(throughput_figure(name, found), "samples/s per trial"),
+              _img(throughput or throughput_png(name, found), "samples/s per trial"),
               "<h2 id='trials'>Every trial</h2>", _trials_table(found)]
     effects = knob_effects(rows)
     if effects:
@@ -204,10 +205,23 @@ def _loss_figure(base: TrialRow, best: TrialRow):
     return fig
 
 
-def _img(fig, alt: str) -> str:
+def throughput_png(name: str, found: Standing) -> bytes:
+    """The samples/s plot (``throughput_figure``) as PNG: rendered once per finish, it goes both into
+    the report and to the parent run (its rendering is most of what closing a study costs the tuner)."""
+    from autotune._standing import throughput_figure
+
+    return _png(throughput_figure(name, found))
+
+
+def _png(fig) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
-    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    return buffer.getvalue()
+
+
+def _img(fig_or_png, alt: str) -> str:
+    png = fig_or_png if isinstance(fig_or_png, bytes) else _png(fig_or_png)
+    data = base64.b64encode(png).decode("ascii")
     return f"<img alt='{_e(alt)}' src='data:image/png;base64,{data}'>"
 
 

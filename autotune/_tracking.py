@@ -210,11 +210,11 @@ class Tracker:
             self._call(self.client.delete_run, run_id)
 
     def finish_parent(self, run_id: str, artifacts: Mapping[str, str],
-                      metrics: Mapping[str, float], figures: Mapping[str, Any] | None = None,
+                      metrics: Mapping[str, float], images: Mapping[str, bytes] | None = None,
                       status: str = "FINISHED", tags: Mapping[str, str] | None = None,
                       files: Mapping[str, Sequence[str]] | None = None) -> None:
-        """Attach text artifacts, figures, files (by artifact folder), summary metrics and tags to the
-        parent run and close it."""
+        """Attach text artifacts, images (PNG bytes, by artifact name), files (by artifact folder), summary
+        metrics and tags to the parent run and close it."""
         from mlflow.entities import Metric, RunTag
 
         now = int(time.time() * 1000)
@@ -222,12 +222,22 @@ class Tracker:
                    tags=[RunTag(k, v) for k, v in (tags or {}).items()])
         for name, text in artifacts.items():
             self._call(self.client.log_text, run_id, text, name)
-        for name, figure in (figures or {}).items():
-            self._call(self.client.log_figure, run_id, figure, name)
+        for name, data in (images or {}).items():
+            self._log_bytes(run_id, data, name)
         for folder, paths in (files or {}).items():
             for path in paths:
                 self._call(self.client.log_artifact, run_id, path, folder)
         self._call(self.client.set_terminated, run_id, status=status)
+
+    def _log_bytes(self, run_id: str, data: bytes, name: str) -> None:
+        """One artifact of these bytes at ``name`` (MLflow's client logs files, text or figures)."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / Path(name).name
+            path.write_bytes(data)
+            parent = str(Path(name).parent)
+            self._call(self.client.log_artifact, run_id, str(path), None if parent == "." else parent)
 
 
 def _text(value: Any) -> str:

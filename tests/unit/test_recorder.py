@@ -3,6 +3,7 @@ real MLflow SQLite store in a temporary folder: no worker process, hand-built re
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import optuna
@@ -135,17 +136,22 @@ def test_a_study_whose_baseline_is_never_believed_closes_its_parent_run_with_no_
     from standings import standing as standing_of_rows
     from standings import trial
 
-    from autotune._finish import figures, parent_record
+    from autotune._finish import parent_record
+    from autotune._report import throughput_png
 
     noisy = "noisy: other processes used 70% of its CPUs while it measured (over 60%)"
     found = standing_of_rows(trial(0, 900.0, doubt=noisy), trial(1, 1200.0, sampled={"num_workers": 2}))
     assert found.base is not None and not found.base.rates and found.best.number == 1
-    record = parent_record(recorder.study, found, "finished", tuners=1)
+    plot = throughput_png(recorder.study.study_name, found)
+    record = parent_record(recorder.study, found, "finished", tuners=1, throughput=plot)
     assert record.metrics["best_samples_per_s"] == 1200.0
     assert "best_speedup" not in record.metrics and "baseline_samples_per_s" not in record.metrics
     assert record.tags["autotune.result"].startswith(
         "trial 1, 1,200 samples/s, ±2%; no speedup: unreliable baseline, every run of it was noisy")
-    recorder.close_parent(record, figures(recorder.study, found), "FINISHED")
+    recorder.close_parent(record, {"throughput.png": plot}, "FINISHED")
     parent = recorder.tracker.client.get_run(recorder.parent_id)
+    artifacts = {a.path: a.file_size for a in recorder.tracker.client.list_artifacts(recorder.parent_id)}
+    assert artifacts["throughput.png"] == len(plot) and plot.startswith(b"\x89PNG")
+    assert plot and base64.b64encode(plot).decode() in record.artifacts["report.html"]  # the same picture
     assert parent.info.status == "FINISHED" and parent.data.metrics["best_samples_per_s"] == 1200.0
     assert "best_speedup" not in parent.data.metrics
