@@ -74,7 +74,7 @@ def report_html(name: str, found: Standing, fingerprint: Mapping[str, Any] | Non
         parts += ["<h2 id='loss'>Does the winner train like the baseline?</h2>",
                   "<p class='dim'>Their loss against the samples each had consumed: a config that needs more "
                   "samples for the same loss is not a real speed-up (the divergence check compares these).</p>",
-                  _img(_loss_figure(base.first, best), "loss at matched samples")]
+                  _img(_png(_loss_figure(base.first, best)), "loss at matched samples")]
     if best is not None and best.bottleneck is not None:
         b = best.bottleneck
         cells = [("compute ceiling (the loop on batches already on the device)", b.compute),
@@ -219,8 +219,7 @@ def _png(fig) -> bytes:
     return buffer.getvalue()
 
 
-def _img(fig_or_png, alt: str) -> str:
-    png = fig_or_png if isinstance(fig_or_png, bytes) else _png(fig_or_png)
+def _img(png: bytes, alt: str) -> str:
     data = base64.b64encode(png).decode("ascii")
     return f"<img alt='{_e(alt)}' src='data:image/png;base64,{data}'>"
 
