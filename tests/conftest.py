@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -83,6 +84,28 @@ def no_process_left_behind(request: pytest.FixtureRequest, monkeypatch: pytest.M
     for proc in left:
         proc.kill()
     assert not left, f"processes left alive by the test: {[(p.pid, p.name()) for p in left]}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def own_host():
+    """Each test process is a host of its own to the tuners' turn-taking (``HostRegistry``): the
+    tuners of one host hold its CPUs one trial at a time, whatever their study, so with one folder
+    for the whole suite every study of the three processes waited for the others' trials, and a
+    trial that sleeps (a slow read, a server down) held the other two processes idle too. Tests of
+    tuners sharing a host give them a folder of their own (test_many_tuners, test_host_registry);
+    a test's own tuners still share its process's folder and take turns."""
+    import tempfile
+
+    from autotune._tuners import HOST_DIR_ENV
+
+    with tempfile.TemporaryDirectory(prefix="autotune-host-") as folder:
+        before = os.environ.get(HOST_DIR_ENV)
+        os.environ[HOST_DIR_ENV] = folder
+        yield Path(folder)
+        if before is None:
+            os.environ.pop(HOST_DIR_ENV, None)
+        else:
+            os.environ[HOST_DIR_ENV] = before
 
 
 @pytest.fixture(scope="session")

@@ -302,12 +302,13 @@ def test_a_hang_before_the_first_batch_is_a_startup_timeout(tmp_path: Path) -> N
     assert not survivors(watch)
 
 
-def test_a_trial_past_its_deadline_is_killed(tmp_path: Path) -> None:
+def test_a_trial_past_its_deadline_is_killed(tmp_path: Path, warm) -> None:
     # Healthy and making progress, but 1000 windows will not fit in 20 s (and a window will, even
-    # where a cold start-up takes over 10 s: the whole suite on two slow cores, which at 10 s
-    # killed one in CI before its first window).
+    # where a start-up takes over 10 s: the whole suite on two slow cores, which at 10 s killed
+    # one in CI before its first window). Its loader sleeps (a slow read): a loop that burned a
+    # CPU for the 20 s took 20 s of the suite's CPU for what a sleeping one shows as well.
     budget = Budget(warmup_s=0.2, window_s=0.3, windows=1000, timeout_s=20)
-    result, watch = trial(tmp_path, "train", budget=budget)
+    result, watch = trial(tmp_path, "train_loader_bound", budget=budget, warm=warm)
     assert result.outcome is Outcome.TIMEOUT
     assert result.reason == "deadline: still running after 20 s"
     assert result.windows  # what it measured is kept
