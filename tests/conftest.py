@@ -15,24 +15,15 @@ from tuners import launch  # noqa: F401  (a fixture: tuners of one study, starte
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 
-#: Run order by folder: whole studies first, then real processes, then the rules. Three
-#: processes share the suite (pytest-xdist); the long tests started last were the tail one
-#: process ran alone while the others had finished.
-ORDER = ("study", "process", "unit")
-#: The longest test files, started first of all (each over 40 s of one CPU on the 2-core CI machine).
-LONGEST = ("test_outages", "test_resume", "test_many_tuners", "test_ddp", "test_e2e", "test_tuners_retry",
-           "test_noisy_study", "test_frameworks", "test_script_study")
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the collection
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Order the tests (``ORDER``), and skip ``@pytest.mark.gpu`` tests cleanly when torch sees
-    no CUDA device."""
-    def rank(item: pytest.Item) -> tuple[int, int]:
-        folder = next((i for i, name in enumerate(ORDER) if f"/{name}/" in str(item.path)), len(ORDER))
-        return folder, LONGEST.index(item.path.stem) if item.path.stem in LONGEST else len(LONGEST)
+    """Order the tests (tests/order.py: the long files dealt out to the pytest-xdist processes),
+    and skip ``@pytest.mark.gpu`` tests cleanly when torch sees no CUDA device."""
+    from order import deal
 
-    items.sort(key=rank)
+    workers = getattr(config, "workerinput", {}).get("workercount", 1)
+    order = deal([item.path.stem for item in items], [item.path.parent.name for item in items], workers)
+    items[:] = [items[i] for i in order]
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu_items:
         return  # do not pay for importing torch when no GPU test was collected
