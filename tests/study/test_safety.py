@@ -42,7 +42,7 @@ def fault_study(tmp_path_factory) -> tuple[Path, str]:
     def build(cwd: Path) -> None:
         space = faults_space(cwd, sorted(FAULTS))
         tag = {TAG: f"fault-study-{uuid.uuid4().hex[:8]}"}
-        args = ["--study", "faults", "--space", str(space), *SHORT_TRIALS]
+        args = ["--study", "faults", "--space", str(space), *SHORT_TRIALS, "--windows", "3"]  # pruned after 2, or a 3rd
         first = autotune("run", FAULTY, "--trials", "1", *args, cwd=cwd, env=tag)
         assert first.returncode == 0, first.stderr
         enqueue_workers(cwd / "mlflow", "faults", *FAULTS)
@@ -168,7 +168,7 @@ def test_a_new_study_of_the_same_target_runs_the_earlier_ones_top_configs_first(
     store = tmp_path / "copy"
     shutil.copytree(cwd, store)
     out = autotune("run", FAULTY, "--study", "again", "--warm-start", "on", "--trials", "2",
-                   "--space", str(store / "faults.yaml"), *SHORT_TRIALS, cwd=store)
+                   "--space", str(store / "faults.yaml"), *SHORT_TRIALS, "--windows", "3", cwd=store)
     assert out.returncode == 0, out.stderr
     said = " ".join(out.stderr.split())
     assert "warm start: the 1 top config(s) of study faults (" in said, said
