@@ -82,7 +82,7 @@ def own_host():
     """Each test process is a host of its own to the tuners' turn-taking (``HostRegistry``): the
     tuners of one host hold its CPUs one trial at a time, whatever their study, so with one folder
     for the whole suite every study of the suite's processes waited for the others' trials, and a
-    trial that sleeps (a slow read, a server down) held the other two processes idle too. Tests of
+    trial that sleeps (a slow read, a server down) held the other processes idle too. Tests of
     tuners sharing a host give them a folder of their own (test_many_tuners, test_host_registry);
     a test's own tuners still share its process's folder and take turns."""
     import tempfile
