@@ -89,14 +89,9 @@ def own_host():
 
     from autotune._tuners import HOST_DIR_ENV
 
-    with tempfile.TemporaryDirectory(prefix="autotune-host-") as folder:
-        before = os.environ.get(HOST_DIR_ENV)
-        os.environ[HOST_DIR_ENV] = folder
+    with tempfile.TemporaryDirectory(prefix="autotune-host-") as folder, pytest.MonkeyPatch.context() as patch:
+        patch.setenv(HOST_DIR_ENV, folder)
         yield Path(folder)
-        if before is None:
-            os.environ.pop(HOST_DIR_ENV, None)
-        else:
-            os.environ[HOST_DIR_ENV] = before
 
 
 @pytest.fixture(scope="session")

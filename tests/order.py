@@ -59,11 +59,10 @@ def deal(files: Sequence[str], folders: Sequence[str], workers: int,
         return ORDER.index(folders[i]) if folders[i] in ORDER else len(ORDER)
 
     group_of = {name: g for g, (names, _) in enumerate(long) for name in names}
+    if workers < 2:
+        return sorted(range(len(files)), key=lambda i: (folder_rank(i), group_of.get(files[i], len(long))))
     rest = sorted((i for i in range(len(files)) if files[i] not in group_of), key=folder_rank)
     grouped = [[i for i in range(len(files)) if group_of.get(files[i]) == g] for g in range(len(long))]
-    if workers < 2:
-        heads = sorted((i for g in grouped for i in g), key=lambda i: (folder_rank(i), group_of[files[i]]))
-        return sorted(heads + rest, key=folder_rank)
     fronts: list[list[int]] = [[] for _ in range(workers)]
     seconds = [0.0] * workers
     for g in sorted(range(len(long)), key=lambda g: -long[g][1]):

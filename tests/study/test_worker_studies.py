@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from helpers import FIXTURES, autotune, load_study
+
+from autotune._probe import usable_cpus
 
 
 def test_a_study_on_a_waiting_loader_widens_its_worker_range(tmp_path: Path) -> None:
@@ -28,11 +29,11 @@ def test_a_study_on_a_waiting_loader_widens_its_worker_range(tmp_path: Path) -> 
     # the range stops at an epoch's 256 batches of 16 (1x); at 8x an epoch has 32, and no trial draws more
     assert high <= 256
     # (the range may widen again as more loaders are measured: each trial drew from the range of its
-    # time, and one drawn before any loader showed waiting drew from the cores: on a host loaded by
-    # the suite's other processes, the baseline's loader once read as busy and trial 1's widened it)
+    # time, and one drawn before any loader showed waiting drew from `auto`, the usable CPUs: on a
+    # host loaded by the suite's other processes, the baseline's loader once read as busy and trial
+    # 1's widened it)
     ranges = [(t.params["batch_size"], t.distributions["num_workers"].high) for t in trials[1:]]
-    cores = len(os.sched_getaffinity(0))
-    widened = [(size, top) for size, top in ranges if top != cores]
+    widened = [(size, top) for size, top in ranges if top != usable_cpus()]
     assert widened and ranges[-1] in widened, ranges
     assert all(high <= top <= 256 for size, top in widened if size == "1x"), ranges
     assert all(min(high, 32) <= top <= 32 for size, top in widened if size == "8x"), ranges

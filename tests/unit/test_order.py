@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from order import deal, shares  # noqa: E402
+from order import deal, shares
 
 LONG = ((("a", "a2"), 50.0), (("b",), 40.0), (("c",), 30.0), (("d",), 5.0))
 
