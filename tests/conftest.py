@@ -43,10 +43,17 @@ TAG = "AUTOTUNE_TEST_TAG"
 
 def tagged(value: str, variable: str = TAG) -> list:
     """Live (non-zombie) processes whose environment carries ``variable=value`` (by default
-    this test's tag; a trial's tag is ``autotune._watch.TRIAL_TAG_ENV``)."""
+    this test's tag; a trial's tag is ``autotune._watch.TRIAL_TAG_ENV``), the commands forked from
+    the template with it included (their ``/proc/PID/environ`` shows the template's: forked_cli)."""
+    import forked_cli
     import psutil
 
     found = []
+    for pid in forked_cli.alive(variable, value):
+        try:
+            found.append(psutil.Process(pid))
+        except psutil.Error:
+            continue
     for proc in psutil.process_iter():
         if proc.pid == os.getpid():
             continue

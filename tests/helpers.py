@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -61,8 +60,11 @@ def built_once(tmp_path_factory, name: str, build) -> Path:
 
 
 def autotune(*args: str, cwd: Path, env: dict | None = None, timeout: float = 240):
-    """Run the real CLI in a subprocess (see ``cli``), as a user would."""
-    return subprocess.run(cli(*args), cwd=cwd, env=cli_env(env), capture_output=True, text=True, timeout=timeout)
+    """Run the real CLI in a process of its own (see ``cli``), as a user would: forked from a template
+    that has done its imports, where that cannot differ from a new interpreter (tests/forked_cli.py)."""
+    import forked_cli
+
+    return forked_cli.run(cli(*args), cwd=cwd, env=cli_env(env), capture_output=True, text=True, timeout=timeout)
 
 
 def load_study(store: Path, name: str, url: str | None = None):

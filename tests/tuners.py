@@ -9,6 +9,7 @@ import time
 import uuid
 from pathlib import Path
 
+import forked_cli
 import pytest
 from helpers import FIXTURES, cli, cli_env
 
@@ -17,13 +18,14 @@ TARGET = f"{FIXTURES / 'team_train.py'}:train"
 
 
 class Tuner:
-    """``autotune run`` in a subprocess, its output in a file (a pipe could fill and block it)."""
+    """``autotune run`` in a process of its own (forked from the template where it can be:
+    tests/forked_cli.py), its output in a file (a pipe could fill and block it)."""
 
     def __init__(self, cwd: Path, *args: str, env: dict | None = None, prefix: list[str] | None = None,
                  target: str = TARGET) -> None:
         self.log = cwd / f"tuner-{uuid.uuid4().hex[:6]}.log"
         with open(self.log, "w") as out:
-            self.proc = subprocess.Popen([*(prefix or []), *cli("run", target, *args)],
+            self.proc = forked_cli.popen([*(prefix or []), *cli("run", target, *args)],
                                          cwd=cwd, env=cli_env(env), stdout=out, stderr=subprocess.STDOUT)
 
     def wait(self, timeout: float = 400) -> str:

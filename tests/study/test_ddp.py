@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 
+import forked_cli
 from helpers import FIXTURES, autotune, cli, cli_env, load_study
 
 from autotune._standing import standing
@@ -51,12 +52,12 @@ def test_a_rank_that_raises_or_hangs_ends_its_trial_and_a_run_handle_function_tr
         command = cli("run", str(SCRIPT), "--nproc-per-node", "2", "--trials", "1", "--store", "st", *TRIALS,
                       "--stall-timeout", "3", "--", "--epochs", "1000", "--read-ms", "0", fault, "1",
                       "--fail-after", "20")
-        runs[name] = subprocess.Popen(command, cwd=tmp_path / name, env=cli_env(None), text=True,
+        runs[name] = forked_cli.popen(command, cwd=tmp_path / name, env=cli_env(None), text=True,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     # a function that takes the Run, on 2 ranks: one rank may finish its windows first, and the
     # other's collective then loses its peer; the trial still ends complete
     (tmp_path / "handle").mkdir()
-    runs["handle"] = subprocess.Popen(
+    runs["handle"] = forked_cli.popen(
         cli("run", f"{FIXTURES / 'ddp_train.py'}:train", "--nproc-per-node", "2", "--trials", "1", "--store", "st",
             *TRIALS), cwd=tmp_path / "handle", env=cli_env(None), text=True, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE)

@@ -7,6 +7,7 @@ import re
 import time
 from pathlib import Path
 
+import forked_cli
 import psutil
 import pytest
 from conftest import TAG
@@ -27,7 +28,7 @@ def test_jobs_2_pins_each_trial_and_its_dataloader_workers_to_disjoint_cpus(tmp_
     args = cli("run", target, "--jobs", "2", "--trials", "3", "--space", str(space),
                "--warmup", "0.5", "--window", "0.5", "--windows", "3", "--ceiling-windows", "0", "--confirm", "0",
                "--prune", "0", "--study", "jobs")
-    tuner = subprocess.Popen(args, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    tuner = forked_cli.popen(args, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True)
     mine = os.environ[TAG]
     seen: dict[int, tuple[str, int, frozenset[int]]] = {}  # pid -> (trial tag, ppid, cpus)

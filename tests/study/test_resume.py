@@ -8,6 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import forked_cli
 import psutil
 import pytest
 from helpers import (
@@ -43,8 +44,8 @@ def wait_for_running_worker(store: Path, name: str, timeout: float = 90, url: st
     raise AssertionError("no trial " + ("measured a window" if measured else "reached its hang"))
 
 
-def start_tuner(cwd: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(cli("run", FAULTY, *args), cwd=cwd,
+def start_tuner(cwd: Path, *args: str):
+    return forked_cli.popen(cli("run", FAULTY, *args), cwd=cwd,
                             env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 
+import forked_cli
 from helpers import FIXTURES, SHORT_TRIALS, cli, cli_env, load_study, mlflow_runs
 
 SCRIPTS = FIXTURES / "scripts"
@@ -17,7 +18,7 @@ def run_all(cases: dict[str, list[str]], tmp_path) -> dict[str, subprocess.Compl
     for name, args in cases.items():
         (tmp_path / name).mkdir(exist_ok=True)
         command = cli("run", args[0], "--trials", "2", "--store", "st", *SHORT_TRIALS, *args[1:])
-        procs[name] = subprocess.Popen(command, cwd=tmp_path / name, env=cli_env(None), text=True,
+        procs[name] = forked_cli.popen(command, cwd=tmp_path / name, env=cli_env(None), text=True,
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     done = {}
     for name, proc in procs.items():

@@ -1,0 +1,88 @@
+"""The tests' forked ``autotune`` commands (tests/forked_cli.py) behave as new interpreters do."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import forked_cli
+from helpers import FIXTURES, SHORT_TRIALS, cli, cli_env
+
+
+def both(*args: str, cwd, env: dict | None = None):
+    """The command's result forked from the template, then as a real subprocess."""
+    forked = forked_cli.run(cli(*args), cwd=cwd, env=cli_env(env), capture_output=True, text=True, timeout=120)
+    real = subprocess.run(cli(*args), cwd=cwd, env=cli_env({**(env or {}), "AUTOTUNE_TEST_FORK": "0"}),
+                          capture_output=True, text=True, timeout=120)
+    return forked, real
+
+
+def test_a_forked_command_prints_and_exits_as_a_new_interpreter(tmp_path) -> None:
+    (tmp_path / "bad.py").write_text("def train():\n    pass\n")
+    for args in (("--help",), ("show", "--help"), ("run", "bad.py:train"), ("run", "missing.py:train"),
+                 ("show", "--store", "nowhere")):
+        forked, real = both(*args, cwd=tmp_path, env={"COLUMNS": "90"})
+        assert (forked.returncode, forked.stdout, forked.stderr) == (real.returncode, real.stdout, real.stderr), args
+
+
+def test_which_commands_fork() -> None:
+    argv = cli("show")
+    assert forked_cli.forkable(argv, env=cli_env(), cwd=".", stdout=subprocess.PIPE, text=True)
+    assert not forked_cli.forkable(["taskset", "-c", "0", *argv], env=cli_env())  # a prefix
+    assert not forked_cli.forkable([sys.executable, "-c", "pass"], env=cli_env())
+    assert not forked_cli.forkable(argv, env=cli_env({"PYTHONHASHSEED": "1"}))  # read at start
+    assert not forked_cli.forkable(argv, env=cli_env({"LD_PRELOAD": "x.so"}))
+    assert not forked_cli.forkable(argv, env=cli_env(), stdin=subprocess.PIPE)
+    assert not forked_cli.forkable(argv, env=cli_env(), start_new_session=True)  # an option it does not emulate
+    assert not forked_cli.forkable(argv, env=cli_env({"AUTOTUNE_TEST_FORK": "0"}))
+    assert forked_cli.forkable(argv, env=cli_env({"COLUMNS": "80", "MLFLOW_TRACKING_URI": "sqlite:///x.db"}))
+
+
+def start(tmp_path) -> tuple[forked_cli.ForkedCLI, object]:
+    """A forked tuner of a long study, once its baseline runs: the process, its stderr's file."""
+    import psutil
+
+    err = tmp_path / "stderr"
+    with open(err, "w") as out:
+        proc = forked_cli.popen(cli("run", f"{FIXTURES / 'tiny_train.py'}:train", "--trials", "20", "--store", "st",
+                                    *SHORT_TRIALS), cwd=tmp_path, env=cli_env(), stdout=subprocess.DEVNULL,
+                                stderr=out)
+    assert isinstance(proc, forked_cli.ForkedCLI)
+    assert psutil.Process(proc.pid).cwd() == str(tmp_path)  # set up before popen returns, as Popen's is
+    deadline = time.monotonic() + 120
+    while "trial 0: baseline" not in err.read_text() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert proc.poll() is None, err.read_text()
+    return proc, err
+
+
+def test_a_forked_tuner_is_a_process_of_its_own_that_signals_reach(tmp_path) -> None:
+    """Its pid is its own, its children are its own, and a signal sent to it ends the study as
+    the CLI ends it (128 + N), read back through the template; a second signal after the exit is
+    dropped, not sent to a pid the kernel may have reused."""
+    import psutil
+
+    proc, err = start(tmp_path)
+    assert psutil.Process(proc.pid).children(), "the tuner started no worker"
+    tag = os.environ["AUTOTUNE_TEST_TAG"]
+    assert forked_cli.alive("AUTOTUNE_TEST_TAG", tag) == [proc.pid]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 128 + signal.SIGTERM, err.read_text()
+    assert "stopped by SIGTERM" in err.read_text()
+    proc.kill()  # gone already: nothing is sent
+    assert proc.wait() == 128 + signal.SIGTERM
+    assert forked_cli.alive("AUTOTUNE_TEST_TAG", tag) == []
+
+
+def test_sigkill_reads_as_popen_reads_it(tmp_path) -> None:
+    import psutil
+
+    proc, _ = start(tmp_path)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    proc.kill()
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    for child in children:  # a tuner killed so leaves its workers to the next one on the study
+        child.kill()
