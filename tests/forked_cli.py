@@ -126,14 +126,13 @@ class ForkedCLI:
         self.args, self.returncode = list(argv), None
         self.stdout = self.stderr = None
         self._output: dict[str, list] = {}
-        ours, theirs = [], []  # the pipes' read ends (ours), what the child gets as fds 0-2 (theirs)
+        theirs: list[int] = []  # what the child gets as its fds 0-2
         try:
             theirs.append(os.open(os.devnull, os.O_RDONLY))
             for name, stream in (("stdout", stdout), ("stderr", stderr)):
                 if stream == subprocess.PIPE:
                     read, write = os.pipe()
-                    ours.append(read)
-                    setattr(self, name, open(read, "r" if text else "rb"))
+                    setattr(self, name, open(read, "r" if text else "rb"))  # ours: the read end
                     theirs.append(write)
                 elif stream == subprocess.STDOUT:
                     theirs.append(os.dup(theirs[1]))
@@ -147,8 +146,9 @@ class ForkedCLI:
             request = {"args": self.args[3:], "cwd": os.path.abspath(cwd or os.getcwd()), "env": self.env}
             self._conn, self.pid, self._pidfd = _template_of().spawn(request, theirs)
         except BaseException:
-            for fd in ours:
-                os.close(fd)
+            for stream in (self.stdout, self.stderr):
+                if stream is not None:
+                    stream.close()
             raise
         finally:
             for fd in theirs:

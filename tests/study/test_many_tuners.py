@@ -69,22 +69,29 @@ def check_invariants(url: str, tracking_uri: str, name: str, tuners: int, own_tr
         assert run.info.status != "RUNNING"
 
 
-def test_tuners_started_together_on_a_new_study(postgres: str, mlflow_server, tmp_path: Path) -> None:
+def test_tuners_started_together_on_a_new_study(postgres: str, mlflow_server, tmp_path: Path, launch) -> None:
+    """They race to create the study and to claim its baseline. The baseline's trial waits at a
+    gate until every other tuner waits for it: a tuner that starts slower than a baseline runs
+    (3 to 30 s on a loaded machine) would otherwise never see it running."""
     tuners = 3  # (two is the same race with one racer fewer)
     name = f"together-{tuners}-{uuid.uuid4().hex[:6]}"
+    gate = tmp_path / "gate"
     args = ["--study", name, "--storage", postgres, "--tracking-uri", mlflow_server.url, "--trials", "2",
-            "--confirm", "1", "--profile", "on", *FAST]
+            "--confirm", "1", "--profile", "on", "--startup-timeout", "300", *FAST]
     folders = [tmp_path / f"host{i}" for i in range(tuners)]  # a store folder each, as on separate hosts
     for folder in folders:
         folder.mkdir()
-    runs = [Tuner(folder, *args) for folder in folders]
+    runs = [launch(folder, *args, env={"TEAM_GATE": str(gate)}) for folder in folders]
+    # the baseline ran once; the tuners that had none to run waited for it
+    wait_until(lambda: sum("waiting for the baseline (trial 0)" in run.output for run in runs) == tuners - 1
+               or any(run.proc.poll() is not None for run in runs), what="the other tuners to wait for the baseline")
+    gate.write_text("open")
     outputs = [run.wait() for run in runs]
     for run, out in zip(runs, outputs):
         assert run.proc.returncode == 0, out
         assert "Traceback" not in out
     check_invariants(postgres, mlflow_server.url, name, tuners, own_trials=2 * tuners, confirm=1)
-    # the baseline ran once; the tuners that had none to run waited for it
-    assert sum("waiting for the baseline (trial 0)" in out for out in outputs) >= 1
+    assert sum("waiting for the baseline (trial 0)" in out for out in outputs) == tuners - 1, outputs
     # one tuner ran the profile runs (the last one running the study), and its traces are the parent's
     assert sum("\nprofile: " in out for out in outputs) == 1, outputs
     from mlflow import MlflowClient
