@@ -9,6 +9,7 @@ import sys
 import time
 
 import forked_cli
+from conftest import TAG, tagged
 from helpers import FIXTURES, SHORT_TRIALS, cli, cli_env
 
 
@@ -67,22 +68,28 @@ def test_a_forked_tuner_is_a_process_of_its_own_that_signals_reach(tmp_path) -> 
 
     proc, err = start(tmp_path)
     assert psutil.Process(proc.pid).children(), "the tuner started no worker"
-    tag = os.environ["AUTOTUNE_TEST_TAG"]
-    assert forked_cli.alive("AUTOTUNE_TEST_TAG", tag) == [proc.pid]
+    tag = os.environ[TAG]
+    assert forked_cli.alive(TAG, tag) == [proc.pid]
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 128 + signal.SIGTERM, err.read_text()
     assert "stopped by SIGTERM" in err.read_text()
     proc.kill()  # gone already: nothing is sent
     assert proc.wait() == 128 + signal.SIGTERM
-    assert forked_cli.alive("AUTOTUNE_TEST_TAG", tag) == []
+    assert forked_cli.alive(TAG, tag) == []
 
 
 def test_sigkill_reads_as_popen_reads_it(tmp_path) -> None:
     import psutil
 
     proc, _ = start(tmp_path)
-    children = psutil.Process(proc.pid).children(recursive=True)
     proc.kill()
     assert proc.wait(timeout=30) == -signal.SIGKILL
-    for child in children:  # a tuner killed so leaves its workers to the next one on the study
-        child.kill()
+    # a tuner killed so leaves its workers and trials (and their loader workers) to the next one
+    # on the study: stopped here by this test's tag, until none is left
+    for _ in range(20):
+        left = tagged(os.environ[TAG])
+        if not left:
+            break
+        for child in left:
+            child.kill()
+        psutil.wait_procs(left, timeout=3)
