@@ -130,7 +130,10 @@ def test_the_records_describe_themselves(study_store: Path) -> None:
     assert "the baseline: your code as written" in children[0].data.tags["mlflow.note.content"]
     data = json.loads(autotune("show", "--json", cwd=study_store).stdout)
     winner = data["winner"]
-    assert {n for n, r in children.items() if r.data.tags.get("autotune.winner") == "true"} == {winner}
+    # every run of the winning config: a later draw may repeat its params (CI: trials 2 and 4)
+    same = {t.number for t in study.trials if t.params == study.trials[winner].params and t.number in children}
+    assert winner in same
+    assert {n for n, r in children.items() if r.data.tags.get("autotune.winner") == "true"} == same
     # every trial says why it ran, the same in Optuna, MLflow and show --json
     kinds = {t.number: (t.user_attrs["kind"], t.user_attrs.get("of"), t.user_attrs["baseline"]) for t in study.trials}
     assert kinds[0] == ("baseline", None, True) and {k for k, _, _ in kinds.values()} <= {"baseline", "sampled"}
