@@ -48,17 +48,13 @@ def tagged(value: str, variable: str = TAG) -> list:
     import forked_cli
     import psutil
 
+    forked = set(forked_cli.alive(variable, value))
     found = []
-    for pid in forked_cli.alive(variable, value):
-        try:
-            found.append(psutil.Process(pid))
-        except psutil.Error:
-            continue
     for proc in psutil.process_iter():
         if proc.pid == os.getpid():
             continue
         try:
-            if proc.environ().get(variable) == value and proc.status() != psutil.STATUS_ZOMBIE:
+            if (proc.pid in forked or proc.environ().get(variable) == value) and proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
         except psutil.Error:
             continue

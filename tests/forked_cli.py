@@ -102,18 +102,9 @@ def run(argv, *, timeout: float | None = None, capture_output: bool = False, che
 
 
 def alive(variable: str, value: str) -> list[int]:
-    """The pids of the forked commands still running that were given ``variable=value``."""
-    return [proc.pid for proc in list(_started) if proc.env.get(variable) == value and proc.poll() is None
-            and not _zombie(proc.pid)]
-
-
-def _zombie(pid: int) -> bool:
-    """Whether ``pid`` has exited and waits for the template to reap it (it sends the code then)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] in "ZX"
-    except (OSError, IndexError):
-        return True
+    """The pids of the forked commands not yet reaped that were given ``variable=value`` (one that
+    has exited may still be a zombie for a moment, until the template reaps it)."""
+    return [proc.pid for proc in list(_started) if proc.env.get(variable) == value and proc.poll() is None]
 
 
 class ForkedCLI:
@@ -165,10 +156,9 @@ class ForkedCLI:
         self.wait()
 
     def __del__(self) -> None:
-        for fd in ("_pidfd",):
-            if getattr(self, fd, None) is not None:
-                os.close(getattr(self, fd))
-                setattr(self, fd, None)
+        if getattr(self, "_pidfd", None) is not None:  # (None where the start failed)
+            os.close(self._pidfd)
+            self._pidfd = None
 
     def poll(self) -> int | None:
         return self._wait(0)
