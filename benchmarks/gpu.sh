@@ -80,6 +80,8 @@ timeout 240 python3 -m autotune run tests/fixtures/shapes_train.py:train --devic
   --store /tmp/autotune-shapes --profile on --seed 0 --max-load 1 > "$out/study.log" 2>&1
 echo "study exit $?" | tee -a "$out/steps.txt"
 (cd /tmp/autotune-shapes && tar czf "$out/study-profile.tgz" $(find . -path '*profile*' -type f | head -20)) 2>/dev/null
+save /tmp/autotune-shapes/exports/shapes_train.yaml
+python3 -m autotune show --store /tmp/autotune-shapes > "$out/study-show.txt" 2>&1
 }
 
 for part in ${STEPS:-tests runners epochs memory study}; do "$part"; done
