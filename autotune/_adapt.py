@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from autotune._adapt_rule import MOST_PREFETCH, STUCK_EPOCHS, STUCK_S, Epoch, Move, decide, most_workers
+from autotune._adapt_rule import MOST_PREFETCH, Epoch, Mark, Move, decide, held, most_workers
 from autotune._margin import gpu_line
 
 
@@ -128,12 +128,11 @@ class AdaptiveLoaders:
         epoch = Epoch(waited / wall, samples / wall, int(kw.get("num_workers", 0) or 0), kw.get("prefetch_factor"),
                       busy, own, unmade / wall)
         state["epochs"].append(epoch)
-        seen, now = len(state["epochs"]), time.monotonic()
-        stuck = {values for values, (epoch_at, at) in state["stuck"].items()
-                 if seen - epoch_at < STUCK_EPOCHS or now - at < STUCK_S}
+        now = time.monotonic()
+        stuck = held(state["stuck"], state["epochs"], now)
         move = decide(state["epochs"], state["floor"], state["ceiling"], stuck, state["prefetch"])
-        if move is not None and move.undoes:
-            state["stuck"][(move.workers, move.prefetch)] = (seen, now)  # undone back to these: they stay a while
+        if move is not None and move.undoes:  # undone back to these: they stay a while
+            state["stuck"][(move.workers, move.prefetch)] = Mark(len(state["epochs"]), now, move.was)
         if self._log is not None:
             memory = {"ram_gib": peak / 2**30} if peak else {}
             memory.update({k: v for k, v in (("cpu_busy_frac", busy), ("cpu_own_frac", own)) if v is not None})

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 #: Data wait (the share of an epoch's wall time the loop waited for its next batch) past which
 #: the loader is short of workers, and under which it has more than it needs.
@@ -23,6 +23,11 @@ WORKERS_PER_CPU, MOST_WORKERS = 4, 64
 #: (``decide``'s ``stuck``): long enough not to churn (each move restarts the workers), short
 #: enough to follow a storage that slows hours into the job.
 STUCK_EPOCHS, STUCK_S = 16, 600.0
+#: ... unless ``PATIENCE`` epochs back at those values run under this share of their rate
+#: before the move: the storage or the load changed since, and the comparison that undid the
+#: move no longer holds. Far under ``WORSE``, so that noise does not churn: where reads slowed
+#: 4x while a move was judged, it ran "1.00x" and was undone, and 2 workers then ran 0.3x.
+CHANGED = 0.75
 #: The most ``prefetch_factor`` a move asks for.
 MOST_PREFETCH = 16
 #: The share of its CPUs kept busy (by the job or others) past which no move goes up, where the
@@ -70,6 +75,18 @@ class Move:
     prefetch: int | None
     why: str
     undoes: bool = False
+    #: for an undo: the samples/s its values ran at before the move (what ``held`` compares with)
+    was: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Mark:
+    """Values a move was undone back to (``Move.undoes``): after ``epoch`` epochs, at ``at``
+    (monotonic seconds), from a move that ran no better than their ``rate`` (samples/s)."""
+
+    epoch: int
+    at: float
+    rate: float | None
 
 
 def decide(epochs: Sequence[Epoch], floor: int, ceiling: int,
@@ -92,7 +109,7 @@ def decide(epochs: Sequence[Epoch], floor: int, ceiling: int,
 
     >>> up = [Epoch(0.5, 500.0, 2, 2), Epoch(0.5, 510.0, 2, 2)]
     >>> decide(up, 2, 8)
-    Move(workers=4, prefetch=2, why='data wait 50% over 2 epochs (over 10%): num_workers 2 -> 4', undoes=False)
+    Move(workers=4, prefetch=2, why='data wait 50% over 2 epochs (over 10%): num_workers 2 -> 4', undoes=False, was=None)
     >>> decide([*up, Epoch(0.3, 600.0, 4, 2), Epoch(0.3, 450.0, 4, 2)], 2, 8).why
     'num_workers 4 -> 2: the move ran 0.88x the samples/s before it'
     >>> decide([*up, Epoch(0.6, 500.0, 2, 2)], 2, 8, stuck={(2, 2)}) is None
@@ -113,7 +130,8 @@ def decide(epochs: Sequence[Epoch], floor: int, ceiling: int,
         undo = ", ".join([f"num_workers {last.workers} -> {before.workers}"] * (last.workers != before.workers)
                          + [f"prefetch_factor {last.prefetch} -> {before.prefetch}"] * (last.prefetch != before.prefetch))
         return Move(before.workers, before.prefetch,
-                    f"{undo}: the move ran {last.rate / before.rate:.2f}x the samples/s before it", undoes=True)
+                    f"{undo}: the move ran {last.rate / before.rate:.2f}x the samples/s before it", undoes=True,
+                    was=before.rate)
     stays = (last.workers, last.prefetch) in stuck
     recent = epochs[-PATIENCE:]
     full = all(e.cpu is not None and e.own is not None and e.cpu >= CPU_FULL and e.own >= CPU_OWN for e in recent)
@@ -134,6 +152,32 @@ def decide(epochs: Sequence[Epoch], floor: int, ceiling: int,
         return Move(wanted, last.prefetch, f"data wait under {LOW:.0%} over {len(calm)} epochs: "
                                            f"num_workers {last.workers} -> {wanted}")
     return None
+
+
+def held(marks: Mapping[tuple[int, int | None], Mark], epochs: Sequence[Epoch], now: float) -> set[tuple[int, int | None]]:
+    """The values that stay put (``decide``'s ``stuck``): each marked one until both
+    ``STUCK_EPOCHS`` epochs and ``STUCK_S`` seconds have passed, or until its last ``PATIENCE``
+    epochs, all since the undo and at those values, ran under ``CHANGED`` of its rate before the
+    move (what it is compared with has changed: the move may pay now).
+
+    >>> at_2 = [Epoch(0.9, 100.0, 2, 2)] * 2
+    >>> held({(2, 2): Mark(4, 0.0, 100.0)}, [Epoch(0.9, 100.0, 2, 2)] * 4 + at_2, 60.0)
+    {(2, 2)}
+    >>> held({(2, 2): Mark(4, 0.0, 400.0)}, [Epoch(0.9, 400.0, 2, 2)] * 4 + at_2, 60.0)  # 0.25x: reads slowed
+    set()
+    >>> held({(2, 2): Mark(4, 0.0, 100.0)}, at_2 * 10, 601.0)  # 16 epochs and 600 s on
+    set()
+    """
+    kept = set()
+    for values, mark in marks.items():
+        if len(epochs) - mark.epoch >= STUCK_EPOCHS and now - mark.at >= STUCK_S:
+            continue
+        since = list(epochs[mark.epoch:])[-PATIENCE:]
+        if mark.rate is not None and len(epochs) - mark.epoch >= PATIENCE and \
+                all((e.workers, e.prefetch) == values and e.rate < CHANGED * mark.rate for e in since):
+            continue
+        kept.add(values)
+    return kept
 
 
 def most_workers(cpus: int, exported: int) -> int:

@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import Dataset
 
 import autotune
-from autotune._adapt_rule import CPU_FULL, CPU_OWN, HIGH, PATIENCE, Epoch, decide
+from autotune._adapt_rule import CHANGED, CPU_FULL, CPU_OWN, HIGH, PATIENCE, STUCK_S, Epoch, Mark, decide, held
 
 #: A read's wait before and after the storage slows (4x), and when it does.
 READ_S, SLOWER, SLOW_AFTER_S = 0.002, 4, 3.0
@@ -139,6 +139,29 @@ def test_the_rule_waits_for_patience_and_never_moves_what_it_undid() -> None:
         "data wait 50% over 2 epochs (over 10%): num_workers 2 -> 4"
     # ... and it is not calm either: the move down reads the whole wait
     assert decide([handed] * (2 * PATIENCE), 2, 16) is None
+
+
+def test_an_undone_move_is_tried_again_once_its_values_run_far_slower_than_before_it() -> None:
+    """The storage slowed 4x while a move up was judged (seen beside the suite's load): 8 workers ran
+    the 2 workers' rate before, so the move was undone; back at 2 workers the rate fell to a quarter.
+    The undo's comparison no longer holds: the mark lapses and the move is made again."""
+    before = [Epoch(0.85, 400.0, 2, 2)] * PATIENCE  # fast reads, 2 workers: short of workers
+    up = decide(before, 2, 8)
+    moved = [*before, Epoch(0.8, 380.0, up.workers, 2), Epoch(0.8, 400.0, up.workers, 2)]  # reads slowed meanwhile
+    undo = decide(moved, 2, 8)
+    assert undo.undoes and undo.was == 400.0 and (undo.workers, undo.prefetch) == (2, 2)
+    marks = {(2, 2): Mark(len(moved), 0.0, undo.was)}
+    slow = [Epoch(0.95, 100.0, 2, 2)] * PATIENCE  # back at 2 workers: a quarter of their rate before
+    assert held(marks, moved, 1.0) == {(2, 2)}
+    assert held(marks, moved + slow[:1], 1.0) == {(2, 2)}  # one epoch (the restart's) is not enough
+    assert held(marks, moved + slow, 1.0) == set()
+    assert decide(moved + slow, 2, 8, held(marks, moved + slow, 1.0)).workers == 8
+    # within the noise of their rate before (0.8x, over CHANGED): the undo stands
+    same = [Epoch(0.95, CHANGED * 400.0 + 20, 2, 2)] * PATIENCE
+    assert held(marks, moved + same, 1.0) == {(2, 2)} and decide(moved + same, 2, 8, {(2, 2)}) is None
+    # a mark without a rate (none measured) lapses only with time
+    assert held({(2, 2): Mark(len(moved), 0.0, None)}, moved + slow, 1.0) == {(2, 2)}
+    assert held({(2, 2): Mark(len(moved), 0.0, None)}, moved + slow * 8, STUCK_S) == set()
 
 
 @pytest.mark.parametrize("adapt", [False, True])
