@@ -48,6 +48,12 @@ class AdaptiveLoaders:
         self._gpu_said = False
         self.moves: list[Move] = []
 
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait (``timeout`` seconds at most) until the epochs logged so far are in MLflow
+        (``autotune._prodlog``: a background thread writes them); whether they are. True without
+        a tracking URI."""
+        return self._log is None or self._log.flush(timeout)
+
     def built(self, loader: Any, dataset: Any, kwargs: Mapping[str, Any]) -> None:
         """Remember what ``loader`` was built from (its final DataLoader kwargs), and build the
         loader the epochs run on: the same, its batches counted and its order kept."""
@@ -240,34 +246,3 @@ def adapting_line(adaptive: AdaptiveLoaders) -> str:
         ": over this budget, so expect steps down" if ram_peak > budget else "")
     return (f" (adapting num_workers and prefetch_factor between epochs, and stepping them down past "
             f"{MARGIN:.0%} of a {budget:.2f} GiB RAM budget, counted by {adaptive.counted_by}{peak})")
-
-
-def production_log(tracking_uri: str | None, origin: str | None) -> Any:
-    """With a tracking URI, an MLflow run for the production job (experiment
-    ``autotune-production``, named after the recipe's origin) and the logging of each epoch
-    (``AdaptiveLoaders``'s ``log``): its data wait and samples/s as metrics, the loader values in
-    force as metrics and as the tag ``autotune.adapt``; None without one."""
-    if not tracking_uri:
-        return None
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri)
-    experiment = client.get_experiment_by_name("autotune-production")
-    experiment_id = experiment.experiment_id if experiment else client.create_experiment("autotune-production")
-    run = client.create_run(experiment_id, run_name=f"production: {origin or 'the defaults'}",
-                            tags={"autotune.origin": origin or "the defaults"})
-    in_force: list[str] = []
-
-    def log(step: int, metrics: Mapping[str, float], values: Mapping[str, Any]) -> None:
-        from mlflow.entities import Metric, RunTag
-
-        # One call an epoch (one transaction, one request to a server): the loop waits for it.
-        figures = {**metrics, **{k: float(v) for k, v in values.items() if v is not None}}
-        stamp = int(time.time() * 1000)
-        now = " ".join(f"{k}={v}" for k, v in values.items())
-        tags = [] if in_force and in_force[-1] == now else [RunTag("autotune.adapt", now)]
-        in_force.append(now)
-        client.log_batch(run.info.run_id, metrics=[Metric(k, v, stamp, step) for k, v in figures.items()], tags=tags)
-
-    log.run_id = run.info.run_id  # type: ignore[attr-defined]
-    return log

@@ -323,8 +323,9 @@ class Recipe(Run):
         self._report_every, self._quiet = report_every, quiet
         self.adaptive = None  # with adapt: the loaders it moves between epochs (autotune._adapt)
         if adapt:
-            from autotune._adapt import AdaptiveLoaders, production_log
+            from autotune._adapt import AdaptiveLoaders
             from autotune._probe import usable_cpus
+            from autotune._prodlog import production_log
 
             self.adaptive = AdaptiveLoaders(usable_cpus(), log=production_log(tracking_uri, origin),
                                             budget=int(ram_budget * 2**30) if ram_budget else None)

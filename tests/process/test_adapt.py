@@ -10,6 +10,7 @@ import torch
 from torch.utils.data import Dataset
 
 import autotune
+from autotune import _prodlog
 from autotune._adapt_rule import CHANGED, CPU_FULL, CPU_OWN, HIGH, PATIENCE, STUCK_S, Epoch, Mark, decide, held
 
 #: A read's wait before and after the storage slows (4x), and when it does.
@@ -99,6 +100,7 @@ def test_an_adaptive_recipe_moves_up_when_reads_slow_4x_gains_and_says_each_move
     # ... and logged: the production run's epochs and the values in force
     from mlflow.tracking import MlflowClient
 
+    assert adaptive_recipe.adaptive.flush()  # a background thread writes them
     client = MlflowClient(f"sqlite:///{tmp_path / 'prod.db'}")
     (run,) = client.search_runs([client.get_experiment_by_name("autotune-production").experiment_id])
     workers = [m.value for m in client.get_metric_history(run.info.run_id, "num_workers")]
@@ -179,3 +181,42 @@ def test_an_adaptive_recipe_trains_the_same_batches(adapt: bool) -> None:
     for _ in range(6):
         seen = torch.cat([x for x, _ in recipe.batches(loader)])
         assert sorted(map(tuple, seen.tolist())) == sorted(map(tuple, data.x.tolist()))  # each sample once
+
+
+def test_a_production_job_goes_on_while_its_mlflow_server_restarts_and_loses_no_figure(
+        tmp_path, own_mlflow_server, monkeypatch, capfd) -> None:
+    """The team's server stops after the job's second epoch and starts again after three more: the
+    loop never waits for it (a background thread writes the figures), and every epoch's figures are
+    in the run at the end."""
+    import threading
+
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # fail fast: the writer retries itself
+    monkeypatch.setattr(_prodlog, "RETRY_S", (0.2, 1.0))  # ... every second at most, not 30 (a start takes 10-20 s)
+    export = tmp_path / "best.yaml"
+    export.write_text("dataloader:\n  num_workers: 1\n")
+    recipe = autotune.load(export, "cpu", adapt=True, tracking_uri=own_mlflow_server.url)
+    loader = recipe.dataloader(SlowingReads(float("inf"), n=64, read_s=0.0005), batch_size=16)
+    model = torch.nn.Linear(8, 1)
+    opt = recipe.optimizer(torch.optim.SGD, model.parameters(), lr=0.01)
+    starting = threading.Thread(target=own_mlflow_server.start)
+    epochs, up = 0, None  # up: the epochs done when the server answered again
+    while up is None or epochs < up + 2:
+        for x, y in recipe.batches(loader):
+            recipe.step(torch.nn.functional.mse_loss(model(x).squeeze(1), y), opt)
+        epochs += 1
+        if epochs == 2:
+            own_mlflow_server.stop()  # the loop goes on: epochs 3 to 5, and those while it starts, end with it down
+        elif epochs == 5:
+            starting.start()
+        elif epochs > 5 and up is None and not starting.is_alive():
+            up = epochs
+    assert own_mlflow_server.running and recipe.adaptive.flush(60.0)
+    said = capfd.readouterr().err
+    assert said.count("autotune: adapt: logging to MLflow failed") == 1, said
+    assert "autotune: adapt: logging to MLflow works again; nothing was lost" in said
+    client = MlflowClient(own_mlflow_server.url)
+    (run,) = client.search_runs([client.get_experiment_by_name("autotune-production").experiment_id])
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "samples_per_s")]
+    assert sorted(steps) == list(range(1, epochs + 1))
