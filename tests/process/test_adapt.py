@@ -94,8 +94,8 @@ def test_an_adaptive_recipe_moves_up_when_reads_slow_4x_gains_and_says_each_move
     assert adapted > plain, (plain, adapted, moves)
     assert moves and moves[0].workers > 2
     assert moves[-1].workers > 2, moves  # the values in force at the end: more workers than the export's
-    for move in moves:  # each move said once, on stderr
-        assert said.count(f"autotune: adapt: {move.why}") == 1
+    for move in moves:  # each move said once, on stderr (a move made again, after its undo lapsed, again)
+        assert said.count(f"autotune: adapt: {move.why}") == sum(m.why == move.why for m in moves), said
     assert "(adapting num_workers and prefetch_factor between epochs, and stepping them down past 85% of a " in said
     # ... and logged: the production run's epochs and the values in force
     from mlflow.tracking import MlflowClient
