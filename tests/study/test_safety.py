@@ -134,11 +134,15 @@ def test_a_diverged_config_can_be_fastest_and_is_never_the_best(fault_study) -> 
     assert fast_but_wrong.value > healthy.value  # really the fastest of all
     assert fast_but_wrong.constraints == {"diverged": 1.0}  # infeasible for the sampler
     assert healthy.constraints == {"diverged": 0.0}
-    assert study.best_trial.number == healthy.number  # Optuna 5 honours the constraint
+    # Optuna 5 honours the constraint: the best is the fastest feasible trial (the healthy config, or
+    # the baseline where the healthy one read slower beside the suite's load, as in a CI run)
+    feasible = [t for t in study.get_trials() if t.constraints == {"diverged": 0.0} and t.value is not None]
+    best = max(feasible, key=lambda t: t.value)
+    assert best.number in (healthy.number, 0) and study.best_trial.number == best.number
     out = autotune("export", "--study", "faults", cwd=cwd)
     assert out.returncode == 0, out.stderr
-    assert f"trial {healthy.number}," in out.stdout.splitlines()[0]
-    assert "num_workers: 1" in out.stdout
+    assert f"trial {best.number}," in out.stdout.splitlines()[0]
+    assert "num_workers: 1" in out.stdout if best.number == healthy.number else "num_workers: 0" not in out.stdout
 
 
 def test_show_lists_every_outcome_with_its_reason(fault_study) -> None:
