@@ -19,6 +19,7 @@ from typing import Any
 
 from autotune._adapt_rule import MOST_PREFETCH, Epoch, Mark, Move, decide, held, most_workers
 from autotune._margin import gpu_line
+from autotune._prodlog import FLUSH_S
 
 
 class AdaptiveLoaders:
@@ -48,7 +49,7 @@ class AdaptiveLoaders:
         self._gpu_said = False
         self.moves: list[Move] = []
 
-    def flush(self, timeout: float = 10.0) -> bool:
+    def flush(self, timeout: float = FLUSH_S) -> bool:
         """Wait (``timeout`` seconds at most) until the epochs logged so far are in MLflow
         (``autotune._prodlog``: a background thread writes them); whether they are. True without
         a tracking URI."""

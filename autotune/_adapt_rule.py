@@ -172,7 +172,7 @@ def held(marks: Mapping[tuple[int, int | None], Mark], epochs: Sequence[Epoch], 
     for values, mark in marks.items():
         if len(epochs) - mark.epoch >= STUCK_EPOCHS and now - mark.at >= STUCK_S:
             continue
-        since = list(epochs[mark.epoch:])[-PATIENCE:]
+        since = epochs[mark.epoch:][-PATIENCE:]
         if mark.rate is not None and len(epochs) - mark.epoch >= PATIENCE and \
                 all((e.workers, e.prefetch) == values and e.rate < CHANGED * mark.rate for e in since):
             continue

@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from autotune._stores import first_line, root_cause, transient
+
 #: Seconds the interpreter's exit waits for figures still queued (a store that is down).
 FLUSH_S = 10.0
 #: Seconds between tries while the store fails: doubling from the first, up to the last.
@@ -85,23 +87,30 @@ class ProductionLog:
                 batch = self._queue[:EPOCHS_PER_CALL]
             try:
                 self._write([m for metrics, _ in batch for m in metrics], [t for _, tags in batch for t in tags])
-            except Exception as exc:  # the store is down or restarting: keep them, try again later
-                if self._failed is None:
-                    self._say(f"adapt: logging to MLflow failed ({type(exc).__name__}: {str(exc)[:200]}); "
-                              "the figures wait in memory and go once it answers, training goes on")
-                self._failed = f"{type(exc).__name__}: {str(exc)[:200]}"
-                with self._cond:
-                    if self._closing:
-                        return
-                    self._cond.wait(wait)
-                wait = min(RETRY_S[1], 2 * wait)
-                continue
+            except Exception as exc:
+                cause = root_cause(exc)
+                error = f"{type(cause).__name__}: {first_line(cause)}"
+                if not transient(exc):  # the store refused these figures: waiting would not mend it
+                    self._say(f"adapt: MLflow refused {len(batch)} epoch(s) of figures ({error}); "
+                              "they are dropped, training goes on")
+                else:  # the store is down or restarting: keep them, try again later
+                    if self._failed is None:
+                        self._say(f"adapt: logging to MLflow failed ({error}); "
+                                  "the figures wait in memory and go once it answers, training goes on")
+                    self._failed = error
+                    with self._cond:
+                        if self._closing:
+                            return
+                        self._cond.wait(wait)
+                    wait = min(RETRY_S[1], 2 * wait)
+                    continue
+            else:
+                if self._failed is not None:  # what waited is written now
+                    self._say("adapt: logging to MLflow works again; nothing was lost")
+                    self._failed, wait = None, RETRY_S[0]
             with self._cond:
                 del self._queue[:len(batch)]
                 self._cond.notify_all()  # flush() waits on it
-            if self._failed is not None:
-                self._say("adapt: logging to MLflow works again; nothing was lost")
-                self._failed, wait = None, RETRY_S[0]
 
     def close(self, timeout: float = FLUSH_S) -> None:
         """Let the queued figures go (``timeout`` seconds at most), then stop the writer; what is

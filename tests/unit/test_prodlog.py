@@ -73,3 +73,23 @@ def test_without_figures_no_thread_starts_and_close_says_nothing() -> None:
     log = ProductionLog(Store().write, "run-3", said.append)
     log.close()
     assert said == [] and log.flush(0.01)
+
+
+def test_figures_the_store_refuses_are_dropped_and_said_and_the_rest_go_on() -> None:
+    """An error that waiting cannot mend (not ``autotune._stores.transient``) drops that batch once,
+    instead of retrying it for ever ahead of every later epoch."""
+    refused, said, written = [True], [], []
+
+    def write(metrics, tags) -> None:
+        if refused.pop() if refused else False:
+            raise ValueError("metric value must be a number")
+        written.extend(metrics)
+
+    log = ProductionLog(write, "run-4", said.append)
+    log(1, {"samples_per_s": 1.0}, {"num_workers": 2})
+    assert log.flush(10.0)
+    log(2, {"samples_per_s": 2.0}, {"num_workers": 2})
+    assert log.flush(10.0) and [m.step for m in written] == [2, 2]  # samples_per_s and num_workers
+    assert said == ["adapt: MLflow refused 1 epoch(s) of figures (ValueError: metric value must be a number); "
+                    "they are dropped, training goes on"]
+    log.close()
