@@ -141,11 +141,14 @@ def _honourable(data: Mapping[str, Any], where: str, device: Any, measured: Mapp
     import warnings
 
     from autotune._probe import probe
+    from autotune._ranks import job_cpus
 
     # A fused step is tried only for an export that wants it: in a DDP rank, one tried first made
     # gloo's process group deadlock at the script's end (autotune._probe._fused_reason).
     wants_fused = any(isinstance(body, Mapping) and body.get("fused_optimizer") is True for body in data.values())
-    here = probe(str(device) if device != "auto" else "auto", try_fused=wants_fused)
+    # (in a rank of `autotune exec --nproc-per-node`, kept to its share of the CPUs: the job's count,
+    # else every rank warned that a study on the same machine was "measured on another machine")
+    here = probe(str(device) if device != "auto" else "auto", cpus=job_cpus(), try_fused=wants_fused)
     kept: dict[str, Any] = {}
     dropped = []
     for section, body in data.items():

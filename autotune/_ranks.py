@@ -33,6 +33,9 @@ from typing import Any
 
 #: The folder of a trial's rank FIFOs (one per local rank, named by it), set for its ranks.
 RANKS_ENV = "AUTOTUNE_RANK_EVENTS"
+#: The CPUs of the whole job (every rank's), set for its ranks: each rank keeps to its share
+#: (``pin_rank``), and what the job runs on is what an export's ``measured_on`` is compared with.
+JOB_CPUS_ENV = "AUTOTUNE_JOB_CPUS"
 #: Seconds to wait, once rank 0 is done, for the other ranks' last windows.
 LAST_WINDOWS_S = 5.0
 
@@ -92,9 +95,17 @@ def rank_environ(environ: Mapping[str, str], ranks: int, cpus: Sequence[int] | N
     """torchrun's environment: each rank's torch threads as many as its share of the CPUs
     (torchrun itself would set 1), unless the user set ``OMP_NUM_THREADS``."""
     env = dict(environ)
-    share = max(1, len(cpus or os.sched_getaffinity(0)) // ranks)
-    env.setdefault("OMP_NUM_THREADS", str(share))
+    total = len(cpus or os.sched_getaffinity(0))
+    env.setdefault("OMP_NUM_THREADS", str(max(1, total // ranks)))
+    env[JOB_CPUS_ENV] = str(total)
     return env
+
+
+def job_cpus() -> int | None:
+    """In a rank started with ``rank_environ``: the CPUs of the whole job; else None (this
+    process's own are the job's)."""
+    value = os.environ.get(JOB_CPUS_ENV, "") if local_rank() is not None else ""
+    return int(value) if value.isdigit() and int(value) > 0 else None
 
 
 def combine(windows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

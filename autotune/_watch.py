@@ -173,7 +173,8 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
                 if interrupt is not None and interrupt.is_set():
                     kill(Outcome.INTERRUPTED, "the tuner was interrupted (Ctrl-C or SIGTERM)")
                 elif late := _late(now - spawned, now - alive if "resolved" in events else None,
-                                   stall_limit, compiling is not None, step, budget, compiled_s):
+                                   stall_limit, now - compiling if compiling is not None else None, step,
+                                   budget, compiled_s):
                     # A tree paging in gigabytes stops stepping: its memory is read now, so that it
                     # ends as over its RAM, not as stalled, where the sampling thread was behind.
                     why = monitor.limit_now()
@@ -239,18 +240,22 @@ def paging(monitor: Monitor, since: int) -> bool:
     return bool(since) and monitor.ram_now > since + PAGING_BYTES
 
 
-def _late(running_s: float, since_step_s: float | None, stall_limit: float, compiling: bool,
+def _late(running_s: float, since_step_s: float | None, stall_limit: float, compiling_s: float | None,
           step: int, budget: Budget, compiled_s: float) -> str | None:
     """Why a running trial is past its time, or None: no batch by ``budget.startup_s``, no step
     for ``stall_limit`` seconds since its config was resolved (``since_step_s``; None before),
-    or past its deadline (which moves by what compiling took)."""
+    or past its deadline, which moves by what compiling took (``compiled_s``) and by what the
+    compile still running has taken so far (``compiling_s``; None when none runs): a compile is
+    bounded by --compile-timeout, not the deadline (beside the suite's load, one ran past a 64 s
+    deadline and its trial ended as a timeout)."""
     if since_step_s is None and running_s > budget.startup_s:
         return (f"startup: no batch after {budget.startup_s:.0f} s "
                 "(imports, the dataset, DataLoader workers starting)")
     if since_step_s is not None and since_step_s > stall_limit:
         return (f"stalled: no step finished for {stall_limit:.0f} s"
-                + (" while torch.compile compiled the model (--compile-timeout)" if compiling else "")
+                + (" while torch.compile compiled the model (--compile-timeout)" if compiling_s is not None else "")
                 + (f" (the last report was at step {step})" if step else ""))
+    compiled_s += compiling_s or 0.0
     if running_s > budget.deadline() + compiled_s:
         return (f"deadline: still running after {budget.deadline() + compiled_s:.0f} s"
                 + (f" ({compiled_s:.0f} s of it compiling)" if compiled_s else ""))

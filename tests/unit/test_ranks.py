@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from autotune._cli import cli
 from autotune._probe import usable_cpus
-from autotune._ranks import combine, rank_environ, rank_share, torchrun
+from autotune._ranks import JOB_CPUS_ENV, combine, job_cpus, rank_environ, rank_share, torchrun
 
 
 def test_each_rank_gets_its_own_share_of_the_cpus() -> None:
@@ -31,8 +31,20 @@ def test_a_window_of_the_job_sums_the_ranks_rates_and_keeps_the_slowest_ranks_wa
 def test_torchrun_gets_each_ranks_threads_unless_the_user_set_them() -> None:
     assert rank_environ({}, 2, [0, 1, 2, 3])["OMP_NUM_THREADS"] == "2"
     assert rank_environ({"OMP_NUM_THREADS": "1"}, 2, [0, 1, 2, 3])["OMP_NUM_THREADS"] == "1"
+    assert rank_environ({}, 2, [0, 1, 2, 3])[JOB_CPUS_ENV] == "4"  # the job's, for what an export is checked on
     assert torchrun(2, ["autotune", "exec"])[1:6] == ["-m", "torch.distributed.run", "--standalone",
                                                      "--nproc-per-node=2", "-m"]
+
+
+def test_a_rank_knows_the_jobs_cpus_and_a_process_outside_one_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(JOB_CPUS_ENV, "4")
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert job_cpus() is None  # not a rank: its own CPUs are the job's
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert job_cpus() == 4
+    for bad in ("", "0", "x"):
+        monkeypatch.setenv(JOB_CPUS_ENV, bad)
+        assert job_cpus() is None
 
 
 @pytest.mark.parametrize("command", ["run", "exec"])
