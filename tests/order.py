@@ -15,27 +15,29 @@ from collections.abc import Sequence
 
 #: Run order by folder: whole studies first, then real processes, then the rules.
 ORDER = ("study", "process", "unit")
-#: The longest test files as groups that one process runs, with their seconds when run alone on the
-#: 2-core CI machine (pytest -n 0, this session's run). The files that use the session's MLflow
-#: server share a process: each process that runs one starts a server of its own (about 6 s of CPU).
+#: The longest test files as groups that one process runs, with their seconds in a full run on the
+#: 2-core CI machine (pytest -n 3, the sum of each file's setup, call and teardown; 2026-11-28):
+#: their share of a loaded suite, which is what balancing the processes needs. The files that use
+#: the session's MLflow server share a process: each process that runs one starts a server of its
+#: own (about 6 s of CPU).
 LONG: tuple[tuple[tuple[str, ...], float], ...] = (
-    (("test_many_tuners", "test_tuners_retry", "test_servers"), 90),
-    (("test_outages",), 68),
-    (("test_frameworks",), 52),
-    (("test_watch",), 50),
-    (("test_e2e",), 50),
-    (("test_ddp",), 50),
-    (("test_resume",), 43),
-    (("test_margin",), 38),
-    (("test_warm",), 33),
-    (("test_adapt",), 30),
-    (("test_safety",), 28),
-    (("test_worker_studies",), 24),
-    (("test_script_study",), 18),
-    (("test_stream_study",), 15),
-    (("test_noisy_study",), 13),
-    (("test_precision_study",), 13),
-    (("test_hooks",), 13),
+    (("test_many_tuners", "test_tuners_retry", "test_servers"), 117),
+    (("test_outages",), 88),
+    (("test_frameworks",), 83),
+    (("test_watch",), 82),
+    (("test_ddp",), 74),
+    (("test_e2e",), 64),
+    (("test_margin",), 59),
+    (("test_adapt",), 58),
+    (("test_resume",), 57),
+    (("test_warm",), 44),
+    (("test_script_study",), 36),
+    (("test_safety",), 29),
+    (("test_noisy_study",), 26),
+    (("test_worker_studies",), 25),
+    (("test_precision_study",), 18),
+    (("test_recorder",), 17),
+    (("test_stream_study",), 13),
 )
 
 
