@@ -94,10 +94,13 @@ def pin_rank(cpus: Sequence[int] | None = None) -> list[int] | None:
 def rank_environ(environ: Mapping[str, str], ranks: int, cpus: Sequence[int] | None = None) -> dict[str, str]:
     """torchrun's environment: each rank's torch threads as many as its share of the CPUs
     (torchrun itself would set 1), unless the user set ``OMP_NUM_THREADS``."""
+    from autotune._probe import usable_cpus
+
     env = dict(environ)
-    total = len(cpus or os.sched_getaffinity(0))
-    env.setdefault("OMP_NUM_THREADS", str(max(1, total // ranks)))
-    env[JOB_CPUS_ENV] = str(total)
+    env.setdefault("OMP_NUM_THREADS", str(max(1, len(cpus or os.sched_getaffinity(0)) // ranks)))
+    # (counted as the study's probe counts them, a cgroup's CPU quota included: what the export's
+    # measured_on holds)
+    env[JOB_CPUS_ENV] = str(len(cpus) if cpus else usable_cpus())
     return env
 
 

@@ -36,6 +36,13 @@ def test_torchrun_gets_each_ranks_threads_unless_the_user_set_them() -> None:
                                                      "--nproc-per-node=2", "-m"]
 
 
+def test_the_jobs_cpus_are_counted_as_the_studys_probe_counts_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    import autotune._probe
+
+    monkeypatch.setattr(autotune._probe, "usable_cpus", lambda: 1)  # (a cgroup's CPU quota of one)
+    assert rank_environ({}, 2)[JOB_CPUS_ENV] == "1"
+
+
 def test_a_rank_knows_the_jobs_cpus_and_a_process_outside_one_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(JOB_CPUS_ENV, "4")
     monkeypatch.delenv("LOCAL_RANK", raising=False)
