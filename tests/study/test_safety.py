@@ -134,18 +134,13 @@ def test_a_diverged_config_can_be_fastest_and_is_never_the_best(fault_study) -> 
     assert fast_but_wrong.value > healthy.value  # really the fastest of all
     assert fast_but_wrong.constraints == {"diverged": 1.0}  # infeasible for the sampler
     assert healthy.constraints == {"diverged": 0.0}
-    # Optuna 5 honours the constraint: the best is the fastest feasible trial (the healthy config, or
-    # the baseline where the healthy one read slower beside the suite's load, as in a CI run)
-    feasible = [t for t in study.get_trials() if t.constraints == {"diverged": 0.0} and t.value is not None]
-    best = max(feasible, key=lambda t: t.value)
-    assert best.number in (healthy.number, 0) and study.best_trial.number == best.number
+    # Optuna 5 honours the constraint: the best is the healthy config (faster than the baseline by
+    # design: the baseline spins 4 ms of CPU a step, tests/fixtures/faulty_train.py)
+    assert study.best_trial.number == healthy.number
     out = autotune("export", "--study", "faults", cwd=cwd)
     assert out.returncode == 0, out.stderr
-    head = out.stdout.splitlines()[0]
-    if best.number == healthy.number:
-        assert f"trial {healthy.number}," in head and "num_workers: 1" in out.stdout
-    else:  # the baseline's header: "trial 0 (the baseline: your code as written), ..."
-        assert "trial 0 (the baseline" in head, head
+    assert f"trial {healthy.number}," in out.stdout.splitlines()[0]
+    assert "num_workers: 1" in out.stdout
 
 
 def test_show_lists_every_outcome_with_its_reason(fault_study) -> None:
