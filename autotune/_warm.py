@@ -70,14 +70,20 @@ class WarmWorker:
         self.environ = worker_environ(environ, tag)
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", "autotune._warm", str(theirs.fileno()), ",".join(map(str, cpus))],
-                env=self.environ,
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                pass_fds=(theirs.fileno(),), start_new_session=True)  # Ctrl-C is the tuner's to handle
+            self._proc = self._launch(theirs.fileno(), cpus)
         finally:
             theirs.close()
         self._ready: bool | None = None  # None: not heard from yet; False: unusable
+
+    def _launch(self, fd: int, cpus: Sequence[int]) -> subprocess.Popen:
+        """Start ``python -m autotune._warm FD CPUS`` with ``self.environ``, the socket ``fd`` passed.
+
+        What the tuner uses of the process: ``pid``, ``wait(timeout)``, ``kill()`` (the suite's
+        tuners fork it from a template that has done the imports: tests/forked_cli.py)."""
+        return subprocess.Popen(
+            [sys.executable, "-m", "autotune._warm", str(fd), ",".join(map(str, cpus))], env=self.environ,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            pass_fds=(fd,), start_new_session=True)  # Ctrl-C is the tuner's to handle
 
     @property
     def pid(self) -> int:

@@ -44,17 +44,15 @@ TAG = "AUTOTUNE_TEST_TAG"
 def tagged(value: str, variable: str = TAG) -> list:
     """Live (non-zombie) processes whose environment carries ``variable=value`` (by default
     this test's tag; a trial's tag is ``autotune._watch.TRIAL_TAG_ENV``), the commands forked from
-    the template with it included (their ``/proc/PID/environ`` shows the template's: forked_cli)."""
-    import forked_cli
+    a template included (each writes its environment where ``/proc/PID/environ`` reads: forked_cli)."""
     import psutil
 
-    forked = set(forked_cli.alive(variable, value))
     found = []
     for proc in psutil.process_iter():
         if proc.pid == os.getpid():
             continue
         try:
-            if (proc.pid in forked or proc.environ().get(variable) == value) and proc.status() != psutil.STATUS_ZOMBIE:
+            if proc.environ().get(variable) == value and proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
         except psutil.Error:
             continue
@@ -103,11 +101,14 @@ def warm():
     take it are forked from it, each 2-3 s of a new interpreter and torch less (on the 2-core CI
     machine, about 3 s of CPU for each trial that started cold). It starts without this test's
     tag, so that it is no test's leftover; tests of what a trial leaves behind, and of the warm
-    worker itself, start their own (its trials share its tag)."""
-    from autotune._launch import new_tag
-    from autotune._warm import WarmWorker
+    worker itself, start their own (its trials share its tag). It is itself forked from the
+    suite's template of warm workers (tests/forked_cli.py) where it can be."""
+    import forked_cli
 
-    worker = WarmWorker({k: v for k, v in os.environ.items() if k not in (TAG, "PYTORCH_CUDA_ALLOC_CONF")}, new_tag())
+    from autotune._launch import new_tag
+
+    worker = forked_cli.warm_worker({k: v for k, v in os.environ.items() if k not in (TAG, "PYTORCH_CUDA_ALLOC_CONF")},
+                                    new_tag())
     yield worker
     worker.close()
 

@@ -15,9 +15,18 @@ counts, MLflow's logging and telemetry). ``AUTOTUNE_TEST_FORK=0`` starts every c
 real subprocess, and tests of the interpreter's start (the installed ``autotune`` script, a
 script's imports) run one regardless.
 
-A forked process's ``/proc/PID/environ`` shows the template's environment, not its own (the
-kernel shows the block a process was exec'd with): :func:`alive` lists the forked commands still
-running, for the suite's check that a test left no process behind.
+The tuners forked so also fork their warm workers (``autotune._warm``, one per study's slot) from
+a second template, which has imported torch and torch._dynamo once (:func:`fork_warm_workers`):
+each warm worker a tuner starts spent about 4.2 s of CPU importing them on a slow day of the 2-core
+CI host, 300 s of a suite's 1,100 s (71 warm workers, most serving 1-3 trials). A warm worker is
+started as a real process where its environment differs from that template's (but in the tags
+and other ``AUTOTUNE_``, ``MLFLOW_`` and ``PYTEST_`` variables, which neither torch nor the warm
+worker reads at start), where it is pinned to some of the CPUs (torch sizes its thread pool when
+imported), and in the tests of the warm worker itself (tests/process/test_warm.py starts its own).
+
+A forked process writes its environment into the block ``/proc/PID/environ`` shows
+(``cli_template.show_environ``), so that a test's tag and a trial's tag find it as they find a
+process exec'd with them.
 """
 
 from __future__ import annotations
@@ -31,7 +40,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import weakref
 
 #: Variables read when the interpreter starts or when the template's modules are imported: a
 #: command whose environment differs from the template's in one of these starts as a real
@@ -41,8 +49,19 @@ STARTUP_PREFIXES = ("PYTHON", "LC_", "LANG", "LD_", "MALLOC_", "TZ", "OMP_", "OP
                     "DO_NOT_TRACK", "SQLALCHEMY", "AUTOTUNE_TEST_FORK")
 #: The template's program.
 TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cli_template.py")
-_started: weakref.WeakSet[ForkedCLI] = weakref.WeakSet()
-_template: _Template | None = None
+#: Where a forked tuner finds the warm workers' template (its folder): set in the forked commands'
+#: environment.
+WARM_ENV = "AUTOTUNE_TEST_WARM_TEMPLATE"
+#: Variables of a warm worker's environment that may differ from its template's: read neither by
+#: the interpreter nor by torch when they start, nor by the warm worker before a trial.
+WARM_FREE = ("AUTOTUNE_", "MLFLOW_", "PYTEST_")
+#: How long a tuner waits for the warm workers' template to be ready before it starts a warm
+#: worker as a real process (which would import as long).
+WARM_READY_S = 60.0
+#: The variable a template is started with last, and its size: the room for a forked process's
+#: environment (cli_template.show_environ).
+PAD, PAD_BYTES = "AUTOTUNE_TEST_TEMPLATE_PAD", 1 << 16
+_templates: dict[str, _Template] = {}
 _template_lock = threading.Lock()
 
 
@@ -64,7 +83,13 @@ def forkable(argv, *, env=None, stdin=None, **kwargs) -> bool:
         fd = stream if isinstance(stream, int) and stream >= 0 else getattr(stream, "fileno", lambda: None)()
         if fd is not None and os.isatty(fd):
             return False
-    return _startup(os.environ if env is None else env) == _startup(_template_env())
+    env = os.environ if env is None else env
+    return _startup(env) == _startup(_template_env()) and _fits(env)
+
+
+def _fits(env) -> bool:
+    """Whether ``env`` fits the block a forked process writes its environment into (cli_template)."""
+    return sum(len(f"{k}={v}".encode()) + 1 for k, v in env.items()) < PAD_BYTES
 
 
 def _template_env() -> dict:
@@ -101,19 +126,14 @@ def run(argv, *, timeout: float | None = None, capture_output: bool = False, che
     return done
 
 
-def alive(variable: str, value: str) -> list[int]:
-    """The pids of the forked commands not yet reaped that were given ``variable=value`` (one that
-    has exited may still be a zombie for a moment, until the template reaps it)."""
-    return [proc.pid for proc in list(_started) if proc.env.get(variable) == value and proc.poll() is None]
-
-
 class ForkedCLI:
     """The part of ``subprocess.Popen``'s interface the tests use, for a command forked from the
     template: ``pid``, ``args``, ``returncode``, ``stdout``/``stderr`` (with ``PIPE``), ``poll``,
     ``wait``, ``communicate``, ``send_signal``/``terminate``/``kill`` (through a pidfd: a pid the
     kernel reused is never signalled), and ``with``."""
 
-    def __init__(self, argv, *, cwd=None, env=None, stdout=None, stderr=None, text: bool = False, stdin=None) -> None:
+    def __init__(self, argv, *, cwd=None, env=None, stdout=None, stderr=None, text: bool = False, stdin=None,
+                 pass_fds=(), start_new_session: bool = False, template: str | None = None) -> None:
         self.args, self.returncode = list(argv), None
         self.stdout = self.stderr = None
         self._output: dict[str, list] = {}
@@ -134,8 +154,15 @@ class ForkedCLI:
                 else:
                     theirs.append(os.dup(stream if isinstance(stream, int) else stream.fileno()))
             self.env = dict(os.environ if env is None else env)
-            request = {"args": self.args[3:], "cwd": os.path.abspath(cwd or os.getcwd()), "env": self.env}
-            self._conn, self.pid, self._pidfd = _template_of().spawn(request, theirs)
+            request = {"module": self.args[2], "args": self.args[3:], "cwd": os.path.abspath(cwd or os.getcwd()),
+                       "env": self.env, "setsid": start_new_session, "fd_arg": None}
+            for fd in pass_fds:  # (one at most: the template takes a fourth fd, named in the args)
+                request["fd_arg"] = request["args"].index(str(fd))
+                theirs.append(os.dup(fd))
+            if template is None:
+                template = _template_of("cli").path
+                request["env"] = {**self.env, WARM_ENV: _template_of("warm").folder}
+            self._conn, self.pid, self._pidfd = _spawn(template, request, theirs)
         except BaseException:
             for stream in (self.stdout, self.stderr):
                 if stream is not None:
@@ -144,7 +171,6 @@ class ForkedCLI:
         finally:
             for fd in theirs:
                 os.close(fd)
-        _started.add(self)
 
     def __enter__(self) -> ForkedCLI:
         return self
@@ -221,36 +247,23 @@ class ForkedCLI:
 
 
 class _Template:
-    """The template process (tests/cli_template.py) and the Unix socket it listens on."""
+    """A template process (tests/cli_template.py, in ``role``), its folder and the Unix socket it
+    listens on (``ready`` appears in the folder once it listens)."""
 
-    def __init__(self) -> None:
-        self.folder = tempfile.mkdtemp(prefix="autotune-template-")
+    def __init__(self, role: str) -> None:
+        self.folder = tempfile.mkdtemp(prefix=f"autotune-template-{role}-")
         self.path = os.path.join(self.folder, "socket")
         self.log = open(os.path.join(self.folder, "log"), "w")
-        self.proc = subprocess.Popen([sys.executable, TEMPLATE, self.path], env=_template_env(), cwd=self.folder,
-                                     stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
-        ready = os.path.join(self.folder, "ready")
-        while not os.path.exists(ready):
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the template process exited: {open(self.log.name).read()}")
-            select.select([], [], [], 0.05)
+        env = _template_env() if role == "cli" else _warm_template_env()
+        with open(os.path.join(self.folder, "env.json"), "w") as saved:
+            json.dump(env, saved)
+        self.proc = subprocess.Popen([sys.executable, TEMPLATE, self.path, role], env={**env, PAD: "x" * PAD_BYTES},
+                                     cwd=self.folder, stdin=subprocess.DEVNULL, stdout=self.log,
+                                     stderr=subprocess.STDOUT)
 
-    def spawn(self, request: dict, fds: list[int]):
-        """Asks for a fork that runs ``request`` with ``fds`` as its stdin, stdout and stderr:
-        the connection its exit code comes back on, its pid, a pidfd of it."""
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            conn.connect(self.path)
-            body = json.dumps(request).encode()
-            socket.send_fds(conn, [len(body).to_bytes(8, "big")], fds)
-            conn.sendall(body)
-            data, pidfds, _, _ = socket.recv_fds(conn, 64, 1)
-            if not data.endswith(b"\n") or len(pidfds) != 1:
-                raise RuntimeError(f"the template did not start the command: {data!r}")
-            return conn, int(data), pidfds[0]
-        except BaseException:
-            conn.close()
-            raise
+    def wait_ready(self) -> None:
+        if not _ready(self.folder, self.proc.poll, 600):
+            raise RuntimeError(f"the template process exited: {open(self.log.name).read()}")
 
     def stop(self) -> None:
         self.proc.kill()
@@ -261,12 +274,115 @@ class _Template:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def _template_of() -> _Template:
-    global _template
-    with _template_lock:
-        if _template is None or _template.proc.poll() is not None:
-            import atexit
+def _ready(folder: str, gone, timeout: float) -> bool:
+    """Wait until the template in ``folder`` listens; False if ``gone()`` says it died, or on timeout."""
+    import time
 
-            _template = _Template()
-            atexit.register(_template.stop)
-        return _template
+    ready, deadline = os.path.join(folder, "ready"), time.monotonic() + timeout
+    while not os.path.exists(ready):
+        if gone() is not None or time.monotonic() > deadline:
+            return False
+        select.select([], [], [], 0.05)
+    return True
+
+
+def _spawn(path: str, request: dict, fds: list[int]):
+    """Asks the template listening on ``path`` for a fork that runs ``request`` with ``fds`` as its
+    stdin, stdout and stderr (and the fd to pass): the connection its exit code comes back on, its
+    pid, a pidfd of it."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(path)
+        body = json.dumps(request).encode()
+        socket.send_fds(conn, [len(body).to_bytes(8, "big")], fds)
+        conn.sendall(body)
+        data, pidfds, _, _ = socket.recv_fds(conn, 64, 1)
+        if not data.endswith(b"\n") or len(pidfds) != 1:
+            raise RuntimeError(f"the template did not start the command: {data!r}")
+        return conn, int(data), pidfds[0]
+    except BaseException:
+        conn.close()
+        raise
+
+
+def _template_of(role: str) -> _Template:
+    """This process's template in ``role``, started if none runs; the ``cli`` one ready. (The
+    ``warm`` one starts with the ``cli`` one: the tuners wait for it themselves.)"""
+    with _template_lock:
+        for name in ("cli", "warm"):
+            if name not in _templates or _templates[name].proc.poll() is not None:
+                import atexit
+
+                _templates[name] = _Template(name)
+                atexit.register(_templates[name].stop)
+        if role == "cli":
+            _templates[role].wait_ready()
+        return _templates[role]
+
+
+# --- the warm workers of forked tuners -----------------------------------------------------------
+
+
+def _warm_template_env() -> dict:
+    """The environment of the warm workers' template: a warm worker's (``worker_environ``) of a
+    forked command's, without a tag."""
+    from autotune._launch import worker_environ
+    from autotune._launch import TRIAL_TAG_ENV
+
+    env = worker_environ(_template_env(), "")
+    del env[TRIAL_TAG_ENV]
+    return env
+
+
+def _warm_startup(env) -> dict:
+    return {k: v for k, v in env.items() if not k.startswith(WARM_FREE)}
+
+
+def fork_warm_workers(folder: str) -> None:
+    """In a forked tuner: its warm workers are forks of the template in ``folder`` where they can
+    be (the module's docstring), real processes elsewhere."""
+    import autotune._warm
+
+    autotune._warm.WarmWorker._launch = _forked_launch(folder, autotune._warm.WarmWorker._launch)
+
+
+def warm_worker(environ, tag: str):
+    """A ``WarmWorker(environ, tag)`` forked from this process's template where it can be."""
+    from autotune._warm import WarmWorker
+
+    folder = _template_of("warm").folder
+    forked = type("ForkedWarmWorker", (WarmWorker,), {"_launch": _forked_launch(folder, WarmWorker._launch)})
+    return forked(environ, tag)
+
+
+def _forked_launch(folder: str, launch):
+    """``WarmWorker._launch`` as a fork of the template in ``folder``; ``launch`` where it cannot be."""
+
+    def forked(worker, fd: int, cpus):
+        if _warm_forkable(folder, worker.environ, cpus):
+            try:
+                return ForkedCLI([sys.executable, "-m", "autotune._warm", str(fd), ",".join(map(str, cpus))],
+                                 env=worker.environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 pass_fds=(fd,), start_new_session=True, template=os.path.join(folder, "socket"))
+            except (OSError, RuntimeError):
+                pass  # (the template died): a real process
+        return launch(worker, fd, cpus)
+
+    return forked
+
+
+def _warm_forkable(folder: str, env, cpus) -> bool:
+    if os.environ.get("AUTOTUNE_TEST_FORK") == "0" or (cpus and set(cpus) != os.sched_getaffinity(0)):
+        return False
+    try:
+        with open(os.path.join(folder, "env.json")) as saved:
+            template = json.load(saved)
+    except OSError:
+        return False
+    if _warm_startup(env) != _warm_startup(template) or not _fits(env):
+        return False
+
+    def gone():  # (not this process's child: alive while its folder is)
+        return None if os.path.exists(folder) else 1
+
+    return _ready(folder, gone, WARM_READY_S)

@@ -12,6 +12,8 @@ import forked_cli
 from conftest import TAG, tagged
 from helpers import FIXTURES, SHORT_TRIALS, cli, cli_env
 
+from autotune._launch import TRIAL_TAG_ENV
+
 
 def both(*args: str, cwd, env: dict | None = None):
     """The command's result forked from the template, then as a real subprocess."""
@@ -61,21 +63,26 @@ def start(tmp_path) -> tuple[forked_cli.ForkedCLI, object]:
 
 
 def test_a_forked_tuner_is_a_process_of_its_own_that_signals_reach(tmp_path) -> None:
-    """Its pid is its own, its children are its own, and a signal sent to it ends the study as
-    the CLI ends it (128 + N), read back through the template; a second signal after the exit is
-    dropped, not sent to a pid the kernel may have reused."""
-    import psutil
-
+    """Its pid is its own, its environment and its warm worker's are theirs where /proc shows them,
+    and a signal sent to it ends the study as the CLI ends it (128 + N), read back through the
+    template; a second signal after the exit is dropped, not sent to a pid the kernel may have
+    reused."""
     proc, err = start(tmp_path)
-    assert psutil.Process(proc.pid).children(), "the tuner started no worker"
     tag = os.environ[TAG]
-    assert forked_cli.alive(TAG, tag) == [proc.pid]
+    # its /proc/PID/environ shows its own environment (the test's tag), and its warm worker's too
+    found = tagged(tag)
+    assert proc.pid in {p.pid for p in found} and len(found) > 1, ("the tuner started no worker", found)
+    # its warm worker: a fork of this process's template of warm workers, with the tuner's tag for it
+    warm = [p for p in found if p.parent() and p.parent().cmdline()[-1:] == ["warm"]
+            and p.parent().ppid() == os.getpid()]
+    assert len(warm) == 1, found
+    assert warm[0].environ()[TRIAL_TAG_ENV].startswith(f"{proc.pid}-")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 128 + signal.SIGTERM, err.read_text()
     assert "stopped by SIGTERM" in err.read_text()
     proc.kill()  # gone already: nothing is sent
     assert proc.wait() == 128 + signal.SIGTERM
-    assert forked_cli.alive(TAG, tag) == []
+    assert proc.pid not in {p.pid for p in tagged(tag)}
 
 
 def test_sigkill_reads_as_popen_reads_it(tmp_path) -> None:
