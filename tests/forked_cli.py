@@ -326,8 +326,7 @@ def _template_of(role: str) -> _Template:
 def _warm_template_env() -> dict:
     """The environment of the warm workers' template: a warm worker's (``worker_environ``) of a
     forked command's, without a tag."""
-    from autotune._launch import worker_environ
-    from autotune._launch import TRIAL_TAG_ENV
+    from autotune._launch import TRIAL_TAG_ENV, worker_environ
 
     env = worker_environ(_template_env(), "")
     del env[TRIAL_TAG_ENV]
