@@ -349,6 +349,8 @@ def warm_worker(environ, tag: str):
     """A ``WarmWorker(environ, tag)`` forked from this process's template where it can be."""
     from autotune._warm import WarmWorker
 
+    if os.environ.get("AUTOTUNE_TEST_FORK") == "0":
+        return WarmWorker(environ, tag)
     folder = _template_of("warm").folder
     forked = type("ForkedWarmWorker", (WarmWorker,), {"_launch": _forked_launch(folder, WarmWorker._launch)})
     return forked(environ, tag)

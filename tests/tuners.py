@@ -68,10 +68,20 @@ def storage_of(url: str):
     """One Optuna storage per database for the tests' own reads. A storage made per call
     (a URL passed to Optuna) opens a pool of its own: polled every 0.2 s for a tuner that
     a CPU hog slows, they used up PostgreSQL's 100 connections. Pre-ping: a connection the
-    pool kept through a server restart (a test restarts PostgreSQL) is replaced, not used."""
+    pool kept through a server restart (a test restarts PostgreSQL) is replaced, not used. Made
+    while a tuner makes the schema of a new database, it can lose that race (a duplicate key,
+    CI 2026-11-28): it tries again, as the tuners do (autotune._stores)."""
     import optuna
+    import sqlalchemy.exc
 
-    return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+    for attempt in range(5):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
+            if attempt == 4:
+                raise
+            time.sleep(0.5)
+    raise AssertionError("unreachable")
 
 
 def study_of(url: str, name: str):
