@@ -70,18 +70,10 @@ def storage_of(url: str):
     a CPU hog slows, they used up PostgreSQL's 100 connections. Pre-ping: a connection the
     pool kept through a server restart (a test restarts PostgreSQL) is replaced, not used. Made
     while a tuner makes the schema of a new database, it can lose that race (a duplicate key,
-    CI 2026-11-28): it tries again, as the tuners do (autotune._stores)."""
-    import optuna
-    import sqlalchemy.exc
+    CI 2026-11-28): it tries again, as the tuners do."""
+    from autotune._stores import _rdb_storage
 
-    for attempt in range(5):
-        try:
-            return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
-        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
-            if attempt == 4:
-                raise
-            time.sleep(0.5)
-    raise AssertionError("unreachable")
+    return _rdb_storage(url, {"pool_pre_ping": True})
 
 
 def study_of(url: str, name: str):
