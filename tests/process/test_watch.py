@@ -422,7 +422,11 @@ def test_a_tree_still_paging_memory_in_is_not_stalled(tmp_path: Path, warm) -> N
     budget = Budget(warmup_s=0.2, window_s=0.3, windows=2, stall_s=2)
     result, _ = trial(tmp_path, "train_pages_slowly", budget=budget, warm=warm, ram_budget=2**40)
     assert result.outcome is Outcome.COMPLETE, result.reason
-    assert result.metrics["ram_peak"] > 2**30
+    # The readings saw the GiB come in. PSS is read at most once a second while memory climbs
+    # (PSS_EVERY), so the last second of paging (4 of the 16 chunks) may come after the last
+    # reading; a forked test worker shares torch's pages with its template, so little but the
+    # GiB is its own (CI read 1,018 MiB).
+    assert result.metrics["ram_peak"] > 0.75 * 2**30
 
 
 def test_a_profile_run_times_a_run_handle_step_by_part_and_traces_it(tmp_path: Path, warm) -> None:
