@@ -37,6 +37,7 @@ PRELOAD = {
             "mlflow.store.db.utils", "optuna", "optuna.storages.journal", "matplotlib.figure", "matplotlib.ticker",
             "matplotlib.backends.backend_agg"),
     "warm": ("torch", "torch._dynamo", "autotune._trial", "autotune._trial_main", "autotune._warm"),
+    "bare": (),  # (tests/process/test_forked_cli.py: a template to kill)
 }
 
 

@@ -84,12 +84,16 @@ def forkable(argv, *, env=None, stdin=None, **kwargs) -> bool:
         if fd is not None and os.isatty(fd):
             return False
     env = os.environ if env is None else env
-    return _startup(env) == _startup(_template_env()) and _fits(env)
+    return _fits(env) and _startup(env) == _startup(_template_of("cli").env)
 
 
 def _fits(env) -> bool:
-    """Whether ``env`` fits the block a forked process writes its environment into (cli_template)."""
-    return sum(len(f"{k}={v}".encode()) + 1 for k, v in env.items()) < PAD_BYTES
+    """Whether ``env`` fits the block a forked process writes its environment into (cli_template);
+    False where a name or value cannot be sent as JSON text (not UTF-8: a real process takes it)."""
+    try:
+        return sum(len(f"{k}={v}".encode()) + 1 for k, v in env.items()) < PAD_BYTES
+    except UnicodeEncodeError:
+        return False
 
 
 def _template_env() -> dict:
@@ -197,15 +201,22 @@ class ForkedCLI:
 
     def _wait(self, timeout: float | None) -> int | None:
         """The exit code the template sends when it reaps the process: N for ``exit(N)``, -N
-        for signal N, as ``Popen.returncode``."""
+        for signal N, as ``Popen.returncode``. Where the template died first, its exit code went
+        with it: the process is waited for through its pidfd and reads as killed (-9), as
+        ``autotune._warm.ForkedTrial`` reads a trial whose warm worker died."""
         if self.returncode is None and select.select([self._conn], [], [], timeout)[0]:
             line = b""
             while not line.endswith(b"\n"):
                 chunk = self._conn.recv(64)
                 if not chunk:
-                    raise RuntimeError(f"the template process died before pid {self.pid} exited")
+                    break
                 line += chunk
-            self.returncode = int(line)
+            if line.endswith(b"\n"):
+                self.returncode = int(line)
+            elif select.select([self._pidfd], [], [], timeout)[0]:  # (readable once it has exited)
+                self.returncode = -signal.SIGKILL
+            else:
+                return None
             self._conn.close()
         return self.returncode
 
@@ -233,11 +244,11 @@ class ForkedCLI:
         return said.get("stdout"), said.get("stderr")
 
     def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
+        if self.returncode is None:  # (a pidfd never signals a pid the kernel reused)
             try:
                 signal.pidfd_send_signal(self._pidfd, sig)
             except ProcessLookupError:
-                pass  # it exited since the poll
+                pass  # it has exited
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
@@ -247,23 +258,33 @@ class ForkedCLI:
 
 
 class _Template:
-    """A template process (tests/cli_template.py, in ``role``), its folder and the Unix socket it
-    listens on (``ready`` appears in the folder once it listens)."""
+    """A template process (tests/cli_template.py, in ``role``) and its folder: the Unix socket it
+    listens on, ``env.json`` (its environment), ``pid`` (written before anyone can read the
+    folder's name) and ``ready`` (once it listens)."""
 
     def __init__(self, role: str) -> None:
         self.folder = tempfile.mkdtemp(prefix=f"autotune-template-{role}-")
         self.path = os.path.join(self.folder, "socket")
         self.log = open(os.path.join(self.folder, "log"), "w")
-        env = _template_env() if role == "cli" else _warm_template_env()
+        self.env = _template_env() if role == "cli" else _warm_template_env()
         with open(os.path.join(self.folder, "env.json"), "w") as saved:
-            json.dump(env, saved)
-        self.proc = subprocess.Popen([sys.executable, TEMPLATE, self.path, role], env={**env, PAD: "x" * PAD_BYTES},
-                                     cwd=self.folder, stdin=subprocess.DEVNULL, stdout=self.log,
-                                     stderr=subprocess.STDOUT)
+            json.dump(self.env, saved)
+        self.proc = subprocess.Popen([sys.executable, TEMPLATE, self.path, role],
+                                     env={**self.env, PAD: "x" * PAD_BYTES}, cwd=self.folder,
+                                     stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
+        with open(os.path.join(self.folder, "pid.tmp"), "w") as pid:
+            pid.write(str(self.proc.pid))
+        os.rename(os.path.join(self.folder, "pid.tmp"), os.path.join(self.folder, "pid"))
+        self.was_ready = False
 
     def wait_ready(self) -> None:
-        if not _ready(self.folder, self.proc.poll, 600):
+        if not _ready(self.folder, 600):
             raise RuntimeError(f"the template process exited: {open(self.log.name).read()}")
+        self.was_ready = True
+
+    def failed(self) -> bool:
+        """Whether it exited before it was ready: it would again, so it is not started again."""
+        return self.proc.poll() is not None and not (self.was_ready or os.path.exists(os.path.join(self.folder, "ready")))
 
     def stop(self) -> None:
         self.proc.kill()
@@ -274,31 +295,51 @@ class _Template:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def _ready(folder: str, gone, timeout: float) -> bool:
-    """Wait until the template in ``folder`` listens; False if ``gone()`` says it died, or on timeout."""
+def _ready(folder: str, timeout: float) -> bool:
+    """Wait until the template in ``folder`` listens; False at once if it has exited (its ``pid``,
+    through a pidfd, which works from any process: a forked tuner is not its parent) or its folder
+    is gone, False on timeout."""
     import time
 
     ready, deadline = os.path.join(folder, "ready"), time.monotonic() + timeout
-    while not os.path.exists(ready):
-        if gone() is not None or time.monotonic() > deadline:
-            return False
-        select.select([], [], [], 0.05)
-    return True
+    try:
+        with open(os.path.join(folder, "pid")) as saved:
+            pidfd = os.pidfd_open(int(saved.read()))
+    except (OSError, ValueError):
+        return False  # (its folder is gone, or the process is: nothing to wait for)
+    try:
+        while not os.path.exists(ready):
+            if select.select([pidfd], [], [], 0.05)[0] or time.monotonic() > deadline:
+                return os.path.exists(ready)  # (readable: it exited, or is a zombie not yet reaped)
+        return True
+    finally:
+        os.close(pidfd)
+
+
+class NotStarted(RuntimeError):
+    """The template started no process for the request: it could not be reached, or it answered
+    that the command could not be set up (and reaped what it forked)."""
 
 
 def _spawn(path: str, request: dict, fds: list[int]):
     """Asks the template listening on ``path`` for a fork that runs ``request`` with ``fds`` as its
     stdin, stdout and stderr (and the fd to pass): the connection its exit code comes back on, its
-    pid, a pidfd of it."""
+    pid, a pidfd of it. Raises :class:`NotStarted` where no process runs for it; any other error
+    where one may (its answer was lost)."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        conn.connect(path)
         body = json.dumps(request).encode()
-        socket.send_fds(conn, [len(body).to_bytes(8, "big")], fds)
-        conn.sendall(body)
+        try:
+            conn.connect(path)
+            socket.send_fds(conn, [len(body).to_bytes(8, "big")], fds)
+            conn.sendall(body)
+        except OSError as exc:
+            raise NotStarted(f"the template at {path} could not be asked: {exc}") from exc
         data, pidfds, _, _ = socket.recv_fds(conn, 64, 1)
+        if not data:  # (it closes the connection when the set-up fails, after reaping the fork)
+            raise NotStarted(f"the template did not start the command: see {os.path.dirname(path)}/log")
         if not data.endswith(b"\n") or len(pidfds) != 1:
-            raise RuntimeError(f"the template did not start the command: {data!r}")
+            raise RuntimeError(f"the template's answer is incomplete: {data!r}, {len(pidfds)} pidfds")
         return conn, int(data), pidfds[0]
     except BaseException:
         conn.close()
@@ -310,7 +351,7 @@ def _template_of(role: str) -> _Template:
     ``warm`` one starts with the ``cli`` one: the tuners wait for it themselves.)"""
     with _template_lock:
         for name in ("cli", "warm"):
-            if name not in _templates or _templates[name].proc.poll() is not None:
+            if name not in _templates or (_templates[name].proc.poll() is not None and not _templates[name].failed()):
                 import atexit
 
                 _templates[name] = _Template(name)
@@ -365,8 +406,8 @@ def _forked_launch(folder: str, launch):
                 return ForkedCLI([sys.executable, "-m", "autotune._warm", str(fd), ",".join(map(str, cpus))],
                                  env=worker.environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                  pass_fds=(fd,), start_new_session=True, template=os.path.join(folder, "socket"))
-            except (OSError, RuntimeError):
-                pass  # (the template died): a real process
+            except NotStarted:
+                pass  # (the template died): a real process. (Where a fork may run, never a second.)
         return launch(worker, fd, cpus)
 
     return forked
@@ -380,10 +421,6 @@ def _warm_forkable(folder: str, env, cpus) -> bool:
             template = json.load(saved)
     except OSError:
         return False
-    if _warm_startup(env) != _warm_startup(template) or not _fits(env):
+    if not _fits(env) or _warm_startup(env) != _warm_startup(template):
         return False
-
-    def gone():  # (not this process's child: alive while its folder is)
-        return None if os.path.exists(folder) else 1
-
-    return _ready(folder, gone, WARM_READY_S)
+    return _ready(folder, WARM_READY_S)

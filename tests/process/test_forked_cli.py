@@ -100,3 +100,51 @@ def test_sigkill_reads_as_popen_reads_it(tmp_path) -> None:
         for child in left:
             child.kill()
         psutil.wait_procs(left, timeout=3)
+
+
+def test_a_command_whose_template_dies_is_still_waited_for_and_killed(tmp_path) -> None:
+    """The template reaps the command and sends its exit code; where the template dies first, the
+    command's exit is read through its pidfd (and reads as killed, -9: its code went with the
+    template), and a kill still reaches it."""
+    (tmp_path / "sleeper.py").write_text("import time\ntime.sleep(120)\n")
+    template = forked_cli._Template("bare")
+    try:
+        template.wait_ready()
+        proc = forked_cli.ForkedCLI([sys.executable, "-m", "sleeper"], cwd=tmp_path, env=cli_env(),
+                                    template=template.path)
+        template.proc.kill()
+        template.proc.wait()
+        try:
+            proc.wait(timeout=0.5)
+            raise AssertionError("the command ended with its template")
+        except subprocess.TimeoutExpired:
+            pass
+        proc.kill()
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+        # a template that is gone answers no more: the launcher can tell, and falls back
+        try:
+            forked_cli.ForkedCLI([sys.executable, "-m", "sleeper"], cwd=tmp_path, env=cli_env(),
+                                 template=template.path)
+            raise AssertionError("a dead template started a command")
+        except forked_cli.NotStarted:
+            pass
+    finally:
+        template.stop()
+
+
+def test_a_template_that_dies_before_it_is_ready_is_not_waited_for(tmp_path) -> None:
+    """A tuner waits for the warm workers' template to be ready (up to a minute): not when it has
+    exited, zombie or reaped, which it reads through the pid its folder names."""
+    dead = subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"])
+    (tmp_path / "pid").write_text(str(dead.pid))
+    os.waitid(os.P_PID, dead.pid, os.WEXITED | os.WNOWAIT)  # its end, as a zombie: not reaped
+    for _ in ("zombie", "reaped"):
+        started = time.monotonic()
+        assert not forked_cli._ready(str(tmp_path), 60)
+        assert time.monotonic() - started < 5
+        dead.wait()
+    (tmp_path / "pid").unlink()  # a folder without its template's pid: nothing to wait for
+    assert not forked_cli._ready(str(tmp_path), 60)
+    (tmp_path / "ready").touch()
+    (tmp_path / "pid").write_text(str(os.getpid()))
+    assert forked_cli._ready(str(tmp_path), 60)
