@@ -190,7 +190,7 @@ class Monitor(Background):
 
     Args:
         pid: The worker's pid (its children are found on every sample).
-        ram_budget: Bytes the tree may use (PSS).
+        ram_budget: Bytes the tree may use (``tree_memory``: PSS, and shared memory held unmapped).
         on_limit: Called once, with the reason, when the tree crosses
             ``ram_budget`` or the machine's available memory falls under ``floor``.
         gpu: An NVML handle, or None.
@@ -301,7 +301,7 @@ class Monitor(Background):
         return self._limit_reason(self.read_ram(), psutil.virtual_memory().available)
 
     def read_ram(self) -> int:
-        """The tree's memory (PSS) read now, on the caller's thread (also kept as ``ram_now``)."""
+        """The tree's memory (``tree_memory``) read now, on the caller's thread (also kept as ``ram_now``)."""
         self.ram_now = tree_memory(read_tree(self._pid).pids)
         return self.ram_now
 
@@ -356,7 +356,7 @@ class Monitor(Background):
         return foreign_gpu(samples, set(pids))
 
     def summary(self, since: float = 0.0, until: float = float("inf")) -> dict[str, float]:
-        """Peak RAM (PSS), minimum available RAM and GPU means/peaks over ``[since, until]``."""
+        """Peak RAM (``tree_memory``), minimum available RAM and GPU means/peaks over ``[since, until]``."""
         window = [s for s in self.samples if since <= s.wall <= until]
         out: dict[str, float] = {}
         exact = [s.ram for s in window if s.ram is not None]

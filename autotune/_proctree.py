@@ -194,7 +194,8 @@ def tree_rss(procs: list) -> int:
 
 def tree_memory(pids: tuple[int, ...]) -> int:
     """Bytes used by a process tree: PSS where the platform has it, so pages
-    shared by forked DataLoader workers count once in total; RSS elsewhere."""
+    shared by forked DataLoader workers count once in total (RSS elsewhere), plus
+    the shared memory the tree holds open that none of it maps (``held_unmapped``)."""
     import psutil
 
     total = 0
@@ -207,4 +208,54 @@ def tree_memory(pids: tuple[int, ...]) -> int:
             continue
         except psutil.AccessDenied:
             total += proc.memory_info().rss
-    return total
+    return total + held_unmapped(pids)
+
+
+#: Where an open file's link says it is memory (tmpfs under /dev/shm; ``memfd_create``'s).
+_SHARED_MEMORY = ("/dev/shm/", "/memfd:")
+
+
+def held_unmapped(pids: tuple[int, ...], proc: str = "/proc") -> int:
+    """Bytes of shared-memory files the processes ``pids`` hold open but none of them maps.
+
+    A batch a DataLoader worker has made and the loop has not yet taken is such a file
+    (torch's ``file_descriptor`` sharing: made in ``/dev/shm``, unlinked, its fd kept for
+    the loop to ask for): in RAM, in no process's PSS. 4 workers x prefetch 4 of 16 MiB
+    batches held 256 MiB so while the tree's PSS read 401 MiB (2-core host, torch 2.13).
+    Files a process of the tree maps are in its PSS already and are not counted again.
+    Where ``/proc`` has no fd folders (not Linux), 0."""
+    held: dict[tuple[int, int], int] = {}
+    for pid in pids:
+        folder = f"{proc}/{pid}/fd"
+        try:
+            fds = os.listdir(folder)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"{folder}/{fd}").startswith(_SHARED_MEMORY):
+                    st = os.stat(f"{folder}/{fd}")
+                    held[(st.st_dev, st.st_ino)] = st.st_blocks * 512  # pages it has, not its length
+            except OSError:
+                continue  # closed since the listing
+    if not held:
+        return 0
+    for pid in pids:
+        for key in _mapped(f"{proc}/{pid}/maps"):
+            held.pop(key, None)
+    return sum(held.values())
+
+
+def _mapped(maps: str) -> set[tuple[int, int]]:
+    """(device, inode) of the shared-memory files a ``/proc/PID/maps`` maps."""
+    found = set()
+    try:
+        with open(maps) as lines:
+            for line in lines:
+                fields = line.split(maxsplit=5)
+                if len(fields) == 6 and fields[5].startswith(_SHARED_MEMORY):
+                    major, minor = fields[3].split(":")
+                    found.add((os.makedev(int(major, 16), int(minor, 16)), int(fields[4])))
+    except OSError:
+        pass
+    return found

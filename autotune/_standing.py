@@ -325,11 +325,11 @@ def export_text(study: optuna.Study, found: Standing) -> str:
 
 
 #: What an export's memory figures (``winner_memory``) are, in its header.
-MEMORY_WORDS = {"ram_peak_gib": "host RAM (its process tree, PSS)", "gpu_mem_peak_gib": "GPU memory"}
+MEMORY_WORDS = {"ram_peak_gib": "host RAM (its process tree: PSS, and batches in shared memory no process maps)", "gpu_mem_peak_gib": "GPU memory"}
 
 
 def winner_memory(found: Standing) -> dict[str, float]:
-    """The winner's highest host RAM (its process tree's PSS) and GPU memory over its believed
+    """The winner's highest host RAM (``autotune._proctree.tree_memory``) and GPU memory over its believed
     runs, in GiB: what ``autotune.load(path, adapt=True)`` holds against its RAM budget."""
     win = found.decision.winner
     runs = [r for r in win.runs if r.reliable] if win else []

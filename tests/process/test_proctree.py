@@ -53,3 +53,65 @@ def test_the_process_tree_holds_every_descendant_read_either_way(monkeypatch) ->
     assert _proctree.process_tree(root.pid) == []
     monkeypatch.undo()
     assert _proctree.read_tree(root.pid) == _proctree.TreeReading((), 0.0, 0)
+
+
+def test_shared_memory_held_open_and_mapped_by_none_is_counted_once(tmp_path) -> None:
+    import mmap
+
+    from autotune._proctree import held_unmapped
+
+    name = f"/dev/shm/autotune-test-{os.getpid()}"
+    fd = os.open(name, os.O_CREAT | os.O_RDWR, 0o600)
+    os.unlink(name)
+    os.write(fd, b"x" * (8 << 20))
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], pass_fds=(fd,))
+    try:
+        me = (os.getpid(),)
+        assert held_unmapped(me) == 8 << 20
+        assert held_unmapped((*me, child.pid)) == 8 << 20  # held by two: counted once
+        assert held_unmapped((child.pid,)) == 8 << 20
+        mapped = mmap.mmap(fd, 8 << 20)  # in this process's PSS now: not counted again
+        assert held_unmapped((*me, child.pid)) == 0
+        mapped.close()
+        assert held_unmapped(me) == 8 << 20
+    finally:
+        child.kill()
+        child.wait()
+        os.close(fd)
+    assert held_unmapped(me) == 0
+
+
+def test_batches_a_loader_holds_in_flight_are_in_the_trees_memory() -> None:
+    """A batch a DataLoader worker has made and the loop has not taken is a shared-memory file the
+    worker holds open for the loop to ask for: in RAM, in no process's PSS, so the tree's memory
+    counts it (2 workers x prefetch 4 of 8 MiB batches here)."""
+    import psutil
+    import torch
+    from torch.utils.data import DataLoader
+
+    from autotune._proctree import tree_memory
+
+    class Items(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return 64
+
+        def __getitem__(self, i):
+            return torch.ones(1 << 20)  # 4 MiB
+
+    before = {p.pid for p in psutil.Process().children()}  # (the test process's other children stay out)
+    loader = iter(DataLoader(Items(), batch_size=2, num_workers=2, prefetch_factor=4))
+    try:
+        next(loader)
+        pids = (os.getpid(), *(p.pid for p in psutil.Process().children() if p.pid not in before))
+        assert len(pids) == 3
+        deadline, held = time.monotonic() + 60, 0
+        while time.monotonic() < deadline:
+            pss = sum(psutil.Process(pid).memory_full_info().pss for pid in pids)
+            total = tree_memory(pids)
+            held = total - pss  # (PSS moves a little between the two readings)
+            if held >= 7 * (8 << 20) - (4 << 20):
+                break
+            time.sleep(0.2)
+        assert held >= 7 * (8 << 20) - (4 << 20), f"{held / 2**20:.0f} MiB held beyond the PSS"
+    finally:
+        del loader

@@ -280,7 +280,8 @@ def test_export_loads_and_trains_in_production(study_store: Path) -> None:
 
     found = standing(load_study(study_store / "mlflow", "e2e"))
     peak = max(r.metrics["ram_peak"] for r in found.decision.winner.runs if r.reliable) / 2**30
-    assert f"# memory: the winner's highest {round(peak, 2)} GiB host RAM (its process tree, PSS)\n" in text
+    assert (f"# memory: the winner's highest {round(peak, 2)} GiB host RAM (its process tree: PSS, "
+            "and batches in shared memory no process maps)\n") in text
     assert re.search(rf"^measured_on: {{.*ram_peak_gib: {round(peak, 2)}[,}}]", text, re.M), text
     code = ("import autotune, runpy; ns = runpy.run_path(%r); r = autotune.load('best.yaml', adapt=True); "
             "ns['train'](r, epochs=2); print('trained', r.config.num_workers)" % str(FIXTURE))
