@@ -22,7 +22,9 @@ INTERVAL = 0.1
 #: more with its memory (``PSS_SHARE``): RSS sums shared pages once per forked worker, so
 #: it over-counts (3x for a trial with 4 workers) and is only a cheap upper bound; PSS is
 #: read when that bound crosses the budget, when the floor is crossed, and this often for
-#: the record.
+#: the record. (RSS does not bound the batches in flight, which the exact reading adds:
+#: ``tree_memory``. Those count against the budget this often, and the machine's floor,
+#: read every ``INTERVAL``, sees them as soon as they are made.)
 PSS_EVERY = 1.0
 #: The machine keeps at least this share of its memory available: below it the
 #: running trial is killed, whatever its budget (other processes count too).
