@@ -21,8 +21,11 @@ each warm worker a tuner starts spent about 4.2 s of CPU importing them on a slo
 CI host, 300 s of a suite's 1,100 s (71 warm workers, most serving 1-3 trials). A warm worker is
 started as a real process where its environment differs from that template's (but in the tags
 and other ``AUTOTUNE_``, ``MLFLOW_`` and ``PYTEST_`` variables, which neither torch nor the warm
-worker reads at start), where it is pinned to some of the CPUs (torch sizes its thread pool when
-imported), and in the tests of the warm worker itself (tests/process/test_warm.py starts its own).
+worker reads at start), and in the tests of the warm worker itself (tests/process/test_warm.py
+starts its own). A warm worker pinned to some of the CPUs (a ``--jobs`` slot's) is forked too and
+pins itself there: torch sized its intra-op pool for the template's CPUs when imported (2 where
+a process pinned first gets 1), but a pinned trial sets its threads to its CPUs itself
+(``autotune._trial_main``), so its trials run as a real warm worker's do.
 
 A forked process writes its environment into the block ``/proc/PID/environ`` shows
 (``cli_template.show_environ``), so that a test's tag and a trial's tag find it as they find a
@@ -401,7 +404,7 @@ def _forked_launch(folder: str, launch):
     """``WarmWorker._launch`` as a fork of the template in ``folder``; ``launch`` where it cannot be."""
 
     def forked(worker, fd: int, cpus):
-        if _warm_forkable(folder, worker.environ, cpus):
+        if _warm_forkable(folder, worker.environ):
             try:
                 return ForkedCLI([sys.executable, "-m", "autotune._warm", str(fd), ",".join(map(str, cpus))],
                                  env=worker.environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -413,8 +416,8 @@ def _forked_launch(folder: str, launch):
     return forked
 
 
-def _warm_forkable(folder: str, env, cpus) -> bool:
-    if os.environ.get("AUTOTUNE_TEST_FORK") == "0" or (cpus and set(cpus) != os.sched_getaffinity(0)):
+def _warm_forkable(folder: str, env) -> bool:
+    if os.environ.get("AUTOTUNE_TEST_FORK") == "0":
         return False
     try:
         with open(os.path.join(folder, "env.json")) as saved:
