@@ -84,12 +84,13 @@ def test_shared_memory_held_open_and_mapped_by_none_is_counted_once(tmp_path) ->
 def test_batches_a_loader_holds_in_flight_are_in_the_trees_memory() -> None:
     """A batch a DataLoader worker has made and the loop has not taken is a shared-memory file the
     worker holds open for the loop to ask for: in RAM, in no process's PSS, so the tree's memory
-    counts it (2 workers x prefetch 4 of 8 MiB batches here)."""
+    counts it (one worker x prefetch 8 of 8 MiB batches here: one worker, so that the loop holds
+    no batch that came early, which it would map)."""
     import psutil
     import torch
     from torch.utils.data import DataLoader
 
-    from autotune._proctree import tree_memory
+    from autotune._proctree import held_unmapped, tree_memory
 
     class Items(torch.utils.data.Dataset):
         def __len__(self) -> int:
@@ -99,19 +100,17 @@ def test_batches_a_loader_holds_in_flight_are_in_the_trees_memory() -> None:
             return torch.ones(1 << 20)  # 4 MiB
 
     before = {p.pid for p in psutil.Process().children()}  # (the test process's other children stay out)
-    loader = iter(DataLoader(Items(), batch_size=2, num_workers=2, prefetch_factor=4))
+    loader = iter(DataLoader(Items(), batch_size=2, num_workers=1, prefetch_factor=8))
     try:
-        next(loader)
+        next(loader)  # then 8 batches asked for, none taken
         pids = (os.getpid(), *(p.pid for p in psutil.Process().children() if p.pid not in before))
-        assert len(pids) == 3
-        deadline, held = time.monotonic() + 60, 0
-        while time.monotonic() < deadline:
-            pss = sum(psutil.Process(pid).memory_full_info().pss for pid in pids)
-            total = tree_memory(pids)
-            held = total - pss  # (PSS moves a little between the two readings)
-            if held >= 7 * (8 << 20) - (4 << 20):
-                break
-            time.sleep(0.2)
-        assert held >= 7 * (8 << 20) - (4 << 20), f"{held / 2**20:.0f} MiB held beyond the PSS"
+        assert len(pids) == 2
+        batches = 8 << 20
+        deadline = time.monotonic() + 60
+        while held_unmapped(pids) < 8 * batches and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert 8 * batches <= held_unmapped(pids) < 9 * batches
+        pss = sum(psutil.Process(pid).memory_full_info().pss for pid in pids)
+        assert tree_memory(pids) >= pss + 8 * batches - (4 << 20)  # (PSS moves a little between readings)
     finally:
         del loader
