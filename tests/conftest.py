@@ -36,6 +36,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(skip)
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tests that train in the pytest process itself (the runners' production runs, the adaptive
+    recipes) do so on one intra-op thread, where torch has been imported (the trials, processes
+    of their own, set theirs as the product does). On two, beside the suite's other processes,
+    a parallel region's threads wait on each other: the runners' four production runs took 23 s
+    of CPU and 20 s beside a CPU hog on one core, and 11.5 s and 12.7 s on one."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+
+
 #: Every process a test starts inherits this variable (with the test's own value),
 #: including workers in their own sessions and orphans reparented to PID 1.
 TAG = "AUTOTUNE_TEST_TAG"
