@@ -325,7 +325,8 @@ def export_text(study: optuna.Study, found: Standing) -> str:
 
 
 #: What an export's memory figures (``winner_memory``) are, in its header.
-MEMORY_WORDS = {"ram_peak_gib": "host RAM (its process tree: PSS, and batches in shared memory no process maps)", "gpu_mem_peak_gib": "GPU memory"}
+MEMORY_WORDS = {"ram_peak_gib": "host RAM (its process tree: PSS, and batches in shared memory no process maps)",
+                "gpu_mem_peak_gib": "GPU memory"}
 
 
 def winner_memory(found: Standing) -> dict[str, float]:

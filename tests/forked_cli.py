@@ -207,6 +207,9 @@ class ForkedCLI:
         for signal N, as ``Popen.returncode``. Where the template died first, its exit code went
         with it: the process is waited for through its pidfd and reads as killed (-9), as
         ``autotune._warm.ForkedTrial`` reads a trial whose warm worker died."""
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + timeout
         if self.returncode is None and select.select([self._conn], [], [], timeout)[0]:
             line = b""
             while not line.endswith(b"\n"):
@@ -216,7 +219,8 @@ class ForkedCLI:
                 line += chunk
             if line.endswith(b"\n"):
                 self.returncode = int(line)
-            elif select.select([self._pidfd], [], [], timeout)[0]:  # (readable once it has exited)
+            elif select.select([self._pidfd], [], [], None if deadline is None
+                               else max(0.0, deadline - time.monotonic()))[0]:  # (readable once it has exited)
                 self.returncode = -signal.SIGKILL
             else:
                 return None
@@ -278,16 +282,15 @@ class _Template:
         with open(os.path.join(self.folder, "pid.tmp"), "w") as pid:
             pid.write(str(self.proc.pid))
         os.rename(os.path.join(self.folder, "pid.tmp"), os.path.join(self.folder, "pid"))
-        self.was_ready = False
 
     def wait_ready(self) -> None:
         if not _ready(self.folder, 600):
             raise RuntimeError(f"the template process exited: {open(self.log.name).read()}")
-        self.was_ready = True
 
     def failed(self) -> bool:
-        """Whether it exited before it was ready: it would again, so it is not started again."""
-        return self.proc.poll() is not None and not (self.was_ready or os.path.exists(os.path.join(self.folder, "ready")))
+        """Whether it exited before it was ready (``ready`` stays until ``stop``): it would again, so
+        it is not started again."""
+        return self.proc.poll() is not None and not os.path.exists(os.path.join(self.folder, "ready"))
 
     def stop(self) -> None:
         self.proc.kill()
