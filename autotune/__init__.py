@@ -15,7 +15,8 @@ from autotune._config import Config, ConfigError
 from autotune._export import load
 from autotune._knobs import KNOBS, Capability, Knob, Stage
 from autotune._outcome import Outcome
-from autotune._handles import Recipe, Run
+from autotune._handles import Run
+from autotune._recipe import Recipe
 
 __version__ = "0.1.0"
 

@@ -9,7 +9,7 @@ from typing import Any
 from autotune._bounds import RAM_BUDGET_LEAST, allowed
 from autotune._config import Config, ConfigError, read_yaml
 from autotune._knobs import KNOBS, Stage, show_value, unknown_knob_message
-from autotune._handles import Recipe
+from autotune._recipe import Recipe
 
 #: The one key of an export that is not a knob: the batch size the lr was written for.
 BASE_BATCH_KEY = "base_batch_size"
@@ -165,13 +165,19 @@ def _honourable(data: Mapping[str, Any], where: str, device: Any, measured: Mapp
     if dropped:
         warnings.warn(f"{where}: this machine cannot honour {'; '.join(dropped)}: your code's own value "
                       "is used for each", stacklevel=3)
-    differs = [f"{name} {measured[name] or 'none'} there, {mine or 'none'} here" for name, mine in (
-        ("device", here.device.split(":")[0]), ("gpu", here.gpu), ("cpus", here.cpus),
-        ("torch", here.torch)) if name in measured and _differs(name, measured[name], mine)]
+    differs = differences(measured, here)
     if differs:
         warnings.warn(f"{where} was measured on another machine ({'; '.join(differs)}): its config may not "
                       "be the fastest here; `autotune run` tunes for this one", stacklevel=3)
     return kept
+
+
+def differences(measured: Mapping[str, Any], here: Any) -> list[str]:
+    """How this machine (``here``, a ``autotune._probe.Fingerprint``) differs from the one an
+    export was measured on (its ``measured_on``): ``["cpus 16 there, 2 here"]``; empty: the same."""
+    return [f"{name} {measured[name] or 'none'} there, {mine or 'none'} here" for name, mine in (
+        ("device", here.device.split(":")[0]), ("gpu", here.gpu), ("cpus", here.cpus),
+        ("torch", here.torch)) if name in measured and _differs(name, measured[name], mine)]
 
 
 def _differs(name: str, there: Any, here: Any) -> bool:

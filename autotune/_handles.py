@@ -1,21 +1,18 @@
-"""Run handles: what a training function receives, under tuning and in production."""
+"""The Run handle: what a training function receives (a Trial under tuning, autotune._trial; a Recipe
+in production, autotune._recipe)."""
 
 from __future__ import annotations
 
 import contextlib
 import inspect
 import math
-import os
-import sys
-import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from autotune._config import Config
-from autotune._knobs import KNOBS, MODEL_KNOBS, Stage, batch_of, show_value
+from autotune._knobs import KNOBS, MODEL_KNOBS, Stage, batch_of
 from autotune._loaders import (
-    batch_len,
     batches_per_epoch,
     dataset_facts,
     drop_worker_kwargs,
@@ -125,7 +122,7 @@ class Run:
             if knob.name == "batch_size":
                 if self._base_batch_size is None:
                     continue
-                value = batch_of(value, self._base_batch_size)
+                value = batch_of(self._batch_value(value), self._base_batch_size)
             kw[knob.dataloader_kwarg] = value
         drop_worker_kwargs(kw)
         keep_order(kw, kwargs)
@@ -143,6 +140,10 @@ class Run:
                 warnings.warn(f"num_workers={workers} exceeds the {batches} batches of an epoch; "
                               f"using {batches}", stacklevel=3)
         return kw
+
+    def _batch_value(self, value: Any) -> Any:
+        """The ``batch_size`` knob as a loader takes it: relative (``2x``) or in samples."""
+        return value
 
     def _loader_built(self, loader: Any, dataset: Any, kw: dict[str, Any]) -> None:
         """Record what the loader built with ``kw`` uses (``resolved``, the dataset's facts)."""
@@ -297,102 +298,3 @@ class Run:
             warnings.warn(f"malloc_retain=true not applied: {reason}", stacklevel=4)
         else:
             _malloc.retain()
-
-
-class Recipe(Run):
-    """A tuned config applied in production: ``train(autotune.load("best.yaml"))``.
-
-    Says once, on its first batch, what it trains with (on stderr); with
-    ``report_every``, also samples/s every that many seconds, so that production
-    can be held against the figure the study measured.
-
-    Attributes:
-        base_batch_size: The user batch size the recipe was tuned from (the base of
-            its lr scaling), or None.
-        origin: Where it came from (an export's path and what the study found there).
-    """
-
-    def __init__(self, config: Config, device: Any = "auto",  # type: ignore[valid-type]
-                 base_batch_size: int | None = None, *, origin: str | None = None,
-                 report_every: float | None = None, quiet: bool = False, adapt: bool = False,
-                 tracking_uri: str | None = None, ram_budget: float | None = None,
-                 ram_peak: float | None = None, gpu_peak: float | None = None) -> None:
-        super().__init__(config, device)
-        self.base_batch_size = base_batch_size
-        self.origin = origin
-        self._report_every, self._quiet = report_every, quiet
-        self.adaptive = None  # with adapt: the loaders it moves between epochs (autotune._adapt)
-        if adapt:
-            from autotune._adapt import AdaptiveLoaders
-            from autotune._probe import usable_cpus
-            from autotune._prodlog import production_log
-
-            self.adaptive = AdaptiveLoaders(usable_cpus(), log=production_log(tracking_uri, origin),
-                                            budget=int(ram_budget * 2**30) if ram_budget else None)
-            self.adaptive.ram_peak, self.adaptive.gpu_peak = ram_peak, gpu_peak  # GiB, from the export
-        self._reported: tuple[float, int] | None = None  # (since, samples) of the report under way
-        self._said = False
-        self.apply_backends()
-        self._apply_alloc_conf()
-
-    def dataloader(self, dataset: Any, **kwargs: Any):
-        loader = super().dataloader(dataset, **kwargs)
-        if self.base_batch_size is not None and self._base_batch_size != self.base_batch_size:
-            warnings.warn(f"the recipe was tuned with batch_size={self.base_batch_size} in the "
-                          f"code, which now passes {self._base_batch_size}; its lr scaling "
-                          "starts from the code's value", stacklevel=2)
-        return loader
-
-    def _loader_built(self, loader: Any, dataset: Any, kw: dict[str, Any]) -> None:
-        super()._loader_built(loader, dataset, kw)
-        if self.adaptive is not None:
-            self.adaptive.built(loader, dataset, kw)
-
-    def batches(self, loader: Iterable[Any]) -> Iterator[Any]:
-        if not self._said and not self._quiet:
-            self._said = True
-            knobs = " ".join(f"{k}={show_value(v)}" for k, v in self.resolved().items())
-            print(f"autotune: training with {self.origin or 'the defaults'} on {self.device}: {knobs}"
-                  + (self._adapting() if self.adaptive else ""), file=sys.stderr, flush=True)
-        epoch = (self.adaptive.iterate(loader, lambda chosen: Run.batches(self, chosen), batch_len)
-                 if self.adaptive is not None else Run.batches(self, loader))
-        if not self._report_every:
-            yield from epoch
-            return
-        # The count spans epochs (one call of batches each): epochs shorter than report_every
-        # would otherwise never report. A batch counts once its step is done (when the loop
-        # asks for the next), so a period's rate is steps finished in it, never one ahead.
-        if self._reported is None:
-            self._reported = (time.perf_counter(), 0)
-        for batch in epoch:
-            yield batch
-            start, samples = self._reported
-            samples += batch_len(batch)
-            now = time.perf_counter()
-            if now - start >= self._report_every:
-                print(f"autotune: {samples / (now - start):,.0f} samples/s over the last {now - start:.3g} s",
-                      file=sys.stderr, flush=True)
-                start, samples = now, 0
-            self._reported = (start, samples)
-
-    def _adapting(self) -> str:
-        from autotune._adapt import adapting_line
-
-        return adapting_line(self.adaptive)
-
-    def _apply_alloc_conf(self) -> None:
-        """Set ``cuda_alloc_conf`` for the CUDA allocator, or say it is too late for it."""
-        value = self.config.cuda_alloc_conf
-        knob = KNOBS["cuda_alloc_conf"]
-        if value is None or value == knob.default:
-            return
-        if os.environ.get(knob.env_var) == value:
-            return
-        import torch
-
-        if torch.cuda.is_initialized():
-            warnings.warn(f"cuda_alloc_conf={value} not applied: CUDA had started before the recipe was "
-                          f"made; set {knob.env_var}={value} in the environment (or load the recipe before "
-                          "any CUDA call)", stacklevel=3)
-            return
-        os.environ[knob.env_var] = value  # read by the caching allocator when CUDA starts

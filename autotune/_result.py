@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import optuna
 
-    from autotune._handles import Recipe
+    from autotune._recipe import Recipe
     from autotune._records import TrialRow
     from autotune._standing import Standing
 

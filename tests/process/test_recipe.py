@@ -33,9 +33,25 @@ def test_recipe_warns_when_the_code_batch_size_changed(tmp_path: Path) -> None:
     path = tmp_path / "best.yaml"
     path.write_text(render({"batch_size": 128, "lr_scaling": "linear"}, 64, []))
     recipe = load(path, device="cpu")
-    with pytest.warns(UserWarning, match=r"tuned with batch_size=64 .* now passes 32"):
+    with pytest.warns(UserWarning, match=r"tuned with batch_size=64 .* now passes 32: it runs at 64"):
         loader = recipe.dataloader(TensorDataset(torch.zeros(256, 2)), batch_size=32)
-    assert loader.batch_size == 128
+    assert loader.batch_size == 64  # 2x the code's, as tuned (128 from 64)
+
+
+def test_a_recipe_gives_each_loader_its_batch_size_as_the_study_did(tmp_path: Path, recwarn) -> None:
+    """The study applies ``batch_size: 2x`` to every loader, each from its own; the export writes
+    the training loader's in samples. A test loader of 500 runs at 1,000 in both, not at the
+    training's 128 (which made ``autotune exec`` of a script with a test pass 1.4x the study's speed)."""
+    import torch
+    from torch.utils.data import TensorDataset
+
+    path = tmp_path / "best.yaml"
+    path.write_text(render({"batch_size": 128, "num_workers": 0}, 64, []))
+    recipe = load(path, device="cpu")
+    data = TensorDataset(torch.zeros(2048, 2))
+    assert recipe.dataloader(data, batch_size=64).batch_size == 128
+    assert recipe.dataloader(data, batch_size=500).batch_size == 1000
+    assert not [w for w in recwarn if "tuned with" in str(w.message)]  # the evaluation loader is no change
 
 
 def test_load_drops_what_this_machine_cannot_honour_and_names_it(tmp_path: Path, capsys) -> None:
