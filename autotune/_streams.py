@@ -128,6 +128,13 @@ def distortion(metrics: Mapping[str, Any], config: Mapping[str, Any], base_metri
     'not the same training: the model saw batches of 3.0 samples'
     >>> distortion({"repeat_share": 0.02, "epoch_rows": 1024}, {}, {"epoch_rows": 1000}, {}) is None
     True
+
+    An epoch's last batch is partial where its rows are no multiple of the batch size: 640 rows
+    in batches of 256 are 256, 256 and 128, 83% full on average, and that is the same training.
+
+    >>> distortion({"samples_per_step": 213.3, "epoch_rows": 640}, {"batch_size": 256, "num_workers": 2},
+    ...            {"samples_per_step": 64.0}, {"batch_size": 64}) is None
+    True
     """
     workers = config.get("num_workers")
     by = f"its {workers} DataLoader workers" if isinstance(workers, int) and workers > 1 else "its loader"
@@ -140,6 +147,9 @@ def distortion(metrics: Mapping[str, Any], config: Mapping[str, Any], base_metri
         return (f"{DUPLICATED}: an epoch of its loader delivered {rows:,.0f} rows, {rows / base_rows:.1f}x the "
                 f"baseline's {base_rows:,.0f}: {by} deliver rows more than once; {_FIX}")
     share, base_share = fill(metrics, config.get("batch_size")), fill(base_metrics, base_config.get("batch_size"))
+    size = _number(config.get("batch_size"))
+    if base_share and rows and size:  # an epoch's last batch is partial where its rows are no multiple of it
+        base_share = min(base_share, rows / (size * math.ceil(rows / size)))
     if share and base_share and share < FILL_MARGIN * base_share:
         return (f"{SMALLER}: the model saw batches of {metrics['samples_per_step']:.1f} samples on "
                 f"average, {share:.0%} of its batch_size {config['batch_size']} (the baseline's: {base_share:.0%}): "
