@@ -23,6 +23,7 @@ from autotune._noise import FOREIGN_LOAD_MAX, QUIET_WAIT_S, REMEASURES, SPREAD_M
 from autotune._options import DEFAULT_STORE
 from autotune._result import Result
 from autotune._script import check_script, is_script, not_tuned
+from autotune._shape import WHOLE_RUN_S
 from autotune._stores import STORE_PATIENCE_S
 
 if TYPE_CHECKING:
@@ -80,7 +81,8 @@ def tune(target: str | Callable[..., Any], *, trials: int = TRIALS, space: str |
          max_load: float = FOREIGN_LOAD_MAX, max_spread: float = SPREAD_MAX, remeasure: int = REMEASURES,
          quiet_wait: float = QUIET_WAIT_S, seed: int | None = None, store_patience: float = STORE_PATIENCE_S,
          progress: bool | Reporter = True, args: Sequence[str] | None = None, nproc_per_node: int = 1,
-         horizon: float = 1.0, profile: bool = True, warm_start: bool = True) -> Result:
+         horizon: float = 1.0, profile: bool = True, warm_start: bool = True,
+         whole_run: float = WHOLE_RUN_S) -> Result:
     """Tune a training function, or a script as it is: the study ``autotune run`` runs, from Python.
 
     Each trial runs ``target`` in its own process, so it must be importable: a
@@ -108,6 +110,8 @@ def tune(target: str | Callable[..., Any], *, trials: int = TRIALS, space: str |
             traces go to the parent MLflow run, the parts to the report and the summary.
         warm_start: A new study whose target an earlier study in the same storage tuned runs that
             study's top configs first, each measured here (``autotune._warm_start``).
+        whole_run: Seconds within which the baseline's code must return by itself for every
+            trial to run it whole, ranked on its wall time (``autotune._shape``); 0: never.
         args: The command line of a script target (``"train.py"`` or ``"-m package.train"``,
             no ``:function``): each trial runs it as ``python train.py ARGS`` would, unmodified,
             and applies the config from outside its code (``autotune._hooks``).
@@ -226,7 +230,8 @@ def _study(target: str, argv: tuple[str, ...] | None, target_notes: list[str], l
                       "others' collectives (samples/s, data wait and the loss are measured as usual)")
     budget = Budget(warmup_s=limits["warmup"], window_s=limits["window"], windows=limits["windows"],
                     ceiling_windows=0 if ranks > 1 else limits["ceiling_windows"], startup_s=limits["startup_timeout"],
-                    stall_s=limits["stall_timeout"], compile_s=limits["compile_timeout"], timeout_s=timeout)
+                    stall_s=limits["stall_timeout"], compile_s=limits["compile_timeout"], timeout_s=timeout,
+                    whole_s=limits.get("whole_run", WHOLE_RUN_S))
     options = StudyOptions(target, trials, study, storage, tracking_uri, store, device, budget,
                            int(ram_budget * 2**30) if ram_budget else None, seed,
                            limits["divergence_tolerance"], limits["prune"], limits["confirm"],

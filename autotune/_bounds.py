@@ -20,7 +20,7 @@ LIMITS: dict[str, tuple[tuple[float, bool] | None, tuple[float, bool] | None]] =
     "prune": ((0, True), (1, True)), "confirm": ((0, True), None), "ceiling_windows": ((0, True), None),
     "max_load": ((0, True), (1, True)), "max_spread": ((0, True), None), "remeasure": ((0, True), None),
     "quiet_wait": ((0, True), None), "store_patience": ((0, True), None), "nproc_per_node": ((1, True), None),
-    "horizon": ((0, False), None),
+    "horizon": ((0, False), None), "whole_run": ((0, True), None),
 }
 INTEGERS = frozenset({"trials", "jobs", "windows", "confirm", "ceiling_windows", "remeasure", "nproc_per_node"})
 

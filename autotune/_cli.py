@@ -21,6 +21,7 @@ from autotune._bounds import INTEGERS, LIMITS
 from autotune._config import ConfigError
 from autotune._confirm import CONFIRM_TOP
 from autotune._knobs import KNOBS, show_value
+from autotune._script import command_line
 from autotune._space import SPACES_DIR
 from autotune._exits import Group
 
@@ -86,23 +87,6 @@ def _bounded(name: str) -> click.ParamType:
     return (click.IntRange if name in INTEGERS else click.FloatRange)(**bounds)
 
 
-def _target_of(target: str | None, args: tuple[str, ...], module: str | None) -> tuple[str, list[str] | None]:
-    """The target and a script's command line, from ``run``'s arguments."""
-    from autotune._script import MODULE, is_script
-
-    if module is not None:
-        return MODULE + module, [target, *args] if target is not None else list(args)
-    if target is None:
-        raise ConfigError("TARGET: missing; give a script (train.py -- ARGS), -m package.module, "
-                          "or a function that takes the Run (file.py:train)")
-    if is_script(target):
-        return target, list(args)
-    if args:
-        raise ConfigError(f"{' '.join(args)}: {target} is a function that takes the Run; a command line "
-                          "after -- is for a script (train.py -- ARGS)")
-    return target, None
-
-
 def _spaces() -> str:
     return ", ".join(sorted(p.stem for p in SPACES_DIR.glob("*.yaml")))
 
@@ -126,10 +110,13 @@ def _spaces() -> str:
 @click.option("--nproc-per-node", type=_bounded("nproc_per_node"), default=D["nproc_per_node"], show_default=True,
               help="Ranks per trial: each trial runs through torch.distributed.run (torchrun), each rank on "
                    "its share of the CPUs (on CUDA, its own GPU); samples/s is summed over the ranks.")
+@click.option("--whole-run", type=_bounded("whole_run"), default=D["whole_run"], show_default=True, metavar="SECONDS",
+              help="Code whose baseline returns within this many seconds runs whole in every trial, ranked on its "
+                   "wall time; longer code is measured at the baseline's windows, in samples (0: never whole).")
 @click.option("--warmup", type=_bounded("warmup"), default=D["warmup"], show_default=True,
-              help="Seconds of warmup before measuring.")
+              help="Seconds of the baseline's warmup before measuring (later trials: the same samples).")
 @click.option("--window", type=_bounded("window"), default=D["window"], show_default=True,
-              help="Seconds per measured window.")
+              help="Seconds per baseline window (later trials: the same samples).")
 @click.option("--windows", type=_bounded("windows"), default=D["windows"], show_default=True,
               help="Measured windows per trial (samples/s is their median).")
 @click.option("--timeout", type=_bounded("timeout"), default=None,
@@ -210,7 +197,7 @@ def run(target: str | None, args: tuple[str, ...], module: str | None, quiet: bo
 
     if quiet and verbose:
         raise ConfigError("-q/--quiet, -v/--verbose: pick one")
-    target, script_args = _target_of(target, args, module)
+    target, script_args = command_line(target, args, module)
     try:
         result = tune(target, progress=Reporter() if quiet else Progress(verbose), args=script_args, **options)
     except BaselineFailed as exc:  # 2: the input's fault, in one line; 1: the code's, with its traceback
@@ -246,7 +233,7 @@ def exec_(export_yaml: Path, target: str | None, args: tuple[str, ...], module: 
     from autotune._exec import exec_script
     from autotune._script import is_script
 
-    target, script_args = _target_of(target, args, module)
+    target, script_args = command_line(target, args, module)
     if not is_script(target):
         raise ConfigError(f"{target}: exec runs a script (train.py or -m package.module); a function that "
                           "takes the Run loads the export itself: train(autotune.load('best.yaml'))")

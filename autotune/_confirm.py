@@ -43,9 +43,22 @@ class Group:
 
     @property
     def rates(self) -> list[float]:
-        """samples/s of each complete run whose figure is believed (``TrialRow.reliable``):
-        a noisy run or a short measure never ranks a config."""
-        return [r.samples_per_s for r in self.runs if r.reliable]
+        """What each complete run whose figure is believed (``TrialRow.reliable``) ran at
+        (``TrialRow.rate``: its whole run's samples/s where it ran whole, else its loop's): a
+        noisy run or a short measure never ranks a config."""
+        return [r.rate for r in self.runs if r.reliable]
+
+    @property
+    def loop_median(self) -> float | None:
+        """The median of its believed runs' loop samples/s (their windows'), whole runs or not."""
+        loops = [r.samples_per_s for r in self.runs if r.reliable and r.samples_per_s]
+        return statistics.median(loops) if loops else None
+
+    @property
+    def run_s(self) -> float | None:
+        """The median of its believed runs' whole-run wall times (None: not run whole)."""
+        runs = [r.run_s for r in self.runs if r.reliable and r.run_s]
+        return statistics.median(runs) if runs else None
 
     @property
     def ranked(self) -> list[float]:

@@ -72,4 +72,36 @@ def exec_script(export: Path, target: str, argv: Sequence[str], device: str = "a
         return 1
     finally:
         hooks.remove()
+    if ranked is None or ranked[0] == 0:
+        print(f"autotune: {wall_line(export, label(target, argv), device)}", file=sys.stderr, flush=True)
     return 0
+
+
+def wall_line(export: Path, what: str, device: str) -> str:
+    """The line ``exec`` ends with: its own wall time, process start to the script's end (as the
+    study timed a whole run: the interpreter's exit after it is in neither), and where the study
+    measured the script's whole run as written on this machine, the ratio."""
+    import time
+
+    import psutil
+
+    took = time.time() - psutil.Process().create_time()
+    line = f"ran {what} in {took:.1f} s (process start to the script's end)"
+    try:
+        from autotune._config import read_yaml
+        from autotune._export import MEASURED_SECTION, differences
+        from autotune._probe import probe
+        from autotune._ranks import job_cpus
+
+        measured = read_yaml(export).get(MEASURED_SECTION) or {}
+        base = measured.get("run_s")
+        if not isinstance(base, (int, float)) or base <= 0:
+            return line + "; the study did not run it whole, so it has no whole run to compare with"
+        differs = differences(measured, probe(device, cpus=job_cpus()))
+        if differs:
+            return line + f"; the study measured it on another machine ({'; '.join(differs)})"
+        winner = measured.get("winner_run_s")
+        return line + (f"; as written it ran {base:.1f} s in the study on this machine: {base / took:.2f}x"
+                       + (f" (the study's runs of this config: {winner:.1f} s)" if winner else ""))
+    except Exception as exc:  # (the line is a report: a problem reading it must not fail the job)
+        return line + f"; no comparison ({exc})"

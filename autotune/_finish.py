@@ -119,6 +119,11 @@ def parent_record(study: optuna.Study, found: Standing, ended: str, tuners: int,
             metrics.update(best_speedup=found.speedup(win), baseline_samples_per_s=found.base.median,
                            baseline_spread=found.base.spread)
             tags["mlflow.runName"] = f"{name}: trial {best.number} wins, {found.speedup(win):.2f}x"
+        if win.run_s and found.base is not None and found.base.run_s:  # whole runs: the answer in wall time
+            metrics.update(best_run_s=win.run_s, baseline_run_s=found.base.run_s)
+        run_line = next((line for line in lines if line.startswith("run time")), None)
+        if run_line:
+            tags["autotune.run_time"] = run_line
         if best.bottleneck is not None and best.bottleneck.efficiency is not None:
             metrics["best_efficiency"] = best.bottleneck.efficiency
         if win.loss_excess is not None and win is not found.base:  # (the baseline is judged against itself)

@@ -57,6 +57,12 @@ class Budget:
             with them warm.
         timeout_s: Wall-clock limit for the whole worker, start-up included;
             ``None`` derives one from the others.
+        whole_s: The baseline's: after its windows it measures on until the code returns by
+            itself or this many seconds have passed since its worker started; a code that
+            returned runs whole in every later trial (``autotune._shape``). 0: never.
+        whole: Run the code to its end, measuring all the way (a study of a short script).
+        marks: Where the warmup and each window end, in samples since the first batch: the
+            baseline's (``autotune._stretch``); empty: by ``warmup_s`` and ``window_s``.
     """
 
     warmup_steps: int = 5
@@ -71,6 +77,9 @@ class Budget:
     stall_s: float = 30.0
     compile_s: float = 600.0
     timeout_s: float | None = None
+    whole_s: float = 0.0
+    whole: bool = False
+    marks: tuple[int, ...] = ()
 
     def deadline(self) -> float:
         """The worker's wall-clock limit: its start-up, then 5x the measured time."""
@@ -88,7 +97,8 @@ class Budget:
     def measuring_s(self) -> float:
         """The most time a trial measures, as planned: warmup, windows (and those it may add
         while its loss falls), and both ceilings' windows."""
-        return self.warmup_s + (self.windows + self.learn_windows + 2 * self.ceiling_windows) * self.window_s
+        windows = self.warmup_s + (self.windows + self.learn_windows) * self.window_s
+        return max(windows, self.whole_s) + 2 * self.ceiling_windows * self.window_s
 
     def worker_args(self) -> dict[str, Any]:
         """What the worker's Trial takes (the limits are the parent's to enforce)."""

@@ -186,10 +186,10 @@ def leads(rows: Iterable[Any]) -> list[tuple[Any, float]]:
     before them, so what this says only grows with the study."""
     found, fastest = [], 0.0
     for row in sorted(rows, key=lambda r: r.number):
-        if row.reliable and row.samples_per_s >= (1.0 - LEAD_WITHIN) * fastest:
-            found.append((row, max(0.0, 1.0 - row.samples_per_s / fastest) if fastest else 0.0))
+        if row.reliable and row.rate >= (1.0 - LEAD_WITHIN) * fastest:
+            found.append((row, max(0.0, 1.0 - row.rate / fastest) if fastest else 0.0))
         if row.reliable:
-            fastest = max(fastest, row.samples_per_s)
+            fastest = max(fastest, row.rate)
     return found
 
 

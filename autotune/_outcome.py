@@ -113,7 +113,8 @@ def classify(returncode: int | None, killed: tuple[Outcome, str] | None, error: 
     if len(windows) < expected_windows:
         # Still a measurement, but a short one: on a fast machine a small dataset's whole run
         # can end inside the budget (the MNIST runner on an H100: benchmarks/results/gpu.md).
-        return Outcome.COMPLETE, (f"short measure: the training function returned after {len(windows)} of "
-                                  f"{expected_windows} windows, so no ceiling was measured; give it more "
-                                  "steps (epochs) or shorten --warmup/--window")
+        return Outcome.COMPLETE, (f"short measure: the training function returned after {len(windows)} "
+                                  f"window{'s' if len(windows) != 1 else ''}, before its measured stretch ended, "
+                                  "so no ceiling was measured; give it more steps (epochs) or shorten "
+                                  "--warmup/--window")
     return Outcome.COMPLETE, ""

@@ -164,7 +164,7 @@ def retry_lr(row: TrialRow, found: Standing, space: Space, trials_left: bool) ->
     drew, and settled on a config at a quarter of the machine's speed (the jpeg runner).
     """
     domain = space.domains.get("lr_scaling")
-    rate, size = row.samples_per_s, row.config.get("batch_size")
+    rate, size = row.rate, row.config.get("batch_size")  # (as it ranks before time to loss: a whole run's)
     base = found.base.median if found.base and found.base.rates else None
     winner = found.decision.winner
     best = winner.ranked_median if winner is not None and winner.ranked else base
@@ -183,7 +183,8 @@ def retry_lr(row: TrialRow, found: Standing, space: Space, trials_left: bool) ->
     what = "diverged" if row.outcome == Outcome.DIVERGED.value else \
         f"took {row.to_loss:.2g}x the baseline's samples to its loss"
     said = (f"trial {row.number} {what} at batch size {size} ({size / row.base_batch_size:g}x the code's) "
-            f"with lr_scaling {scaling}, but ran at {rate:,.0f} samples/s, past the best so far ({best:,.0f})")
+            f"with lr_scaling {scaling}, but ran at {rate:,.0f} samples/s{' over its whole run' if row.run_s else ''}, "
+            f"past the best so far ({best:,.0f})")
     other = next((r for r in found.rows if r.sampled == wanted), None)
     if other is not None:
         return Line(f"{said}; its config with lr_scaling {step} "

@@ -53,7 +53,7 @@ def profile_plan(found: Standing, nproc: int = 1) -> tuple[list[tuple[str, int, 
 
 def profile_budget(budget: Budget) -> Budget:
     """A profile run's budget: the study's warmup, one window, no ceilings, no added windows."""
-    return dataclasses.replace(budget, windows=1, ceiling_windows=0, learn_windows=0, learn_to=0.0)
+    return dataclasses.replace(budget, windows=1, ceiling_windows=0, learn_windows=0, learn_to=0.0, whole_s=0.0)
 
 
 def run_profiles(runner: Any, found: Standing) -> dict[str, Any]:

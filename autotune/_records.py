@@ -47,6 +47,9 @@ ATTR_DATASET = "dataset"
 #: The seed a trial trained with: the baseline's, for every trial of a study (common random
 #: numbers: the loss verdict then compares configs, not seeds).
 ATTR_SEED = "seed"
+#: Where a trial's warmup and windows ended in samples, and whether its code returned by itself
+#: (``autotune._watch.shape_of_run``): the baseline's set every later trial's (``autotune._shape``).
+ATTR_SHAPE = "shape"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,10 +78,24 @@ class TrialRow:
     of: int | None = None  # ATTR_OF
     seed: int | None = None  # ATTR_SEED (None: a study from before it was recorded)
     workers_high: int | None = None  # the num_workers range's high end when it drew (None: not drawn)
+    shape: dict[str, Any] = dataclasses.field(default_factory=dict)  # ATTR_SHAPE
 
     @property
     def samples_per_s(self) -> float | None:
+        """Its training loop's samples/s: the median of its windows."""
         return self.metrics.get("samples_per_s")
+
+    @property
+    def rate(self) -> float | None:
+        """The figure it ranks on before time to loss (``ranked_rate``): for a run of the code
+        to its end (a study of a short script, ``autotune._shape``), the samples it trained over
+        its whole wall time, start-up included; else its loop's samples/s."""
+        return rate_of(self.metrics)
+
+    @property
+    def run_s(self) -> float | None:
+        """Its whole run's wall time, process start to exit (None: not run whole)."""
+        return self.metrics.get("run_s")
 
     @property
     def ranked_rate(self) -> float | None:
@@ -94,7 +111,7 @@ class TrialRow:
     @property
     def measured(self) -> bool:
         """Complete, with a figure (believed or not: see ``doubt``)."""
-        return self.outcome == Outcome.COMPLETE.value and bool(self.samples_per_s)
+        return self.outcome == Outcome.COMPLETE.value and bool(self.rate)
 
     @property
     def reliable(self) -> bool:
@@ -117,6 +134,17 @@ def batch_to_loss(metrics: Mapping[str, float], batch: Any, base_batch: int | No
     return metrics.get("to_loss_ratio") or metrics.get("to_loss_beyond")
 
 
+def rate_of(metrics: Mapping[str, float]) -> float | None:
+    """What a run ranks on before time to loss: ``run_samples_per_s`` where it ran whole (what
+    the user waits for: a config's start-up costs, more workers or compiling, count), else its
+    loop's ``samples_per_s``.
+
+    >>> rate_of({"samples_per_s": 900.0, "run_samples_per_s": 300.0}), rate_of({"samples_per_s": 900.0})
+    (300.0, 900.0)
+    """
+    return metrics.get("run_samples_per_s") or metrics.get("samples_per_s")
+
+
 def ranked_rate(metrics: Mapping[str, float], batch: Any, base_batch: int | None) -> float | None:
     """The rate a run ranks on: its samples/s; where it trains on another batch size than the
     code's, its samples/s over the samples it took to the baseline's loss against the baseline's
@@ -130,7 +158,7 @@ def ranked_rate(metrics: Mapping[str, float], batch: Any, base_batch: int | None
     >>> ranked_rate({"samples_per_s": 200.0, "to_loss_ratio": 2.0}, 32, 32)
     200.0
     """
-    rate = metrics.get("samples_per_s")
+    rate = rate_of(metrics)
     ratio = batch_to_loss(metrics, batch, base_batch)
     return rate / ratio if rate and ratio else rate
 
@@ -147,7 +175,7 @@ def told_rate(outcome: str, metrics: Mapping[str, float], config: Mapping[str, A
     """
     if outcome == Outcome.COMPLETE.value:
         return ranked_rate(metrics, config.get("batch_size"), base_batch)
-    return metrics.get("samples_per_s")
+    return rate_of(metrics)
 
 
 def row_of(trial: optuna.trial.FrozenTrial, ceilings: Ceilings) -> TrialRow:
@@ -167,7 +195,8 @@ def row_of(trial: optuna.trial.FrozenTrial, ceilings: Ceilings) -> TrialRow:
                     remeasure=attrs.get(ATTR_REMEASURE, 0), curve=[tuple(c) for c in attrs.get(ATTR_CURVE, [])],
                     run_id=attrs.get(ATTR_RUN), dataset=attrs.get(ATTR_DATASET) or {}, lr=attrs.get(ATTR_LR),
                     of=attrs.get(ATTR_OF), seed=attrs.get(ATTR_SEED),
-                    workers_high=getattr(trial.distributions.get("num_workers"), "high", None))
+                    workers_high=getattr(trial.distributions.get("num_workers"), "high", None),
+                    shape=attrs.get(ATTR_SHAPE) or {})
 
 
 def kind_of(attrs: Mapping[str, Any]) -> Kind:

@@ -176,3 +176,19 @@ class _Tail:
 
     def __getattr__(self, name: str):
         return getattr(self.stream, name)
+
+
+def command_line(target: str | None, args: tuple[str, ...], module: str | None) -> tuple[str, list[str] | None]:
+    """The target and a script's command line (None: a function's), from ``run``'s or ``exec``'s
+    arguments: ``TARGET [ARGS]`` or ``-m MODULE [ARGS]``."""
+    if module is not None:
+        return MODULE + module, [target, *args] if target is not None else list(args)
+    if target is None:
+        raise ConfigError("TARGET: missing; give a script (train.py -- ARGS), -m package.module, "
+                          "or a function that takes the Run (file.py:train)")
+    if is_script(target):
+        return target, list(args)
+    if args:
+        raise ConfigError(f"{' '.join(args)}: {target} is a function that takes the Run; a command line "
+                          "after -- is for a script (train.py -- ARGS)")
+    return target, None

@@ -22,18 +22,6 @@ class ScriptTrial(Trial):
         super().__init__(*args, **kwargs)
         self.hooks = Hooks(self, measure=True)
 
-    @property
-    def windows_done(self) -> int:
-        return self._windows_done
-
-    @property
-    def warmup_s(self) -> float:
-        return self._warmup_s
-
-    @property
-    def window_s(self) -> float:
-        return self._window_s
-
     def facts(self) -> dict[str, Any]:
         from autotune._frameworks import detect
 

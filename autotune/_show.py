@@ -33,7 +33,8 @@ def show_table(result, wide: bool) -> None:
     same = {k: rows[0].config[k] for k in KNOBS if k not in keys and rows and k in rows[0].config}
     console = Console()
     extra = ("of roof", "others", "main busy", "step p50", "RAM peak") if wide else ()
-    heads = ["#", "outcome", "samples/s", "speedup", "loss", "bound", "data-wait", *extra,
+    whole = any(r.run_s for r in rows)  # a study of whole runs: each run's wall time, which ranks
+    heads = ["#", "outcome", *(["run s"] if whole else []), "samples/s", "speedup", "loss", "bound", "data-wait", *extra,
              *(keys if wide else ["knobs that varied"] if keys else []), *(["reason"] if wide else [])]
     first_of = found.first_of
     reasons, cells, knob_lines = [], [], []
@@ -57,7 +58,7 @@ def show_table(result, wide: bool) -> None:
         knobs = " ".join(f"{k}={v}" for k, v in zip(keys, values))
         knob_lines.append(f"{number}: {knobs}")
         cells.append([
-            number, r.outcome + doubted + again,
+            number, r.outcome + doubted + again, *([f"{r.run_s:.2f}" if r.run_s else "-"] if whole else []),
             (f"{r.samples_per_s:,.0f}" + ("?" if r.doubt else "")) if r.samples_per_s else "-",
             f"{r.speedup:.2f}x" if r.speedup else "-",
             loss_cell(m),
@@ -73,7 +74,7 @@ def show_table(result, wide: bool) -> None:
         for head in columns:
             wraps = head in ("knobs that varied", "reason")
             table.add_column(head.replace("_", "_\n") if head in keys else head,
-                             justify="right" if head in ("#", "samples/s", "speedup", "loss") else "left",
+                             justify="right" if head in ("#", "run s", "samples/s", "speedup", "loss") else "left",
                              no_wrap=not wraps, ratio=1 if wraps else None)
         for row in cells:
             table.add_row(*row[:len(columns)])
@@ -100,7 +101,9 @@ def show_table(result, wide: bool) -> None:
         console.print(escape("same in every trial: " + " ".join(f"{k}={show_value(v)}" for k, v in same.items())))
     console.print("base: the baseline (your code as written); *: the winner; (= N): trial N's config again (a "
                   "confirmation or a re-measure); ?: a figure not believed (noisy or short), never ranked; "
-                  f"{LOSS_LEGEND}; bound: compute- or data-bound and samples/s as a share of that ceiling"
+                  + ("run s: the whole run's wall time, process start to exit (what ranks; speedup: the "
+                     "baseline's over it); samples/s: the training loop's; " if whole else "")
+                  + f"{LOSS_LEGEND}; bound: compute- or data-bound and samples/s as a share of that ceiling"
                   + ("; others: the share of the trial's CPUs (or GPU) other processes used; main busy: the "
                      "share of the time the loop's thread was on a CPU" if wide
                      else "; --wide: a column per knob and more figures"), style="dim")

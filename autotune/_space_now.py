@@ -158,7 +158,8 @@ def _compile_hold(found: Standing, space: Space, horizon_h: float) -> tuple[dict
     ``horizon_h`` hours of production: it ran past --compile-timeout, it ran no faster than the
     baseline, or its cost over the time it saves per second of training is past the horizon.
     Measured once per study: the first compiled trials decide for every config after them."""
-    if "compile" not in space.domains or found.base is None or not found.base.rates:
+    base = found.base.loop_median if found.base is not None else None  # (the loop's: compiling is kept out)
+    if "compile" not in space.domains or not base:
         return {}, None
     compiled = [r for r in found.rows if r.config.get("compile") not in (None, "off")]
     stuck = next((r for r in compiled if r.outcome == "timeout" and "compile_unfinished_s" in r.metrics), None)
@@ -169,12 +170,12 @@ def _compile_hold(found: Standing, space: Space, horizon_h: float) -> tuple[dict
         if not ran:
             return {}, None
         best = max(ran, key=lambda r: r.samples_per_s)
-        saved = 1 - found.base.median / best.samples_per_s  # production seconds saved per second
+        saved = 1 - base / best.samples_per_s  # production seconds saved per second
         cost = best.metrics["compile_s"]
         if saved > 0 and cost / saved <= horizon_h * 3600:
             return {}, None
         pays = f"pays back after {cost / saved / 3600:.1f} h of training" if saved > 0 else "never pays back"
-        why = (f"trial {best.number} compiled in {cost:.0f} s and runs {best.samples_per_s / found.base.median:.2f}x "
+        why = (f"trial {best.number} compiled in {cost:.0f} s and runs {best.samples_per_s / base:.2f}x "
                f"the baseline, so compiling {pays}, past the {horizon_h:g} h horizon (--horizon)")
     return {"compile": "off"}, Line(f"compile held at off: {why}", "compile-hold")
 

@@ -14,6 +14,7 @@ from autotune._confirm import UNFINISHED, Decision, Group, baseline_group, decid
 from autotune._knobs import KNOBS, show_value
 from autotune._outcome import Outcome, headline
 from autotune._records import ATTR_CEILINGS, TrialRow, loss_against_baseline, row_of
+from autotune._shape import flat_runs, run_time_line
 
 if TYPE_CHECKING:
     import optuna
@@ -90,7 +91,7 @@ def standing_of(rows: Sequence[TrialRow], ceilings: Ceilings) -> Standing:
 
         # (none for a distorted one: its figure is another training's, autotune._streams)
         rows = [dataclasses.replace(r, speedup=speedup(r))
-                if r.samples_per_s and r.outcome != Outcome.DISTORTED.value else r for r in rows]
+                if r.rate and r.outcome != Outcome.DISTORTED.value else r for r in rows]
         groups = group_runs(rows)
     return Standing(rows, groups, decide(groups), ceilings)
 
@@ -183,20 +184,24 @@ def findings(found: Standing) -> list[str]:
         return [f"unreliable: no figure to rank; {len(doubted)} trial(s) completed, but each was "
                 f"{_doubts(doubted)}. Run again on a quiet machine (and with enough data for every window)"]
     spread = win.spread if win.confirmed else win.lead.metrics.get("samples_per_s_spread", 0.0)
+    whole = base is not None and bool(base.run_s) and bool(win.run_s)  # whole runs: said in seconds
     if base is not None and not base.rates:
-        lines = [f"trial {win.first.number}, {win.median:,.0f} samples/s, ±{spread / 2:.0%}; no speedup: "
+        lines = [f"trial {win.first.number}, {_figure(win)}, ±{spread / 2:.0%}; no speedup: "
                  f"unreliable baseline, every run of it was {_doubts(base.doubted)}"]
     elif base is not None and win is not base and to_loss_of(win):
+        measured = (f"its whole run {base.run_s / win.run_s:.2f}x as fast ({win.run_s:.1f} s against "
+                    f"{base.run_s:.1f} s as written" if whole else
+                    f"{win.median / base.median:.2f}x its samples/s ({win.median:,.0f} vs {base.median:,.0f}")
         lines = [f"trial {win.first.number}, {found.speedup(win):.2f}x the baseline in time to its loss: "
-                 f"{win.median / base.median:.2f}x its samples/s ({win.median:,.0f} vs {base.median:,.0f}, "
-                 f"±{spread / 2:.0%}) at {to_loss_of(win):.2f}x the samples for the baseline's loss "
+                 f"{measured}, ±{spread / 2:.0%}) at {to_loss_of(win):.2f}x the samples for the baseline's loss "
                  f"(batch size {win.lead.config.get('batch_size')}, the code's {win.lead.base_batch_size})"]
     elif base is not None and win is not base:
-        lines = [f"trial {win.first.number}, {found.speedup(win):.2f}x the baseline "
-                 f"({win.median:,.0f} vs {base.median:,.0f} samples/s, ±{spread / 2:.0%})"]
+        measured = (f"your script's whole run in {win.run_s:.1f} s against {base.run_s:.1f} s as written" if whole
+                    else f"{win.median:,.0f} vs {base.median:,.0f} samples/s")
+        lines = [f"trial {win.first.number}, {found.speedup(win):.2f}x the baseline ({measured}, ±{spread / 2:.0%})"]
     else:
         lines = [f"trial {win.first.number} (the baseline: your code as written), "
-                 f"{win.median:,.0f} samples/s, ±{spread / 2:.0%}"]
+                 f"{_figure(win)}, ±{spread / 2:.0%}"]
     if decision.no_win:
         fastest = decision.fastest
         lines.append(f"no config beat the baseline beyond the run-to-run noise: the fastest, trial "
@@ -207,9 +212,10 @@ def findings(found: Standing) -> list[str]:
     else:
         lines.append("runs: one each, not confirmed by re-runs (--confirm 0, or the study stopped "
                      "first); ± is half the spread of its windows")
+    lines += filter(None, [run_time_line(base, win)])
     if decision.ties and not decision.no_win:
         lines.append("inside the noise of it: " + ", ".join(
-            f"trial {g.first.number} ({g.median:,.0f} samples/s)" for g in decision.ties))
+            f"trial {g.first.number} ({_figure(g)})" for g in decision.ties))
     if doubted:
         lines.append(f"not ranked, figure not believed: {_doubts(doubted, numbers=True)}")
     distorted = [r for r in found.rows if r.outcome == Outcome.DISTORTED.value]
@@ -219,6 +225,7 @@ def findings(found: Standing) -> list[str]:
     loss = winner_loss_line(win)
     if loss is not None and win is not base:
         lines.append(loss + to_loss_clause(win))
+    lines += filter(None, [flat_runs(found.rows)])
     if win.lead.bottleneck is not None:
         lines.append(f"bottleneck: {win.lead.bottleneck.why}")
         each = [r.bottleneck.efficiency for r in win.runs if r.reliable and r.bottleneck and r.bottleneck.efficiency]
@@ -226,6 +233,12 @@ def findings(found: Standing) -> list[str]:
             lines[-1] += f" (each run: {', '.join(f'{e:.0%}' for e in each)})"
     lines += filter(None, [compile_payback(win, base), fetch_hint(win.lead), rank_hint(win.lead)])
     return lines
+
+
+def _figure(group: Group) -> str:
+    """A config's figure as it ranks: its whole run's wall time (a study of whole runs) or its
+    loop's samples/s; medians of its believed runs."""
+    return f"{group.run_s:.1f} s a whole run" if group.run_s else f"{group.median:,.0f} samples/s"
 
 
 def winner_loss_line(win: Group) -> str | None:
@@ -290,7 +303,8 @@ def compile_payback(win: Group, base: Group | None) -> str | None:
     cost = statistics.median(costs)
     line = f"compile: torch.compile took {cost:.1f} s before the first step (kept out of the figures)"
     batch = win.lead.config.get("batch_size")
-    saved = 1 / base.median - 1 / win.median if base is not None and base.rates else 0.0  # s per sample
+    loops = (base.loop_median, win.loop_median) if base is not None else (None, None)
+    saved = 1 / loops[0] - 1 / loops[1] if all(loops) else 0.0  # s per sample
     if saved <= 0 or not batch:  # (a winner is faster than the baseline, unless it is one)
         return line
     return line + f"; it pays back after {math.ceil(cost / saved / batch):,} steps of {batch} samples"
@@ -320,6 +334,8 @@ def export_text(study: optuna.Study, found: Standing) -> str:
     if best.slot.get("cpus"):
         machine["cpus"] = len(best.slot["cpus"])
     machine.update(memory)
+    if found.base is not None and found.base.run_s and found.decision.winner.run_s:  # for `autotune exec`'s line
+        machine.update(run_s=round(found.base.run_s, 2), winner_run_s=round(found.decision.winner.run_s, 2))
     return render(best.config, best.base_batch_size, header, machine,
                   f"study {study.study_name}: {first.split(' (')[0]}")
 

@@ -20,7 +20,9 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from autotune._ceiling_run import with_ceilings
 from autotune._config import Config
+from autotune._confirm import CONFIRM_TOP
 from autotune._finish import finish, leave
 from autotune._kinds import Kind, Line, Request
 from autotune._launch import TrialSpec, new_tag
@@ -42,6 +44,7 @@ from autotune._reap import sweep_orphans
 from autotune._recorder import Recorder
 from autotune._records import ATTR_BASELINE, ATTR_OF, ATTR_OWNER, ATTR_SAMPLED, kind_of
 from autotune._scheduler import Heartbeat, Scheduler
+from autotune._shape import cost_line, shape_of, trial_budget
 from autotune._slots import Slot
 from autotune._space_now import draw_caps, holds, space_now
 from autotune._standing import Standing, standing
@@ -65,6 +68,7 @@ if TYPE_CHECKING:
 
     from autotune._launch import Launcher
     from autotune._probe import Fingerprint
+    from autotune._records import TrialRow
     from autotune._space import Space
     from autotune._tracking import Tracker
 
@@ -267,6 +271,7 @@ class StudyRunner:
                 self._act(decision, slot)
         if row.kind is Kind.BASELINE and row.outcome not in (Outcome.COMPLETE.value, Outcome.INTERRUPTED.value):
             raise baseline_failed(row)
+        _say_cost(row, recorded, self.options, self.reporter)
         return found
 
     def _act(self, decision: Request | Line, slot: Slot) -> None:
@@ -313,9 +318,8 @@ class StudyRunner:
         this tuner recorded it (False: another tuner closed it as stale meanwhile).
 
         A repeat runs unpruned and measures its own ceilings (the winner's efficiency is then
-        paired in every run); the baseline measures until it learns, since every trial's
-        divergence is judged against its curve.
-        """
+        paired in every run); the baseline measures until it learns (every trial's divergence
+        is judged against its curve), and where it ran whole its ceilings run after it."""
         kind = kind_of(trial.user_attrs)
         config, holding = self._config(trial, kind, found)
         base = found.base.first if found.base else None
@@ -325,11 +329,11 @@ class StudyRunner:
         run_id = self.recorder.begin(trial, self._owner, config, slot, seed, tags)
         self.reporter.trial_started(trial.number, index, total, config, slot.share() if len(self.slots) > 1 else None,
                                     kind, trial.user_attrs.get(ATTR_OF))
-        budget = self.options.budget.learning(self.options.tolerance) if kind is Kind.BASELINE \
-            else self.options.budget
-        spec = TrialSpec(self.options.target, config, slot.device, budget, seed=seed, cpus=slot.cpus,
+        spec = TrialSpec(self.options.target, config, slot.device,
+                         trial_budget(self.options.budget, kind, shape_of(base), self.options.tolerance), seed=seed, cpus=slot.cpus,
                          argv=self.options.argv, nproc=self.options.nproc, known_ceilings={} if kind.repeats else found.ceilings.known())
-        prune_below = found.decision.winner.median if found.decision.winner and kind.explores else None
+        # (its windows' samples/s against the winner's loop's: a whole run ranks with its start-up)
+        prune_below = found.decision.winner.loop_median if found.decision.winner and kind.explores else None
         beats = itertools.count(1)
         interrupt = self.scheduler.interrupt
         try:
@@ -343,10 +347,12 @@ class StudyRunner:
                                                          self.reporter.event), interrupt=interrupt,
                                    reference=base.losses if base else (), tolerance=self.options.tolerance,
                                    reference_curve=base.curve if base else (), warm=self._warm.get(slot.index))
+                result = with_ceilings(spec, result, self.recorder.log_path(trial.number), lambda again, log: run_trial(
+                    again, log, self.ram_budget, interrupt=interrupt, warm=self._warm.get(slot.index)))
         except BaseException as exc:  # a second Ctrl-C, or our own bug: close both records, go on raising
             self.recorder.abandon(trial, run_id, exc)
             raise
-        base_rate = found.base.median if found.base and found.base.rates else None
+        base_rate = found.base.loop_median if found.base else None
         return trial.number, self.recorder.end(trial, run_id, same_training(result, base), found.ceilings, base_rate)
 
     def recover(self) -> list[int]:
@@ -370,3 +376,12 @@ class StudyRunner:
             if owed is not None:
                 write(self.study, owed)
         return closed
+
+
+def _say_cost(row: TrialRow, recorded: bool, options: StudyOptions, reporter: Reporter) -> None:
+    """Once the baseline (``row``, recorded by this tuner) has told the training's shape: what the
+    study's trials will cost."""
+    shape = shape_of(row) if row.kind is Kind.BASELINE and recorded else None
+    if shape is not None:
+        trials = max(0, options.trials - 1)  # (its re-runs: of the top configs there can be, and of it)
+        reporter.note(cost_line(shape, options.budget, trials, options.confirm * (min(CONFIRM_TOP, trials) + 1)))

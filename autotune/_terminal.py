@@ -122,6 +122,8 @@ class Progress:
         from rich.markup import escape
 
         sps = f"{row.samples_per_s:10,.1f} samples/s" if row.samples_per_s else " " * 20
+        if row.run_s:  # a whole run: what it ranks on is its wall time
+            sps = f"{row.run_s:6.1f} s whole run, " + sps.strip()
         speed = f"{row.speedup:5.2f}x" if row.speedup else "      "
         wait = row.metrics.get("data_wait_frac")
         wait_text = f"data-wait {wait:4.0%}" if wait is not None else ""
@@ -130,7 +132,8 @@ class Progress:
             wait_text += f"  loss {signed_share(excess)}"
             if row.to_loss and row.speedup:  # another batch: its speedup is in time to the baseline's loss
                 over = "" if row.metrics.get("to_loss_ratio") else "over "  # (not there by its last sample)
-                wait_text += f", {over}{row.to_loss:.2f}x the samples to it ({row.speedup * row.to_loss:.2f}x samples/s)"
+                wait_text += (f", {over}{row.to_loss:.2f}x the samples to it ({row.speedup * row.to_loss:.2f}x "
+                              f"{'as fast a run' if row.run_s else 'samples/s'})")
         bound = row.bottleneck
         # The share of the model's own rate (fed from the device), as the summary's bottleneck line
         # says it: a data-bound loop far under it shows how much its loading costs.

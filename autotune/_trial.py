@@ -13,12 +13,12 @@ from typing import Any
 
 from autotune._ceilings import CACHED_BATCHES
 from autotune._config import Config
-from autotune._guard import judged_span, mean_over
 from autotune._handles import Run
 from autotune._knobs import Part
 from autotune._loaders import batch_len
 from autotune._profile import ProfilePhase
 from autotune._proctree import tree_cpu_s
+from autotune._stretch import Stretches, marks_reached
 from autotune._streams import Repeats
 from autotune._trial_phases import BudgetSpent, CeilingPhases, Phase, close_epoch
 from autotune._window import Window, compile_s
@@ -27,25 +27,16 @@ from autotune._window import Window, compile_s
 #: (``Budget.stall_s``) needs a sign of life, and a clock read per step costs nothing.
 PROGRESS_S = 1.0
 
-#: Where an epoch lasts at most this many windows, the warmup and every window end on an
-#: epoch's last batch (a window: once it has lasted ``window_s``), so each window holds
-#: whole epochs. A loader's rate swings within an epoch (its workers start, or their
-#: queues fill, at each epoch's start, and run dry at its end): the jpeg runner with 24
-#: workers read 1,000 and 400 samples/s in turns in 1 s windows over its 2 s epochs, and
-#: the median of three such windows was either, by their phase. Production pays for
-#: whole epochs.
-EPOCH_WINDOWS = 2.0
-#: A window aligned to epochs closes anyway past this many ``window_s`` (epochs that
-#: grew longer than they were).
-ALIGNED_MAX = 3.0
-
-
-class Trial(CeilingPhases, ProfilePhase, Run):
+class Trial(Stretches, CeilingPhases, ProfilePhase, Run):
     """A run under tuning: measures the loop in windows and stops it when done.
 
     Warmup steps come first (``warmup_steps`` and at least ``warmup_s``); then
     ``windows`` windows of at least ``window_s`` seconds, which end on an epoch's
-    last batch once an epoch lasts ``EPOCH_WINDOWS`` windows or less. The device is
+    last batch once an epoch lasts ``EPOCH_WINDOWS`` windows or less. With ``marks``
+    (every trial after the baseline), the warmup and the windows end instead where
+    the baseline's did, in samples since the first batch (``autotune._stretch``);
+    ``whole`` runs the code to its end, ``whole_s`` (the baseline) measures on past
+    its windows until the code ends or that many seconds have passed. The device is
     synchronised only at window edges; the loss is summed on the device and read
     once per window.
 
@@ -73,7 +64,8 @@ class Trial(CeilingPhases, ProfilePhase, Run):
                  warmup_steps: int, warmup_s: float, window_s: float, windows: int,
                  min_window_steps: int = 2, ceiling_windows: int = 0, learn_windows: int = 0,
                  learn_to: float = 0.0, known_ceilings: Mapping[str, Sequence[str]] | None = None,
-                 trace: str | None = None) -> None:
+                 trace: str | None = None, marks: Sequence[int] = (), whole: bool = False,
+                 whole_s: float = 0.0) -> None:
         super().__init__(config, device)
         self._emit = emit
         self._warmup_steps, self._warmup_s = warmup_steps, warmup_s
@@ -88,6 +80,7 @@ class Trial(CeilingPhases, ProfilePhase, Run):
         self._replayed = 0
         self._cached: collections.deque = collections.deque(maxlen=CACHED_BATCHES)
         self._step = 0
+        self.stepped = 0  # run.step() calls (a step whose batch the loop has not handed back yet counts)
         self._seen = 0  # samples consumed since the first batch: the x axis of loss comparisons
         self._phase = Phase.WARMUP
         self._windows_done = 0
@@ -101,7 +94,12 @@ class Trial(CeilingPhases, ProfilePhase, Run):
         self._outside_since: float | None = None
         self._repeats = Repeats()  # rows seen again in the first batches (autotune._streams)
         self._epoch_rows: int | None = None  # the last whole epoch's rows
+        self._epochs = 0  # epochs of the measured loader that ran to their end
+        self._loop_t0: float | None = None  # the first batch (the loop's time starts here)
+        self._last_step = 0.0  # when the last training step ended
+        self._outside_total = 0.0  # seconds between the measured loader's epochs, all of them
         self._start_parts(trace)
+        self._start_stretches(marks, whole, whole_s)
 
     def _resume_clock(self, now: float) -> None:
         """An epoch begins: the time since the last one ended (an evaluation pass, a checkpoint,
@@ -112,6 +110,7 @@ class Trial(CeilingPhases, ProfilePhase, Run):
             return
         gap = now - self._outside_since
         self._outside_since = None
+        self._outside_total += gap
         self._win.start += gap
         self._win.outside += gap
         if self._phase == Phase.WARMUP:
@@ -133,6 +132,7 @@ class Trial(CeilingPhases, ProfilePhase, Run):
         if not self._announced:  # a step with no batch from run.batches: nothing would be measured
             raise RuntimeError("run.step() ran before any batch came from run.batches(loader): autotune "
                                "measures the loop through it; iterate `for batch in run.batches(loader):`")
+        self.stepped += 1
         curve = self._phase in (Phase.WARMUP, Phase.MEASURE)  # its curve: where each step ends, its loss
         self._win.add_loss(loss.detach().float(), self._seen + self._batch_samples if curve else None)
 
@@ -173,7 +173,7 @@ class Trial(CeilingPhases, ProfilePhase, Run):
                 waited = time.perf_counter() - t0
                 if not self._announced:  # the first batch: warmup starts now
                     self._announced = True
-                    self._started = self._beat = time.perf_counter()
+                    self._started = self._beat = self._loop_t0 = time.perf_counter()
                     self._emit("resolved", config=self.resolved(), base_batch_size=self._base_batch_size,
                                lr=self.lr, dataset=self.facts())
                 if self._phase == Phase.MEASURE and Part.COMPUTE in self._pending:
@@ -210,35 +210,15 @@ class Trial(CeilingPhases, ProfilePhase, Run):
                 self._close_ceiling_window(Part.COMPUTE)
             return
         self._seen += samples
+        self._last_step = now
         self._win.step_times.append(now - t0)
-        if self._phase == Phase.WARMUP:
-            if self._warm(now) and not self._aligned():
-                self._end_warmup()
-        elif self._window_due(now) and (not self._aligned()
-                                        or now - self._win.start >= ALIGNED_MAX * self._window_s):
-            self._end_window()
-
-    def _aligned(self) -> bool:
-        """Whether the warmup and the windows end on an epoch's last batch (``EPOCH_WINDOWS``)."""
-        return self._epoch_s is not None and self._epoch_s <= EPOCH_WINDOWS * self._window_s
-
-    def _epoch_done(self, seconds: float) -> None:
-        """An epoch ended (its iterator ran out): the warmup or the window ends here, if due."""
-        self._epoch_s = seconds
-        if not self._aligned():
-            return
-        now = time.perf_counter()
-        if self._phase == Phase.WARMUP and self._warm(now):
-            self._end_warmup()
-        elif self._phase == Phase.MEASURE and self._window_due(now):
-            self._end_window()
-
-    def _warm(self, now: float) -> bool:
-        return self._step >= self._warmup_steps and now - self._started >= self._warmup_s
+        self._after_count(now)
 
     def _end_warmup(self) -> None:
         self._sync()
         self._phase = Phase.MEASURE
+        if self._marks:  # (the warmup's own mark is reached)
+            self._mark = marks_reached(self._marks, self._seen)
         self._time_parts()
         self._pending = [part for part in (Part.COMPUTE, Part.LOADER) if self._wants(part)]
         loss = self._win.loss()
@@ -253,29 +233,10 @@ class Trial(CeilingPhases, ProfilePhase, Run):
         self._reset_window(time.perf_counter())
         self._stop_if_nonfinite(loss)
 
-    def _end_window(self) -> None:
-        loss = self._close_window()
-        self._stop_if_nonfinite(loss)
-        if self._windows_done >= self._windows and not self._still_learning():
-            self._next_phase()
-
-    def _still_learning(self) -> bool:
-        """Whether to measure one more window: ``learn_windows`` are left and the loss over
-        the judged span is still above ``learn_to`` times the warmup's (a positive loss)."""
-        if self._windows_done >= self._windows + self._learn_windows or not self._warmup_loss \
-                or self._warmup_loss < 0 or not math.isfinite(self._warmup_loss):
-            return False
-        span = judged_span(self._chunks)
-        loss = mean_over(self._chunks, *span) if span else None
-        return loss is None or loss > self._learn_to * self._warmup_loss
-
     def _beat_if_due(self, now: float) -> None:
         if now - self._beat >= PROGRESS_S:  # the parent's stall detector counts on these
             self._beat = now
             self._emit("progress", step=self._step)
-
-    def _window_due(self, now: float) -> bool:
-        return self._win.steps >= self._min_window_steps and now - self._win.start >= self._window_s
 
     @staticmethod
     def _stop_if_nonfinite(loss: float | None) -> None:
@@ -288,6 +249,8 @@ class Trial(CeilingPhases, ProfilePhase, Run):
         now = time.perf_counter()
         loss = self._win.loss()
         extra: dict[str, Any] = {} if self._epoch_rows is None else {"epoch_rows": self._epoch_rows}
+        if self._extra:  # the baseline's run past its windows: kept only if the code ends by itself
+            extra["extra"] = True
         if self.device.type == "cuda":
             import torch
 
@@ -303,16 +266,26 @@ class Trial(CeilingPhases, ProfilePhase, Run):
         self._reset_window(now)
         return loss
 
-    def finish(self) -> None:
+    def finish(self, ended: bool = False) -> None:
         """Close a last partial window if the function returned mid-window (and a profile
-        recording, with the steps it has)."""
+        recording, with the steps it has), and say how the run ended.
+
+        Args:
+            ended: The code returned by itself (not stopped by the trial): its whole run was
+                measured, and the ``end`` event gives its training's shape and times.
+        """
         self._end_recording()
-        if self._phase == Phase.MEASURE and self._win.steps >= self._min_window_steps \
-                and self._windows_done < self._windows:
+        if self._last_window_wanted():
             self._close_window()
-        self._emit("end", steps=self._step, windows=self._windows_done,
+        whole = {}
+        if ended and self._loop_t0 is not None:
+            whole = {"ended": True, "loop_s": self._last_step - self._loop_t0 - self._outside_total,
+                     "outside_s": self._outside_total, "epochs": self._epochs, "samples": self._seen}
+        short = self._phase in (Phase.WARMUP, Phase.MEASURE) and not self._whole and not self._extra \
+            and not self._measured_all()
+        self._emit("end", steps=self._step, windows=self._windows_done, short=short,
                    config=self.resolved(), base_batch_size=self._base_batch_size, lr=self.lr,
-                   dataset=self.facts())
+                   dataset=self.facts(), **whole)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":

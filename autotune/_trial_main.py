@@ -111,11 +111,8 @@ def run_script_measured(run: Any, target: str, argv: list[str], emit: Any) -> No
                else "built no torch.utils.data.DataLoader")
         why += " (autotune measures the DataLoader whose batches an optimizer.step() follows)"
     else:
-        run.finish()
-        if not run.windows_done:
-            why = (f"ended after {hooks.steps} training steps, before one measured window finished "
-                   f"({run.warmup_s:g} s of warmup, then windows of {run.window_s:g} s): give it more epochs "
-                   "or steps (its own arguments), or shorten --warmup/--window")
+        run.finish(ended=True)
+        why = run.too_short(hooks.steps)  # (its optimizer steps: the first batch came before the loader was known)
     if why:
         raise NotTunable(f"{label(target, argv)} {why}" + (f"; its last lines: {said}" if said else ""))
 
@@ -193,8 +190,14 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 train(run)
             except BudgetSpent:
-                pass
-            run.finish()
+                run.finish()
+            else:  # it returned by itself: its whole run is measured
+                run.finish(ended=True)
+                why = run.too_short(run.stepped) if run.stepped else None
+                if why:
+                    from autotune._script import NotTunable
+
+                    raise NotTunable(f"{spec['target']} {why}")
     except BaseException as exc:  # reported, then a non-zero exit; the parent classifies
         traceback.print_exc()  # whole, in the trial's log (the reason keeps its tail)
         emit("error", **error_event(exc))

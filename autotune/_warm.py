@@ -74,6 +74,9 @@ class WarmWorker:
         finally:
             theirs.close()
         self._ready: bool | None = None  # None: not heard from yet; False: unusable
+        #: CPU seconds the warm worker took to start and import torch: what a trial forked from it
+        #: skips and ``python train.py`` pays (a whole run's wall time adds it back, ``run_figures``).
+        self.startup_s = 0.0
 
     def _launch(self, fd: int, cpus: Sequence[int]) -> subprocess.Popen:
         """Start ``python -m autotune._warm FD CPUS`` with ``self.environ``, the socket ``fd`` passed.
@@ -113,15 +116,17 @@ class WarmWorker:
         if not reply:
             self._ready = False
             return None
-        return ForkedTrial(json.loads(reply)["pid"], self._sock)
+        return ForkedTrial(json.loads(reply)["pid"], self._sock, self.startup_s)
 
     def _wait_ready(self) -> bool:
         if self._ready is None:
             ready, _, _ = select.select([self._sock], [], [], READY_TIMEOUT_S)
             try:
-                self._ready = bool(ready) and json.loads(self._sock.recv(1 << 16) or b"{}").get("ready", False)
+                said = json.loads(self._sock.recv(1 << 16) or b"{}") if ready else {}
             except (OSError, ValueError):
-                self._ready = False
+                said = {}
+            self._ready = bool(said.get("ready", False))
+            self.startup_s = float(said.get("startup_s", 0.0))
         return self._ready
 
     def close(self) -> None:
@@ -138,8 +143,9 @@ class ForkedTrial:
     """A forked trial as ``subprocess.Popen`` shows a child: ``pid``, ``poll``, ``wait``,
     ``returncode`` (negative: the signal that ended it)."""
 
-    def __init__(self, pid: int, sock: socket.socket) -> None:
+    def __init__(self, pid: int, sock: socket.socket, skipped_s: float = 0.0) -> None:
         self.pid = pid
+        self.skipped_s = skipped_s  # the start-up it skipped (``WarmWorker.startup_s``)
         self.returncode: int | None = None
         self._sock = sock
 
@@ -193,10 +199,14 @@ def _serve(sock: socket.socket, cpus: set[int]) -> None:
     # host, torch 2.13): importing it here takes that out of every trial's set-up too.
     import torch._dynamo  # noqa: F401
 
+    # The CPU time, not the wall time, of the interpreter's start and these imports (one thread):
+    # the tuner imports its stores beside this, and a wall clock would count their contention.
+    startup_s = time.process_time()
+
     import autotune._trial  # noqa: F401
     import autotune._trial_main  # noqa: F401
 
-    sock.send(json.dumps({"ready": True}).encode())
+    sock.send(json.dumps({"ready": True, "startup_s": startup_s}).encode())
     while True:
         try:
             request, fds, _, _ = socket.recv_fds(sock, 1 << 20, 2)

@@ -13,7 +13,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune._events import EventReader
-from autotune._figures import add_foreign_load, log_tail, overheads, summarize, summarize_ceilings, window_series
+from autotune._figures import (
+    add_foreign_load,
+    log_tail,
+    marks_of,
+    overheads,
+    run_figures,
+    summarize,
+    summarize_ceilings,
+    window_series,
+)
 from autotune._guard import (
     DIVERGENCE_TOLERANCE,
     Chunk,
@@ -27,7 +36,8 @@ from autotune._guard import (
 from autotune._launch import Budget, TrialSpec, launch
 from autotune._monitor import Monitor, nvml_handle
 from autotune._outcome import Outcome, classify
-from autotune._to_loss import to_loss
+from autotune._records import changes_batch
+from autotune._to_loss import loss_falls, to_loss
 from autotune._reap import kill_group, kill_processes
 
 if TYPE_CHECKING:
@@ -60,6 +70,9 @@ class TrialResult:
     judged: Comparison | None = None
     #: A profile run's ``profile`` event (``autotune._profile``): its step's parts, its trace.
     profile: dict[str, Any] | None = None
+    #: Where its warmup and windows ended (``autotune._figures.marks_of``), and whether its code
+    #: returned by itself (``ended``): the baseline's set every later trial's (``autotune._shape``).
+    shape: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 #: Events that show the training loop is alive (the stall clock restarts on each).
@@ -146,7 +159,9 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
                 exited = proc.poll() is not None
                 if exited and "exit" not in arrived:
                     arrived["exit"] = time.monotonic() - spawned
-                ready, _, _ = select.select([read_fd], [], [], 0 if exited else 0.1)
+                # (once its end is said the worker exits at once: its exit is timed closely, a whole
+                # run's wall time ends there)
+                ready, _, _ = select.select([read_fd], [], [], 0 if exited else 0.005 if "end" in events else 0.1)
                 data = os.read(read_fd, 1 << 16) if ready else b""
                 now = time.monotonic()
                 for event in reader.feed(data):
@@ -197,8 +212,17 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
         with open(log_path, "a") as log:
             log.writelines(f"autotune: {line}\n" for line in monitor.problems)
     stderr_tail = log_tail(log_path.read_text(errors="replace"))
+    end = events.get("end") or {}
+    # A run that goes on to the code's end (a whole run; the baseline, which may be one) is timed
+    # as the user waits for it; the baseline's windows past its own count only if it got there.
+    whole = budget.whole or bool(budget.whole_s)
+    ended = bool(whole and end.get("ended"))
+    if not ended:
+        windows = [w for w in windows if not w.get("extra")]
     metrics = summarize(windows, monitor, started, events)
     metrics.update(overheads(arrived))
+    if ended:
+        metrics.update(run_figures(end, arrived, getattr(proc, "skipped_s", 0.0)))
     if compiling is not None:  # stopped while torch.compile compiled: how long it had been at it
         metrics["compile_unfinished_s"] = time.monotonic() - compiling
     measured = summarize_ceilings(ceilings)
@@ -207,7 +231,9 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     memory_low = metrics.get("available_min", float("inf")) < 2 * monitor.floor
     outcome, reason = classify(proc.returncode, killed[0] if killed else None, events.get("error"),
                                windows, stderr_tail, history=losses, reference=reference,
-                               tolerance=tolerance, memory_low=memory_low, expected_windows=budget.windows,
+                               tolerance=tolerance, memory_low=memory_low,
+                               # (the worker says whether it ran out before its measure was done)
+                               expected_windows=len(windows) + 1 if end.get("short") and not ended else 0,
                                reference_curve=reference_curve, curve=curve,
                                batches=events["end"].get("steps") if "end" in events else None)
     if monitor.problems and not killed:
@@ -219,7 +245,10 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     if judged is not None and math.isfinite(judged.excess):
         metrics.update(loss_excess=judged.excess, loss_tolerance=tolerance)
         reached = to_loss(reference_curve, curve)
-        if reached is not None and reached.ratio is not None:  # (its speedup to that loss: speedup / ratio)
+        if reached is not None and not loss_falls(reference_curve):  # (time to a loss that never fell: noise)
+            if changes_batch(end.get("config", {}).get("batch_size"), end.get("base_batch_size")):
+                metrics.update(to_loss_flat=1.0, to_loss_target=reached.target)
+        elif reached is not None and reached.ratio is not None:  # (its speedup to that loss: speedup / ratio)
             metrics.update(to_loss_ratio=reached.ratio, to_loss_target=reached.target)
         elif reached is not None and reached.reach > reached.reference:  # not there by its last sample:
             metrics.update(to_loss_beyond=reached.reach / reached.reference, to_loss_target=reached.target)
@@ -227,7 +256,19 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     return TrialResult(outcome, reason, metrics, window_series(windows, monitor), windows,
                        final.get("config", {}), final.get("base_batch_size"), final.get("lr"), log_path,
                        losses, measured, loss_curve(windows), final.get("dataset") or {}, judged,
-                       events.get("profile"))
+                       events.get("profile"), shape_of_run(events.get("warmup"), windows, end, ended))
+
+
+def shape_of_run(warmup: dict[str, Any] | None, windows: Sequence[dict[str, Any]], end: dict[str, Any],
+                 ended: bool) -> dict[str, Any]:
+    """What a run tells of the training's shape: its marks (``marks_of``), and, where its code
+    returned by itself, that it did (``ended``) with its epochs, steps and samples."""
+    if warmup is None:
+        return {}
+    found: dict[str, Any] = marks_of(warmup, windows)
+    if ended:
+        found.update(ended=True, epochs=end.get("epochs"), steps=end.get("steps"), samples=end.get("samples"))
+    return found
 
 
 #: A stalled tree whose memory grew at least this much since it was last read is paging in.

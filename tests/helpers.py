@@ -26,12 +26,15 @@ def cli(*args: str) -> list[str]:
     unless the test says otherwise: the suite must pass beside a CPU hog, where the short
     windows of its tiny trials disagree, and what a test checks is its feature, not the
     machine's quiet (tests/study/test_noisy_study.py checks that). Nor does it run the profile runs
-    (``--profile off``: two more runs, 3-4 s a study) or start from an earlier study of the same
-    target in the store (``--warm-start off``: tests run several) unless the test asks for them."""
+    (``--profile off``: two more runs, 3-4 s a study), start from an earlier study of the same
+    target in the store (``--warm-start off``: tests run several) or run the code whole
+    (``--whole-run 0``: the baseline of a fixture that trains for ever would run on for the
+    minute it may take; tests/study/test_whole_runs.py runs short code whole) unless the test
+    asks for them."""
     if args[:1] == ("run",):
         ours, script = (args[:args.index("--")], args[args.index("--"):]) if "--" in args else (args, ())
         for option, value in (("--max-load", "1"), ("--max-spread", "1000"), ("--profile", "off"),
-                              ("--warm-start", "off")):
+                              ("--warm-start", "off"), ("--whole-run", "0")):
             if option not in ours:
                 ours = (*ours, option, value)
         args = (*ours, *script)  # a script's own command line stays last, after --

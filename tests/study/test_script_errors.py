@@ -46,8 +46,10 @@ def test_a_script_with_nothing_to_tune_stops_at_its_baseline_in_one_line_with_st
     assert "no_loader.py built no torch.utils.data.DataLoader" in said["no_loader"][0]
     assert "trained on slices; last loss" in said["no_loader"][0]  # its last words
     assert "no_step.py stepped no torch.optim optimizer after taking a batch" in said["no_step"][0]
-    assert "ended after 2 training steps, before one measured window finished" in said["early"][0]
-    assert "shorten --warmup/--window" in said["early"][0] and "Test set: Average loss" in said["early"][0]
+    # (too few steps for any measure: said with its numbers and what a measure needs)
+    assert "ended after 2 training steps, before one measured window: a measure needs a warmup " \
+           "(at least 5 steps and 0.2 s" in said["early"][0]
+    assert "shorten --warmup" in said["early"][0] and "Test set: Average loss" in said["early"][0]
     for name in ("bogus", "no_loader", "no_step"):
         assert not (tmp_path / name / "st").exists(), name  # the run made the store: removed
     assert kept.read_text() == "mine"

@@ -89,7 +89,7 @@ def test_classify(returncode, killed, error, windows, tail, outcome, reason) -> 
 @pytest.mark.parametrize(("expected", "reason"), [
     (0, ""),  # no budget given
     (len(OK), ""),  # every window measured
-    (len(OK) + 2, f"short measure: the training function returned after {len(OK)} of {len(OK) + 2} windows"),
+    (len(OK) + 2, f"short measure: the training function returned after {len(OK)} windows, before its measured stretch ended"),
 ])
 def test_a_complete_trial_with_fewer_windows_than_its_budget_says_so(expected: int, reason: str) -> None:
     outcome, why = classify(0, None, None, OK, expected_windows=expected)

@@ -1,0 +1,56 @@
+"""The ceilings of code that runs whole, measured in a run of their own.
+
+A trial that runs the code to its end (``autotune._shape``) measures no ceiling: after the
+code returns there is no loop left to feed, and measuring one before would change the
+training it times (the compute ceiling trains the model on replayed batches; the loader's
+takes epochs of its own). Without ceilings a study knows no model rate, no loader rate and
+no CPU cost of loading, and cannot tell that workers past the core count would help (the
+range of ``num_workers: {high: auto}``, ``autotune._loader_workers``): a loader-bound short
+script would be held to as many workers as cores. So where the baseline ran whole, the same
+config runs once more, at the baseline's first marks, then its ceilings; the baseline's
+record takes those ceilings, and nothing of that run ranks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+from autotune._launch import TrialSpec
+from autotune._outcome import Outcome
+from autotune._shape import DEADLINE_FACTOR
+from autotune._watch import TrialResult
+
+
+def ceilings_run(spec: TrialSpec, log_path: Path) -> tuple[TrialSpec, Path]:
+    """The run that measures the ceilings of ``spec``'s config after a whole run of it, and its log."""
+    budget = dataclasses.replace(spec.budget, whole_s=0.0, learn_windows=0, learn_to=0.0)
+    return dataclasses.replace(spec, budget=budget), log_path.with_name(f"{log_path.stem}-ceilings.log")
+
+
+def with_ceilings(spec: TrialSpec, result: TrialResult, log_path: Path,
+                  run: Callable[[TrialSpec, Path], TrialResult]) -> TrialResult:
+    """``result`` with the ceilings of its config, where it ran whole and its budget asks for
+    ceilings: measured by ``run`` (``autotune._watch.run_trial`` with the trial's other
+    arguments) at ``result``'s first marks. Unchanged where it did not run whole, or where
+    that run measured none (it failed: said in the reason)."""
+    if result.outcome is not Outcome.COMPLETE or not result.metrics.get("run_s") or not spec.budget.ceiling_windows:
+        return result
+    if len(result.shape.get("marks", ())) < 3:
+        return dataclasses.replace(result, reason="\n".join(filter(None, [
+            result.reason, "its ceilings were not measured: its run is a warmup and one window, which leaves no "
+                           "steps for them before the code ends"])))
+    again, log = ceilings_run(spec, log_path)
+    # (the ceilings take over the loop where its windows end: at least the run's last stretch is left
+    # for them, or the code would end before its loop took another batch)
+    marks = tuple(result.shape["marks"][:min(1 + spec.budget.windows, len(result.shape["marks"]) - 1)])
+    at = result.shape["at"][len(marks) - 1] + 2 * spec.budget.ceiling_windows * spec.budget.window_s
+    again = dataclasses.replace(again, budget=dataclasses.replace(
+        again.budget, marks=marks, timeout_s=spec.budget.timeout_s or spec.budget.startup_s + DEADLINE_FACTOR * at))
+    measured = run(again, log)
+    if not measured.ceilings:
+        note = f"its ceilings were not measured: their run ended as {measured.outcome.value}" \
+            + (f" ({measured.reason.splitlines()[0]})" if measured.reason else "")
+        return dataclasses.replace(result, reason="\n".join(filter(None, [result.reason, note])))
+    return dataclasses.replace(result, ceilings=measured.ceilings)

@@ -1,0 +1,66 @@
+"""Short code runs whole (autotune._shape): every trial runs the script to its end and is ranked on
+its wall time, none is a "short measure"; the study says up front what its trials will cost, and
+its answer in the wall time a user waits for, which ``autotune exec`` holds its own run against."""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+from helpers import FIXTURES, autotune, load_study
+
+from autotune._standing import standing
+
+SCRIPT = FIXTURES / "scripts" / "mnist_style.py"
+#: Four epochs of 8 batches, each item read in 3 ms: about 0.8 s an epoch without workers, a
+#: whole run of about 5 s with its start-up (the interpreter and torch's import counted back);
+#: four workers read four items at once.
+ARGS = ["--", "--epochs", "4", "--train-size", "256", "--test-size", "64", "--batch-size", "32",
+        "--read-ms", "3"]
+TRIALS = ["--whole-run", "60", "--warmup", "0.2", "--window", "0.3", "--ceiling-windows", "1", "--seed", "0",
+          "--confirm", "1"]
+
+
+def test_a_short_script_runs_whole_in_every_trial_and_exec_holds_its_run_against_the_study(tmp_path) -> None:
+    space = tmp_path / "workers.yaml"
+    space.write_text("knobs:\n  num_workers: [4]\n  persistent_workers: [true]\n")
+    done = autotune("run", str(SCRIPT), "--trials", "2", "--store", "st", "--space", str(space), *TRIALS, *ARGS,
+                    cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"each trial runs your script whole: about \d+ s as written; 1 trial and 2 confirmation "
+                     r"runs: about \d+ s", done.stderr), done.stderr
+    found = standing(load_study(tmp_path / "st", "mnist_style"))
+    rows = [(r.number, r.kind.value, r.outcome, r.doubt, r.run_s) for r in found.rows]
+    assert len(found.rows) == 4 and all(r.outcome == "complete" and r.doubt is None for r in found.rows), rows
+    assert all(r.run_s and "short measure" not in r.reason for r in found.rows), rows
+    base = found.rows[0]
+    # the shape it learned: where its warmup and windows ended, and that the code ended by itself
+    # (its first batch comes before an optimizer step shows the loader trains: not counted)
+    assert base.shape["ended"] and base.shape["epochs"] == 4 and base.shape["samples"] == 4 * 256 - 32
+    assert base.metrics["startup_s"] < base.metrics["run_s"] and base.metrics["loop_s"] > 0
+    # its ceilings, from a run of their own after its whole run (none is measured inside one)
+    ceilings = load_study(tmp_path / "st", "mnist_style").trials[0].user_attrs["ceilings"]
+    assert {e["part"] for e in ceilings} == {"compute", "loader"}, ceilings
+    assert (tmp_path / "st" / "trials" / "mnist_style" / "trial-0-ceilings.log").exists()
+    # later trials measured the same samples as the baseline: its marks (a window shorter than
+    # autotune._stretch.MIN_WINDOW_S merged into the next), then the code's end
+    for row in found.rows[1:]:
+        assert row.shape["marks"][0] == base.shape["marks"][0], (row.number, row.shape, base.shape)
+        assert set(row.shape["marks"][:-1]) <= set(base.shape["marks"]), (row.number, row.shape, base.shape)
+    # four workers against none, as the user waits for it: in the summary and the export
+    assert found.decision.winner.first.number == 1, rows
+    assert found.decision.winner.run_s < found.base.run_s, rows
+    assert "run time, measured whole (medians of 2 and 2 runs): as written" in done.stdout
+    export = tmp_path / "best.yaml"
+    assert autotune("export", "--store", "st", "-o", str(export), cwd=tmp_path).returncode == 0
+    text = export.read_text()
+    assert "# run time, measured whole" in text and "your script's whole run in" in text
+    measured = yaml.safe_load(text)["measured_on"]
+    assert measured["run_s"] > measured["winner_run_s"] > 0
+
+    ran = autotune("exec", str(export), str(SCRIPT), *ARGS, cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    last = ran.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(r"autotune: ran \S+ -- .* in [\d.]+ s \(process start to the script's end\); as written it "
+                        r"ran [\d.]+ s in the study on this machine: [\d.]+x \(the study's runs of this config: "
+                        r"[\d.]+ s\)", last), last
