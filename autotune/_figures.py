@@ -143,10 +143,11 @@ def run_figures(end: Mapping[str, Any], arrived: Mapping[str, float], skipped_s:
     the model, DataLoader workers starting); ``loop_s``: the training loop, first batch to last
     step, less ``outside_s``, the time between its epochs (test passes, checkpoints); ``after_s``:
     the rest (after the last step: a last test pass, saving, the exit); ``run_samples_per_s``:
-    the samples it trained over ``run_s``, what it ranks on in a study of whole runs.
+    the samples it trained over ``run_s``, what it ranks on in a study of whole runs;
+    ``startup_skipped_s``: ``skipped_s`` (what the trial itself took is ``run_s`` less it).
 
     >>> run_figures({"ended": True, "loop_s": 6.0, "outside_s": 1.0, "samples": 900}, {"resolved": 2.0, "exit": 10.0}, 1.0)
-    {'run_s': 11.0, 'startup_s': 3.0, 'loop_s': 6.0, 'outside_s': 1.0, 'after_s': 1.0, 'run_samples_per_s': 81.81818181818181}
+    {'run_s': 11.0, 'startup_s': 3.0, 'loop_s': 6.0, 'outside_s': 1.0, 'after_s': 1.0, 'run_samples_per_s': 81.81818181818181, 'startup_skipped_s': 1.0}
     """
     if not end.get("ended") or "exit" not in arrived or "resolved" not in arrived or not end.get("samples"):
         return {}
@@ -154,7 +155,8 @@ def run_figures(end: Mapping[str, Any], arrived: Mapping[str, float], skipped_s:
     startup_s = arrived["resolved"] + skipped_s
     loop_s, outside_s = end["loop_s"], end["outside_s"]
     return {"run_s": run_s, "startup_s": startup_s, "loop_s": loop_s, "outside_s": outside_s,
-            "after_s": max(0.0, run_s - startup_s - loop_s - outside_s), "run_samples_per_s": end["samples"] / run_s}
+            "after_s": max(0.0, run_s - startup_s - loop_s - outside_s), "run_samples_per_s": end["samples"] / run_s,
+            "startup_skipped_s": skipped_s}
 
 
 def marks_of(warmup: Mapping[str, Any] | None, windows: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:

@@ -236,7 +236,8 @@ def smaller_batch(drawn: Any, base: int | None, domain: Any) -> Any:
 def baseline_curve(row: TrialRow, tolerance: float, planned: int) -> Line | None:
     """How far the baseline measured for the divergence check, when not as planned."""
     flat = flat_reference(row.losses, row.curve, tolerance)
-    added = len(row.losses) - 1 - planned  # its warmup, then a point per window
+    # its warmup, then a point per window (a whole run's windows are the whole run, none added)
+    added = 0 if row.run_s else len(row.losses) - 1 - planned
     if flat:
         return Line(f"{flat}, in {planned + max(added, 0)} windows: a config that learns nothing may pass as "
                     f"complete; only a loss over {tolerance:.0%} worse than the baseline's shows as divergence. "

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,9 +51,16 @@ def profile_plan(found: Standing, nproc: int = 1) -> tuple[list[tuple[str, int, 
     return plan, None
 
 
-def profile_budget(budget: Budget) -> Budget:
-    """A profile run's budget: the study's warmup, one window, no ceilings, no added windows."""
-    return dataclasses.replace(budget, windows=1, ceiling_windows=0, learn_windows=0, learn_to=0.0, whole_s=0.0)
+def profile_budget(budget: Budget, marks: Sequence[int] = ()) -> Budget:
+    """A profile run's budget: the study's warmup, one window, no ceilings, no added windows; at
+    the baseline's first two ``marks`` where it has three or more (short code run whole: after its
+    first window, the rest of the run is left for the profile's steps).
+
+    >>> profile_budget(Budget(), [64, 128, 192, 256]).marks, profile_budget(Budget(), [64, 128]).marks
+    ((64, 128), ())
+    """
+    return dataclasses.replace(budget, windows=1, ceiling_windows=0, learn_windows=0, learn_to=0.0, whole_s=0.0,
+                               marks=tuple(marks[:2]) if len(marks) >= 3 else ())
 
 
 def run_profiles(runner: Any, found: Standing) -> dict[str, Any]:
@@ -106,15 +113,17 @@ def _profile_run(runner: Any, found: Standing, role: str, number: int, sampled: 
     options, slot = runner.options, runner.slots[0]
     started = time.monotonic()
     trace = folder / TRACE_NAME.format(role=role)
-    spec = TrialSpec(options.target, Config(**sampled), slot.device, profile_budget(options.budget),
+    marks = found.base.first.shape.get("marks", ()) if found.base else ()
+    spec = TrialSpec(options.target, Config(**sampled), slot.device, profile_budget(options.budget, marks),
                      seed=found.seed(options.seed), cpus=slot.cpus, argv=options.argv, trace=str(trace))
     with runner.host.turn(slot.runs_on, f"the {role}'s profile run of study {runner.name} (tuner pid {os.getpid()})",
                           runner.reporter.note, runner.scheduler.interrupt):
         result = run_trial(spec, folder / f"{role}.log", runner.ram_budget, warm=runner._warm.get(slot.index),
                            interrupt=runner.scheduler.interrupt)
     if result.profile is None:
-        runner.reporter.note(f"no profile of the {role} (trial {number}'s config): {result.outcome.value}: "
-                             f"{result.reason.splitlines()[0] if result.reason else 'no trace written'}")
+        why = result.reason.splitlines()[0] if result.reason else \
+            "no trace written: the code returned before the steps it records (it is that short)"
+        runner.reporter.note(f"no profile of the {role} (trial {number}'s config): {result.outcome.value}: {why}")
         return None
     return {"trial": number, "parts": result.profile["parts"], "trace": result.profile["trace"],
             "recorded_step_s": result.profile["recorded_step_s"], "memory": result.profile.get("memory"),

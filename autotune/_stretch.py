@@ -29,8 +29,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from autotune._guard import judged_span, mean_over
+from autotune._trial_phases import Phase
 
 #: Where an epoch lasts at most this many windows, the warmup and every window end on an
 #: epoch's last batch (a window: once it has lasted ``window_s``, or reached its mark), so
@@ -70,6 +72,8 @@ class Stretches:
         self._born = time.perf_counter()  # (the worker's start, near enough: whole_s counts from here)
         self._extra = False  # the baseline measures on past its windows (``whole_s``)
         self._passed = False  # the window under way has reached a mark
+        self._warmup_win: Any = None  # the warmup's stretch, and what its event said besides
+        self._said_warmup: dict[str, Any] = {}
 
     def too_short(self, steps: int) -> str | None:
         """Why code that returned by itself after ``steps`` training steps gave nothing to measure,
@@ -118,7 +122,7 @@ class Stretches:
 
     def _after_count(self, now: float) -> None:
         """A measured step was counted: the warmup or the window ends here, if due."""
-        if self._phase.value == "warmup":
+        if self._phase is Phase.WARMUP:
             if self._warm(now) and not self._aligned():
                 self._end_warmup()
         elif self._mark_due(now) and (not self._aligned()
@@ -132,9 +136,9 @@ class Stretches:
         if not self._aligned():
             return
         now = time.perf_counter()
-        if self._phase.value == "warmup" and self._warm(now):
+        if self._phase is Phase.WARMUP and self._warm(now):
             self._end_warmup()
-        elif self._phase.value == "measure" and self._mark_due(now):
+        elif self._phase is Phase.MEASURE and self._mark_due(now):
             self._end_window()
 
     def _end_window(self) -> None:
@@ -158,8 +162,34 @@ class Stretches:
         loss = mean_over(self._chunks, *span) if span else None
         return loss is None or loss > self._learn_to * self._warmup_loss
 
+    def _split_warmup(self) -> None:
+        """Code that returned inside its warmup, or right after it with no window (shorter than
+        the warmup's seconds, or its epochs aligned and the warmup's end the last epoch's): where
+        it took a warmup's steps and a window's, its first ``warmup_steps`` steps (``marks[0]``'s
+        samples, where it has marks) were its warmup, said again, and the rest its one window,
+        which ``finish`` closes. A whole run of 140 steps is a measure, however short."""
+        win, k, said = self._win, self._warmup_steps, self._said_warmup
+        if self._phase is Phase.MEASURE and not self._windows_done and win.steps < self._min_window_steps:
+            win = self._warmup_win.joined(win)  # (the parent keeps the last warmup it is told)
+        elif self._phase is not Phase.WARMUP:
+            return
+        if win.steps < k + self._min_window_steps or len(win.ends) < win.steps:
+            return
+        if self._marks:  # (a trial of a whole study: its warmup's mark, where a step reached it)
+            k = next((i + 1 for i, end in enumerate(win.ends) if end >= self._marks[0]), k)
+            if win.steps - k < self._min_window_steps:
+                return
+        at = win.ends[k - 1]
+        first, rest = win.split(k, at, self._seen)
+        self._win = first
+        self._emit("warmup", steps=k, seconds=sum(first.step_times), samples=first.samples, samples_seen=at,
+                   loss=first.loss(), curve=first.curve(at), **said)
+        self._phase, self._win = Phase.MEASURE, rest
+        if self._marks:
+            self._mark = marks_reached(self._marks, at)
+
     def _last_window_wanted(self) -> bool:
         """Whether the code's return closes a last, partial window: in a whole run, in the
         baseline's run past its windows, or where the windows were not all measured."""
-        return self._phase.value == "measure" and self._win.steps >= self._min_window_steps \
+        return self._phase is Phase.MEASURE and self._win.steps >= self._min_window_steps \
             and (self._whole or self._extra or not self._measured_all())

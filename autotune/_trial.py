@@ -212,6 +212,7 @@ class Trial(Stretches, CeilingPhases, ProfilePhase, Run):
         self._seen += samples
         self._last_step = now
         self._win.step_times.append(now - t0)
+        self._win.waits.append(waited)
         self._after_count(now)
 
     def _end_warmup(self) -> None:
@@ -228,6 +229,8 @@ class Trial(Stretches, CeilingPhases, ProfilePhase, Run):
         # batch, which came before the warmup's clock started
         cost = {"compile_s": min(seconds, compile_s(self._win.step_times))} if self._compiling else {}
         repeats = {"repeat_share": self._repeats.share} if self._repeats.share is not None else {}
+        self._said_warmup = {**cost, **repeats}  # (said again if the code's end makes it the whole run)
+        self._warmup_win = self._win
         self._emit("warmup", steps=self._step, seconds=seconds, samples=self._win.samples,
                    samples_seen=self._seen, loss=loss, curve=self._win.curve(self._seen), **cost, **repeats)
         self._reset_window(time.perf_counter())
@@ -275,6 +278,8 @@ class Trial(Stretches, CeilingPhases, ProfilePhase, Run):
                 measured, and the ``end`` event gives its training's shape and times.
         """
         self._end_recording()
+        if ended:
+            self._split_warmup()
         if self._last_window_wanted():
             self._close_window()
         whole = {}

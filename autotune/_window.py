@@ -68,6 +68,7 @@ class Window:
         self.wait = 0.0
         self.outside = 0.0
         self.step_times: list[float] = []
+        self.waits: list[float] = []  # each step's wait for its batch (``split`` divides ``wait`` by them)
         self._loss_sum: Any = None
         self._loss_steps = 0
         self._losses: list[Any] = []  # the curve's step losses, on the device
@@ -81,6 +82,38 @@ class Window:
         if end is not None:
             self._losses.append(loss)
             self._ends.append(end)
+
+    @property
+    def ends(self) -> list[int]:
+        """Where each of its curve's steps ended, in samples since the first batch."""
+        return self._ends
+
+    def joined(self, later: Window) -> Window:
+        """This stretch and the ``later`` one that followed it, as one."""
+        both = Window(self.start, self.cpu)
+        both.thread, both.outside = self.thread, self.outside + later.outside
+        both.steps, both.samples, both.wait = self.steps + later.steps, self.samples + later.samples, self.wait + later.wait
+        both.step_times, both.waits = self.step_times + later.step_times, self.waits + later.waits
+        for loss, end in [*zip(self._losses, self._ends), *zip(later._losses, later._ends)]:
+            both.add_loss(loss, end)
+        return both
+
+    def split(self, steps: int, samples: int, seen: int) -> tuple[Window, Window]:
+        """This stretch as two: its first ``steps`` steps, which end ``samples`` samples since the
+        first batch, and the rest, which ends at ``seen``. Each keeps its own steps' times, waits
+        and losses (the curve's steps, by where they end); the clock of each is its steps' time
+        (between-epoch gaps are in neither)."""
+        first, rest = Window(self.start, self.cpu), Window(self.start + sum(self.step_times[:steps]), self.cpu)
+        first.thread = rest.thread = self.thread
+        first.outside, rest.outside = 0.0, self.outside
+        for part, times, waits in ((first, self.step_times[:steps], self.waits[:steps]),
+                                   (rest, self.step_times[steps:], self.waits[steps:])):
+            part.step_times, part.waits, part.steps, part.wait = list(times), list(waits), len(times), sum(waits)
+        rest.samples = seen - samples
+        first.samples = self.samples - rest.samples
+        for loss, end in zip(self._losses, self._ends):
+            (first if end <= samples else rest).add_loss(loss, end)
+        return first, rest
 
     def loss(self) -> float | None:
         """The mean loss of its steps: one device read, at its end (the device synced)."""

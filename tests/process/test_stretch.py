@@ -95,7 +95,8 @@ def test_the_baseline_measures_on_until_its_code_ends_or_whole_s_has_passed() ->
     windows = [e for e in events if e["event"] == "window"]
     assert ended and events[-1]["ended"] and len(windows) > 3
     assert [bool(w.get("extra")) for w in windows] == [False] * 3 + [True] * (len(windows) - 3)
-    assert windows[-1]["samples_seen"] == 4 * ROWS
+    # its last window closed where the code returned (or a step before, with a window's steps past it)
+    assert 4 * ROWS - windows[-1]["samples_seen"] < 2 * BATCH and events[-1]["samples"] == 4 * ROWS
     # runs past whole_s: its ceilings would come next (none asked here), then the trial stops it
     events, ended = measured(step_s=0.001, window_s=0.01, whole_s=0.3)
     assert not ended and "ended" not in events[-1]
@@ -105,3 +106,19 @@ def test_the_baseline_measures_on_until_its_code_ends_or_whole_s_has_passed() ->
 def test_code_that_returns_before_its_windows_says_short() -> None:
     events, ended = measured(epochs=1, marks=(64, 128, 4096))
     assert ended and events[-1]["short"] and events[-1]["ended"]
+
+
+def test_code_that_returns_inside_its_warmup_is_split_into_a_warmup_and_a_window() -> None:
+    """A whole run shorter than the warmup's seconds (or whose aligned warmup ended on its last
+    epoch): its first warmup_steps steps are the warmup, the rest one window, not "no measure"."""
+    # the warmup asks for 60 s: the code returns long before
+    events, ended = measured(epochs=2, warmup_s=60.0, window_s=0.0)
+    assert ended and stretches(events) == [2 * BATCH, 2 * ROWS]
+    window = next(e for e in events if e["event"] == "window")
+    assert window["steps"] == 2 * ROWS // BATCH - 2 and window["samples"] == 2 * ROWS - 2 * BATCH
+    # epochs of 32 steps of 10 ms, shorter than two windows of 10 s, end the warmup (0.5 s) on an
+    # epoch's end: here the last one, which leaves no window; the warmup is said again, split so
+    events, ended = measured(epochs=2, step_s=0.01, warmup_s=0.5, window_s=10.0)
+    warmups = [e for e in events if e["event"] == "warmup"]
+    assert ended and len(warmups) == 2 and warmups[0]["samples_seen"] == 2 * ROWS
+    assert stretches(events)[-2:] == [2 * BATCH, 2 * ROWS] and warmups[-1]["steps"] == 2

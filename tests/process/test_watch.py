@@ -282,6 +282,34 @@ def test_a_larger_batch_is_judged_on_its_steps_and_its_samples_to_the_baselines_
     assert base.judged is None and "loss_excess" not in base.metrics  # the baseline judges, unjudged
 
 
+def test_a_function_that_returns_by_itself_is_measured_whole(tmp_path: Path, warm) -> None:
+    """The training-function path: a baseline that may run whole (``whole_s``) and returns after
+    its 3 epochs is timed as a whole run, its shape said, no short measure; one stopped at
+    whole_s is not, and its windows past the planned ones are dropped."""
+    base, watch = trial(tmp_path, "train_epochs", budget=dataclasses.replace(FAST, whole_s=30.0), warm=warm)
+    assert base.outcome is Outcome.COMPLETE and base.reason == "", base.reason
+    assert base.shape["ended"] and base.shape["epochs"] == 3 and base.shape["samples"] == 3 * 512
+    assert base.metrics["run_s"] > base.metrics["loop_s"] > 0 and base.metrics["run_samples_per_s"] > 0
+    assert base.metrics["startup_skipped_s"] >= 0.0 and watch.events[-1]["ended"]
+    endless, _ = trial(tmp_path, "train", budget=dataclasses.replace(FAST, whole_s=1.0), warm=warm)
+    assert endless.outcome is Outcome.COMPLETE and "run_s" not in endless.metrics
+    assert len(endless.windows) == 2 and not endless.shape.get("ended")  # its 2 planned windows, no extra
+
+
+def test_time_to_the_baselines_loss_is_not_used_where_that_loss_does_not_fall(tmp_path: Path, warm) -> None:
+    """Random labels: the baseline's loss holds at ln 2, and a 4x batch "reaches" it at once, which
+    would rank as a speedup in time to the loss. The trial says the loss is flat instead, and ranks
+    on its samples/s (``to_loss_flat``, ``autotune._shape.flat_runs``)."""
+    longer = dataclasses.replace(FAST, windows=6)
+    base, _ = trial(tmp_path, "train_random_labels", budget=longer, warm=warm)
+    assert base.outcome is Outcome.COMPLETE, base.reason
+    wide, _ = trial(tmp_path, "train_random_labels", Config(batch_size="4x", lr_scaling="linear"), budget=longer,
+                    reference=base.losses, reference_curve=base.curve, warm=warm)
+    assert wide.outcome is Outcome.COMPLETE, wide.reason
+    assert wide.metrics.get("to_loss_flat") == 1.0 and 0.6 < wide.metrics["to_loss_target"] < 0.8
+    assert "to_loss_ratio" not in wide.metrics and "to_loss_beyond" not in wide.metrics
+
+
 def test_a_stalled_step_is_killed_within_the_stall_timeout(tmp_path: Path, warm) -> None:
     budget = Budget(warmup_s=0.2, window_s=0.3, windows=2, stall_s=2)
     result, watch = trial(tmp_path, "train_hangs", budget=budget, warm=warm)

@@ -36,6 +36,8 @@ def test_a_script_with_nothing_to_tune_stops_at_its_baseline_in_one_line_with_st
         "no_loader": [str(SCRIPTS / "no_loader.py")],
         "no_step": [str(SCRIPTS / "no_step.py")],
         "early": [MNIST, "--", "--epochs", "1", "--train-size", "128", "--read-ms", "0"],
+        # trains to its end, then fails a check of its own: the code as written fails, said as such
+        "fails_after": [MNIST, "--", "--epochs", "2", "--train-size", "640", "--read-ms", "0", "--exit-status", "3"],
     }, tmp_path)
     said = {name: [line for line in d.stderr.splitlines() if line.startswith("autotune: error: ")]
             for name, d in done.items()}
@@ -50,6 +52,7 @@ def test_a_script_with_nothing_to_tune_stops_at_its_baseline_in_one_line_with_st
     assert "ended after 2 training steps, before one measured window: a measure needs a warmup " \
            "(at least 5 steps and 0.2 s" in said["early"][0]
     assert "shorten --warmup" in said["early"][0] and "Test set: Average loss" in said["early"][0]
+    assert "exited with status 3" in said["fails_after"][0] and "Test set: Average loss" in said["fails_after"][0]
     for name in ("bogus", "no_loader", "no_step"):
         assert not (tmp_path / name / "st").exists(), name  # the run made the store: removed
     assert kept.read_text() == "mine"

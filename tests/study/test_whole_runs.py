@@ -64,3 +64,19 @@ def test_a_short_script_runs_whole_in_every_trial_and_exec_holds_its_run_against
     assert re.fullmatch(r"autotune: ran \S+ -- .* in [\d.]+ s \(process start to the script's end\); as written it "
                         r"ran [\d.]+ s in the study on this machine: [\d.]+x \(the study's runs of this config: "
                         r"[\d.]+ s\)", last), last
+
+
+def test_code_that_runs_past_whole_run_is_measured_at_the_baselines_marks(tmp_path) -> None:
+    """A training function that trains for ever: its baseline measures on until --whole-run (1 s),
+    then the study says what each trial measures, and every later trial ends its warmup and
+    windows where the baseline's did, in samples."""
+    done = autotune("run", f"{FIXTURES / 'tiny_train.py'}:train", "--trials", "2", "--store", "st", "--whole-run", "1",
+                    "--warmup", "0.2", "--window", "0.3", "--windows", "2", "--confirm", "0", "--ceiling-windows", "0",
+                    "--seed", "0", "--prune", "0", cwd=tmp_path)  # (a slow draw measures its windows too)
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"your code runs past the 1 s a trial may run whole \(--whole-run\): each trial measures the same "
+                     r"[\d,]+ samples after a warmup of [\d,]+", done.stderr), done.stderr
+    base, later = standing(load_study(tmp_path / "st", "tiny_train")).rows
+    assert not base.run_s and not base.shape.get("ended") and len(base.shape["marks"]) == 3  # its warmup, 2 windows
+    assert later.outcome == "complete" and later.doubt is None, later.reason
+    assert later.shape["marks"] == base.shape["marks"]  # the same samples, whatever its speed

@@ -198,6 +198,9 @@ def test_the_baseline_says_when_its_curve_cannot_judge_divergence() -> None:
                     curve=[(0, 512, 1.0, 8), (512, 1024, 0.9, 8)])
     assert baseline_curve(learned, 0.5, 1).text.startswith("the baseline measured 1 more window than planned")
     assert baseline_curve(learned, 0.5, 2) is None
+    # a whole run measured its code to the end: its windows past the planned ones are no addition
+    whole = dataclasses.replace(learned, metrics={**learned.metrics, "run_s": 12.0})
+    assert baseline_curve(whole, 0.5, 1) is None
 
 
 def test_after_a_trial_the_rules_come_in_order() -> None:
