@@ -14,7 +14,7 @@ record takes those ceilings, and nothing of that run ranks.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from autotune._launch import TrialSpec
@@ -29,6 +29,20 @@ def ceilings_run(spec: TrialSpec, log_path: Path) -> tuple[TrialSpec, Path]:
     return dataclasses.replace(spec, budget=budget), log_path.with_name(f"{log_path.stem}-ceilings.log")
 
 
+def ceiling_marks(marks: Sequence[int], windows: int) -> tuple[int, ...]:
+    """Where the ceilings' run ends its warmup and windows: the baseline's first marks, leaving at
+    least its last stretch for the ceilings (they take over the loop where the windows end; at
+    the code's end there is no loop left); of a warmup and one window, the window's first half.
+    Empty where there is no window to leave (a compute ceiling replays a window's batches).
+
+    >>> ceiling_marks([64, 128, 192, 256], 4), ceiling_marks([64, 128, 192, 256], 1), ceiling_marks([64, 320], 4)
+    ((64, 128, 192), (64, 128), (64, 192))
+    """
+    if len(marks) >= 3:
+        return tuple(marks[:min(1 + windows, len(marks) - 1)])
+    return (marks[0], (marks[0] + marks[1]) // 2) if len(marks) == 2 else ()
+
+
 def with_ceilings(spec: TrialSpec, result: TrialResult, log_path: Path,
                   run: Callable[[TrialSpec, Path], TrialResult]) -> TrialResult:
     """``result`` with the ceilings of its config, where it ran whole and its budget asks for
@@ -37,15 +51,12 @@ def with_ceilings(spec: TrialSpec, result: TrialResult, log_path: Path,
     that run measured none (it failed: said in the reason)."""
     if result.outcome is not Outcome.COMPLETE or not result.metrics.get("run_s") or not spec.budget.ceiling_windows:
         return result
-    if len(result.shape.get("marks", ())) < 3:
+    marks = ceiling_marks(result.shape.get("marks", ()), spec.budget.windows)
+    if not marks:
         return dataclasses.replace(result, reason="\n".join(filter(None, [
-            result.reason, "its ceilings were not measured: its run is a warmup and one window, which leaves no "
-                           "steps for them before the code ends"])))
+            result.reason, "its ceilings were not measured: its run is its warmup alone"])))
     again, log = ceilings_run(spec, log_path)
-    # (the ceilings take over the loop where its windows end: at least the run's last stretch is left
-    # for them, or the code would end before its loop took another batch)
-    marks = tuple(result.shape["marks"][:min(1 + spec.budget.windows, len(result.shape["marks"]) - 1)])
-    at = result.shape["at"][len(marks) - 1] + 2 * spec.budget.ceiling_windows * spec.budget.window_s
+    at = result.shape["at"][-1] + 2 * spec.budget.ceiling_windows * spec.budget.window_s
     again = dataclasses.replace(again, budget=dataclasses.replace(
         again.budget, marks=marks, timeout_s=spec.budget.timeout_s or spec.budget.startup_s + DEADLINE_FACTOR * at))
     measured = run(again, log)

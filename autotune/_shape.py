@@ -168,7 +168,7 @@ def run_time_line(base: Group | None, win: Group | None) -> str | None:
         return None
     if base.run_s and win.run_s:
         runs = f"medians of {len(base.rates)} and {len(win.rates)} runs" if win is not base \
-            else f"median of {len(base.rates)} runs"
+            else f"median of {len(base.rates)} run{'s' * (len(base.rates) != 1)}"
         with_it = "" if win is base else f"; with trial {win.first.number}'s config {parts(win)}"
         return f"run time, measured whole ({runs}): as written {parts(base)}{with_it}"
     if win is base or not base.loop_median or not win.loop_median or not base.first.shape.get("marks"):

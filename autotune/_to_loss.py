@@ -9,7 +9,7 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from autotune._guard import Chunk, judged_span, mean_over
+from autotune._guard import Chunk, Point, judged_span, mean_over
 
 
 class ToLoss(NamedTuple):
@@ -51,32 +51,39 @@ def samples_to(curve: Sequence[Chunk], target: float) -> float | None:
 
 
 #: The baseline's loss must fall by more than this many standard deviations of its pieces over its
-#: judged span (their noise) for time to its loss to mean anything.
-FALL_NOISES = 2.0
+#: judged span (their noise), and by this share of where it started, for time to its loss to mean
+#: anything: with random labels a linear model's loss fell from 0.70 to 0.693 (ln 2) in its warmup,
+#: many times its noise, and nothing was learned.
+FALL_NOISES, FALL_SHARE = 2.0, 0.05
 
 
-def loss_falls(curve: Sequence[Chunk]) -> bool:
-    """Whether the baseline's loss falls beyond its own noise: the mean of its first
-    ``TO_LOSS_PIECES`` pieces against its mean over its judged span, by more than ``FALL_NOISES``
-    standard deviations of the pieces there. Random labels (people benchmark with ``FakeData``)
-    hold the loss at ln(classes) from the first step: reaching it "sooner" is noise (on the
-    2-core CPU one such study read 11.69x in time to loss from 1.34x the samples/s).
+def loss_falls(curve: Sequence[Chunk], history: Sequence[Point] = ()) -> bool:
+    """Whether the baseline's loss falls beyond its own noise: its loss where it started (its
+    warmup's, the first point of its ``history``; else the mean of its curve's first
+    ``TO_LOSS_PIECES`` pieces) against its mean over its judged span, by more than
+    ``FALL_NOISES`` standard deviations of the pieces there and ``FALL_SHARE`` of where it
+    started. Random labels (people benchmark
+    with ``FakeData``) hold the loss at ln(classes) from the first step: reaching it "sooner"
+    is noise (on the 2-core CPU one such study read 11.69x in time to loss from 1.34x the
+    samples/s). A loss that fell in the warmup and is flat since has fallen: a larger batch
+    must still get there (a 2,048-wide MLP's loss was 0.0005 by its first window).
 
     >>> flat = [(i * 100, i * 100 + 100, 2.30 + (0.03 if i % 2 else -0.03), 8) for i in range(16)]
     >>> falling = [(i * 100, i * 100 + 100, 2.3 / (1 + i / 4), 8) for i in range(16)]
-    >>> loss_falls(flat), loss_falls(falling)
-    (False, True)
+    >>> loss_falls(flat), loss_falls(falling), loss_falls(flat, [(50.0, 2.31)]), loss_falls(flat, [(50.0, 9.0)])
+    (False, True, False, True)
     """
     span = judged_span(curve)
     if not span or len(curve) < 2 * TO_LOSS_PIECES:
         return True  # (too little to tell: judged as before)
     judged = [c[2] for c in curve if span[0] <= (c[0] + c[1]) / 2 <= span[1] and math.isfinite(c[2])]
-    early = [c[2] for c in curve[:TO_LOSS_PIECES]]
+    early = [history[0][1]] if history else [c[2] for c in curve[:TO_LOSS_PIECES]]
     if len(judged) < 2 or not all(math.isfinite(x) for x in early):
         return True
     mean = sum(judged) / len(judged)
     noise = math.sqrt(sum((x - mean) ** 2 for x in judged) / (len(judged) - 1))
-    return sum(early) / len(early) - mean > FALL_NOISES * noise
+    start = sum(early) / len(early)
+    return start - mean > max(FALL_NOISES * noise, FALL_SHARE * abs(start))
 
 
 def to_loss(reference_curve: Sequence[Chunk], curve: Sequence[Chunk]) -> ToLoss | None:

@@ -245,7 +245,7 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     if judged is not None and math.isfinite(judged.excess):
         metrics.update(loss_excess=judged.excess, loss_tolerance=tolerance)
         reached = to_loss(reference_curve, curve)
-        if reached is not None and not loss_falls(reference_curve):  # (time to a loss that never fell: noise)
+        if reached is not None and not loss_falls(reference_curve, reference):  # (a loss that never fell: noise)
             if changes_batch(end.get("config", {}).get("batch_size"), end.get("base_batch_size")):
                 metrics.update(to_loss_flat=1.0, to_loss_target=reached.target)
         elif reached is not None and reached.ratio is not None:  # (its speedup to that loss: speedup / ratio)
