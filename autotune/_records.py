@@ -217,7 +217,8 @@ def run_name(row: TrialRow, winner: bool) -> str:
     """A trial's MLflow run name, which the runs page shows without picking columns, in the
     room its name column gives (about 24 characters): ``#3 WINNER 2.13x 10,535/s``,
     ``#0 base 1.00x 4,946/s``, ``#4 1.21x 6,010/s`` (complete), ``#5 pruned 1,200/s``,
-    ``#7 1.90x 9,400/s (= #3)`` (a repeat): its speedup as it ranks, its samples/s as measured.
+    ``#7 1.90x 9,400/s (= #3)`` (a repeat): its speedup as it ranks, its samples/s as measured
+    (a whole run: its wall time, ``#3 WINNER 2.18x 4.6 s``).
     """
     what = ["WINNER"] if winner else []
     if row.baseline:
@@ -225,7 +226,8 @@ def run_name(row: TrialRow, winner: bool) -> str:
     if row.outcome != Outcome.COMPLETE.value:
         what.append(row.outcome)
     speedup = row.speedup if row.outcome == Outcome.COMPLETE.value else None
-    figures = ([f"{speedup:.2f}x"] if speedup else []) + ([f"{row.samples_per_s:,.0f}/s"] if row.samples_per_s else [])
+    figure = f"{row.run_s:.1f} s" if row.run_s else f"{row.samples_per_s:,.0f}/s" if row.samples_per_s else None
+    figures = ([f"{speedup:.2f}x"] if speedup else []) + ([figure] if figure else [])
     again = [f"(= #{row.of})"] if row.kind.repeats else []
     doubt = [f"({row.doubt.partition(':')[0]})"] if row.doubt else []
     return " ".join([f"#{row.number}", *what, *figures, *doubt, *again])

@@ -72,6 +72,19 @@ class Result:
         return base.median if base and base.rates else None
 
     @property
+    def run_s(self) -> float | None:
+        """The winner's whole run in seconds, process start to exit, the median of its runs (None:
+        the study did not run the code whole: it ran past ``whole_run``)."""
+        win = self._found.decision.winner
+        return win.run_s if win else None
+
+    @property
+    def baseline_run_s(self) -> float | None:
+        """The code as written's whole run in seconds, the median of its runs (None: not run whole)."""
+        base = self._found.base
+        return base.run_s if base else None
+
+    @property
     def speedup(self) -> float | None:
         """The winner's samples/s over the baseline's (None: either has no believed figure)."""
         win = self._found.decision.winner
@@ -117,6 +130,7 @@ class Result:
         return {"study": self.study, "findings": list(self.findings),
                 "winner": best.number if best else None, "speedup": self.speedup, "spread": self.spread,
                 "samples_per_s": self.samples_per_s, "baseline_samples_per_s": self.baseline_samples_per_s,
+                "run_s": self.run_s, "baseline_run_s": self.baseline_run_s,
                 "config": self.config, "export": self._export, "trials": self.rows}
 
     def csv(self) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import yaml
-from helpers import FIXTURES, autotune, load_study
+from helpers import FIXTURES, autotune, load_study, mlflow_runs
 
 from autotune._standing import standing
 
@@ -57,6 +57,12 @@ def test_a_short_script_runs_whole_in_every_trial_and_exec_holds_its_run_against
     assert "# run time, measured whole" in text and "your script's whole run in" in text
     measured = yaml.safe_load(text)["measured_on"]
     assert measured["run_s"] > measured["winner_run_s"] > 0
+    # the MLflow parent run holds the answer too, and each run's name its wall time
+    _, runs = mlflow_runs(tmp_path / "st", "mnist_style")
+    parent = next(r for r in runs if "autotune.trial" not in r.data.tags)
+    assert parent.data.metrics["baseline_run_s"] > parent.data.metrics["best_run_s"] > 0
+    assert parent.data.tags["autotune.run_time"].startswith("run time, measured whole")
+    assert all(re.search(r" [\d.]+ s", r.data.tags["mlflow.runName"]) for r in runs if "autotune.trial" in r.data.tags)
 
     ran = autotune("exec", str(export), str(SCRIPT), *ARGS, cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
