@@ -39,6 +39,26 @@ PRUNE_FRACTION = 0.5
 #: (a cache filling, a neighbour's burst).
 PRUNE_MIN_WINDOWS = 2
 
+def prune_so_far(samples: float, seconds: float, best: float | None, fraction: float = PRUNE_FRACTION,
+                 min_s: float = 0.0) -> str | None:
+    """Why a running trial should stop before its windows are done, or None: it has measured
+    ``min_s`` seconds or more at under ``fraction`` of ``best``. Its windows end at the
+    baseline's marks, so a config 25x slower takes 25x the time for them; this decides it when
+    ``PRUNE_MIN_WINDOWS`` windows in seconds would have (``min_s``: that many ``--window``).
+
+    >>> prune_so_far(600, 2.0, 1000.0, min_s=0.6)
+    '300 samples/s in its first 2.0 s, under 50% of the best so far (1,000)'
+    >>> prune_so_far(600, 0.5, 1000.0, min_s=0.6) is None, prune_so_far(1200, 2.0, 1000.0, min_s=0.6) is None
+    (True, True)
+    """
+    if not best or fraction <= 0 or not min_s or seconds < min_s or not samples:
+        return None
+    rate = samples / seconds
+    if rate >= fraction * best:
+        return None
+    return f"{rate:,.0f} samples/s in its first {seconds:.1f} s, under {fraction:.0%} of the best so far ({best:,.0f})"
+
+
 #: ``lr_scaling`` from the least change of the user's lr at a larger batch to the most.
 LR_STEPS = ("none", "sqrt", "linear")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune._ceilings import Ceilings
-from autotune._guard import prune_reason
+from autotune._guard import PRUNE_MIN_WINDOWS, prune_reason, prune_so_far
 from autotune._judge import optuna_params, optuna_state, result_record
 from autotune._kinds import Kind
 from autotune._optuna_io import frozen_by_id, frozen_trial, handle, set_param, trial_id_of
@@ -131,11 +131,13 @@ class Recorder:
 
     @staticmethod
     def watcher(trial: optuna.Trial, best: float | None, prune: float, max_load: float,
-                relay: Callable[[Mapping[str, Any]], None]) -> Callable[[dict[str, Any]], Stop | None]:
+                relay: Callable[[Mapping[str, Any]], None], window_s: float = 0.0) -> Callable[[dict[str, Any]], Stop | None]:
         """The running trial's event handler: relays each event (the progress on the terminal),
         records its worker process (what a tuner that resumes kills if it outlived us) and
         each window's samples/s (Optuna's intermediate values), and stops it when the pruning
-        rule says so (``autotune._guard.prune_reason``; against ``best``, the winner's median)."""
+        rule says so (``autotune._guard.prune_reason``; against ``best``, the winner's loop
+        median), or its measure so far, once it has lasted ``PRUNE_MIN_WINDOWS`` times
+        ``window_s`` (``prune_so_far``)."""
         rates: list[float] = []
 
         def on_event(event: dict[str, Any]) -> Stop | None:
@@ -154,6 +156,11 @@ class Recorder:
                 if max(event.get("foreign_cpu", 0.0), event.get("foreign_gpu", 0.0)) <= max_load:
                     rates.append(rate)
                 reason = prune_reason(rates, best, prune)
+                if reason:
+                    return Outcome.PRUNED, reason
+            elif event["event"] == "progress" and "seconds" in event \
+                    and max(event.get("foreign_cpu", 0.0), event.get("foreign_gpu", 0.0)) <= max_load:
+                reason = prune_so_far(event["samples"], event["seconds"], best, prune, PRUNE_MIN_WINDOWS * window_s)
                 if reason:
                     return Outcome.PRUNED, reason
             return None

@@ -138,7 +138,9 @@ def cost_line(shape: Shape, budget: Budget, trials: int, reruns: int) -> str:
     marks, at = extended(shape, budget.windows)
     each = (shape.startup_s or 0.0) + at
     ceilings = 2 * budget.ceiling_windows * budget.window_s
-    return (f"your code runs past the {budget.whole_s:.0f} s a trial may run whole (--whole-run): each trial "
+    why = (f"your code runs past the {budget.whole_s:.0f} s a trial may run whole (--whole-run)" if budget.whole_s
+           else "no trial runs your code whole (--whole-run 0)")
+    return (f"{why}: each trial "
             f"measures the same {marks[-1] - marks[0]:,} samples after a warmup of {marks[0]:,} (about "
             f"{each:.0f} s with its start-up at the baseline's speed, plus up to {ceilings:.0f} s of ceilings); "
             f"{runs}: about {_duration((trials + reruns) * (each + ceilings / 2))}")

@@ -46,8 +46,10 @@ EPOCH_WINDOWS = 2.0
 #: grew longer than they were).
 ALIGNED_MAX = 3.0
 #: Seconds a window lasts at least, at a mark: shorter, the clock's and the scheduler's
-#: jitter (a millisecond or so on a loaded host) would be a large share of it.
-MIN_WINDOW_S = 0.05
+#: jitter (a millisecond or so on a loaded host) would be a large share of it. A config 30x the
+#: baseline's speed still gets windows of its own at the default 1.5 s (a 5x one, at the tests'
+#: 0.3 s windows, lost one of three to a floor of 0.05 s).
+MIN_WINDOW_S = 0.02
 
 
 def marks_reached(marks: Sequence[int], seen: int, start: int = 0) -> int:

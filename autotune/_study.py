@@ -344,8 +344,8 @@ class StudyRunner:
                                    interrupt):
                 result = run_trial(spec, self.recorder.log_path(trial.number), self.ram_budget,
                                    self.recorder.watcher(trial, prune_below, self.options.prune, self.options.max_load,
-                                                         self.reporter.event), interrupt=interrupt,
-                                   reference=base.losses if base else (), tolerance=self.options.tolerance,
+                                                         self.reporter.event, self.options.budget.window_s),
+                                   interrupt=interrupt, reference=base.losses if base else (), tolerance=self.options.tolerance,
                                    reference_curve=base.curve if base else (), warm=self._warm.get(slot.index))
                 result = with_ceilings(spec, result, self.recorder.log_path(trial.number), lambda again, log: run_trial(
                     again, log, self.ram_budget, interrupt=interrupt, warm=self._warm.get(slot.index)))

@@ -98,6 +98,7 @@ class Trial(Stretches, CeilingPhases, ProfilePhase, Run):
         self._loop_t0: float | None = None  # the first batch (the loop's time starts here)
         self._last_step = 0.0  # when the last training step ended
         self._outside_total = 0.0  # seconds between the measured loader's epochs, all of them
+        self._so_far = (0, 0.0)  # samples and seconds of the windows closed so far
         self._start_parts(trace)
         self._start_stretches(marks, whole, whole_s)
 
@@ -239,7 +240,11 @@ class Trial(Stretches, CeilingPhases, ProfilePhase, Run):
     def _beat_if_due(self, now: float) -> None:
         if now - self._beat >= PROGRESS_S:  # the parent's stall detector counts on these
             self._beat = now
-            self._emit("progress", step=self._step)
+            # measuring: its samples and seconds so far, the window under way's too (a slow config
+            # is pruned on them before its windows, at the baseline's marks, are done)
+            so_far = {"samples": self._so_far[0] + self._win.samples, "seconds": self._so_far[1] + now - self._win.start,
+                      "wall": time.time()} if self._phase == Phase.MEASURE else {}
+            self._emit("progress", step=self._step, **so_far)
 
     @staticmethod
     def _stop_if_nonfinite(loss: float | None) -> None:
@@ -266,6 +271,7 @@ class Trial(Stretches, CeilingPhases, ProfilePhase, Run):
                    curve=curve, wall=time.time(), main_thread_s=time.thread_time() - self._win.thread,
                    outside_s=self._win.outside, **extra)
         self._windows_done += 1
+        self._so_far = (self._so_far[0] + self._win.samples, self._so_far[1] + now - self._win.start)
         self._reset_window(now)
         return loss
 

@@ -121,6 +121,7 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
         proc, tag = launch(spec, log.fileno(), write_fd, warm)
     os.close(write_fd)
     killed: list[Stop] = []
+    so_far: dict[str, Any] = {}  # the last measure so far its progress said
 
     def kill(outcome: Outcome, reason: str) -> None:
         if not killed:
@@ -177,9 +178,12 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
                         if compiling is not None:  # the deadline moves by what compiling took
                             compiled_s += now - compiling
                             compiling, stall_limit = None, budget.stall_s
-                    if event["event"] in ("window", "ceiling"):
+                    if "seconds" in event:  # a window, a ceiling's, or a measure so far (progress)
                         add_foreign_load(event, monitor)
+                    if event["event"] in ("window", "ceiling"):
                         (windows if event["event"] == "window" else ceilings).append(event)
+                    elif event["event"] == "progress" and "seconds" in event:
+                        so_far = event
                     judge(event)
                 if exited and not data:
                     break
@@ -223,6 +227,10 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     metrics.update(overheads(arrived))
     if ended:
         metrics.update(run_figures(end, arrived, getattr(proc, "skipped_s", 0.0)))
+    if not windows and so_far.get("seconds") and killed and killed[0][0] is Outcome.PRUNED:
+        # pruned on its measure so far (autotune._guard.prune_so_far): that is its figure
+        metrics.update(samples_per_s=so_far["samples"] / so_far["seconds"], samples_per_s_spread=0.0,
+                       measured_samples=float(so_far["samples"]))
     if compiling is not None:  # stopped while torch.compile compiled: how long it had been at it
         metrics["compile_unfinished_s"] = time.monotonic() - compiling
     measured = summarize_ceilings(ceilings)

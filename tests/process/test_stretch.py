@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 from autotune._config import Config
+from autotune._stretch import MIN_WINDOW_S
 
 #: 256 rows: an epoch of 32 batches at the code's batch size, 8.
 ROWS, BATCH = 256, 8
@@ -69,11 +70,11 @@ def test_a_window_shorter_than_the_floor_is_merged() -> None:
     # the next mark, where it ends (the same samples as the baseline's two windows)
     events, _ = measured(marks=(64, 128, 20_000))
     windows = [e for e in events if e["event"] == "window"]
-    assert windows[0]["samples_seen"] == 20_000 and windows[0]["seconds"] >= 0.05, windows
+    assert windows[0]["samples_seen"] == 20_000 and windows[0]["seconds"] >= MIN_WINDOW_S, windows
     # past the last mark it closes as soon as it is long enough
     events, _ = measured(marks=(64, 128))
     windows = [e for e in events if e["event"] == "window"]
-    assert len(windows) == 1 and windows[0]["samples_seen"] > 128 and windows[0]["seconds"] >= 0.05, windows
+    assert len(windows) == 1 and windows[0]["samples_seen"] > 128 and windows[0]["seconds"] >= MIN_WINDOW_S, windows
 
 
 @pytest.mark.usefixtures("no_floor")

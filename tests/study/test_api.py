@@ -16,7 +16,8 @@ import autotune
 from autotune import ConfigError
 
 FIXTURE = FIXTURES / "tiny_train.py"
-QUICK = dict(warmup=0.2, window=0.3, windows=2, ceiling_windows=0, confirm=0, max_load=1.0, max_spread=1000.0)
+QUICK = dict(warmup=0.2, window=0.3, windows=2, ceiling_windows=0, confirm=0, max_load=1.0, max_spread=1000.0,
+             whole_run=0)  # (its fixture trains for ever: a baseline would run on for the minute it may run whole)
 
 
 def _docstring_example() -> str:

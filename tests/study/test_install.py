@@ -60,7 +60,7 @@ def test_an_installed_wheel_runs_a_study_with_a_shipped_space(wheel: Path, tmp_p
     study = subprocess.run(
         [str(env_dir / "bin" / "autotune"), "run", f"{FIXTURE}:train", "--space", "loader", "--trials", "2",
          "--study", "installed", "--warmup", "0.2", "--window", "0.3", "--windows", "2", "--prune", "0",
-         "--confirm", "0", "--max-load", "1", "--max-spread", "1000"],
+         "--confirm", "0", "--max-load", "1", "--max-spread", "1000", "--whole-run", "0"],
         cwd=work, env=cli_env(), capture_output=True, text=True, timeout=300)
     assert study.returncode == 0, study.stdout + study.stderr
     trials = load_study(work / "mlflow", "installed").get_trials()

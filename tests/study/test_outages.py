@@ -23,8 +23,10 @@ SLOW = ["--warmup", "0.4", "--window", "0.8", "--windows", "3", "--ceiling-windo
 def test_a_tracking_server_down_for_20_s_mid_trial_loses_nothing(postgres: str, own_mlflow_server,
                                                                  tmp_path: Path) -> None:
     name = f"outage-{uuid.uuid4().hex[:6]}"
+    # (short windows: measured at the baseline's samples, its loader-knob trials run at a tenth of its
+    # speed, and their measure would take 10x the time of the outage's point)
     tuner = Tuner(tmp_path, "--study", name, "--storage", postgres, "--tracking-uri", own_mlflow_server.url,
-                  "--trials", "3", *SLOW)
+                  "--trials", "3", *SLOW, "--window", "0.3")
     # down while trial 1 measures: its end, and trial 2's start, meet a dead server
     wait_until(lambda: study_exists(postgres, name) and any(
         t.number == 1 and t.intermediate_values for t in study_of(postgres, name).get_trials()),
@@ -57,7 +59,10 @@ def test_postgres_restarted_mid_study_loses_nothing(tmp_path: Path) -> None:
     try:
         url = server.create_database()
         name = "restart"
-        tuner = Tuner(tmp_path, "--study", name, "--storage", url, "--trials", "3", *SLOW)
+        # one short window a trial: measured at the baseline's samples, its loader-knob trials run at
+        # a tenth of its speed, and a longer one would outlast the 8 s restart without a write
+        tuner = Tuner(tmp_path, "--study", name, "--storage", url, "--trials", "3", *SLOW, "--windows", "1",
+                      "--window", "0.2")
         wait_until(lambda: study_exists(url, name) and any(
             t.number == 1 and t.intermediate_values for t in study_of(url, name).get_trials()),
             what="trial 1 to measure a window")

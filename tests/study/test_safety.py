@@ -103,8 +103,10 @@ def test_killed_trials_keep_their_figures(fault_study) -> None:
     client, runs = mlflow_runs(cwd / "mlflow", "faults")
     hog = next(r for r in runs if r.data.tags.get("autotune.outcome") == "oom_host")
     assert hog.data.metrics["ram_peak"] > 2**30  # killed over the 1 GiB budget, figure kept
+    # pruned on its measure so far (its windows, at the baseline's samples, would take it 25x the
+    # time): that figure is kept
     pruned = next(r for r in runs if r.data.tags.get("autotune.outcome") == "pruned")
-    assert len(client.get_metric_history(pruned.info.run_id, "window_samples_per_s")) == 2
+    assert 0 < pruned.data.metrics["samples_per_s"] < 0.2 * max(r.data.metrics.get("samples_per_s", 0) for r in runs)
 
 
 def test_each_trial_log_says_what_the_trial_did(fault_study) -> None:

@@ -83,6 +83,7 @@ def test_code_that_runs_past_whole_run_is_measured_at_the_baselines_marks(tmp_pa
     assert re.search(r"your code runs past the 1 s a trial may run whole \(--whole-run\): each trial measures the same "
                      r"[\d,]+ samples after a warmup of [\d,]+", done.stderr), done.stderr
     base, later = standing(load_study(tmp_path / "st", "tiny_train")).rows
-    assert not base.run_s and not base.shape.get("ended") and len(base.shape["marks"]) == 3  # its warmup, 2 windows
+    # its warmup, 2 windows (and more while its loss had not fallen: it learns for every trial's verdict)
+    assert not base.run_s and not base.shape.get("ended") and len(base.shape["marks"]) >= 3
     assert later.outcome == "complete" and later.doubt is None, later.reason
-    assert later.shape["marks"] == base.shape["marks"]  # the same samples, whatever its speed
+    assert later.shape["marks"] == base.shape["marks"][:3]  # the same samples, whatever its speed
