@@ -63,6 +63,8 @@ class Budget:
         whole: Run the code to its end, measuring all the way (a study of a short script).
         marks: Where the warmup and each window end, in samples since the first batch: the
             baseline's (``autotune._stretch``); empty: by ``warmup_s`` and ``window_s``.
+        step_samples: The baseline's samples per step: a trial on larger batches ends at the
+            marks times the ratio, the same steps (``autotune._stretch``). 0: unknown.
     """
 
     warmup_steps: int = 5
@@ -80,6 +82,7 @@ class Budget:
     whole_s: float = 0.0
     whole: bool = False
     marks: tuple[int, ...] = ()
+    step_samples: float = 0.0
 
     def deadline(self) -> float:
         """The worker's wall-clock limit: its start-up, then 5x the measured time."""

@@ -52,6 +52,7 @@ class Shape:
         run_s: Its whole run's wall time (None: not run whole).
         startup_s: Process start to its first batch (None: not known).
         skipped_s: What of that a trial forked from a warm worker does not take (``run_figures``).
+        step_samples: Its samples per step (0: unknown).
     """
 
     marks: tuple[int, ...]
@@ -60,6 +61,7 @@ class Shape:
     run_s: float | None
     startup_s: float | None
     skipped_s: float = 0.0
+    step_samples: float = 0.0
 
 
 def shape_of(base: TrialRow | None) -> Shape | None:
@@ -71,7 +73,8 @@ def shape_of(base: TrialRow | None) -> Shape | None:
     if startup is None and all(k in metrics for k in ("spawn_s", "import_s", "setup_s")):
         startup = metrics["spawn_s"] + metrics["import_s"] + metrics["setup_s"]
     return Shape(tuple(base.shape["marks"]), tuple(base.shape["at"]), bool(base.shape.get("ended")),
-                 metrics.get("run_s"), startup, metrics.get("startup_skipped_s", 0.0))
+                 metrics.get("run_s"), startup, metrics.get("startup_skipped_s", 0.0),
+                 metrics.get("samples_per_step", 0.0))
 
 
 def trial_budget(budget: Budget, kind: Kind, shape: Shape | None, tolerance: float, whole: bool = True) -> Budget:
@@ -101,7 +104,7 @@ def trial_budget(budget: Budget, kind: Kind, shape: Shape | None, tolerance: flo
                                    timeout_s=budget.timeout_s or budget.startup_s + DEADLINE_FACTOR * shape.run_s)
     marks, at = extended(shape, budget.windows)
     measured_s = at + 2 * budget.ceiling_windows * budget.window_s
-    return dataclasses.replace(plain, marks=marks,
+    return dataclasses.replace(plain, marks=marks, step_samples=shape.step_samples,
                                timeout_s=budget.timeout_s or budget.startup_s + DEADLINE_FACTOR * measured_s)
 
 

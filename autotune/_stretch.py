@@ -31,7 +31,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from autotune._guard import judged_span, mean_over
+from autotune._guard import LARGER_BATCH, judged_span, mean_over
 from autotune._trial_phases import Phase
 
 #: Where an epoch lasts at most this many windows, the warmup and every window end on an
@@ -67,8 +67,9 @@ def marks_reached(marks: Sequence[int], seen: int, start: int = 0) -> int:
 class Stretches:
     """When the warmup and the windows of a ``Trial`` end (see the module's docstring)."""
 
-    def _start_stretches(self, marks: Sequence[int], whole: bool, whole_s: float) -> None:
+    def _start_stretches(self, marks: Sequence[int], whole: bool, whole_s: float, step_samples: float) -> None:
         self._marks = list(marks)
+        self._step_samples = step_samples
         self._mark = 0  # the next mark to reach
         self._whole, self._whole_s = whole, whole_s
         self._born = time.perf_counter()  # (the worker's start, near enough: whole_s counts from here)
@@ -86,6 +87,16 @@ class Stretches:
                 f"needs a warmup (at least {self._warmup_steps} steps and {self._warmup_s:g} s: DataLoader workers "
                 f"starting, caches filling), then a window of at least {self._min_window_steps} steps; give it "
                 "more epochs or steps (its own arguments), or shorten --warmup")
+
+    def _scale_marks(self, batch: int) -> None:
+        """At the first batch: on batches larger than the baseline's (its knob or its code), measured
+        in pieces, the marks times the ratio, so that it is measured over the same steps. Its
+        divergence is judged at the same steps (``autotune._guard.same_steps``), and it needs the
+        samples to reach the baseline's loss: at the same samples, a 4x batch of shuffled labels
+        took 16 steps, where the baseline's loss had not fallen yet, and passed as complete."""
+        ratio = batch / self._step_samples if self._step_samples else 1.0
+        if self._marks and not self._whole and ratio > LARGER_BATCH:
+            self._marks = [round(mark * ratio) for mark in self._marks]
 
     def _measured_all(self) -> bool:
         """Whether the windows this trial was asked for are measured."""

@@ -65,7 +65,7 @@ class Trial(Stretches, CeilingPhases, ProfilePhase, Run):
                  min_window_steps: int = 2, ceiling_windows: int = 0, learn_windows: int = 0,
                  learn_to: float = 0.0, known_ceilings: Mapping[str, Sequence[str]] | None = None,
                  trace: str | None = None, marks: Sequence[int] = (), whole: bool = False,
-                 whole_s: float = 0.0) -> None:
+                 whole_s: float = 0.0, step_samples: float = 0.0) -> None:
         super().__init__(config, device)
         self._emit = emit
         self._warmup_steps, self._warmup_s = warmup_steps, warmup_s
@@ -100,7 +100,7 @@ class Trial(Stretches, CeilingPhases, ProfilePhase, Run):
         self._outside_total = 0.0  # seconds between the measured loader's epochs, all of them
         self._so_far = (0, 0.0)  # samples and seconds of the windows closed so far
         self._start_parts(trace)
-        self._start_stretches(marks, whole, whole_s)
+        self._start_stretches(marks, whole, whole_s, step_samples)
 
     def _resume_clock(self, now: float) -> None:
         """An epoch begins: the time since the last one ended (an evaluation pass, a checkpoint,
@@ -175,6 +175,7 @@ class Trial(Stretches, CeilingPhases, ProfilePhase, Run):
                 if not self._announced:  # the first batch: warmup starts now
                     self._announced = True
                     self._started = self._beat = self._loop_t0 = time.perf_counter()
+                    self._scale_marks(batch_len(batch))
                     self._emit("resolved", config=self.resolved(), base_batch_size=self._base_batch_size,
                                lr=self.lr, dataset=self.facts())
                 if self._phase == Phase.MEASURE and Part.COMPUTE in self._pending:

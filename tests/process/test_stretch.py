@@ -65,6 +65,17 @@ def test_every_config_ends_its_warmup_and_windows_at_the_marks() -> None:
     assert stretches(events) == [64, 192, 320] and events[-1]["short"] is False
 
 
+@pytest.mark.usefixtures("no_floor")
+def test_a_larger_batch_is_measured_over_the_same_steps() -> None:
+    """Batches 4x the baseline's (its samples per step, ``step_samples``): the marks times 4, the
+    same steps, whether the knob or the code made them larger; the same batch: the same samples."""
+    marks = (64, 128, 192, 320)
+    events, _ = measured(Config(batch_size="4x"), marks=marks, step_samples=BATCH)
+    assert stretches(events) == [4 * m for m in marks]
+    events, _ = measured(marks=marks, step_samples=BATCH)
+    assert stretches(events) == list(marks)
+
+
 def test_a_window_shorter_than_the_floor_is_merged() -> None:
     # steps of a few microseconds: the window at 128 lasts less than MIN_WINDOW_S and runs on to
     # the next mark, where it ends (the same samples as the baseline's two windows)

@@ -36,7 +36,8 @@ def test_build_command_argv_and_payload() -> None:
         "device": "cpu",
         "budget": {"warmup_steps": 5, "warmup_s": 0.2, "window_s": 0.3, "windows": 2,
                    "min_window_steps": 2, "ceiling_windows": 0, "learn_windows": 0,
-                   "learn_to": 0.0, "whole_s": 0.0, "whole": False, "marks": []},  # the deadline is the parent's
+                   "learn_to": 0.0, "whole_s": 0.0, "whole": False, "marks": [],
+                   "step_samples": 0.0},  # the deadline is the parent's
         "seed": 3,
         "known_ceilings": {},
     }
