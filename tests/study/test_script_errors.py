@@ -36,8 +36,10 @@ def test_a_script_with_nothing_to_tune_stops_at_its_baseline_in_one_line_with_st
         "no_loader": [str(SCRIPTS / "no_loader.py")],
         "no_step": [str(SCRIPTS / "no_step.py")],
         "early": [MNIST, "--", "--epochs", "1", "--train-size", "128", "--read-ms", "0"],
-        # trains to its end, then fails a check of its own: the code as written fails, said as such
-        "fails_after": [MNIST, "--", "--epochs", "2", "--train-size", "640", "--read-ms", "0", "--exit-status", "3"],
+        # trains to its end (run whole: measured in windows it may be stopped first), then fails a check
+        # of its own: the code as written fails, said as such
+        "fails_after": [MNIST, "--whole-run", "60", "--", "--epochs", "2", "--train-size", "640", "--read-ms", "0",
+                        "--exit-status", "3"],
     }, tmp_path)
     said = {name: [line for line in d.stderr.splitlines() if line.startswith("autotune: error: ")]
             for name, d in done.items()}
