@@ -40,18 +40,24 @@ PRUNE_FRACTION = 0.5
 PRUNE_MIN_WINDOWS = 2
 
 def prune_so_far(samples: float, seconds: float, best: float | None, fraction: float = PRUNE_FRACTION,
-                 min_s: float = 0.0) -> str | None:
-    """Why a running trial should stop before its windows are done, or None: it has measured
-    ``min_s`` seconds or more at under ``fraction`` of ``best``. Its windows end at the
-    baseline's marks, so a config 25x slower takes 25x the time for them; this decides it when
-    ``PRUNE_MIN_WINDOWS`` windows in seconds would have (``min_s``: that many ``--window``).
+                 min_s: float = 0.0, window_s: float | None = None) -> str | None:
+    """Why a running trial should stop before its windows are done, or None: the window under
+    way has lasted ``min_s`` seconds or more (``window_s``; its whole measure when not given),
+    and its ``samples`` over its ``seconds`` of measure so far are under ``fraction`` of ``best``.
+    Its windows end at the baseline's marks, so a config 25x slower takes 25x the time for them;
+    this decides it when ``PRUNE_MIN_WINDOWS`` windows in seconds would have (``min_s``: that
+    many ``--window``). Windows that close in time are judged by ``prune_reason`` (their
+    fastest), as before: a config whose workers start slowly is not cut on its first second.
 
     >>> prune_so_far(600, 2.0, 1000.0, min_s=0.6)
     '300 samples/s in its first 2.0 s, under 50% of the best so far (1,000)'
     >>> prune_so_far(600, 0.5, 1000.0, min_s=0.6) is None, prune_so_far(1200, 2.0, 1000.0, min_s=0.6) is None
     (True, True)
+    >>> prune_so_far(600, 2.0, 1000.0, min_s=0.6, window_s=0.2) is None  # its windows close in time
+    True
     """
-    if not best or fraction <= 0 or not min_s or seconds < min_s or not samples:
+    if not best or fraction <= 0 or not min_s or seconds < min_s or not samples \
+            or (window_s is not None and window_s < min_s):
         return None
     rate = samples / seconds
     if rate >= fraction * best:

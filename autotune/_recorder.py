@@ -160,7 +160,8 @@ class Recorder:
                     return Outcome.PRUNED, reason
             elif event["event"] == "progress" and "seconds" in event \
                     and max(event.get("foreign_cpu", 0.0), event.get("foreign_gpu", 0.0)) <= max_load:
-                reason = prune_so_far(event["samples"], event["seconds"], best, prune, PRUNE_MIN_WINDOWS * window_s)
+                reason = prune_so_far(event["samples"], event["seconds"], best, prune, PRUNE_MIN_WINDOWS * window_s,
+                                      event.get("window_s"))
                 if reason:
                     return Outcome.PRUNED, reason
             return None

@@ -52,6 +52,14 @@ ALIGNED_MAX = 3.0
 MIN_WINDOW_S = 0.02
 
 
+#: A window of a config this many times slower than the baseline (lasting this many of its
+#: ``window_s``) closes where it is, short of its mark, and counts as that mark's: seconds are
+#: the measure's ceiling as well as its floor. It is that slow (the pruning rule says so, unless
+#: --prune 0), and counted in samples, a config 7x slower on twice the batch measured 15x the
+#: baseline's time (two tuners sharing 2 CPUs: 80 s for a 2-trial study of 16).
+SLOW_WINDOWS = 4.0
+
+
 def marks_reached(marks: Sequence[int], seen: int, start: int = 0) -> int:
     """The index of the first of ``marks[start:]`` above ``seen`` (``len(marks)``: all reached).
 
@@ -120,6 +128,10 @@ class Stretches:
         mark a whole run's window closes only where the code returns."""
         if not self._marks or self._extra:
             return self._window_due(now)
+        if not self._whole and self._window_s and self._mark < len(self._marks) and self._seen < self._marks[self._mark] \
+                and now - self._win.start >= SLOW_WINDOWS * self._window_s and self._win.steps >= self._min_window_steps:
+            self._mark += 1  # (a window of its time, not its samples: see SLOW_WINDOWS)
+            return True
         if self._mark < len(self._marks) and self._seen >= self._marks[self._mark]:
             self._mark = marks_reached(self._marks, self._seen, self._mark)
             self._passed = True

@@ -244,7 +244,7 @@ class Trial(Stretches, CeilingPhases, ProfilePhase, Run):
             # measuring: its samples and seconds so far, the window under way's too (a slow config
             # is pruned on them before its windows, at the baseline's marks, are done)
             so_far = {"samples": self._so_far[0] + self._win.samples, "seconds": self._so_far[1] + now - self._win.start,
-                      "wall": time.time()} if self._phase == Phase.MEASURE else {}
+                      "window_s": now - self._win.start, "wall": time.time()} if self._phase == Phase.MEASURE else {}
             self._emit("progress", step=self._step, **so_far)
 
     @staticmethod

@@ -76,6 +76,15 @@ def test_a_larger_batch_is_measured_over_the_same_steps() -> None:
     assert stretches(events) == list(marks)
 
 
+def test_a_window_of_a_far_slower_config_closes_at_its_ceiling() -> None:
+    """Steps of 5 ms against marks 100 steps apart, windows of 10 ms: each window closes after
+    SLOW_WINDOWS of them (40 ms), short of its mark, and counts as the mark's; three windows, as asked."""
+    events, ended = measured(step_s=0.005, marks=(8, 808, 1608, 2408), window_s=0.01)
+    windows = [e for e in events if e["event"] == "window"]
+    assert not ended and len(windows) == 3, windows
+    assert all(w["samples_seen"] < 800 and 0.04 <= w["seconds"] < 0.2 for w in windows), windows
+
+
 def test_a_window_shorter_than_the_floor_is_merged() -> None:
     # steps of a few microseconds: the window at 128 lasts less than MIN_WINDOW_S and runs on to
     # the next mark, where it ends (the same samples as the baseline's two windows)
