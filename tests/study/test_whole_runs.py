@@ -76,9 +76,12 @@ def test_code_that_runs_past_whole_run_is_measured_at_the_baselines_marks(tmp_pa
     """A training function that trains for ever: its baseline measures on until --whole-run (1 s),
     then the study says what each trial measures, and every later trial ends its warmup and
     windows where the baseline's did, in samples."""
-    # (loader knobs only: a larger batch would be measured over the same steps, its marks times the ratio)
+    # (a knob that keeps its speed: a larger batch is measured over the same steps, its marks times
+    # the ratio; a config under a quarter of the baseline's speed closes its windows short of them)
+    space = tmp_path / "malloc.yaml"
+    space.write_text("knobs:\n  malloc_retain: [true]\n")
     done = autotune("run", f"{FIXTURES / 'tiny_train.py'}:train", "--trials", "2", "--store", "st", "--whole-run", "1",
-                    "--space", str(FIXTURES / "loader_only.yaml"),
+                    "--space", str(space),
                     "--warmup", "0.2", "--window", "0.3", "--windows", "2", "--confirm", "0", "--ceiling-windows", "0",
                     "--seed", "0", "--prune", "0", cwd=tmp_path)  # (a slow draw measures its windows too)
     assert done.returncode == 0, done.stderr
