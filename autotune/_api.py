@@ -22,7 +22,7 @@ from autotune._launch import TRIAL_TAG_ENV, Budget
 from autotune._noise import FOREIGN_LOAD_MAX, QUIET_WAIT_S, REMEASURES, SPREAD_MAX
 from autotune._options import DEFAULT_STORE
 from autotune._result import Result
-from autotune._script import check_script, is_script, not_tuned
+from autotune._script import check_script, is_script
 from autotune._shape import WHOLE_RUN_S
 from autotune._stores import STORE_PATIENCE_S
 
@@ -160,8 +160,7 @@ def _run(target: str, limits: Mapping[str, Any], *, argv: tuple[str, ...] | None
     loaded = load_space(space)
     if argv is not None:  # a script
         check_script(target)
-        dropped, note = not_tuned(list(loaded.domains))
-        loaded, target_notes = loaded.without(dropped), [note] if note else []
+        target_notes: list[str] = []
     else:
         target_notes = check_target(target)
     check_folder(store, f"the store folder {store}")  # read-only or full: said before anything starts

@@ -357,6 +357,7 @@ def ui(store: Path, tracking_uri: str | None, port: int) -> None:
 def doctor(device: str, space: str | None) -> None:
     """What this machine can tune, and why not."""
     from autotune._probe import probe
+    from autotune._script import SCRIPT_WAYS
     from autotune._space import load_space
 
     try:
@@ -370,12 +371,12 @@ def doctor(device: str, space: str | None) -> None:
     click.echo(f"  device {fp.device}" + (f": {fp.gpu}, {fp.gpu_memory_gib} GiB, driver {fp.driver}"
                                           if fp.gpu else ""))
     click.echo(f"  NVML: {'yes' if fp.nvml else 'no (no GPU metrics)'}")
-    click.echo("knobs:")
+    click.echo("knobs: on this machine; in an unmodified script, what each acts on")
     for knob in KNOBS.values():
         missing = {v: c for v, c in knob.needs.items() if not fp.capabilities[c.value]}
         verdict = "ok" if not missing else "; ".join(
             f"not {show_value(v)}: {fp.reasons[c.value]}" for v, c in missing.items())
-        click.echo(f"  {knob.name:18} {verdict}")
+        click.echo(f"  {knob.name:18} {verdict}; script: {SCRIPT_WAYS[knob.stage]}")
     if space:
         _, notes = load_space(space).restrict(fp)
         click.echo(f"space {space}: " + ("usable as is" if not notes else "drops"))

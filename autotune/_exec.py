@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from autotune._config import ConfigError
-from autotune._knobs import KNOBS, show_value
+from autotune._knobs import show_value
 from autotune._script import SCRIPT_STAGES, ScriptExited, check_script, label, module_of, run_script
 
 
@@ -21,7 +21,8 @@ def exec_script(export: Path, target: str, argv: Sequence[str], device: str = "a
     each of whose ranks runs it so, on its share of the CPUs.
 
     Says once, on stderr, what it applies and what it cannot: a knob this machine cannot
-    honour (``autotune.load`` warns and drops it) or one that needs the code (the ``Run`` handle).
+    honour (``autotune.load`` warns and drops it); the loop's knobs (amp, prefetch, the model's)
+    say where they are held (``autotune._outside``).
     With ``adapt``, every loader the script builds adapts as ``autotune.load(path, adapt=True)``'s
     (``tracking_uri``, ``ram_budget``: as there), each rank on its own.
 
@@ -50,18 +51,13 @@ def exec_script(export: Path, target: str, argv: Sequence[str], device: str = "a
     pin_rank()
     recipe = load(export, device, quiet=True, adapt=adapt, tracking_uri=tracking_uri, ram_budget=ram_budget)
     recipe.stages = SCRIPT_STAGES
-    values = recipe.config.set_values()
-    applied = {k: v for k, v in values.items() if KNOBS[k].stage in SCRIPT_STAGES}
-    needs_code = {k: v for k, v in values.items() if k not in applied}
-    knobs = " ".join(f"{k}={show_value(v)}" for k, v in applied.items()) or "nothing (the code as written)"
+    knobs = " ".join(f"{k}={show_value(v)}" for k, v in recipe.config.set_values().items()) \
+        or "nothing (the code as written)"
     if ranked is None or ranked[0] == 0:  # (rank 0 says it for all)
         running = f"{ranked[1]} ranks, each running" if ranked else "running"
         adapting = recipe._adapting() if recipe.adaptive is not None else ""
         print(f"autotune: {running} {label(target, argv)} with {recipe.origin or export}: {knobs}{adapting}",
               file=sys.stderr, flush=True)
-    if needs_code and (ranked is None or ranked[0] == 0):
-        print("autotune: not applied to an unmodified script (they need the Run handle): "
-              + " ".join(f"{k}={show_value(v)}" for k, v in needs_code.items()), file=sys.stderr, flush=True)
     hooks = Hooks(recipe).install()
     try:
         run_script(target, argv)

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from autotune._framework_knobs import LIGHTNING_PRECISION
 from autotune._knobs import KNOBS
 
 LIGHTNING, TRANSFORMERS = "lightning", "transformers"
@@ -38,6 +39,10 @@ def own_settings(framework: str | None, config: Mapping[str, Any], baseline: Map
     'in TrainingArguments: per_device_train_batch_size=32, dataloader_num_workers=4, dataloader_persistent_workers=True, optim="adamw_torch_fused"'
     >>> own_settings("lightning", {"num_workers": 2, "pin_memory": True, "batch_size": 16}, {"batch_size": 16})
     'in your Lightning script: DataLoader(num_workers=2, pin_memory=True)'
+    >>> own_settings("lightning", {"amp": "bf16", "compile": "default"}, {"amp": "off", "compile": "off"})
+    'in your Lightning script: Trainer(precision="bf16-mixed"); model.compile() before Trainer.fit'
+    >>> own_settings("transformers", {"amp": "fp16", "compile": "max-autotune-no-cudagraphs"}, {"amp": "off"})
+    'in TrainingArguments: fp16=True, torch_compile=True, torch_compile_mode="max-autotune-no-cudagraphs"'
     """
     # (a knob the baseline does not report, inactive there, counts at its default: prefetch_factor=2 without workers)
     changed = {k: v for k, v in config.items()
@@ -50,14 +55,26 @@ def own_settings(framework: str | None, config: Mapping[str, Any], baseline: Map
             parts.append(f'optim="{"adamw_torch_fused" if changed["fused_optimizer"] else "adamw_torch"}"')
         if "tf32" in changed:
             parts.append(f"tf32={bool(changed['tf32'])!r}")
+        if changed.get("amp") in ("bf16", "fp16"):
+            parts.append(f"{changed['amp']}=True")
+        if changed.get("compile") not in (None, "off"):
+            parts.append("torch_compile=True" + ("" if changed["compile"] == "default"
+                                                 else f', torch_compile_mode="{changed["compile"]}"'))
         where, sep = "in TrainingArguments", ", "
     elif framework == LIGHTNING:
         loader = [f"{k}={changed[k]!r}" for k in _LOADER if k in changed]
         parts = [f"DataLoader({', '.join(loader)})"] if loader else []
         if "fused_optimizer" in changed:
             parts.append(f"fused={bool(changed['fused_optimizer'])!r} in configure_optimizers' optimizer")
+        if changed.get("amp") in ("bf16", "fp16"):
+            parts.append(f'Trainer(precision="{LIGHTNING_PRECISION[changed["amp"]]}")')
         if changed.get("tf32"):
             parts.append('torch.set_float32_matmul_precision("high") before Trainer.fit')
+        if changed.get("channels_last"):
+            parts.append("model.to(memory_format=torch.channels_last) before Trainer.fit")
+        if changed.get("compile") not in (None, "off"):
+            parts.append("model.compile(" + ("" if changed["compile"] == "default" else f'mode="{changed["compile"]}"')
+                         + ") before Trainer.fit")
         where, sep = "in your Lightning script", "; "
     else:
         return None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import threading
 import warnings
 import weakref
@@ -23,6 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from autotune._handles import Run
+from autotune._outside import OutsideLoop
 
 
 def optimizer_classes(torch: Any) -> list[type]:
@@ -61,6 +63,9 @@ class Hooks:
         self._stepped_at = -1
         self._undo: list[Callable[[], None]] = []
         self._original_iter: Callable[[Any], Iterator[Any]] | None = None
+        #: The loop knobs (amp, prefetch, the model's): always under tuning (the baseline learns
+        #: whether the script has a model, its own precision), in production where one is on.
+        self.loop: OutsideLoop | None = None
 
     # -- installing --------------------------------------------------------------------
 
@@ -72,21 +77,26 @@ class Hooks:
         for cls in optimizer_classes(torch):
             if "__init__" in vars(cls):
                 self._patch(cls, "__init__", functools.partial(self._optimizer_init, cls))
-        if self.measure:
+        loop = OutsideLoop(self.run, find_model=self.measure, stream=None if self.measure else sys.stderr)
+        if self.measure or loop.active:
+            self.loop = loop
+            loop.install(self._patch)
+            self._undo.append(loop.remove)
+        if self.loop is not None:
             self._original_iter = DataLoader.__iter__
             self._patch(DataLoader, "__iter__", self._loader_iter)
             self._patch(torch.Tensor, "backward", self._backward)
-            from torch.optim.optimizer import register_optimizer_step_post_hook
+            from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
             handle = register_optimizer_step_post_hook(self._stepped)
             self._undo.append(handle.remove)
-            from torch.optim.optimizer import register_optimizer_step_pre_hook
-
-            before = register_optimizer_step_pre_hook(lambda *_: self.run._edge("optimizer"))
-            self._undo.append(before.remove)
+            if self.measure:
+                before = register_optimizer_step_pre_hook(lambda *_: self.run._edge("optimizer"))
+                self._undo.append(before.remove)
         elif getattr(self.run, "adaptive", None) is not None:  # production with adapt: every loader built
             self._original_iter = DataLoader.__iter__
             self._patch(DataLoader, "__iter__", self._adapted_iter)
+        if getattr(self.run, "adaptive", None) is not None:
             self.run.adaptive.make = lambda dataset, **kw: self._call_ours(lambda: DataLoader(dataset, **kw))
         self.run._retain_host_memory()  # (malloc_retain: from the script's start on)
         return self
@@ -159,22 +169,34 @@ class Hooks:
         hooks = self
 
         def __iter__(loader: Any) -> Iterator[Any]:
-            it = original(loader)
             if hooks._ours():
-                return it
+                return original(loader)
+            adaptive = None if hooks.measure else getattr(hooks.run, "adaptive", None)
+            if adaptive is not None and loader in hooks._built:  # production with adapt (see _adapted_iter)
+                from autotune._loaders import batch_len
+
+                it = adaptive.iterate(loader, original, batch_len)
+            else:
+                it = original(loader)
             if loader is hooks.training:
-                return hooks.run._measured(loader, it)
+                return hooks._trained(loader, it)
             return hooks._watched(loader, it)
         return __iter__
 
+    def _trained(self, loader: Any, it: Iterator[Any]) -> Iterator[Any]:
+        """An epoch of the training loader: through the loop knobs, and under tuning the trial's windows."""
+        if self.loop is not None:
+            it = self.loop.epoch(it)
+        return self.run._measured(loader, it) if self.measure else it
+
     def _watched(self, loader: Any, it: Iterator[Any]) -> Iterator[Any]:
         """A loader not known to train: each batch marks it as the last fetched; once it is the
-        training loader, the rest of its epoch is measured."""
+        training loader, the rest of its epoch is trained (``_trained``)."""
         for batch in it:
             self.last_fetched = loader
             yield batch
             if loader is self.training:
-                yield from self.run._measured(loader, it)
+                yield from self._trained(loader, it)
                 return
 
     def _identify(self, loader: Any) -> None:
@@ -220,6 +242,8 @@ class Hooks:
                 kw["lr"] = lr
             hooks.optimizers.append(cls.__name__)
             hooks._call_ours(lambda: original(opt, params, **kw))
+            if hooks.loop is not None:
+                hooks.loop.optimizer_built(opt)
         return __init__
 
     def _backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -228,7 +252,7 @@ class Hooks:
         def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
             hooks._loss = tensor  # read at window edges only (``Trial._after_step`` keeps it on the device)
             hooks.run._edge("backward")
-            return original(tensor, *args, **kwargs)
+            return hooks.loop.backward(original, tensor, *args, **kwargs)
         return backward
 
     def _stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -238,7 +262,12 @@ class Hooks:
         if self.training is None:
             if self.last_fetched is None:
                 return
+            if not self.measure:  # production: the loop knobs' loader, nothing to report
+                self.training = self.last_fetched
+                return
             self._identify(self.last_fetched)
+        if not self.measure:
+            return
         self.steps += 1
         run = self.run
         if run._announced and self._stepped_at != run._step:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 #: Batches the thread prefetcher keeps ready. Two hide one slow batch; more only
@@ -13,18 +14,35 @@ THREAD_DEPTH = 2
 
 
 def map_tensors(batch: Any, fn) -> Any:
-    """Apply ``fn`` to every tensor in a tensor / tuple / list / dict structure."""
+    """Apply ``fn`` to every tensor in a structure of tensors: tuples, lists, namedtuples, dicts
+    and other mappings that can be made from a dict (a tokenizer's ``BatchEncoding``), and
+    dataclasses; anything else is left as it is."""
     import torch
 
     if isinstance(batch, torch.Tensor):
         return fn(batch)
-    if isinstance(batch, dict):
+    if isinstance(batch, dict) and type(batch) is dict:
         return {k: map_tensors(v, fn) for k, v in batch.items()}
+    if isinstance(batch, Mapping):
+        try:
+            return type(batch)({k: map_tensors(v, fn) for k, v in batch.items()})
+        except TypeError:  # (a mapping that is not made from a dict: left as it is)
+            return batch
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
         return type(batch)(*(map_tensors(v, fn) for v in batch))
     if isinstance(batch, (list, tuple)):
         return type(batch)(map_tensors(v, fn) for v in batch)
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        return dataclasses.replace(batch, **{f.name: map_tensors(getattr(batch, f.name), fn)
+                                             for f in dataclasses.fields(batch) if f.init})
     return batch
+
+
+def count_tensors(batch: Any) -> int:
+    """The tensors ``map_tensors`` reaches in ``batch`` (0: nothing it could move)."""
+    found = []
+    map_tensors(batch, lambda t: found.append(t) or t)
+    return len(found)
 
 
 def to_device(batch: Any, device, non_blocking: bool, channels_last: bool = False) -> Any:

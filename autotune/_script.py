@@ -2,9 +2,9 @@
 
 The script runs as ``python train.py ARGS`` would run it, its own command line and all;
 the config reaches it from outside (``autotune._hooks``): the DataLoaders and optimizers
-it builds, and the backend flags, are set before its code runs. What needs the code's
-cooperation (autocast, the model's memory format and compile, the prefetchers) needs
-the ``Run`` handle, and is not tuned here.
+it builds, and the backend flags, are set before its code runs; autocast, the prefetchers
+and the model's memory format and compile act on its training loop from outside it too
+(``autotune._outside``).
 """
 
 from __future__ import annotations
@@ -18,15 +18,20 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from autotune._config import ConfigError, read_text
-from autotune._knobs import KNOBS, Stage
+from autotune._knobs import Stage
 
-#: What an unmodified script gets: the stages applied from outside its code.
-SCRIPT_STAGES = frozenset({Stage.DATALOADER, Stage.OPTIMIZER, Stage.BACKENDS, Stage.ENVIRONMENT})
-#: The knobs that need the code, with the line of the Run handle that adds each.
-HANDLE_LINES = {
-    Stage.TRANSFER: "for batch in run.batches(loader): ...",
-    Stage.PRECISION: "with run.autocast(): loss = ...",
-    Stage.MODEL: "model = run.model(Net())",
+#: What an unmodified script gets: every stage, applied from outside its code.
+SCRIPT_STAGES = frozenset(Stage)
+#: How each stage reaches an unmodified script (``autotune doctor`` says it knob by knob).
+SCRIPT_WAYS = {
+    Stage.DATALOADER: "every DataLoader it builds, over its own arguments",
+    Stage.TRANSFER: "its training loader's batches, moved ahead to its trained parameters' device",
+    Stage.OPTIMIZER: "every torch.optim optimizer it builds",
+    Stage.PRECISION: "autocast from its training batch to backward(), fp16 through a GradScaler "
+                     "(Lightning, the HF Trainer: their own precision setting)",
+    Stage.MODEL: "its model (the module called with the parameters an optimizer trains), in place",
+    Stage.BACKENDS: "set before it runs",
+    Stage.ENVIRONMENT: "set before torch starts",
 }
 #: The prefix of a module target: ``-m package.module``.
 MODULE = "-m "
@@ -54,18 +59,6 @@ def study_name(target: str) -> str:
     """``path/train.py`` -> ``train``; ``-m package.module`` -> ``module``."""
     module = module_of(target)
     return Path(target).stem if module is None else module.rsplit(".", 1)[-1]
-
-
-def not_tuned(space_knobs: Sequence[str]) -> tuple[list[str], str | None]:
-    """The knobs of a space that an unmodified script cannot take, and the one line that says
-    so (None when there are none)."""
-    dropped = [name for name in space_knobs if KNOBS[name].stage not in SCRIPT_STAGES]
-    if not dropped:
-        return [], None
-    stages = dict.fromkeys(KNOBS[name].stage for name in dropped)
-    lines = "; ".join(HANDLE_LINES[stage] for stage in stages)
-    return dropped, (f"not tuned in an unmodified script: {', '.join(dropped)} (they need the code's "
-                     f"cooperation; a training function that takes the Run adds them: {lines})")
 
 
 def check_script(target: str) -> None:

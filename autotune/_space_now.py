@@ -130,10 +130,13 @@ def holds(found: Standing, space: Space, settled_by: int | None, max_load: float
     if not model:
         model, model_line = _compile_hold(found, space, horizon_h)
     fused, fused_line = _fused_hold(found, space)
+    own, own_line = _own_precision_hold(found, space)
     order, order_line = _order_hold(found, space)
     loader, settled, loader_line = _loader_hold(found, space, settled_by)
     precision, precision_why = _precision_hold(found, space, max_load, max_spread)
-    lines = [line for line in (model_line, fused_line, order_line, loader_line) if line]
+    lines = [line for line in (model_line, fused_line, own_line, order_line, loader_line) if line]
+    if own:
+        precision, precision_why = own, None
     if precision_why:
         lines.append(Line(precision_why, f"precision-{precision['amp']}"))
     return Holds({**model, **fused, **order, **loader, **precision}, {"amp": precision_why} if precision_why else {},
@@ -151,6 +154,18 @@ def _fused_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | N
     names = ", ".join(built)
     return {FUSED: None}, Line(f"{FUSED} not tuned: your code's optimizer ({names}) takes no fused= argument, "
                                "so no config can fuse it", "fused")
+
+
+def _own_precision_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
+    """``amp`` not drawn once a trial saw that the script uses its own autocast or GradScaler: its
+    own precision is what runs whatever the knob says (``autotune._outside_amp``)."""
+    if "amp" not in space.domains:
+        return {}, None
+    own = next((r.dataset["amp_own"] for r in found.rows if r.dataset.get("amp_own")), None)
+    if own is None:
+        return {}, None
+    return {"amp": None}, Line(f"amp not tuned: your script sets its own precision ({own}: torch.autocast or a "
+                               "GradScaler), and it is what runs", "amp-own")
 
 
 def _compile_hold(found: Standing, space: Space, horizon_h: float) -> tuple[dict[str, Any], Line | None]:
@@ -209,8 +224,9 @@ def _model_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | N
     base = found.base.first if found.base else None
     if not tuned or base is None or not base.config or any(name in base.config for name in MODEL_KNOBS):
         return {}, None
-    return dict.fromkeys(tuned), Line(f"{' and '.join(tuned)} not tuned: your function does not hand its model "
-                                      "to run.model(...) (model = run.model(Net()) lets them act)", "model-knobs")
+    return dict.fromkeys(tuned), Line(f"{' and '.join(tuned)} not tuned: no model was found (a training function "
+                                      "hands it to run.model(...); in a script, it is the module called with the "
+                                      "parameters an optimizer trains)", "model-knobs")
 
 
 def _loader_hold(found: Standing, space: Space, settled_by: int | None) -> tuple[dict[str, Any], int | None,

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from autotune import Config, Recipe
 from autotune._hooks import Hooks
-from autotune._script import SCRIPT_STAGES, not_tuned
+from autotune._script import SCRIPT_STAGES
 from autotune._script_trial import ScriptTrial
 from autotune._trial import BudgetSpent
 
@@ -124,11 +124,3 @@ def test_a_profile_run_of_a_script_times_its_steps_by_part_and_traces_them(tmp_p
     assert parts["copy"] == 0  # the script copies its own batches (inside forward)
     names = {e.get("name") for e in trace_events(trace)}
     assert {f"autotune.{p}" for p in PARTS if p != "copy"} <= names
-
-
-def test_a_space_for_a_script_drops_what_needs_the_code_in_one_line() -> None:
-    dropped, line = not_tuned(["num_workers", "amp", "prefetch", "compile", "batch_size"])
-    assert dropped == ["amp", "prefetch", "compile"]
-    assert line.startswith("not tuned in an unmodified script: amp, prefetch, compile")
-    assert "run.autocast()" in line and "run.batches(loader)" in line and "run.model(" in line
-    assert not_tuned(["num_workers", "batch_size"]) == ([], None)

@@ -17,6 +17,6 @@ def test_a_study_does_not_tune_the_model_knobs_of_a_function_that_never_calls_ru
                     "--ceiling-windows", "0", "--confirm", "0", "--prune", "0", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     said = " ".join((done.stdout + done.stderr).split())
-    assert said.count("channels_last and compile not tuned: your function does not hand its model to run.model") == 1
+    assert said.count("channels_last and compile not tuned: no model was found (a training function hands it to run.model(...)") == 1
     sampled = [t.params for t in load_study(tmp_path / "mlflow", "nomodel").get_trials()[1:]]
     assert sampled and all(set(p) == {"batch_size"} for p in sampled), sampled

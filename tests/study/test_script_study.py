@@ -35,14 +35,18 @@ def test_a_script_is_tuned_unmodified_and_run_in_production_with_its_export(tmp_
     done = autotune("run", str(SCRIPT), "--trials", "3", "--store", "st", "--space", str(space),
                     *SHORT_TRIALS, *ARGS, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "not tuned in an unmodified script: amp" in done.stderr  # said once, and not sampled
+    assert "not tuned in an unmodified script" not in done.stderr  # amp reaches it from outside (autotune._outside)
     # its Adadelta has no fused kernel: seen at the baseline, never drawn
     assert "fused_optimizer not tuned: your code's optimizer (Adadelta) takes no fused= argument" in done.stderr
     study = load_study(tmp_path / "st", "mnist_style")
     assert study.user_attrs["target"] == f"{SCRIPT} -- " + " ".join(ARGS[1:])
     drawn = [t.params for t in study.trials[1:]]  # (the baseline's params are its code's own values)
-    assert all(set(params) <= {"num_workers", "persistent_workers"} for params in drawn), drawn
+    assert all(set(params) <= {"num_workers", "persistent_workers", "amp"} for params in drawn), drawn
+    assert all("amp" in params for params in drawn), drawn
     found = standing(study)
+    # what each trial ran with is what it drew: autocast entered from outside, no script autocast of its own
+    assert all(r.config["amp"] == r.sampled["amp"] for r in found.rows[1:]), [r.config for r in found.rows]
+    assert not any(r.dataset.get("amp_own") for r in found.rows)
     base = found.rows[0]
     assert base.baseline and base.outcome == "complete"
     assert base.config["batch_size"] == 64 and base.config["num_workers"] == 0  # the script's own
@@ -63,5 +67,7 @@ def test_a_script_is_tuned_unmodified_and_run_in_production_with_its_export(tmp_
     assert ran.returncode == 0, ran.stderr
     workers = found.best.config["num_workers"]
     assert f"autotune: running {SCRIPT} -- --epochs 1" in ran.stderr and f"num_workers={workers}" in ran.stderr
+    if found.best.config["amp"] != "off":  # applied in production as in its trials, not dropped for the code
+        assert f"amp={found.best.config['amp']}" in ran.stderr and "not applied" not in ran.stderr
     assert "Test set: Average loss" in ran.stdout  # ran to its end
     assert digest() == before  # run and exec left the script as it was

@@ -70,7 +70,8 @@ def test_model_knobs_are_held_when_the_code_never_hands_its_model_to_run_model()
     found = standing(trial(0, 500.0, config={"batch_size": 16}))  # its config names no model knob
     held = holds(found, space, None, 1.0, 1000.0)
     assert held.values == {"channels_last": None, "compile": None}
-    assert held.lines[0].once == "model-knobs" and "run.model(Net())" in held.lines[0].text
+    assert held.lines[0].once == "model-knobs" and "no model was found" in held.lines[0].text
+    assert "run.model(...)" in held.lines[0].text and "parameters an optimizer trains" in held.lines[0].text
     uses = standing(trial(0, 500.0, config={"batch_size": 16, "channels_last": False}))
     assert holds(uses, space, None, 1.0, 1000.0).values == {}
 
@@ -139,3 +140,15 @@ def test_compile_is_held_once_its_measured_cost_cannot_pay_back_within_the_horiz
     assert holds(standing(base, hung), COMPILE, None, 1.0, 1000.0).values == {}
     # nothing compiled yet: nothing known
     assert holds(standing(base), COMPILE, None, 1.0, 1000.0).values == {}
+
+
+def test_amp_is_held_once_a_trial_saw_the_scripts_own_precision() -> None:
+    space = Space("m", {"amp": Choice(("off", "bf16")), "num_workers": Choice((0, 2))})
+    row = trial(0, 500.0, config={"batch_size": 16, "amp": "bf16"})
+    found = standing(row)
+    assert "amp" not in holds(found, space, None, 1.0, 1000.0).values  # nothing seen yet: drawn
+    own = standing(trial(0, 500.0, config={"batch_size": 16, "amp": "bf16"}, dataset={"amp_own": "bf16"}))
+    held = holds(own, space, None, 1.0, 1000.0)
+    assert held.values == {"amp": None}
+    assert [line.text for line in held.lines if line.once == "amp-own"] == [
+        "amp not tuned: your script sets its own precision (bf16: torch.autocast or a GradScaler), and it is what runs"]

@@ -1,0 +1,328 @@
+"""The loop's knobs applied to an unmodified script from outside its code (autotune._outside): AMP
+with its scaler, the prefetchers, channels_last and compile, in this process with real torch. The
+scripts below are plain loops that know nothing of autotune; what they saw is read from the run
+(the activations' dtype inside their forward, the autocast state inside their backward, the thread
+their batches were made on), not assumed."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+from autotune import Config, Recipe
+from autotune._hooks import Hooks
+from autotune._script import SCRIPT_STAGES
+from autotune._script_trial import ScriptTrial
+from autotune._trial import BudgetSpent
+
+torch.manual_seed(0)
+X = torch.randn(512, 8)
+DATA = TensorDataset(X, (X[:, 0] + X[:, 1] > 0).long())  # learnable: the loss falls
+
+
+class Seen(torch.autograd.Function):
+    """Identity whose backward records whether autocast was on when it ran."""
+
+    log: list[bool] = []
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        Seen.log.append(torch.is_autocast_enabled("cpu"))
+        return grad
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(8, 32), nn.Linear(32, 2)
+        self.dtypes: list[torch.dtype] = []  # of its hidden activations, call by call
+
+    def forward(self, x):
+        h = F.relu(self.fc1(Seen.apply(x.requires_grad_())))
+        self.dtypes.append(h.dtype)
+        return self.fc2(h)
+
+
+def recipe(**values) -> Recipe:
+    run = Recipe(Config(**values), "cpu", quiet=True)
+    run.stages = SCRIPT_STAGES
+    return run
+
+
+def script(epochs: int = 3, clip: float | None = None, accumulate: int = 1, inf_at: int = -1,
+           own_autocast: torch.dtype | None = None) -> tuple[Net, list[float], list[float]]:
+    """A plain loop (8 steps an epoch): its model, its losses, and the norms its clip returned."""
+    model = Net()
+    loader = DataLoader(DATA, batch_size=64, shuffle=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    losses, norms = [], []
+    step = 0
+    for _ in range(epochs):
+        for x, y in loader:
+            x, y = x.to("cpu"), y.to("cpu")
+            if own_autocast is not None:
+                with torch.autocast("cpu", dtype=own_autocast):
+                    loss = F.cross_entropy(model(x), y)
+            else:
+                loss = F.cross_entropy(model(x), y)
+            (loss * (math.inf if step == inf_at else 1.0) / accumulate).backward()
+            step += 1
+            if step % accumulate == 0:
+                if clip is not None:
+                    norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip)))
+                opt.step()
+                opt.zero_grad()
+            losses.append(loss.item())
+    return model, losses, norms
+
+
+def run_with(run, **kw):
+    hooks = Hooks(run).install()
+    try:
+        return (hooks, *script(**kw))
+    finally:
+        hooks.remove()
+
+
+def falls(losses: list[float]) -> bool:
+    return all(map(math.isfinite, losses)) and sum(losses[-4:]) < 0.8 * sum(losses[:4])
+
+
+def test_bf16_autocast_is_in_force_in_the_scripts_forward_and_not_in_its_backward() -> None:
+    Seen.log.clear()
+    hooks, model, losses, _ = run_with(recipe(amp="bf16"))
+    # Its first step finds the training loader (the batch an optimizer step follows); from the
+    # second on its forward runs under autocast: the activations are bf16, read from the run.
+    assert model.dtypes[0] == torch.float32 and set(model.dtypes[1:]) == {torch.bfloat16}
+    assert Seen.log and not any(Seen.log)  # every backward outside autocast
+    assert falls(losses), losses
+    assert not torch.is_autocast_enabled("cpu")  # left when the epochs ended
+    assert hooks.loop.observed()["amp"] == "bf16"
+    _, plain, _, _ = run_with(recipe())
+    assert set(plain.dtypes) == {torch.float32}  # off: nothing of ours runs
+
+
+def test_fp16_scales_the_loss_unscales_before_the_scripts_clip_and_counts_a_skipped_step() -> None:
+    hooks, model, losses, norms = run_with(recipe(amp="fp16"), clip=1e3, accumulate=2, inf_at=5)
+    amp = hooks.loop.amp
+    assert set(model.dtypes[2:]) == {torch.float16}  # (the first step, 2 batches, found the loader)
+    # 24 batches, a step every 2 (accumulated), each through the scaler (it scales from the first
+    # backward on); the step whose gradients the inf loss made infinite is skipped, and counted
+    assert (amp.steps, amp.skipped) == (12, 1) and hooks.loop.facts() == {"fp16_steps": 12, "fp16_skipped_steps": 1}
+    finite = [n for n in norms if math.isfinite(n)]
+    assert len(finite) == 11 and max(finite) < 100  # the true gradients' norm: scaled by 65536 they are far past it
+    assert all(math.isfinite(p.detach().sum().item()) for p in model.parameters())  # the inf step changed nothing
+    assert falls(losses)
+
+
+def test_a_scripts_own_autocast_wins_and_the_run_says_so(capsys) -> None:
+    hooks, model, losses, _ = run_with(recipe(amp="fp16"), own_autocast=torch.bfloat16)
+    assert set(model.dtypes) == {torch.bfloat16}  # its own, never our fp16
+    assert hooks.loop.observed()["amp"] == "bf16" and hooks.loop.facts()["amp_own"] == "bf16"
+    assert hooks.loop.amp.steps == 0  # no scaler of ours
+    assert "amp=fp16 not applied: your script uses torch.autocast (bf16) itself" in capsys.readouterr().err
+    assert falls(losses)
+
+
+class Tagged(Dataset):
+    """Items that record the thread that made them."""
+
+    def __init__(self, wrap=None) -> None:
+        self.threads: set[str] = set()
+        self.wrap = wrap or (lambda x, y: (x, y))
+
+    def __len__(self) -> int:
+        return 256
+
+    def __getitem__(self, i: int):
+        self.threads.add(threading.current_thread().name)
+        x, y = DATA[i]
+        return self.wrap(x, y)
+
+
+@dataclasses.dataclass
+class Pair:
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+def test_the_thread_prefetcher_makes_the_batches_ahead_and_the_scripts_to_finds_them_in_place() -> None:
+    data = Tagged(lambda x, y: {"pair": Pair(x, y)})
+    same, kinds = [], set()
+    hooks = Hooks(recipe(prefetch="thread")).install()
+    try:
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for batch in DataLoader(data, batch_size=32, collate_fn=lambda items: {"pair": Pair(
+                torch.stack([i["pair"].x for i in items]), torch.stack([i["pair"].y for i in items]))}):
+            x = batch["pair"].x
+            kinds.add(type(batch["pair"]))  # a dict of a dataclass, moved as the structure it is
+            same.append(x.to("cpu") is x)
+            F.cross_entropy(model(x), batch["pair"].y).backward()
+            opt.step()
+            opt.zero_grad()
+    finally:
+        hooks.remove()
+    assert "autotune-prefetch" in data.threads  # the epoch's rest was made on the prefetch thread
+    assert all(same) and kinds == {Pair} and hooks.loop.observed()["prefetch"] == "thread"
+
+
+def test_a_batch_the_prefetcher_cannot_move_holds_it_with_its_reason(capsys) -> None:
+    class Opaque:
+        def __init__(self, items):
+            self.x = torch.stack([i[0] for i in items])
+            self.y = torch.stack([i[1] for i in items])
+
+    hooks = Hooks(recipe(prefetch="thread")).install()
+    try:
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            for b in DataLoader(DATA, batch_size=64, collate_fn=Opaque):
+                F.cross_entropy(model(b.x), b.y).backward()
+                opt.step()
+    finally:
+        hooks.remove()
+    assert hooks.loop.observed()["prefetch"] == "none"
+    assert "prefetch=thread not applied: the loader's batches are Opaque, which holds no tensor" in capsys.readouterr().err
+
+
+class Conv(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.fc = nn.Conv2d(3, 8, 3, padding=1), nn.Linear(8, 2)
+        self.formats: list[bool] = []
+
+    def forward(self, x):
+        self.formats.append(x.is_contiguous(memory_format=torch.channels_last))
+        return self.fc(self.conv(x).mean((2, 3)))
+
+
+def conv_script(epochs: int = 2) -> tuple[Conv, list[nn.Parameter], torch.optim.Optimizer]:
+    images = TensorDataset(torch.randn(128, 3, 8, 8), torch.randint(0, 2, (128,)))
+    model = Conv()
+    params = list(model.parameters())
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    loss_fn = nn.CrossEntropyLoss()  # a module of no parameters, called outermost too
+    for _ in range(epochs):
+        for x, y in DataLoader(images, batch_size=32):
+            loss_fn(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+    return model, params, opt
+
+
+def test_channels_last_puts_the_scripts_model_and_its_inputs_in_nhwc_in_place() -> None:
+    hooks = Hooks(recipe(channels_last=True)).install()
+    try:
+        model, params, opt = conv_script()
+    finally:
+        hooks.remove()
+    assert model.conv.weight.is_contiguous(memory_format=torch.channels_last)
+    assert all(model.formats)  # from its first call on: found before its forward ran
+    assert list(model.parameters()) == params and opt.param_groups[0]["params"][0] is params[0]  # the same objects
+    assert hooks.loop.facts()["model"] == "Conv" and hooks.run._model_seen
+
+
+def test_compile_compiles_the_scripts_model_in_place_and_its_steps_call_the_compiled_forward(monkeypatch) -> None:
+    import torch._dynamo
+
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real(fn, backend="eager"))  # dynamo, not inductor's build
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    hooks = Hooks(recipe(compile="default")).install()
+    try:
+        model, _, _ = conv_script(epochs=1)
+    finally:
+        hooks.remove()
+    assert model._compiled_call_impl is not None  # nn.Module.compile: the module itself, not a wrapper
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1  # its later steps ran the compiled forward
+    torch._dynamo.reset()
+
+
+def test_a_trial_of_a_script_reports_the_loop_knobs_in_force_and_its_model() -> None:
+    events: list[tuple[str, dict]] = []
+    run = ScriptTrial(Config(amp="bf16", prefetch="thread"), "cpu", lambda kind, **e: events.append((kind, e)),
+                      warmup_steps=2, warmup_s=0.0, window_s=0.05, windows=2, min_window_steps=2)
+    run.hooks.install()
+    try:
+        with pytest.raises(BudgetSpent):
+            script(epochs=1000)
+    finally:
+        run.hooks.remove()
+    resolved = next(e for kind, e in events if kind == "resolved")
+    assert resolved["config"]["amp"] == "bf16" and resolved["config"]["prefetch"] == "thread"
+    assert resolved["config"]["compile"] == "off" and resolved["config"]["channels_last"] is False  # a model found
+    assert resolved["dataset"]["model"] == "Net"
+    windows = [e for kind, e in events if kind == "window"]
+    assert windows and all(math.isfinite(w["loss"]) for w in windows)
+
+
+def cuda_script(epochs: int = 3) -> tuple[Net, list[float], list[bool]]:
+    """The plain loop on CUDA, as scripts write it: batches made on the host, moved by the script
+    (``same``: its ``.to`` found a batch there already)."""
+    device = torch.device("cuda", 0)
+    model = Net().to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    losses, same = [], []
+    for _ in range(epochs):
+        for x, y in DataLoader(DATA, batch_size=64, shuffle=True, pin_memory=True):
+            moved = x.to(device, non_blocking=True)
+            same.append(moved is x)
+            loss = F.cross_entropy(model(moved), y.to(device))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+    return model, losses, same
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("values, dtype", [({"amp": "fp16"}, torch.float16), ({"amp": "bf16"}, torch.bfloat16),
+                                           ({"prefetch": "cuda_stream"}, torch.float32),
+                                           ({"prefetch": "thread", "amp": "bf16"}, torch.bfloat16)])
+def test_an_unmodified_cuda_script_trains_with_the_loop_knobs_from_outside(values, dtype) -> None:
+    run = Recipe(Config(**values), "cuda", quiet=True)
+    run.stages = SCRIPT_STAGES
+    hooks = Hooks(run).install()
+    try:
+        model, losses, same = cuda_script()
+    finally:
+        hooks.remove()
+    assert set(model.dtypes[1:]) == {dtype}
+    assert falls(losses), losses
+    if values.get("prefetch"):  # from the second step on, the batch was on the device before the script's .to
+        assert all(same[2:]) and not same[0]
+    if values.get("amp") == "fp16":
+        assert hooks.loop.amp.steps >= len(losses) - 1
+
+
+@pytest.mark.gpu
+def test_an_unmodified_cuda_script_is_compiled_in_place() -> None:
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    run = Recipe(Config(compile="default"), "cuda", quiet=True)
+    run.stages = SCRIPT_STAGES
+    hooks = Hooks(run).install()
+    try:
+        model, losses, _ = cuda_script(epochs=2)
+    finally:
+        hooks.remove()
+    assert model._compiled_call_impl is not None and torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1
+    assert falls(losses)
+    torch._dynamo.reset()
