@@ -40,3 +40,17 @@ def test_a_lightning_and_a_trainer_script_are_tuned_unmodified(tmp_path) -> None
     assert "# or in your Lightning script: DataLoader(num_workers=2, persistent_workers=True)" in lightning
     trainer = (tmp_path / "hf_trainer_style" / "st" / "exports" / "hf_trainer_style.yaml").read_text()
     assert "# or in TrainingArguments: dataloader_num_workers=2, dataloader_persistent_workers=True" in trainer
+
+
+def test_a_lightning_trial_gets_its_precision_through_the_trainer(tmp_path) -> None:
+    space = tmp_path / "precision.yaml"
+    space.write_text("knobs:\n  amp: [bf16]\n")
+    done = subprocess.run(cli("run", str(SCRIPTS / "lightning_style.py"), "--trials", "2", "--store", "st",
+                              "--space", str(space), *SHORT_TRIALS, "--", "--epochs", "1000", "--read-ms", "0"),
+                          cwd=tmp_path, env=cli_env(None), text=True, capture_output=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    base, drawn = standing(load_study(tmp_path / "st", "lightning_style")).rows
+    assert base.config["amp"] == "off" and drawn.config["amp"] == "bf16"  # in force, as the trial reported it
+    assert not drawn.dataset.get("amp_own")  # Lightning's autocast was ours, not the script's own
+    log = (tmp_path / "st" / "trials" / "lightning_style" / "trial-1.log").read_text()
+    assert "amp=bf16 set through your framework: Trainer(precision='bf16-mixed')" in log
