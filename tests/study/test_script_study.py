@@ -71,3 +71,23 @@ def test_a_script_is_tuned_unmodified_and_run_in_production_with_its_export(tmp_
         assert f"amp={found.best.config['amp']}" in ran.stderr and "not applied" not in ran.stderr
     assert "Test set: Average loss" in ran.stdout  # ran to its end
     assert digest() == before  # run and exec left the script as it was
+
+
+def test_autotune_exec_applies_the_loop_knobs_to_an_unmodified_script(tmp_path) -> None:
+    """An export's amp, prefetch and channels_last reach a plain script under ``autotune exec`` the way
+    its trials applied them; what its loop saw is what the script itself prints."""
+    from autotune._export import render
+
+    probe = FIXTURES / "scripts" / "loop_probe.py"
+    export = tmp_path / "loop.yaml"
+    export.write_text(render({"amp": "bf16", "prefetch": "thread", "channels_last": True}, 32, []))
+    ran = autotune("exec", str(export), str(probe), "--", "--epochs", "2", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert "amp=bf16" in ran.stderr and "prefetch=thread" in ran.stderr and "not applied" not in ran.stderr
+    said = dict(line.split(": ", 1) for line in ran.stdout.splitlines() if ": " in line)
+    # its first call finds the model (before its forward: nhwc from there on); the first step finds the
+    # training loader, so its first forward is fp32 and the rest under autocast
+    assert said["forward"] == "bfloat16/nhwc float32/nhwc" and said["weights"] == "nhwc"
+    assert "autotune-prefetch" in said["threads"].split()
+    before, after = map(float, said["loss"].split(" -> "))
+    assert after < before
