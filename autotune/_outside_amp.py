@@ -56,6 +56,7 @@ class OutsideAmp:
         self.framework: str | None = None  # the framework's setting that carries the knob, where one does
         self.skipped = self.steps = 0
         self._ctx: Any = None  # our autocast, while entered
+        self._in_backward = False  # (activation checkpointing re-enters the forward's autocast there)
         self._training = False  # between the training epoch's first batch and its end
         self._scaler: Any = None
         self._in_step = False  # inside the scaler's step: the optimizer's own step runs as is
@@ -89,7 +90,8 @@ class OutsideAmp:
         amp = self
 
         def __enter__(ctx: Any) -> Any:
-            if amp.framework is None and not getattr(ctx, "_autotune", False) and getattr(ctx, "_enabled", False):
+            if amp.framework is None and not amp._in_backward and not getattr(ctx, "_autotune", False) \
+                    and getattr(ctx, "_enabled", False):
                 amp.hold_own(f"your script uses torch.autocast ({dtype_name(ctx.fast_dtype)}) itself, and its own "
                           "precision is what runs", dtype_name(ctx.fast_dtype))
             return original(ctx)
@@ -121,7 +123,10 @@ class OutsideAmp:
                     if id(opt) not in amp._unscaled and any(id(p) in ids for g in opt.param_groups
                                                             for p in g["params"]):
                         amp._unscaled.add(id(opt))
-                        amp._scaler.unscale_(opt)
+                        try:
+                            amp._scaler.unscale_(opt)
+                        except RuntimeError:  # (a clip after its step: its gradients were unscaled by it)
+                            pass
             return original(parameters, *args, **kwargs)
         return clip
 
@@ -173,11 +178,13 @@ class OutsideAmp:
         if not self.active and self._ctx is None:
             return original(tensor, *args, **kwargs)
         self._leave()
+        self._in_backward = True
         try:
             if self.value == "fp16" and self.active:
                 tensor = self._scaled(tensor)
             return original(tensor, *args, **kwargs)
         finally:
+            self._in_backward = False
             self._enter()
 
     def _scaled(self, tensor: Any) -> Any:

@@ -135,6 +135,29 @@ def test_a_scripts_own_autocast_wins_and_the_run_says_so(capsys) -> None:
     assert falls(losses)
 
 
+def test_activation_checkpointing_re_entering_our_autocast_in_backward_is_not_the_scripts_own() -> None:
+    class Checkpointed(Net):
+        def forward(self, x):
+            h = torch.utils.checkpoint.checkpoint(lambda t: F.relu(self.fc1(t)), x, use_reentrant=False)
+            self.dtypes.append(h.dtype)
+            return self.fc2(h)
+
+    hooks = Hooks(recipe(amp="bf16")).install()
+    try:
+        model = Checkpointed()
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        loader = DataLoader(DATA, batch_size=128)
+        for _ in range(2):
+            for x, y in loader:
+                F.cross_entropy(model(x), y).backward()  # its recompute enters autocast in backward
+                opt.step()
+                opt.zero_grad()
+    finally:
+        hooks.remove()
+    assert hooks.loop.amp.own is None and hooks.loop.amp.held is None
+    assert set(model.dtypes[1:]) == {torch.bfloat16}, model.dtypes
+
+
 class Tagged(Dataset):
     """Items that record the thread that made them."""
 
@@ -188,8 +211,9 @@ def test_a_batch_the_prefetcher_cannot_move_holds_it_with_its_reason(capsys) -> 
     try:
         model = Net()
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = DataLoader(DATA, batch_size=64, collate_fn=Opaque)
         for _ in range(2):
-            for b in DataLoader(DATA, batch_size=64, collate_fn=Opaque):
+            for b in loader:
                 F.cross_entropy(model(b.x), b.y).backward()
                 opt.step()
     finally:
