@@ -93,8 +93,32 @@ class ModelFinder:
                 module.register_forward_pre_hook(_channels_last_inputs)
         if self.compile != "off":
             module.compile(mode=None if self.compile == "default" else self.compile)
+            self._eager_if_it_fails(module)
         for knob, why in self.held.items():
             self._say(f"autotune: {knob} not applied: {why}")
+
+    def _eager_if_it_fails(self, module: Any) -> None:
+        """A model that fails to compile (at its first compiled call: dynamo or Inductor raise) runs as
+        written: that call again, uncompiled, and compile held with the error's first line. An error
+        of the script's own raises again from the uncompiled call, as it would without autotune."""
+        compiled = getattr(module, "_compiled_call_impl", None)
+        if compiled is None:
+            return
+        finder = self
+
+        def first_call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                out = compiled(*args, **kwargs)
+            except Exception as exc:
+                module._compiled_call_impl = None
+                why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+                finder.held["compile"] = f"torch.compile failed on {type(module).__name__}: {why}"
+                finder._say(f"autotune: compile not applied: {finder.held['compile']}")
+                return module._call_impl(*args, **kwargs)
+            module._compiled_call_impl = compiled  # (compiled: its later calls go straight to it)
+            return out
+
+        module._compiled_call_impl = first_call
 
 
 def _channels_last_inputs(_module: Any, args: Any) -> Any:

@@ -276,6 +276,26 @@ def test_compile_compiles_the_scripts_model_in_place_and_its_steps_call_the_comp
     torch._dynamo.reset()
 
 
+def test_a_model_that_fails_to_compile_runs_as_written_and_compile_is_held_with_the_error(monkeypatch, capsys) -> None:
+    import torch._dynamo
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("backend exploded\nmore detail")
+
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real(fn, backend=broken))
+    torch._dynamo.reset()
+    hooks = Hooks(recipe(compile="default")).install()
+    try:
+        model, _, _ = conv_script(epochs=1)
+    finally:
+        hooks.remove()
+    assert model._compiled_call_impl is None and len(model.formats) == 4  # every call ran, uncompiled
+    assert hooks.loop.observed() == {"amp": "off", "prefetch": "none", "compile": "off"}
+    assert "compile not applied: torch.compile failed on Conv: " in capsys.readouterr().err
+    torch._dynamo.reset()
+
+
 def test_a_trial_of_a_script_reports_the_loop_knobs_in_force_and_its_model() -> None:
     events: list[tuple[str, dict]] = []
     run = ScriptTrial(Config(amp="bf16", prefetch="thread"), "cpu", lambda kind, **e: events.append((kind, e)),
