@@ -127,3 +127,17 @@ def test_the_same_machine_loads_its_export_silently(tmp_path: Path, recwarn) -> 
                                                           "torch": here.torch}))
     assert load(path, device="cpu", quiet=True).config == Config(num_workers=2)
     assert not [w for w in recwarn if issubclass(w.category, UserWarning)]
+
+
+def test_exec_times_its_process_as_a_stopwatch_would() -> None:
+    """autotune exec's last line: the process's age to the clock's tick, not to psutil's boot time in
+    whole seconds (it read 3.7 s for a run a stopwatch timed at 3.56 s)."""
+    import subprocess
+    import sys
+    import time
+
+    started = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", "import time; time.sleep(0.3); from autotune._exec import process_age; "
+                          "print(process_age())"], capture_output=True, text=True, check=True).stdout
+    watch = time.perf_counter() - started
+    assert 0.3 < float(out) <= watch + 0.011 and watch - float(out) < 0.25  # (after it: the interpreter's exit)
