@@ -9,14 +9,22 @@ exported as YAML and loaded in production with :func:`load`::
     train(autotune.load("best.yaml"))
 
 Only light modules are imported here: torch, optuna and mlflow load on use.
+
+The package is in layers, each a subpackage whose ``__init__`` says what it is for and what it may
+import: ``core`` (the shared vocabulary), ``stores``, ``machine``, ``training`` (the user's training
+process), ``worker`` (a trial's side), ``production``, ``tuner``; the command line and the Python
+entry points (``_cli``, ``_api``, ``_result``, ``_show``, ``_terminal``) sit on top.
 """
 
-from autotune._config import Config, ConfigError
-from autotune._export import load
-from autotune._knobs import KNOBS, Capability, Knob, Stage
-from autotune._outcome import Outcome
-from autotune._handles import Run
-from autotune._recipe import Recipe
+from autotune import _moved
+from autotune.core._config import Config, ConfigError
+from autotune.core._knobs import KNOBS, Capability, Knob, Stage
+from autotune.core._outcome import Outcome
+from autotune.production._export import load
+from autotune.production._recipe import Recipe
+from autotune.training._handles import Run
+
+_moved.install()  # (the modules' paths before the subpackages keep importing, with a warning)
 
 __version__ = "0.1.0"
 
@@ -24,7 +32,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str):
     # Loaded on use: production never loads the worker's measuring side, nor the study
     if name == "Trial":
-        from autotune._trial import Trial
+        from autotune.worker._trial import Trial
 
         return Trial
     if name in ("tune", "Result"):
@@ -32,11 +40,11 @@ def __getattr__(name: str):
 
         return getattr(_api, name)
     if name in ("BaselineFailed", "Reporter"):
-        from autotune import _options
+        from autotune.tuner import _options
 
         return getattr(_options, name)
     if name == "StoreDown":
-        from autotune._stores import StoreDown
+        from autotune.stores._stores import StoreDown
 
         return StoreDown
     raise AttributeError(f"module 'autotune' has no attribute {name!r}")

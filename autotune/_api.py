@@ -15,20 +15,20 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune._bounds import LIMITS, check
-from autotune._config import ConfigError
-from autotune._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION
-from autotune._launch import TRIAL_TAG_ENV, Budget
-from autotune._noise import FOREIGN_LOAD_MAX, QUIET_WAIT_S, REMEASURES, SPREAD_MAX
-from autotune._options import DEFAULT_STORE
+from autotune.core._bounds import LIMITS, check
+from autotune.core._config import ConfigError
+from autotune.core._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION
+from autotune.machine._launch import TRIAL_TAG_ENV, Budget
+from autotune.machine._noise import FOREIGN_LOAD_MAX, QUIET_WAIT_S, REMEASURES, SPREAD_MAX
+from autotune.tuner._options import DEFAULT_STORE
 from autotune._result import Result
-from autotune._script import check_script, is_script
-from autotune._shape import WHOLE_RUN_S
-from autotune._stores import STORE_PATIENCE_S
+from autotune.training._script import check_script, is_script
+from autotune.tuner._shape import WHOLE_RUN_S
+from autotune.stores._stores import STORE_PATIENCE_S
 
 if TYPE_CHECKING:
-    from autotune._options import Reporter
-    from autotune._space import Space
+    from autotune.tuner._options import Reporter
+    from autotune.tuner._space import Space
 
 #: Trials ``tune`` runs when not told (the baseline first, if the study has none).
 TRIALS = 12
@@ -106,15 +106,15 @@ def tune(target: str | Callable[..., Any], *, trials: int = TRIALS, space: str |
         horizon: Hours the winner will train for in production: compile is not drawn once
             its measured cost would not pay back within them.
         profile: After the confirmation, run the baseline and the winner once more with each step
-            timed by part and a few steps traced by torch.profiler (``autotune._profiling``): the
+            timed by part and a few steps traced by torch.profiler (``autotune.tuner._profiling``): the
             traces go to the parent MLflow run, the parts to the report and the summary.
         warm_start: A new study whose target an earlier study in the same storage tuned runs that
-            study's top configs first, each measured here (``autotune._warm_start``).
+            study's top configs first, each measured here (``autotune.tuner._warm_start``).
         whole_run: Seconds within which the baseline's code must return by itself for every
-            trial to run it whole, ranked on its wall time (``autotune._shape``); 0: never.
+            trial to run it whole, ranked on its wall time (``autotune.tuner._shape``); 0: never.
         args: The command line of a script target (``"train.py"`` or ``"-m package.train"``,
             no ``:function``): each trial runs it as ``python train.py ARGS`` would, unmodified,
-            and applies the config from outside its code (``autotune._hooks``).
+            and applies the config from outside its code (``autotune.training._hooks``).
 
     Returns:
         The study's ``Result``; ``interrupted_by`` names the signal when Ctrl-C or
@@ -147,14 +147,14 @@ def _run(target: str, limits: Mapping[str, Any], *, argv: tuple[str, ...] | None
          storage: str | None, store: Path, tracking_uri: str | None, device: str, jobs: int,
          timeout: float | None, ram_budget: float | None, seed: int | None,
          progress: bool | Reporter) -> Result:
-    from autotune._launch import new_tag
-    from autotune._probe import usable_cpus
-    from autotune._ranks import check_ranks
-    from autotune._slots import plan_slots
-    from autotune._space import load_space
-    from autotune._stores import check_folder
-    from autotune._target import check_target
-    from autotune._warm import WarmWorker
+    from autotune.machine._launch import new_tag
+    from autotune.machine._probe import usable_cpus
+    from autotune.training._ranks import check_ranks
+    from autotune.machine._slots import plan_slots
+    from autotune.tuner._space import load_space
+    from autotune.stores._stores import check_folder
+    from autotune.training._target import check_target
+    from autotune.worker._warm import WarmWorker
 
     # before anything is created: bad input raises here
     loaded = load_space(space)
@@ -184,14 +184,14 @@ def _study(target: str, argv: tuple[str, ...] | None, target_notes: list[str], l
            seed: int | None, progress: bool | Reporter) -> Result:
     import signal
 
-    from autotune._finish import discard
-    from autotune._options import BaselineFailed, Reporter, StudyOptions  # noqa: F811
-    from autotune._probe import probe_forked
-    from autotune._slots import devices_of, plan_slots
-    from autotune._stores import open_storage
-    from autotune._study import StudyRunner
-    from autotune._tracking import Tracker
-    from autotune._tracking import tracking_uri as default_uri
+    from autotune.tuner._finish import discard
+    from autotune.tuner._options import BaselineFailed, Reporter, StudyOptions  # noqa: F811
+    from autotune.machine._probe import probe_forked
+    from autotune.machine._slots import devices_of, plan_slots
+    from autotune.stores._stores import open_storage
+    from autotune.tuner._study import StudyRunner
+    from autotune.stores._tracking import Tracker
+    from autotune.stores._tracking import tracking_uri as default_uri
 
     devices = [device]
     if device == "cuda" or "," in device:

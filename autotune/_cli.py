@@ -17,13 +17,13 @@ from typing import Any
 import click
 
 from autotune._api import DEFAULTS as D
-from autotune._bounds import INTEGERS, LIMITS
-from autotune._config import ConfigError
-from autotune._confirm import CONFIRM_TOP
-from autotune._knobs import KNOBS, show_value
-from autotune._script import command_line
-from autotune._space import SPACES_DIR
-from autotune._exits import Group
+from autotune.core._bounds import INTEGERS, LIMITS
+from autotune.core._config import ConfigError
+from autotune.tuner._confirm import CONFIRM_TOP
+from autotune.core._knobs import KNOBS, show_value
+from autotune.training._script import command_line
+from autotune.tuner._space import SPACES_DIR
+from autotune.stores._exits import Group
 
 _STORE_HELP = "Store folder: Optuna journal, MLflow database, artifacts, trial logs."
 
@@ -192,7 +192,7 @@ def run(target: str | None, args: tuple[str, ...], module: str | None, quiet: bo
     From Python: autotune.tune(TARGET, trials=..., ...) with the same options.
     """
     from autotune._api import tune
-    from autotune._options import BaselineFailed, Reporter
+    from autotune.tuner._options import BaselineFailed, Reporter
     from autotune._terminal import Progress, print_summary
 
     if quiet and verbose:
@@ -230,8 +230,8 @@ def exec_(export_yaml: Path, target: str | None, args: tuple[str, ...], module: 
     it says once what it applies, and what this machine or an unmodified script cannot take.
     Exits with the script's own status.
     """
-    from autotune._exec import exec_script
-    from autotune._script import is_script
+    from autotune.production._exec import exec_script
+    from autotune.training._script import is_script
 
     target, script_args = command_line(target, args, module)
     if not is_script(target):
@@ -243,8 +243,8 @@ def exec_(export_yaml: Path, target: str | None, args: tuple[str, ...], module: 
 def _open_study(store: Path, storage: str | None, name: str | None):
     import optuna
 
-    from autotune._queue import is_marker
-    from autotune._stores import open_storage
+    from autotune.tuner._queue import is_marker
+    from autotune.stores._stores import open_storage
 
     if storage is None and not (store / "optuna.journal").exists():
         raise ConfigError(f"--store {store}: no studies here (no {store / 'optuna.journal'}); "
@@ -293,7 +293,7 @@ def show(study: str | None, storage: str | None, store: Path, as_json: bool, as_
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here (default: stdout).")
 def export(study: str | None, storage: str | None, store: Path, output: Path | None) -> None:
     """The best config as YAML; load it with autotune.load(path)."""
-    from autotune._standing import export_text, findings, standing
+    from autotune.tuner._standing import export_text, findings, standing
 
     loaded = _open_study(store, storage, study)
     found = standing(loaded)
@@ -316,8 +316,8 @@ def export(study: str | None, storage: str | None, store: Path, output: Path | N
 def report(study: str | None, storage: str | None, store: Path, output: Path | None) -> None:
     """The study as one self-contained HTML page: the winner, every trial, what each knob did,
     the loss against the baseline's, the ceilings. Also on the MLflow parent run (report.html)."""
-    from autotune._report import report_html
-    from autotune._standing import standing
+    from autotune.tuner._report import report_html
+    from autotune.tuner._standing import standing
 
     loaded = _open_study(store, storage, study)
     output = output or store / "reports" / f"{loaded.study_name}.html"
@@ -334,8 +334,8 @@ def report(study: str | None, storage: str | None, store: Path, output: Path | N
 @click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True)
 def ui(store: Path, tracking_uri: str | None, port: int) -> None:
     """Serve the MLflow UI over the study's tracking store on 127.0.0.1."""
-    from autotune._tracking import runs_pages
-    from autotune._tracking import tracking_uri as default_uri
+    from autotune.stores._tracking import runs_pages
+    from autotune.stores._tracking import tracking_uri as default_uri
 
     uri = default_uri(store, tracking_uri)
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists():
@@ -356,9 +356,9 @@ def ui(store: Path, tracking_uri: str | None, port: int) -> None:
 @click.option("--space", default=None, help="Also show what this space loses here.")
 def doctor(device: str, space: str | None) -> None:
     """What this machine can tune, and why not."""
-    from autotune._probe import probe
-    from autotune._script import SCRIPT_WAYS
-    from autotune._space import load_space
+    from autotune.machine._probe import probe
+    from autotune.training._script import SCRIPT_WAYS
+    from autotune.tuner._space import load_space
 
     try:
         fp = probe(device)

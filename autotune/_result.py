@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import optuna
 
-    from autotune._recipe import Recipe
-    from autotune._records import TrialRow
-    from autotune._standing import Standing
+    from autotune.production._recipe import Recipe
+    from autotune.stores._records import TrialRow
+    from autotune.tuner._standing import Standing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +36,7 @@ class Result:
     @classmethod
     def of(cls, study: optuna.Study, interrupted_by: str | None = None, found: Standing | None = None) -> Result:
         """The result of a study as its storage holds it now (or as ``found`` read it)."""
-        from autotune._standing import export_text, findings, standing
+        from autotune.tuner._standing import export_text, findings, standing
 
         found = found or standing(study)
         text = export_text(study, found) if found.best is not None else None
@@ -49,7 +49,7 @@ class Result:
             return None
         import yaml
 
-        from autotune._export import recipe_from_mapping
+        from autotune.production._export import recipe_from_mapping
 
         return recipe_from_mapping(yaml.safe_load(self._export), f"study {self.study}'s export")
 
@@ -107,8 +107,8 @@ class Result:
     def table(self) -> str:
         """Every trial as a plain-text table: number, outcome, samples/s, speedup, the knobs
         that varied, the reason (no pandas needed)."""
-        from autotune._knobs import show_value
-        from autotune._records import kind_label
+        from autotune.core._knobs import show_value
+        from autotune.stores._records import kind_label
 
         rows = self._found.rows
         keys = self._found.varied_knobs()
@@ -138,7 +138,7 @@ class Result:
         import csv
         import io
 
-        from autotune._knobs import KNOBS
+        from autotune.core._knobs import KNOBS
 
         rows = self.rows
         figures = ["number", "kind", "of", "baseline", "winner", "outcome", "samples_per_s", "speedup", "doubt",
@@ -186,6 +186,6 @@ def row_dict(row: TrialRow, found: Standing) -> dict[str, Any]:
 
 
 def _first_line(text: str | None) -> str:
-    from autotune._outcome import headline
+    from autotune.core._outcome import headline
 
     return headline(text or "")

@@ -6,8 +6,8 @@ rich is imported inside, as the command line's heavy modules are (``autotune._cl
 
 from __future__ import annotations
 
-from autotune._knobs import KNOBS, show_value
-from autotune._outcome import headline
+from autotune.core._knobs import KNOBS, show_value
+from autotune.core._outcome import headline
 
 #: The least width the "knobs that varied" column may have; on a narrower terminal (or a pipe,
 #: which rich gives 80 columns) each trial's knobs go on a line of their own under the table.
@@ -24,8 +24,8 @@ def show_table(result, wide: bool) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from autotune._kinds import Kind
-    from autotune._records import LOSS_LEGEND, kind_label, loss_cell
+    from autotune.core._kinds import Kind
+    from autotune.stores._records import LOSS_LEGEND, kind_label, loss_cell
 
     found = result._found
     rows, best = found.rows, found.best

@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from autotune._kinds import Kind
-from autotune._knobs import show_value
-from autotune._outcome import Outcome, headline
-from autotune._records import signed_share
+from autotune.core._kinds import Kind
+from autotune.core._knobs import show_value
+from autotune.core._outcome import Outcome, headline
+from autotune.stores._records import signed_share
 
 
 def console(stderr: bool = False):
@@ -26,7 +26,7 @@ def console(stderr: bool = False):
 def print_summary(name: str, found, store: Path) -> None:
     from rich.markup import escape
 
-    from autotune._standing import findings
+    from autotune.tuner._standing import findings
 
     out = console()
     best = found.best

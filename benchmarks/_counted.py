@@ -1,6 +1,6 @@
 """A training function that runs another one and counts its optimizer steps in a shared file,
 for ``benchmarks/interleaved.py``: the same wrapper in a trial and in production, so whatever
-it costs falls on both alike. Light on purpose (no torch; the target is loaded by ``autotune._trial_main.load_target``).
+it costs falls on both alike. Light on purpose (no torch; the target is loaded by ``autotune.worker._trial_main.load_target``).
 
 The function it runs is named by ``AUTOTUNE_BENCH_TARGET`` (``path.py:function``), the file
 it counts in by ``AUTOTUNE_BENCH_COUNTER``: three native unsigned 64-bit numbers, the steps
@@ -52,7 +52,7 @@ class _Counted:
 
 def train(run: Any) -> None:
     """The target of ``AUTOTUNE_BENCH_TARGET`` on ``run``, its steps counted."""
-    from autotune._trial_main import load_target  # (loaded as a trial loads it, both sides alike)
+    from autotune.worker._trial_main import load_target  # (loaded as a trial loads it, both sides alike)
 
     with open(os.environ[COUNTER_ENV], "r+b") as f:
         counter = mmap.mmap(f.fileno(), COUNT.size)

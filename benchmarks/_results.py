@@ -55,7 +55,7 @@ def machine() -> str:
     """The machine the figures come from, as the study fingerprint names it (with the date),
     plus the host CPU and its vector extensions: two "2-CPU AMD EPYC" VMs of this project
     differed in bf16 on the CPU by a factor of 6 (results/reach.md, the jpeg runs on each host)."""
-    from autotune._probe import probe
+    from autotune.machine._probe import probe
 
     fp = probe("auto")
     return f"{fp.summary()}; {fp.ram_total_gib} GiB RAM; {host_cpu()}"
@@ -77,14 +77,14 @@ def host_cpu() -> str:
 def one_trial(target: str, config: Any, budget: Any, logs: Path, *, device: Any = None, seed: int = 0,
               warm: Any = None, strict: bool = True, reference: Any = None) -> Any:
     """One real trial of ``target`` (``path.py:function``) under ``config``, as a study runs
-    it: forked from ``warm`` (an ``autotune._warm.WarmWorker``) or, with None, spawned cold; on
+    it: forked from ``warm`` (an ``autotune.worker._warm.WarmWorker``) or, with None, spawned cold; on
     ``device`` (None: what ``--device auto`` picks); its loss judged against ``reference`` (a
     baseline's ``TrialResult``, as a study judges its trials) if given. Its ``TrialResult`` if
     it completed; otherwise a RuntimeError, or with ``strict=False`` its result all the same and
     a line on stderr saying why."""
-    from autotune._probe import probe
-    from autotune._launch import TrialSpec
-    from autotune._watch import run_trial
+    from autotune.machine._probe import probe
+    from autotune.machine._launch import TrialSpec
+    from autotune.tuner._watch import run_trial
 
     spec = TrialSpec(target, config, device or probe("auto").device, budget, seed=seed)
     judged = {"reference": reference.losses, "reference_curve": reference.curve} if reference else {}

@@ -2,7 +2,7 @@
 profile run of ``tests/fixtures/shapes_train.py`` (its sequence length changes every step) with
 the caching allocator's default and with ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``,
 interleaved, ``--repeats`` times each: the step time over the timed window, the reserved and
-allocated peaks and the cudaMalloc calls after the warmup (``autotune._memline``), median
+allocated peaks and the cudaMalloc calls after the warmup (``autotune.core._memline``), median
 (min..max). Writes the section ``CUDA memory: expandable_segments (DATE)`` of the results page
 (``results/gpu.md`` on a GPU host, as ``benchmarks/gpu.sh`` names it) and
 ``data/gpu/cuda-memory.json``. Needs a CUDA device.
@@ -27,9 +27,9 @@ SETTINGS = ("default", "expandable_segments:True")
 
 def profile_run(alloc: str, tmp: Path, window_s: float) -> dict:
     from autotune import Config
-    from autotune._launch import Budget, TrialSpec
-    from autotune._memline import MemoryFinding, swing_reason
-    from autotune._watch import run_trial
+    from autotune.machine._launch import Budget, TrialSpec
+    from autotune.core._memline import MemoryFinding, swing_reason
+    from autotune.tuner._watch import run_trial
 
     trace = tmp / f"{alloc.split(':')[0]}-{time.time_ns()}.pt.trace.json.gz"
     spec = TrialSpec(f"{ROOT / 'tests/fixtures/shapes_train.py'}:train", Config(cuda_alloc_conf=alloc), "cuda",

@@ -1,11 +1,11 @@
 """Measure how much worse than the baseline's loss healthy and broken configs run, to
-justify the divergence tolerance (``autotune._guard.DIVERGENCE_TOLERANCE``).
+justify the divergence tolerance (``autotune.core._guard.DIVERGENCE_TOLERANCE``).
 
 For each runner: the baseline once as the reference, then more baselines with other
 seeds (seed noise alone), configs that train the same model differently (bigger
 batches with each lr scaling, bf16, loader workers) and configs expected to break
 it (very large batches with linear lr scaling). Each is one real trial with the
-default budget, compared with the reference by ``autotune._guard.compare``. Writes
+default budget, compared with the reference by ``autotune.core._guard.compare``. Writes
 the "Divergence tolerance" section of ``benchmarks/results/divergence.md``.
 
     python benchmarks/divergence.py
@@ -22,9 +22,9 @@ from pathlib import Path
 from _results import ROOT, machine, write_section
 
 from autotune import Config
-from autotune._guard import DIVERGENCE_TOLERANCE, compare, first_nonfinite
-from autotune._launch import Budget, TrialSpec
-from autotune._watch import run_trial
+from autotune.core._guard import DIVERGENCE_TOLERANCE, compare, first_nonfinite
+from autotune.machine._launch import Budget, TrialSpec
+from autotune.tuner._watch import run_trial
 
 RUNNERS = ["mnist", "charlm", "jpeg"]
 #: name -> (config, what it is meant to show)
@@ -83,7 +83,7 @@ def main() -> None:
     body = "\n".join([
         f"Machine: {machine()}. One trial per row, default budget (1 s warmup, 4 windows of "
         "1.5 s); each compared with one baseline trial of the same runner (seed 0) by "
-        "`autotune._guard.compare`: the mean loss over the later half of the points both "
+        "`autotune.core._guard.compare`: the mean loss over the later half of the points both "
         "share, relative to the baseline's (floored at 10% of its first loss). A positive "
         "excess is worse. The tolerance is "
         f"{DIVERGENCE_TOLERANCE:.0%}.",

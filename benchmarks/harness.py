@@ -53,8 +53,8 @@ from _results import (
 )
 
 from autotune import Config
-from autotune._ceilings import bottleneck, cpu_roof
-from autotune._launch import Budget
+from autotune.core._ceilings import bottleneck, cpu_roof
+from autotune.machine._launch import Budget
 
 RUNNERS = ["mnist", "jpeg", "charlm"]
 PARTS = ["runners", "search", "overhead", "divergence", "watchdogs"]  # each part's topic (page) too
@@ -80,7 +80,7 @@ def cli(*args: str, cwd: Path) -> None:
 def load(store: Path, name: str):
     import optuna
 
-    from autotune._study import open_storage
+    from autotune.tuner._study import open_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return optuna.load_study(study_name=name, storage=open_storage(store, None))
@@ -88,7 +88,7 @@ def load(store: Path, name: str):
 
 def all_tricks() -> Config:  # type: ignore[valid-type]
     """Every trick on, where this machine has what it needs (doctor's capabilities)."""
-    from autotune._probe import probe, usable_cpus
+    from autotune.machine._probe import probe, usable_cpus
 
     caps = probe("auto").capabilities
     return Config(num_workers=usable_cpus(), persistent_workers=True, prefetch_factor=4,
@@ -103,7 +103,7 @@ def all_tricks() -> Config:  # type: ignore[valid-type]
 def measure(runner: str, config: Config, logs: Path, budget: Budget = Budget(), seed: int = 0,  # noqa: B008
             warm=None) -> dict[str, Any]:
     """One real trial (both ceilings measured, none known); its figures. ``warm``: the
-    ``autotune._warm.WarmWorker`` to fork it from, as a study does; None spawns it cold."""
+    ``autotune.worker._warm.WarmWorker`` to fork it from, as a study does; None spawns it cold."""
     result = one_trial(target(runner), config, budget, logs, seed=seed, warm=warm)
     figures = dict(result.metrics)
     for entry in result.ceilings:
@@ -136,7 +136,7 @@ def changed(config: dict[str, Any]) -> str:
 
 
 def runners_part(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from autotune._standing import findings, standing
+    from autotune.tuner._standing import findings, standing
 
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M")
     logs = args.store / "harness-logs"
@@ -255,7 +255,7 @@ def search_part(args: argparse.Namespace) -> None:
 
     import yaml
 
-    from autotune._standing import standing
+    from autotune.tuner._standing import standing
 
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M")
     short = ["--space", str(SEARCH_SPACE), "--confirm", "0", "--ceiling-windows", "0", "--prune", "0",
@@ -358,8 +358,8 @@ def plot_search(curves: dict[int, list[float]], random: list[float], best: float
 
 
 def overhead_part(args: argparse.Namespace) -> None:
-    from autotune._warm import WarmWorker
-    from autotune._launch import new_tag
+    from autotune.worker._warm import WarmWorker
+    from autotune.machine._launch import new_tag
 
     logs = args.store / "harness-logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -369,8 +369,8 @@ def overhead_part(args: argparse.Namespace) -> None:
         "",
         f"**Per-trial fixed overhead and run-to-run spread**: PyTorch's defaults, {args.overhead_runs} "
         "trials per runner and start, cold and warm in turns, default budget, no ceilings; median "
-        "(min..max). *cold*: a new interpreter per trial (`python -m autotune._trial_main`); *warm*: forked "
-        "from the slot's warm worker, which imported torch once (`autotune._warm`), as a study does. "
+        "(min..max). *cold*: a new interpreter per trial (`python -m autotune.worker._trial_main`); *warm*: forked "
+        "from the slot's warm worker, which imported torch once (`autotune.worker._warm`), as a study does. "
         "*spawn*: to the worker's first event (interpreter, autotune); *import*: torch and the runner's "
         "module; *set-up*: the runner's own code up to its first batch (dataset, model, loader); "
         "*teardown*: last event to exit. Goals: spawn + import < 0.5 s, spread < 5%.",
@@ -416,7 +416,7 @@ def instrumentation(repeats: int) -> tuple[list[float], list[float]]:
     import torch
     import torch.nn.functional as F
 
-    from autotune._trial import Trial
+    from autotune.worker._trial import Trial
 
     spec = importlib.util.spec_from_file_location("mnist_runner", ROOT / "runners" / "mnist.py")
     mnist = importlib.util.module_from_spec(spec)
@@ -483,7 +483,7 @@ def log_to_mlflow(args: argparse.Namespace, results: list[dict[str, Any]] | None
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     from mlflow.entities import Metric, Param
 
-    from autotune._tracking import Tracker, tracking_uri
+    from autotune.stores._tracking import Tracker, tracking_uri
 
     tracker = Tracker(tracking_uri(args.store.resolve()), artifact_root=args.store.resolve() / "artifacts")
     client = tracker.client

@@ -20,10 +20,10 @@ import torch
 from _results import data_path, machine, spread, write_section
 from _timed_loop import loop
 
-from autotune._config import Config
-from autotune._handles import Run
-from autotune._hooks import Hooks
-from autotune._script_trial import ScriptTrial
+from autotune.core._config import Config
+from autotune.training._handles import Run
+from autotune.training._hooks import Hooks
+from autotune.worker._script_trial import ScriptTrial
 
 TOPIC = "scripts"
 

@@ -66,10 +66,10 @@ from _counted import COUNTER_ENV, TARGET_ENV, new_counter, read_counter
 from _results import HERE, data_path, machine, one_trial, spread, write_section
 from production import CASES, TOPIC, geometric_mean_ci, monitor_slowed
 
-from autotune._export import render
-from autotune._proctree import _walk
-from autotune._warm import WarmWorker
-from autotune._launch import Budget, build_command, new_tag, TrialSpec
+from autotune.production._export import render
+from autotune.machine._proctree import _walk
+from autotune.worker._warm import WarmWorker
+from autotune.machine._launch import Budget, build_command, new_tag, TrialSpec
 
 COUNTED = f"{HERE / '_counted.py'}:train"
 #: Steps each process makes before the slices start (imports, the dataset, the first
@@ -143,7 +143,7 @@ def start(kind: str, case: int, counter: Path, folder: Path, yaml_path: Path) ->
 
 
 def start_bare(case: int, counter: Path, folder: Path) -> subprocess.Popen:
-    """The trial's worker (``python -m autotune._trial_main``) as the tuner would start it cold,
+    """The trial's worker (``python -m autotune.worker._trial_main``) as the tuner would start it cold,
     but by this script: its events go to a pipe a thread here drains."""
     _name, target, config = CASES[case]
     spec = TrialSpec(COUNTED, config, "cpu", MEASURED_BUDGET)

@@ -6,7 +6,7 @@ each reports samples/s over windows of ``--window`` s after a warm-up window, an
 page faults a second and the share of its CPU time spent in the kernel over those windows.
 With ``--bind``, every other run sets ``OMP_PROC_BIND=true`` (torch's intra-op threads pinned
 to CPUs), to see whether thread placement decides a run's level; with ``--retain``, every other
-run first tells glibc's malloc to keep freed memory (``autotune._malloc.retain``, the
+run first tells glibc's malloc to keep freed memory (``autotune.machine._malloc.retain``, the
 ``malloc_retain`` knob), to see whether the heap's give-back-and-fault-again decides it.
 
 It prints, and records in ``benchmarks/data/levels/levels.json`` (``levels-retained.json``
@@ -38,7 +38,7 @@ sys.path.insert(0, {runners!r})
 import torch, torch.nn.functional as F
 from mnist import Net, make_dataset
 if {retain}:
-    from autotune._malloc import retain
+    from autotune.machine._malloc import retain
     retain()
 def usage():  # minor faults, user and system CPU seconds, from /proc/self/stat
     fields = open("/proc/self/stat").read().rpartition(")")[2].split()

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from _results import ROOT, machine, spread, write_section
 
-from autotune._kinds import Kind
+from autotune.core._kinds import Kind
 
 sys.path.insert(0, str(ROOT / "tests"))
 from servers import (

@@ -111,7 +111,7 @@ def turn(workers: int, args: argparse.Namespace, logs: Path) -> dict[str, float]
     from _results import one_trial
 
     from autotune import Config
-    from autotune._launch import Budget
+    from autotune.machine._launch import Budget
 
     budget = Budget(warmup_s=args.warmup, window_s=args.window, windows=args.windows, ceiling_windows=0)
     figures: dict[str, float] = {}

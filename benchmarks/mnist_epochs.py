@@ -36,7 +36,7 @@ def one_run(recipe: str | None, epochs: int, size: int) -> float:
     from torch.utils.data import ConcatDataset, Subset
 
     import autotune
-    from autotune._trial_main import load_target
+    from autotune.worker._trial_main import load_target
 
     # Imported as a trial's worker does, registered by name for the DataLoader workers.
     mnist = sys.modules[load_target(f"{ROOT / 'runners' / 'mnist.py'}:train").__module__]

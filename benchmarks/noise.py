@@ -34,12 +34,12 @@ from pathlib import Path
 from _results import ROOT, machine, read_section, spread, write_section
 
 from autotune import Config
-from autotune._ceilings import Ceilings
-from autotune._guard import DIVERGENCE_TOLERANCE, compare, judged_span, mean_over
-from autotune._noise import doubt
-from autotune._records import bottleneck_of
-from autotune._launch import Budget, TrialSpec
-from autotune._watch import run_trial
+from autotune.core._ceilings import Ceilings
+from autotune.core._guard import DIVERGENCE_TOLERANCE, compare, judged_span, mean_over
+from autotune.machine._noise import doubt
+from autotune.stores._records import bottleneck_of
+from autotune.machine._launch import Budget, TrialSpec
+from autotune.tuner._watch import run_trial
 
 TARGET = f"{ROOT / 'runners' / 'mnist.py'}:train"
 HOG = [sys.executable, "-c", "while True: pass"]
@@ -130,7 +130,7 @@ def study(folder: Path, trials: int, confirm: int, hog_at: tuple[float, float] |
     import optuna
     from optuna.storages.journal import JournalFileBackend
 
-    from autotune._standing import findings, standing
+    from autotune.tuner._standing import findings, standing
 
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     args = [sys.executable, "-m", "autotune", "run", TARGET, "--trials", str(trials), "--confirm", str(confirm),

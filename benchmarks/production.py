@@ -40,9 +40,9 @@ from pathlib import Path
 from _results import ROOT, data_path, machine, one_trial, spread, write_section
 
 from autotune import Config, _monitor
-from autotune._export import render
-from autotune._warm import WarmWorker
-from autotune._launch import Budget, new_tag
+from autotune.production._export import render
+from autotune.worker._warm import WarmWorker
+from autotune.machine._launch import Budget, new_tag
 
 #: The page and raw-figures folder (benchmarks/results/, benchmarks/data/) this and interleaved.py write.
 TOPIC = "trial-vs-production"

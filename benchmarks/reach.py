@@ -37,8 +37,8 @@ from _results import ROOT, data_path, machine, one_trial, spread, write_section
 from harness import all_tricks, changed, cli, load
 
 from autotune import Config
-from autotune._warm import WarmWorker
-from autotune._launch import Budget, new_tag
+from autotune.worker._warm import WarmWorker
+from autotune.machine._launch import Budget, new_tag
 
 #: name -> (target, the grid's axes). Workers reach 32x the cores on the waiting loader, 16x on jpeg
 #: (whose items wait on storage too).
@@ -66,7 +66,7 @@ MODEL_TRICKS = {"resnet": {"channels_last": True, "compile": "default"}}
 #: Every grid point keeps its workers alive between epochs and lets each hold 4 batches.
 SWEEP_FIXED = {"persistent_workers": True, "prefetch_factor": 4}
 #: Windows as long as a study's (1.5 s): the jpeg runner's 2.2 s epochs are then two windows or
-#: less, so its windows hold whole epochs (``autotune._trial.EPOCH_WINDOWS``); in 1 s windows
+#: less, so its windows hold whole epochs (``autotune.worker._trial.EPOCH_WINDOWS``); in 1 s windows
 #: they were cut across epochs and read 400 or 1,000 samples/s by their phase. Runs before
 #: 2026-11-25 used 1 s windows (their JSON has no ``sweep_window_s``).
 SWEEP_BUDGET = Budget(warmup_s=1.0, window_s=1.5, windows=3, ceiling_windows=0)
@@ -99,7 +99,7 @@ def rate(target: str, config: Config, budget: Budget, warm: WarmWorker, logs: Pa
 def one_study(name: str, target: str, args: argparse.Namespace,
               index: int) -> tuple[dict[str, Any], Config]:  # type: ignore[valid-type]
     """A default study of ``args.trials`` trials: what it said, and its winner's config."""
-    from autotune._standing import findings, standing
+    from autotune.tuner._standing import findings, standing
 
     study = f"reach-{name}-{datetime.datetime.now():%Y%m%d-%H%M}" + (f"-{index + 1}" if args.studies > 1 else "")
     started = time.monotonic()

@@ -24,10 +24,10 @@ import sys
 from _results import ROOT, data_path, machine
 
 from autotune import Config
-from autotune._guard import DIVERGENCE_TOLERANCE
-from autotune._warm import WarmWorker
-from autotune._launch import Budget, new_tag, TrialSpec
-from autotune._watch import run_trial
+from autotune.core._guard import DIVERGENCE_TOLERANCE
+from autotune.worker._warm import WarmWorker
+from autotune.machine._launch import Budget, new_tag, TrialSpec
+from autotune.tuner._watch import run_trial
 
 TARGET = f"{ROOT / 'runners' / 'jpeg.py'}:train"
 LOADER = {"num_workers": 16, "persistent_workers": True, "prefetch_factor": 4}

@@ -32,7 +32,7 @@ def study(store: Path, target: str, name: str, trials: int, warm: bool) -> dict:
     import optuna
     from optuna.storages.journal import JournalFileBackend
 
-    from autotune._standing import standing
+    from autotune.tuner._standing import standing
 
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     began = time.monotonic()

@@ -21,9 +21,9 @@ import psutil
 from _results import ROOT, machine, spread, write_section
 
 from autotune import Config
-from autotune._monitor import INTERVAL, PSS_EVERY
-from autotune._launch import Budget, TrialSpec
-from autotune._watch import run_trial
+from autotune.machine._monitor import INTERVAL, PSS_EVERY
+from autotune.machine._launch import Budget, TrialSpec
+from autotune.tuner._watch import run_trial
 
 TARGET = f"{ROOT / 'tests' / 'fixtures' / 'faulty_train.py'}:train"
 HOG, HANG = Config(num_workers=4), Config(num_workers=3)

@@ -9,7 +9,7 @@ the pid and a pidfd of it once it is set up, and its exit code (N, or -N for sig
 
 Roles: ``cli`` serves the ``autotune`` commands the tests run (what ``autotune run`` imports, but
 torch); ``warm`` serves the warm workers of the tuners forked from a ``cli`` template
-(``autotune._warm``: torch, torch._dynamo and the trial's modules, 4.2 s of CPU a warm worker on a
+(``autotune.worker._warm``: torch, torch._dynamo and the trial's modules, 4.2 s of CPU a warm worker on a
 slow day of the 2-core CI host, 71 of them a suite).
 
 ``/proc/PID/environ`` shows the block of memory a process was exec'd with, which a fork shares
@@ -31,12 +31,12 @@ import threading
 
 #: What a template imports, by its role. ``cli``: what ``autotune run`` imports before its first
 #: trial, but torch (which a tuner does not import: its trials and warm workers are other
-#: interpreters). ``warm``: what ``autotune._warm`` imports before it says it is ready.
+#: interpreters). ``warm``: what ``autotune.worker._warm`` imports before it says it is ready.
 PRELOAD = {
-    "cli": ("autotune._cli", "autotune._api", "autotune._study", "mlflow", "mlflow.store.tracking.sqlalchemy_store",
+    "cli": ("autotune._cli", "autotune._api", "autotune.tuner._study", "mlflow", "mlflow.store.tracking.sqlalchemy_store",
             "mlflow.store.db.utils", "optuna", "optuna.storages.journal", "matplotlib.figure", "matplotlib.ticker",
             "matplotlib.backends.backend_agg"),
-    "warm": ("torch", "torch._dynamo", "autotune._trial", "autotune._trial_main", "autotune._warm"),
+    "warm": ("torch", "torch._dynamo", "autotune.worker._trial", "autotune.worker._trial_main", "autotune.worker._warm"),
     "bare": (),  # (tests/process/test_forked_cli.py: a template to kill)
 }
 

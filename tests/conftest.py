@@ -56,7 +56,7 @@ TAG = "AUTOTUNE_TEST_TAG"
 
 def tagged(value: str, variable: str = TAG) -> list:
     """Live (non-zombie) processes whose environment carries ``variable=value`` (by default
-    this test's tag; a trial's tag is ``autotune._watch.TRIAL_TAG_ENV``), the commands forked from
+    this test's tag; a trial's tag is ``autotune.tuner._watch.TRIAL_TAG_ENV``), the commands forked from
     a template included (each writes its environment where ``/proc/PID/environ`` reads: forked_cli)."""
     import psutil
 
@@ -101,7 +101,7 @@ def own_host():
     a test's own tuners still share its process's folder and take turns."""
     import tempfile
 
-    from autotune._tuners import HOST_DIR_ENV
+    from autotune.tuner._tuners import HOST_DIR_ENV
 
     with tempfile.TemporaryDirectory(prefix="autotune-host-") as folder, pytest.MonkeyPatch.context() as patch:
         patch.setenv(HOST_DIR_ENV, folder)
@@ -118,7 +118,7 @@ def warm():
     suite's template of warm workers (tests/forked_cli.py) where it can be."""
     import forked_cli
 
-    from autotune._launch import new_tag
+    from autotune.machine._launch import new_tag
 
     worker = forked_cli.warm_worker({k: v for k, v in os.environ.items() if k not in (TAG, "PYTORCH_CUDA_ALLOC_CONF")},
                                     new_tag())

@@ -15,7 +15,7 @@ counts, MLflow's logging and telemetry). ``AUTOTUNE_TEST_FORK=0`` starts every c
 real subprocess, and tests of the interpreter's start (the installed ``autotune`` script, a
 script's imports) run one regardless.
 
-The tuners forked so also fork their warm workers (``autotune._warm``, one per study's slot) from
+The tuners forked so also fork their warm workers (``autotune.worker._warm``, one per study's slot) from
 a second template, which has imported torch and torch._dynamo once (:func:`fork_warm_workers`):
 each warm worker a tuner starts spent about 4.2 s of CPU importing them on a slow day of the 2-core
 CI host, 300 s of a suite's 1,100 s (71 warm workers, most serving 1-3 trials). A warm worker is
@@ -25,7 +25,7 @@ worker reads at start), and in the tests of the warm worker itself (tests/proces
 starts its own). A warm worker pinned to some of the CPUs (a ``--jobs`` slot's) is forked too and
 pins itself there: torch sized its intra-op pool for the template's CPUs when imported (2 where
 a process pinned first gets 1), but a pinned trial sets its threads to its CPUs itself
-(``autotune._trial_main``), so its trials run as a real warm worker's do.
+(``autotune.worker._trial_main``), so its trials run as a real warm worker's do.
 
 A forked process writes its environment into the block ``/proc/PID/environ`` shows
 (``cli_template.show_environ``), so that a test's tag and a trial's tag find it as they find a
@@ -206,7 +206,7 @@ class ForkedCLI:
         """The exit code the template sends when it reaps the process: N for ``exit(N)``, -N
         for signal N, as ``Popen.returncode``. Where the template died first, its exit code went
         with it: the process is waited for through its pidfd and reads as killed (-9), as
-        ``autotune._warm.ForkedTrial`` reads a trial whose warm worker died."""
+        ``autotune.worker._warm.ForkedTrial`` reads a trial whose warm worker died."""
         import time
 
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -373,7 +373,7 @@ def _template_of(role: str) -> _Template:
 def _warm_template_env() -> dict:
     """The environment of the warm workers' template: a warm worker's (``worker_environ``) of a
     forked command's, without a tag."""
-    from autotune._launch import TRIAL_TAG_ENV, worker_environ
+    from autotune.machine._launch import TRIAL_TAG_ENV, worker_environ
 
     env = worker_environ(_template_env(), "")
     del env[TRIAL_TAG_ENV]
@@ -387,14 +387,14 @@ def _warm_startup(env) -> dict:
 def fork_warm_workers(folder: str) -> None:
     """In a forked tuner: its warm workers are forks of the template in ``folder`` where they can
     be (the module's docstring), real processes elsewhere."""
-    import autotune._warm
+    import autotune.worker._warm
 
-    autotune._warm.WarmWorker._launch = _forked_launch(folder, autotune._warm.WarmWorker._launch)
+    autotune.worker._warm.WarmWorker._launch = _forked_launch(folder, autotune.worker._warm.WarmWorker._launch)
 
 
 def warm_worker(environ, tag: str):
     """A ``WarmWorker(environ, tag)`` forked from this process's template where it can be."""
-    from autotune._warm import WarmWorker
+    from autotune.worker._warm import WarmWorker
 
     if os.environ.get("AUTOTUNE_TEST_FORK") == "0":
         return WarmWorker(environ, tag)
@@ -409,7 +409,7 @@ def _forked_launch(folder: str, launch):
     def forked(worker, fd: int, cpus):
         if _warm_forkable(folder, worker.environ):
             try:
-                return ForkedCLI([sys.executable, "-m", "autotune._warm", str(fd), ",".join(map(str, cpus))],
+                return ForkedCLI([sys.executable, "-m", "autotune.worker._warm", str(fd), ",".join(map(str, cpus))],
                                  env=worker.environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                  pass_fds=(fd,), start_new_session=True, template=os.path.join(folder, "socket"))
             except NotStarted:

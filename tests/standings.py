@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from autotune._ceilings import Ceilings, ceiling_key
-from autotune._kinds import Kind
-from autotune._knobs import Part
-from autotune._records import TrialRow
-from autotune._records import bottleneck_of as _bottleneck_of
-from autotune._standing import Standing, standing_of
+from autotune.core._ceilings import Ceilings, ceiling_key
+from autotune.core._kinds import Kind
+from autotune.core._knobs import Part
+from autotune.stores._records import TrialRow
+from autotune.stores._records import bottleneck_of as _bottleneck_of
+from autotune.tuner._standing import Standing, standing_of
 
 
 def trial(number: int, rate: float | None = 1000.0, outcome: str = "complete", *, kind: Kind | None = None,
@@ -53,6 +53,6 @@ def ceilings_of(*entries: tuple[Mapping[str, Any], float, float, float | None, f
 
 
 def standing(*rows: TrialRow, ceilings: Ceilings | None = None) -> Standing:
-    """The standing of ``rows`` as ``autotune._standing.standing`` builds it from a store."""
+    """The standing of ``rows`` as ``autotune.tuner._standing.standing`` builds it from a store."""
     ceilings = ceilings or Ceilings()
     return standing_of([with_bound(r, ceilings) for r in rows], ceilings)

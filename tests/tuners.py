@@ -71,7 +71,7 @@ def storage_of(url: str):
     pool kept through a server restart (a test restarts PostgreSQL) is replaced, not used. Made
     while a tuner makes the schema of a new database, it can lose that race (a duplicate key,
     CI 2026-11-28): it tries again, as the tuners do."""
-    from autotune._stores import _rdb_storage
+    from autotune.stores._stores import _rdb_storage
 
     return _rdb_storage(url, {"pool_pre_ping": True})
 

@@ -1,4 +1,4 @@
-"""The adaptive loader in production (autotune._adapt): a recipe loaded with ``adapt=True`` keeps
+"""The adaptive loader in production (autotune.production._adapt): a recipe loaded with ``adapt=True`` keeps
 its speed when the storage slows, and says each move; the rule itself on hand-built epochs."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import torch
 from torch.utils.data import Dataset
 
 import autotune
-from autotune import _prodlog
-from autotune._adapt_rule import CHANGED, CPU_FULL, CPU_OWN, HIGH, PATIENCE, STUCK_S, Epoch, Mark, decide, held
+from autotune.production import _prodlog
+from autotune.production._adapt_rule import CHANGED, CPU_FULL, CPU_OWN, HIGH, PATIENCE, STUCK_S, Epoch, Mark, decide, held
 
 #: A read's wait before and after the storage slows (4x), and when it does.
 READ_S, SLOWER, SLOW_AFTER_S = 0.002, 4, 3.0

@@ -1,4 +1,4 @@
-"""A profile run's CUDA memory (autotune._memline) in a real worker: the allocator's timeline over
+"""A profile run's CUDA memory (autotune.core._memline) in a real worker: the allocator's timeline over
 the timed window, its peaks, and the trace's CUDA activity; on the CPU, no memory figures."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 from helpers import FIXTURES
 
 from autotune import Config, Outcome
-from autotune._launch import Budget, TrialSpec
-from autotune._memline import EXPANDABLE, memory_path
-from autotune._profile import PARTS, trace_events
-from autotune._watch import run_trial
+from autotune.machine._launch import Budget, TrialSpec
+from autotune.core._memline import EXPANDABLE, memory_path
+from autotune.worker._profile import PARTS, trace_events
+from autotune.tuner._watch import run_trial
 
 SHAPES = FIXTURES / "shapes_train.py"
 BUDGET = Budget(warmup_s=0.5, window_s=1.0, windows=1, ceiling_windows=0)

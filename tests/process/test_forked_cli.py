@@ -12,7 +12,7 @@ import forked_cli
 from conftest import TAG, tagged
 from helpers import FIXTURES, SHORT_TRIALS, cli, cli_env
 
-from autotune._launch import TRIAL_TAG_ENV
+from autotune.machine._launch import TRIAL_TAG_ENV
 
 
 def both(*args: str, cwd, env: dict | None = None):

@@ -344,27 +344,27 @@ def test_amp_on_cuda_trains_with_finite_loss_and_the_scaler_for_fp16_only(amp: s
 
 
 def test_production_loads_no_trial_machinery() -> None:
-    """``Recipe`` needs ``Run`` only: the worker's measuring side (autotune._trial) and the
+    """``Recipe`` needs ``Run`` only: the worker's measuring side (autotune.worker._trial) and the
     ceilings stay unloaded in production, and ``autotune.Trial`` still resolves."""
     import subprocess
     import sys
 
     code = ("import sys, autotune; autotune.Recipe; loaded = set(sys.modules); "
-            "print('autotune._trial' in loaded, 'autotune._ceilings' in loaded, autotune.Trial.__module__)")
+            "print('autotune.worker._trial' in loaded, 'autotune.core._ceilings' in loaded, autotune.Trial.__module__)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.stdout.split() == ["False", "False", "autotune._trial"], done.stderr
+    assert done.stdout.split() == ["False", "False", "autotune.worker._trial"], done.stderr
 
 
 def test_trial_phases_name_their_ceiling() -> None:
-    from autotune._knobs import Part
-    from autotune._trial import Phase
+    from autotune.core._knobs import Part
+    from autotune.worker._trial import Phase
 
     assert [p.ceiling for p in Phase] == [None, None, Part.COMPUTE, Part.LOADER, None, None]
 
 
 def _windows_measured(loss_after_warmup: float, **learning) -> list[dict]:
     """The window events of a Trial whose loss is 1.0 in its warmup (4 steps), then constant."""
-    from autotune._trial import BudgetSpent, Trial
+    from autotune.worker._trial import BudgetSpent, Trial
 
     events: list[dict] = []
     trial = Trial(Config(), torch.device("cpu"), lambda kind, **e: events.append({"event": kind, **e}),
@@ -408,7 +408,7 @@ class _SlowStart(torch.utils.data.Dataset):
 
 
 def _epoch_windows(window_s: float, wait_s: float) -> list[dict]:
-    from autotune._trial import BudgetSpent, Trial
+    from autotune.worker._trial import BudgetSpent, Trial
 
     events: list[dict] = []
     trial = Trial(Config(), torch.device("cpu"), lambda kind, **e: events.append({"event": kind, **e}),

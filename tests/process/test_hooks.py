@@ -1,6 +1,6 @@
-"""The hooks that apply a config to an unmodified script (autotune._hooks), in this process with
+"""The hooks that apply a config to an unmodified script (autotune.training._hooks), in this process with
 real torch: the loaders and optimizers a script builds, the loader it trains from, and a
-script's evaluation pass kept out of the windows (autotune._script_trial)."""
+script's evaluation pass kept out of the windows (autotune.worker._script_trial)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from autotune import Config, Recipe
-from autotune._hooks import Hooks
-from autotune._script import SCRIPT_STAGES
-from autotune._script_trial import ScriptTrial
-from autotune._trial import BudgetSpent
+from autotune.training._hooks import Hooks
+from autotune.training._script import SCRIPT_STAGES
+from autotune.worker._script_trial import ScriptTrial
+from autotune.worker._trial import BudgetSpent
 
 DATA = TensorDataset(torch.randn(256, 4), torch.randint(0, 2, (256,)))
 
@@ -111,7 +111,7 @@ def test_the_loader_that_trains_is_measured_and_the_test_pass_is_outside_the_win
 def test_a_profile_run_of_a_script_times_its_steps_by_part_and_traces_them(tmp_path) -> None:
     """An unmodified script's step, cut at the hooked loader, backward and optimizer step: the
     parts add up to the window's step time (its test pass outside both), then a trace with them."""
-    from autotune._profile import PARTS, trace_events
+    from autotune.worker._profile import PARTS, trace_events
 
     trace = tmp_path / "script.pt.trace.json.gz"
     _, events = measured(0.05, windows=1, trace=str(trace))

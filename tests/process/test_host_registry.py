@@ -7,7 +7,7 @@ from pathlib import Path
 
 from helpers import ROOT
 
-from autotune._tuners import HostRegistry
+from autotune.tuner._tuners import HostRegistry
 
 
 def test_tuners_on_one_host_see_each_other_and_tidy_up_after_the_dead(tmp_path: Path) -> None:
@@ -16,7 +16,7 @@ def test_tuners_on_one_host_see_each_other_and_tidy_up_after_the_dead(tmp_path: 
 
     import psutil
 
-    from autotune._tuners import HostRegistry, this_process
+    from autotune.tuner._tuners import HostRegistry, this_process
 
     registry = HostRegistry(tmp_path)
     gone = subprocess.Popen(["true"])
@@ -44,7 +44,7 @@ def test_trials_on_one_host_take_turns_per_cpu_and_a_dead_holder_frees_its_cpus(
     # another tuner's trial on CPUs 0 and 1, in a process of its own that is then killed
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time; sys.path.insert(0, %r)\n"
-        "from pathlib import Path\nfrom autotune._tuners import HostRegistry\n"
+        "from pathlib import Path\nfrom autotune.tuner._tuners import HostRegistry\n"
         "with HostRegistry(Path(%r)).turn((0, 1), 'trial 3 of study other (tuner pid 1)'):\n"
         "    print('held', flush=True); time.sleep(60)\n") % (str(ROOT), str(tmp_path))],
         stdout=subprocess.PIPE, text=True)

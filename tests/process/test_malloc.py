@@ -61,7 +61,7 @@ def test_glibc_defaults_fault_a_freed_step_in_again() -> None:
 
 
 def test_retain_serves_the_next_step_from_freed_memory() -> None:
-    assert second_round_faults("from autotune._malloc import retain; retain()") < PAGES // 50
+    assert second_round_faults("from autotune.machine._malloc import retain; retain()") < PAGES // 50
 
 
 def test_a_recipe_with_malloc_retain_applies_it_when_training_starts(tmp_path) -> None:
@@ -86,9 +86,9 @@ def test_a_recipe_without_it_leaves_glibc_alone(tmp_path) -> None:
 def test_a_trial_with_malloc_retain_applies_it_in_its_worker(tmp_path, retained: bool) -> None:
     # a real trial, forked from a warm worker as a study runs it; the function frees and takes
     # 20 MiB again once its batches have started, and prints the faults that took
-    from autotune._warm import WarmWorker
-    from autotune._launch import Budget, new_tag, TrialSpec
-    from autotune._watch import run_trial
+    from autotune.worker._warm import WarmWorker
+    from autotune.machine._launch import Budget, new_tag, TrialSpec
+    from autotune.tuner._watch import run_trial
 
     log = tmp_path / "trial.log"
     spec = TrialSpec(target=f"{FIXTURES / 'tiny_train.py'}:train_reports_heap_faults",

@@ -1,4 +1,4 @@
-"""The memory margin of an adaptive recipe (autotune._margin): items that grow mid-run take the
+"""The memory margin of an adaptive recipe (autotune.machine._margin): items that grow mid-run take the
 export's fixed config past a memory cgroup's limit, and the kernel kills it, as a container's
 limit would; loaded with ``adapt=True`` the recipe steps its loader down, says so, and finishes,
 on the same samples in the same order. Real jobs in real cgroups (skipped where this machine
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from helpers import FIXTURES, cli_env
 
-from autotune._margin import Cgroup
+from autotune.machine._margin import Cgroup
 
 JOB = FIXTURES / "growing_train.py"
 #: The job's memory limit, and the export: 6 workers x 8 batches of 16 MiB once the items grow,

@@ -8,8 +8,8 @@ import torch
 from helpers import FIXTURES
 
 from autotune import Config, Outcome, Recipe
-from autotune._launch import Budget, TrialSpec
-from autotune._watch import run_trial
+from autotune.machine._launch import Budget, TrialSpec
+from autotune.tuner._watch import run_trial
 
 FIXTURE = FIXTURES / "model_train.py"
 FAST = Budget(warmup_s=0.2, window_s=0.3, windows=2, ceiling_windows=0)

@@ -10,11 +10,11 @@ import time
 
 from helpers import FIXTURES
 
-from autotune._config import Config
-from autotune._launch import Budget, TrialSpec
-from autotune._monitor import Monitor
-from autotune._outcome import Outcome
-from autotune._watch import run_trial
+from autotune.core._config import Config
+from autotune.machine._launch import Budget, TrialSpec
+from autotune.machine._monitor import Monitor
+from autotune.core._outcome import Outcome
+from autotune.tuner._watch import run_trial
 
 TINY = str(FIXTURES / "tiny_train.py")
 BUDGET = Budget(warmup_steps=2, warmup_s=0.2, window_s=0.3, windows=3, ceiling_windows=1)
@@ -76,7 +76,7 @@ def test_pss_is_read_again_when_memory_climbs_not_when_it_swings(monkeypatch) ->
     """PSS readings walk the tree's page tables (20 ms for a 0.9 GB trial): past the first,
     only a climb above the highest RSS seen reads it again before its share allows, and RSS
     that swings with each step's allocations does not."""
-    from autotune import _monitor
+    from autotune.machine import _monitor
 
     monkeypatch.setattr(_monitor, "PSS_EVERY", 0.3)
     monkeypatch.setattr(_monitor, "PSS_SHARE", 1e-9)  # no reading for the record alone
@@ -111,7 +111,7 @@ def test_between_walks_the_known_processes_are_read_and_a_gone_or_new_one_is_fou
     """A reading walks the tree (each thread's children file) at most every ``WALK_EVERY``;
     between walks it reads the processes it knows. One that is gone makes the next reading
     a walk, and a child born meanwhile counts from the next walk."""
-    from autotune import _monitor
+    from autotune.machine import _monitor
 
     monkeypatch.setattr(_monitor, "WALK_EVERY", 60.0)  # while the first child lives: no walk but for it
     monkeypatch.setattr(_monitor, "PSS_SHARE", 1e-9)  # PSS at PSS_EVERY only, out of the way

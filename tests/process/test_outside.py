@@ -1,4 +1,4 @@
-"""The loop's knobs applied to an unmodified script from outside its code (autotune._outside): AMP
+"""The loop's knobs applied to an unmodified script from outside its code (autotune.training._outside): AMP
 with its scaler, the prefetchers, channels_last and compile, in this process with real torch. The
 scripts below are plain loops that know nothing of autotune; what they saw is read from the run
 (the activations' dtype inside their forward, the autocast state inside their backward, the thread
@@ -17,10 +17,10 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from autotune import Config, Recipe
-from autotune._hooks import Hooks
-from autotune._script import SCRIPT_STAGES
-from autotune._script_trial import ScriptTrial
-from autotune._trial import BudgetSpent
+from autotune.training._hooks import Hooks
+from autotune.training._script import SCRIPT_STAGES
+from autotune.worker._script_trial import ScriptTrial
+from autotune.worker._trial import BudgetSpent
 
 torch.manual_seed(0)
 X = torch.randn(512, 8)

@@ -1,5 +1,5 @@
 """A Lightning script and a Hugging Face Trainer script get the precision knob through their own
-framework's settings (autotune._framework_knobs), run in this process as ``autotune exec`` runs
+framework's settings (autotune.training._framework_knobs), run in this process as ``autotune exec`` runs
 them: the dtype their layers computed in is read from the run."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from helpers import FIXTURES
 from torch.nn.modules.module import register_module_forward_hook
 
 from autotune import Config, Recipe
-from autotune._hooks import Hooks
-from autotune._script import SCRIPT_STAGES, run_script
+from autotune.training._hooks import Hooks
+from autotune.training._script import SCRIPT_STAGES, run_script
 
 SCRIPTS = FIXTURES / "scripts"
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from autotune._prefetch import THREAD_DEPTH, iter_batches, map_tensors
+from autotune.training._prefetch import THREAD_DEPTH, iter_batches, map_tensors
 
 CPU = torch.device("cpu")
 Pair = collections.namedtuple("Pair", ["x", "y"])

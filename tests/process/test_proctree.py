@@ -25,7 +25,7 @@ time.sleep(60)
 def test_the_process_tree_holds_every_descendant_read_either_way(monkeypatch) -> None:
     import psutil
 
-    from autotune import _proctree
+    from autotune.machine import _proctree
 
     root = subprocess.Popen([sys.executable, "-c", TREE], start_new_session=True)
     try:
@@ -58,7 +58,7 @@ def test_the_process_tree_holds_every_descendant_read_either_way(monkeypatch) ->
 def test_shared_memory_held_open_and_mapped_by_none_is_counted_once(tmp_path) -> None:
     import mmap
 
-    from autotune._proctree import held_unmapped
+    from autotune.machine._proctree import held_unmapped
 
     name = f"/dev/shm/autotune-test-{os.getpid()}"
     fd = os.open(name, os.O_CREAT | os.O_RDWR, 0o600)
@@ -90,7 +90,7 @@ def test_batches_a_loader_holds_in_flight_are_in_the_trees_memory() -> None:
     import torch
     from torch.utils.data import DataLoader
 
-    from autotune._proctree import held_unmapped, tree_memory
+    from autotune.machine._proctree import held_unmapped, tree_memory
 
     class Items(torch.utils.data.Dataset):
         def __len__(self) -> int:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from autotune import Config, Recipe
-from autotune._export import load, render
+from autotune.production._export import load, render
 
 
 def test_a_run_resolved_config_round_trips(tmp_path: Path) -> None:
@@ -119,7 +119,7 @@ def test_a_recipe_reports_across_epochs_shorter_than_its_period(capsys) -> None:
 
 
 def test_the_same_machine_loads_its_export_silently(tmp_path: Path, recwarn) -> None:
-    from autotune._probe import probe
+    from autotune.machine._probe import probe
 
     here = probe("cpu")
     path = tmp_path / "best.yaml"
@@ -137,7 +137,7 @@ def test_exec_times_its_process_as_a_stopwatch_would() -> None:
     import time
 
     started = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", "import time; time.sleep(0.3); from autotune._exec import process_age; "
+    out = subprocess.run([sys.executable, "-c", "import time; time.sleep(0.3); from autotune.production._exec import process_age; "
                           "print(process_age())"], capture_output=True, text=True, check=True).stdout
     watch = time.perf_counter() - started
     assert 0.3 < float(out) <= watch + 0.011 and watch - float(out) < 0.25  # (after it: the interpreter's exit)

@@ -264,8 +264,8 @@ def test_resnet_sizes_itself_by_device_and_learns_in_production(monkeypatch):
 
 
 def test_resnet_trains_channels_last_in_a_trial(tmp_path: Path, warm) -> None:
-    from autotune._launch import Budget, TrialSpec
-    from autotune._watch import run_trial
+    from autotune.machine._launch import Budget, TrialSpec
+    from autotune.tuner._watch import run_trial
 
     spec = TrialSpec(f"{RUNNERS / 'resnet'}.py:train", autotune.Config(channels_last=True),
                      "cpu", Budget(warmup_s=0.5, window_s=1.0, windows=2, ceiling_windows=0))
@@ -281,8 +281,8 @@ def test_resnet_trains_channels_last_in_a_trial(tmp_path: Path, warm) -> None:
 @pytest.mark.parametrize("runner", ["mnist", "charlm", "resnet"])
 @pytest.mark.parametrize("amp", ["fp16", "bf16"])
 def test_runner_trains_under_amp_on_cuda_without_nan(tmp_path: Path, runner: str, amp: str) -> None:
-    from autotune._launch import Budget, TrialSpec
-    from autotune._watch import run_trial
+    from autotune.machine._launch import Budget, TrialSpec
+    from autotune.tuner._watch import run_trial
 
     spec = TrialSpec(f"{RUNNERS / runner}.py:train", autotune.Config(amp=amp, fused_optimizer=True),
                      "cuda", Budget(warmup_s=1.0, window_s=1.0, windows=3, ceiling_windows=0))

@@ -1,4 +1,4 @@
-"""A trial's warmup and windows end at the baseline's marks, in samples (autotune._stretch): a
+"""A trial's warmup and windows end at the baseline's marks, in samples (autotune.worker._stretch): a
 faster config is measured on the same stretch of the same training, never on fewer windows;
 a whole run goes on to the code's end; the baseline measures on past its windows."""
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from autotune._config import Config
-from autotune._stretch import MIN_WINDOW_S
+from autotune.core._config import Config
+from autotune.worker._stretch import MIN_WINDOW_S
 
 #: 256 rows: an epoch of 32 batches at the code's batch size, 8.
 ROWS, BATCH = 256, 8
@@ -20,7 +20,7 @@ ROWS, BATCH = 256, 8
 def measured(config: Config = Config(), epochs: int = 100, step_s: float = 0.0, **budget) -> tuple[list[dict], bool]:  # noqa: B008
     """The events of a Trial over a loop of ``epochs`` epochs (each step ``step_s`` long), and
     whether the loop ended by itself (else the trial stopped it)."""
-    from autotune._trial import BudgetSpent, Trial
+    from autotune.worker._trial import BudgetSpent, Trial
 
     events: list[dict] = []
     trial = Trial(config, torch.device("cpu"), lambda kind, **e: events.append({"event": kind, **e}),
@@ -48,7 +48,7 @@ def stretches(events: list[dict]) -> list[int]:
 @pytest.fixture
 def no_floor(monkeypatch):
     """Windows a few microseconds long may close: the rule under test is the marks'."""
-    monkeypatch.setattr("autotune._stretch.MIN_WINDOW_S", 0.0)
+    monkeypatch.setattr("autotune.worker._stretch.MIN_WINDOW_S", 0.0)
 
 
 @pytest.mark.usefixtures("no_floor")

@@ -10,9 +10,9 @@ def test_a_config_gets_the_same_verdict_fast_or_slow(tmp_path, warm) -> None:
     samples, as a fast and a slow run of it do) is judged on the baseline's span both times:
     the same loss there, the same verdict."""
 
-    from autotune._config import Config
-    from autotune._launch import Budget, TrialSpec
-    from autotune._watch import run_trial
+    from autotune.core._config import Config
+    from autotune.machine._launch import Budget, TrialSpec
+    from autotune.tuner._watch import run_trial
 
     tiny = f"{FIXTURES / 'tiny_train.py'}:train"
     budget = Budget(warmup_steps=2, warmup_s=0.2, window_s=0.25, windows=4, ceiling_windows=0)

@@ -1,4 +1,4 @@
-"""The warm worker (autotune._warm): trials forked from a process with torch imported
+"""The warm worker (autotune.worker._warm): trials forked from a process with torch imported
 behave as trials spawned cold: outcome, exit status, environment, leftovers, seeds."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from conftest import tagged
 from helpers import FIXTURES
 
 from autotune import Config, Outcome
-from autotune._warm import WarmWorker
-from autotune._launch import Budget, new_tag, TRIAL_TAG_ENV, TrialSpec
-from autotune._watch import run_trial
+from autotune.worker._warm import WarmWorker
+from autotune.machine._launch import Budget, new_tag, TRIAL_TAG_ENV, TrialSpec
+from autotune.tuner._watch import run_trial
 
 FAST = Budget(warmup_s=0.2, window_s=0.3, windows=2, ceiling_windows=0)
 
@@ -139,7 +139,7 @@ def test_a_dead_warm_worker_means_cold_trials(tmp_path: Path, warm: WarmWorker) 
 
 def test_the_warm_worker_ends_with_its_tuner(tmp_path: Path) -> None:
     # a tuner (this script) that starts a warm worker, waits until it is ready, then is killed
-    script = ("import os, sys, time\nfrom autotune._warm import WarmWorker\nfrom autotune._launch import new_tag\n"
+    script = ("import os, sys, time\nfrom autotune.worker._warm import WarmWorker\nfrom autotune.machine._launch import new_tag\n"
               "w = WarmWorker(os.environ, new_tag())\nassert w._wait_ready()\nprint(w.pid, flush=True)\n"
               "time.sleep(300)\n")
     tuner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)

@@ -1,4 +1,4 @@
-"""One trial run to its end in a real worker process (autotune._watch): outcomes, limits, ceilings, leftovers."""
+"""One trial run to its end in a real worker process (autotune.tuner._watch): outcomes, limits, ceilings, leftovers."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ from conftest import tagged
 from helpers import FIXTURES
 
 from autotune import Config, Outcome
-from autotune._ceilings import CACHED_BATCHES, bottleneck, ceiling_key
-from autotune._knobs import Part
-from autotune._launch import TRIAL_TAG_ENV, Budget, TrialSpec
-from autotune._monitor import Monitor
-from autotune._reap import kill_orphans, sweep_orphans
-from autotune._watch import run_trial
+from autotune.core._ceilings import CACHED_BATCHES, bottleneck, ceiling_key
+from autotune.core._knobs import Part
+from autotune.machine._launch import TRIAL_TAG_ENV, Budget, TrialSpec
+from autotune.machine._monitor import Monitor
+from autotune.machine._reap import kill_orphans, sweep_orphans
+from autotune.tuner._watch import run_trial
 
 FIXTURE = FIXTURES / "tiny_train.py"
 ESCAPING = FIXTURE.with_name("escaping_train.py")
@@ -212,7 +212,7 @@ def test_the_bottleneck_verdict_on_real_trials(tmp_path: Path, func: str, verdic
     ("train_loader_bound", 0.0, 0.001),
 ])
 def test_the_loader_ceiling_counts_its_workers_cpu(tmp_path: Path, func: str, low: float, high: float, warm) -> None:
-    from autotune._probe import usable_cpus
+    from autotune.machine._probe import usable_cpus
 
     result, _ = trial(tmp_path, func, budget=CEILINGS, warm=warm)
     assert result.outcome is Outcome.COMPLETE, result.reason
@@ -299,7 +299,7 @@ def test_a_function_that_returns_by_itself_is_measured_whole(tmp_path: Path, war
 def test_time_to_the_baselines_loss_is_not_used_where_that_loss_does_not_fall(tmp_path: Path, warm) -> None:
     """Random labels: the baseline's loss holds at ln 2, and a 4x batch "reaches" it at once, which
     would rank as a speedup in time to the loss. The trial says the loss is flat instead, and ranks
-    on its samples/s (``to_loss_flat``, ``autotune._shape.flat_runs``)."""
+    on its samples/s (``to_loss_flat``, ``autotune.tuner._shape.flat_runs``)."""
     longer = dataclasses.replace(FAST, windows=6)
     base, _ = trial(tmp_path, "train_random_labels", budget=longer, warm=warm)
     assert base.outcome is Outcome.COMPLETE, base.reason
@@ -355,7 +355,7 @@ def test_a_loop_that_bypasses_run_batches_is_named_at_once(tmp_path: Path, name:
 
 def test_function_returning_before_a_window(tmp_path: Path, warm) -> None:
     result, watch = trial(tmp_path, "train_returns_early", warm=warm)
-    assert result.outcome is Outcome.CRASHED  # (a baseline so is bad input: autotune._options.baseline_failed)
+    assert result.outcome is Outcome.CRASHED  # (a baseline so is bad input: autotune.tuner._options.baseline_failed)
     assert result.reason.startswith("NotTunable: ") and "train_returns_early ended after 3 training steps, before " \
         "one measured window: a measure needs a warmup (at least 5 steps" in result.reason
     assert watch.kinds()[-2:] == ["end", "error"]  # its end said first (what it measured), then why it is no measure
@@ -459,7 +459,7 @@ def test_a_tree_still_paging_memory_in_is_not_stalled(tmp_path: Path, warm) -> N
 
 
 def test_a_profile_run_times_a_run_handle_step_by_part_and_traces_it(tmp_path: Path, warm) -> None:
-    from autotune._profile import PARTS, trace_events
+    from autotune.worker._profile import PARTS, trace_events
 
     trace = tmp_path / "t.pt.trace.json.gz"
     spec = TrialSpec(target=f"{FIXTURE}:train", config=Config(), device="cpu",
@@ -510,7 +510,7 @@ def test_the_nvml_sampler_reads_the_trials_own_device(tmp_path: Path) -> None:
     import pynvml
     import torch
 
-    from autotune._monitor import nvml_handle
+    from autotune.machine._monitor import nvml_handle
 
     # CUDA_VISIBLE_DEVICES may name a device by UUID: the handle must be that device's.
     uuid = str(torch.cuda.get_device_properties(0).uuid)

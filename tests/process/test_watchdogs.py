@@ -11,9 +11,9 @@ import psutil
 from helpers import FIXTURES
 
 from autotune import Config, Outcome
-from autotune._launch import Budget, TrialSpec
-from autotune._reap import kill_orphans
-from autotune._watch import run_trial
+from autotune.machine._launch import Budget, TrialSpec
+from autotune.machine._reap import kill_orphans
+from autotune.tuner._watch import run_trial
 
 FIXTURE = FIXTURES / "faulty_train.py"
 TARGET = f"{FIXTURE}:train"
@@ -31,7 +31,7 @@ def test_the_floor_of_available_memory_stops_a_hog(tmp_path: Path, warm) -> None
 
 
 def test_the_default_floor_is_a_tenth_of_the_machine() -> None:
-    from autotune._monitor import AVAILABLE_FLOOR, Monitor
+    from autotune.machine._monitor import AVAILABLE_FLOOR, Monitor
 
     assert AVAILABLE_FLOOR == 0.10
     assert Monitor(os.getpid()).floor == int(psutil.virtual_memory().total * 0.10)

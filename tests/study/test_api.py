@@ -76,13 +76,13 @@ def test_bad_arguments_name_the_argument_and_what_is_allowed(tmp_path: Path) -> 
 def test_a_function_of_a_module_is_named_by_its_module() -> None:
     from autotune._api import target_of
 
-    assert target_of(autotune.load) == "autotune._export:load"
+    assert target_of(autotune.load) == "autotune.production._export:load"
     assert target_of("x.py:train") == "x.py:train"
 
 
 def test_tune_inside_its_own_trial_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
     """A script without the ``__main__`` guard would start a study in every trial."""
-    from autotune._launch import TRIAL_TAG_ENV
+    from autotune.machine._launch import TRIAL_TAG_ENV
 
     monkeypatch.setenv(TRIAL_TAG_ENV, "some-trial")
     with pytest.raises(RuntimeError, match='if __name__ == "__main__"'):

@@ -9,7 +9,7 @@ import subprocess
 import forked_cli
 from helpers import FIXTURES, autotune, cli, cli_env, load_study
 
-from autotune._standing import standing
+from autotune.tuner._standing import standing
 
 SCRIPT = FIXTURES / "scripts" / "ddp_style.py"
 TRIALS = ["--warmup", "0.5", "--window", "0.5", "--windows", "3", "--seed", "0", "--confirm", "0"]

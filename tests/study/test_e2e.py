@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import FIXTURES, autotune, built_once, cli_env, load_study, mlflow_runs
 
-from autotune._guard import LEARN_WINDOWS
+from autotune.core._guard import LEARN_WINDOWS
 
 FIXTURE = FIXTURES / "cli_train.py"
 TARGET = f"{FIXTURE}:train"
@@ -108,7 +108,7 @@ def test_the_records_describe_themselves(study_store: Path) -> None:
     every knob a param on every run, the winner tagged, a note per run, the parent's result;
     in Optuna the objective named and params on every trial, the baseline's included."""
     from autotune import KNOBS
-    from autotune._space import load_space
+    from autotune.tuner._space import load_space
 
     study = load_study(study_store / "mlflow", "e2e")
     assert study.metric_names == ["samples_per_s"]
@@ -160,7 +160,7 @@ def test_the_parent_run_holds_the_baseline_and_winner_steps_traced_and_timed_by_
     winner's where it is another config, in the parent run's traces/, with the step's parts as
     labelled ranges; their milliseconds as parent metrics, in the report and on the terminal;
     and the parts add up to the step time the profile run measured."""
-    from autotune._profile import PARTS, trace_events
+    from autotune.worker._profile import PARTS, trace_events
 
     study = load_study(study_store / "mlflow", "e2e")
     kept = study.user_attrs["profile"]
@@ -276,7 +276,7 @@ def test_export_loads_and_trains_in_production(study_store: Path) -> None:
     text = (study_store / "best.yaml").read_text()
     assert text.startswith("# autotune: study e2e, trial ")
     # the winner's highest host RAM over its runs, in the header and where load reads it
-    from autotune._standing import standing
+    from autotune.tuner._standing import standing
 
     found = standing(load_study(study_store / "mlflow", "e2e"))
     peak = max(r.metrics["ram_peak"] for r in found.decision.winner.runs if r.reliable) / 2**30
@@ -293,7 +293,7 @@ def test_export_loads_and_trains_in_production(study_store: Path) -> None:
 
 
 def test_confirmation_re_runs_the_top_configs_and_the_baseline(tmp_path: Path) -> None:
-    from autotune._standing import standing
+    from autotune.tuner._standing import standing
 
     args = [*FAST[:-2], "--confirm", "1", "--ceiling-windows", "0"]
     out = autotune("run", TARGET, "--trials", "3", "--study", "c", "--space", "loader", *args, cwd=tmp_path)

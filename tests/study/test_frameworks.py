@@ -9,7 +9,7 @@ import subprocess
 import forked_cli
 from helpers import FIXTURES, SHORT_TRIALS, cli, cli_env, load_study
 
-from autotune._standing import standing
+from autotune.tuner._standing import standing
 
 SCRIPTS = FIXTURES / "scripts"
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import TAG
 from helpers import FIXTURES, cli, cli_env, load_study, mlflow_runs
 
-from autotune._launch import TRIAL_TAG_ENV
+from autotune.machine._launch import TRIAL_TAG_ENV
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="--jobs 2 needs 2 CPUs to split")

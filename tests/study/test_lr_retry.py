@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from helpers import FIXTURES, SHORT_TRIALS, autotune, load_study, mlflow_runs
 
-from autotune._records import signed_share
+from autotune.stores._records import signed_share
 
 
 def test_a_fast_config_slow_to_the_baselines_loss_runs_again_with_the_lr_scaled(tmp_path: Path) -> None:

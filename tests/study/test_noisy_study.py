@@ -9,9 +9,9 @@ import threading
 
 from helpers import ROOT, cli, cli_env, load_study
 
-from autotune._kinds import Kind
-from autotune._noise import FOREIGN_LOAD_MAX
-from autotune._standing import standing
+from autotune.core._kinds import Kind
+from autotune.machine._noise import FOREIGN_LOAD_MAX
+from autotune.tuner._standing import standing
 
 #: Burns a CPU for at most 120 s (the test kills it sooner).
 HOG = """

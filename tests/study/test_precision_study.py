@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from helpers import ROOT, autotune, load_study, mlflow_runs
 
-from autotune._kinds import Kind
-from autotune._standing import standing
+from autotune.core._kinds import Kind
+from autotune.tuner._standing import standing
 
 
 def test_a_study_stops_drawing_a_precision_its_machine_runs_far_slower(tmp_path) -> None:

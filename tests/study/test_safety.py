@@ -19,8 +19,8 @@ from helpers import (
 )
 
 from autotune import Outcome
-from autotune._outcome import headline
-from autotune._tracking import RUN_STATUS
+from autotune.core._outcome import headline
+from autotune.stores._tracking import RUN_STATUS
 
 #: The fault each num_workers value injects (see faulty_train.py), in the order they
 #: are enqueued: the healthy 1 first, so that the slow 7 has a best to be pruned against.

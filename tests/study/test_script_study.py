@@ -8,7 +8,7 @@ import hashlib
 
 from helpers import FIXTURES, SHORT_TRIALS, autotune, load_study, mlflow_runs
 
-from autotune._standing import standing
+from autotune.tuner._standing import standing
 
 SCRIPT = FIXTURES / "scripts" / "mnist_style.py"
 #: Its own command line: epochs of 3 batches (about 1.7 s at 8 ms an item), so that test passes fall
@@ -35,7 +35,7 @@ def test_a_script_is_tuned_unmodified_and_run_in_production_with_its_export(tmp_
     done = autotune("run", str(SCRIPT), "--trials", "3", "--store", "st", "--space", str(space),
                     *SHORT_TRIALS, *ARGS, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "not tuned in an unmodified script" not in done.stderr  # amp reaches it from outside (autotune._outside)
+    assert "not tuned in an unmodified script" not in done.stderr  # amp reaches it from outside (autotune.training._outside)
     # its Adadelta has no fused kernel: seen at the baseline, never drawn
     assert "fused_optimizer not tuned: your code's optimizer (Adadelta) takes no fused= argument" in done.stderr
     study = load_study(tmp_path / "st", "mnist_style")
@@ -76,7 +76,7 @@ def test_a_script_is_tuned_unmodified_and_run_in_production_with_its_export(tmp_
 def test_autotune_exec_applies_the_loop_knobs_to_an_unmodified_script(tmp_path) -> None:
     """An export's amp, prefetch and channels_last reach a plain script under ``autotune exec`` the way
     its trials applied them; what its loop saw is what the script itself prints."""
-    from autotune._export import render
+    from autotune.production._export import render
 
     probe = FIXTURES / "scripts" / "loop_probe.py"
     export = tmp_path / "loop.yaml"

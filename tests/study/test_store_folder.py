@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers import FIXTURES, autotune
 
-from autotune._stores import MIN_FREE_BYTES, StoreDown, check_folder
+from autotune.stores._stores import MIN_FREE_BYTES, StoreDown, check_folder
 
 
 @pytest.fixture

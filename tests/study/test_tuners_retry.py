@@ -18,7 +18,7 @@ def test_two_tuners_retry_a_config_held_back_by_its_lr_once_at_the_baselines_see
     its tuner was given.
 
     Every trial is enqueued (the tuners draw none): their samplers mostly drew that config
-    with linear, which leaves nothing to retry (``autotune._planner.retry_lr``; tests/unit/test_planner.py checks that),
+    with linear, which leaves nothing to retry (``autotune.tuner._planner.retry_lr``; tests/unit/test_planner.py checks that),
     and when they let the tuners draw, this test raced on which trial ended first (it
     failed once in CI and in 1 of 9 runs beside a CPU hog)."""
     import optuna

@@ -1,4 +1,4 @@
-"""Short code runs whole (autotune._shape): every trial runs the script to its end and is ranked on
+"""Short code runs whole (autotune.tuner._shape): every trial runs the script to its end and is ranked on
 its wall time, none is a "short measure"; the study says up front what its trials will cost, and
 its answer in the wall time a user waits for, which ``autotune exec`` holds its own run against."""
 
@@ -9,7 +9,7 @@ import re
 import yaml
 from helpers import FIXTURES, autotune, load_study, mlflow_runs
 
-from autotune._standing import standing
+from autotune.tuner._standing import standing
 
 SCRIPT = FIXTURES / "scripts" / "mnist_style.py"
 #: Four epochs of 8 batches, each item read in 3 ms: about 0.8 s an epoch without workers, a
@@ -43,7 +43,7 @@ def test_a_short_script_runs_whole_in_every_trial_and_exec_holds_its_run_against
     assert {e["part"] for e in ceilings} == {"compute", "loader"}, ceilings
     assert (tmp_path / "st" / "trials" / "mnist_style" / "trial-0-ceilings.log").exists()
     # later trials measured the same samples as the baseline: its marks (a window shorter than
-    # autotune._stretch.MIN_WINDOW_S merged into the next), then the code's end
+    # autotune.worker._stretch.MIN_WINDOW_S merged into the next), then the code's end
     for row in found.rows[1:]:
         assert row.shape["marks"][0] == base.shape["marks"][0], (row.number, row.shape, base.shape)
         assert set(row.shape["marks"][:-1]) <= set(base.shape["marks"]), (row.number, row.shape, base.shape)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from helpers import FIXTURES, autotune, load_study
 
-from autotune._probe import usable_cpus
+from autotune.machine._probe import usable_cpus
 
 
 def test_a_study_on_a_waiting_loader_widens_its_worker_range(tmp_path: Path) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from autotune import KNOBS
-from autotune._ceilings import (DATA_WAIT_HIGH, HIGH_EFFICIENCY, Ceilings, bottleneck, ceiling_key, cpu_roof,
+from autotune.core._ceilings import (DATA_WAIT_HIGH, HIGH_EFFICIENCY, Ceilings, bottleneck, ceiling_key, cpu_roof,
                                 loader_only)
-from autotune._knobs import Part
+from autotune.core._knobs import Part
 
 RESOLVED = {"batch_size": 64, "num_workers": 2, "pin_memory": False, "persistent_workers": True,
             "prefetch_factor": 2, "prefetch": "thread", "lr_scaling": "linear", "fused_optimizer": True,

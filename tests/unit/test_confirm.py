@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from autotune._confirm import Group, beats, decide, group_runs, plan
-from autotune._kinds import Kind
-from autotune._records import TrialRow
+from autotune.tuner._confirm import Group, beats, decide, group_runs, plan
+from autotune.core._kinds import Kind
+from autotune.stores._records import TrialRow
 
 
 def row(number: int, sps: float | None, outcome: str = "complete", *, baseline: bool = False,

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from autotune._events import EventReader, EventWriter
+from autotune.core._events import EventReader, EventWriter
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The best config as YAML, and loading it back (autotune._export)."""
+"""The best config as YAML, and loading it back (autotune.production._export)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import yaml
 
 import autotune
 from autotune import KNOBS, Config, ConfigError, Recipe
-from autotune._export import BASE_BATCH_KEY, load, recipe_from_mapping, render
+from autotune.production._export import BASE_BATCH_KEY, load, recipe_from_mapping, render
 
 #: What Run.resolved() gives for a tuned run (batch size already absolute).
 RESOLVED = {

@@ -1,4 +1,4 @@
-"""A trial's figures and the evidence in its log (autotune._figures)."""
+"""A trial's figures and the evidence in its log (autotune.machine._figures)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ Extension modules: numpy.core._multiarray_umath, torch._C (total: 2)"""
 
 
 def test_log_tail_keeps_the_crashing_threads_stack() -> None:
-    from autotune._figures import log_tail
+    from autotune.machine._figures import log_tail
 
     assert log_tail(FAULTHANDLER_REPORT) == (
         "Fatal Python error: Segmentation fault\n"
@@ -27,7 +27,7 @@ def test_log_tail_keeps_the_crashing_threads_stack() -> None:
 
 
 def test_log_tail_without_a_native_crash_is_the_last_lines() -> None:
-    from autotune._figures import log_tail
+    from autotune.machine._figures import log_tail
 
     text = "\n".join(f"line {i}" for i in range(30))
     assert log_tail(text, lines=3) == "line 27\nline 28\nline 29"

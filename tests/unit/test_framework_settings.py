@@ -1,9 +1,9 @@
-"""Frameworks that own knobs (autotune._frameworks): which one a script trained through, and the
+"""Frameworks that own knobs (autotune.training._frameworks): which one a script trained through, and the
 winner in its own settings."""
 
 from __future__ import annotations
 
-from autotune._frameworks import LIGHTNING, TRANSFORMERS, detect, own_settings
+from autotune.training._frameworks import LIGHTNING, TRANSFORMERS, detect, own_settings
 
 
 def test_the_framework_is_read_from_what_the_script_imported() -> None:

@@ -1,4 +1,4 @@
-"""The rules that judge a trial (autotune._guard): divergence against the baseline, pruning, lr retries; on hand-written histories."""
+"""The rules that judge a trial (autotune.core._guard): divergence against the baseline, pruning, lr retries; on hand-written histories."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from autotune._guard import (
+from autotune.core._guard import (
     DIVERGENCE_TOLERANCE,
     LR_STEPS,
     blew_up,
@@ -19,7 +19,7 @@ from autotune._guard import (
     prune_reason,
     same_steps,
 )
-from autotune._to_loss import samples_to, to_loss
+from autotune.core._to_loss import samples_to, to_loss
 
 NAN, INF = math.nan, math.inf
 
@@ -192,7 +192,7 @@ CURVE = [(0, 100, 2.0, 4), (100, 200, 1.5, 4), (200, 300, 1.1, 4), (300, 400, 0.
 
 
 def test_divergence_compares_the_same_samples_whatever_the_pieces() -> None:
-    from autotune._guard import judged_span, mean_over
+    from autotune.core._guard import judged_span, mean_over
 
     assert judged_span(CURVE) == (256, 512) and mean_over(CURVE, 256, 512) == pytest.approx(0.8)
     # the baseline reached 700 or 1,000 samples (slower, faster): the same span
@@ -234,7 +234,7 @@ def test_a_larger_batch_is_judged_at_the_same_steps_not_the_same_samples() -> No
 
 
 def test_judge_loss_gives_the_comparison_whatever_the_verdict() -> None:
-    from autotune._guard import Comparison, judge_loss
+    from autotune.core._guard import Comparison, judge_loss
 
     # the fast trial above passes: its loss on the span is the baseline's, 0% worse
     # (on the baseline's batch: 25 samples a step, as CURVE)
@@ -256,7 +256,7 @@ def test_judge_loss_gives_the_comparison_whatever_the_verdict() -> None:
     (2.30, 2.50, True),    # it rose: nothing to judge a worse config by
 ])
 def test_flat_reference(first, span_loss, flat) -> None:
-    from autotune._guard import flat_reference
+    from autotune.core._guard import flat_reference
 
     why = flat_reference([(100.0, first)], [(0.0, 512.0, first, 8), (512.0, 1024.0, span_loss, 8)])
     assert (why is not None) is flat

@@ -1,11 +1,11 @@
-"""What the study believes of a finished trial (autotune._judge): hand-built results."""
+"""What the study believes of a finished trial (autotune.tuner._judge): hand-built results."""
 
 from __future__ import annotations
 
-from autotune._ceilings import Ceilings, ceiling_key
-from autotune._judge import checked_ceilings
-from autotune._knobs import Part
-from autotune._outcome import Outcome
+from autotune.core._ceilings import Ceilings, ceiling_key
+from autotune.tuner._judge import checked_ceilings
+from autotune.core._knobs import Part
+from autotune.core._outcome import Outcome
 
 CONFIG = {"batch_size": 16, "num_workers": 2}
 QUIET = {"samples_per_s": 1000.0, "samples_per_s_spread": 0.05, "foreign_cpu": 0.0, "data_wait_frac": 0.3}

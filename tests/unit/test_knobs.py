@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from autotune._knobs import KNOBS, Capability, Stage, parse_relative, unknown_knob_message
+from autotune.core._knobs import KNOBS, Capability, Stage, parse_relative, unknown_knob_message
 
 REQUIRED = ["num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "prefetch",
             "batch_size", "lr_scaling", "amp", "fused_optimizer", "cudnn_benchmark"]

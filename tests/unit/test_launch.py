@@ -1,4 +1,4 @@
-"""A trial's worker command and environment (autotune._launch): pure."""
+"""A trial's worker command and environment (autotune.machine._launch): pure."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 
 import autotune
 from autotune import Config
-from autotune._events import FD_ENV
-from autotune._launch import TRIAL_TAG_ENV, Budget, TrialSpec, build_command
+from autotune.core._events import FD_ENV
+from autotune.machine._launch import TRIAL_TAG_ENV, Budget, TrialSpec, build_command
 
 PACKAGE_ROOT = str(Path(autotune.__file__).resolve().parent.parent)
 #: Short enough for ~4 s per trial (2.5 s of it importing torch in the worker); the
@@ -24,7 +24,7 @@ def build(config: Config = Config(), device: str = "cpu", environ: dict | None =
           fd: int = 7, tag: str = "123-abc"):
     spec = TrialSpec(target="train.py:train", config=config, device=device, budget=FAST, seed=3)
     argv, env = build_command(spec, fd, environ if environ is not None else {}, python="/py", tag=tag)
-    assert argv[:3] == ["/py", "-m", "autotune._trial_main"] and len(argv) == 4
+    assert argv[:3] == ["/py", "-m", "autotune.worker._trial_main"] and len(argv) == 4
     return json.loads(argv[3]), env
 
 
@@ -53,7 +53,7 @@ def test_build_command_environment() -> None:
     _, env = build(environ=parent, fd=11)
     assert env[FD_ENV] == "11"
     assert env["PYTHONUNBUFFERED"] == "1"
-    # the package first (the worker runs `-m autotune._trial_main`), then the parent's path
+    # the package first (the worker runs `-m autotune.worker._trial_main`), then the parent's path
     assert env["PYTHONPATH"] == os.pathsep.join([PACKAGE_ROOT, "/site/extra"])
     assert env["HOME"] == "/home/u"
     assert "CUDA_VISIBLE_DEVICES" not in env  # a CPU trial changes nothing about GPUs

@@ -1,4 +1,4 @@
-"""How many DataLoader workers can help (autotune._loader_workers): the worker range from measured loaders, and the climb of a leader that waits."""
+"""How many DataLoader workers can help (autotune.tuner._loader_workers): the worker range from measured loaders, and the climb of a leader that waits."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import torch
 from torch.utils.data import TensorDataset
 
 from autotune import Config, Run
-from autotune._ceilings import Ceilings, ceiling_key
-from autotune._knobs import Part
-from autotune._loader_workers import (
+from autotune.core._ceilings import Ceilings, ceiling_key
+from autotune.core._knobs import Part
+from autotune.tuner._loader_workers import (
     Evidence,
     epoch_samples,
     evidence,
@@ -25,8 +25,8 @@ from autotune._loader_workers import (
     widened_range,
     worker_ram,
 )
-from autotune._records import TrialRow
-from autotune._space import IntRange, load_space
+from autotune.stores._records import TrialRow
+from autotune.tuner._space import IntRange, load_space
 
 NO_LIMITS: dict[str, int] = {}
 
@@ -338,9 +338,9 @@ def test_a_leader_with_a_worker_per_batch_runs_again_at_a_smaller_batch_with_twi
 
 
 def test_a_climbed_config_drops_what_no_longer_applies() -> None:
-    from autotune._loader_workers import MoreWorkers, climbed
-    from autotune._planner import smaller_batch
-    from autotune._space import Choice
+    from autotune.tuner._loader_workers import MoreWorkers, climbed
+    from autotune.tuner._planner import smaller_batch
+    from autotune.tuner._space import Choice
 
     drawn = {"batch_size": "2x", "num_workers": 12, "lr_scaling": "linear", "prefetch_factor": 4,
              "persistent_workers": False, "amp": "bf16"}
@@ -395,7 +395,7 @@ def test_in_order_false_applies_only_to_a_loader_that_shuffles_with_workers() ->
 def test_a_loader_on_several_ranks_says_whether_its_sampler_splits_the_dataset_by_rank() -> None:
     from torch.utils.data import BatchSampler, DistributedSampler, RandomSampler
 
-    from autotune._loaders import dataset_facts
+    from autotune.core._loaders import dataset_facts
 
     data = TensorDataset(torch.zeros(64, 2))
     split = DistributedSampler(data, num_replicas=2, rank=0)

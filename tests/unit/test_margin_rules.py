@@ -1,4 +1,4 @@
-"""The memory margin's rules and readers (autotune._margin), in milliseconds: the step ``fit``
+"""The memory margin's rules and readers (autotune.machine._margin), in milliseconds: the step ``fit``
 returns, the GPU line, a memory cgroup read from files laid out as the kernel's, the batch
 order a rebuilt loader resumes, the bytes in flight."""
 
@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 
-from autotune._margin import MARGIN, Cgroup, Counted, EpochOrder, fit, gpu_line
+from autotune.machine._margin import MARGIN, Cgroup, Counted, EpochOrder, fit, gpu_line
 
 GIB = 2**30
 

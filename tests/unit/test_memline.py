@@ -1,4 +1,4 @@
-"""CUDA memory in profile runs (autotune._memline): the swing rule, which config runs again with
+"""CUDA memory in profile runs (autotune.core._memline): the swing rule, which config runs again with
 expandable_segments, the lines the terminal and the report show, and the parent run's metrics."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autotune._memline import (
+from autotune.core._memline import (
     EXPANDABLE,
     MemoryFinding,
     effect_line,
@@ -14,8 +14,8 @@ from autotune._memline import (
     memory_path,
     swing_reason,
 )
-from autotune._profiling import expandable_plan, parent_figures
-from autotune._report import step_parts_html
+from autotune.tuner._profiling import expandable_plan, parent_figures
+from autotune.tuner._report import step_parts_html
 
 MIB, GIB = 1 << 20, 1 << 30
 STEADY = MemoryFinding(steps=80, allocated_peak=2 * GIB, reserved_peak=2 * GIB + 100 * MIB,

@@ -1,4 +1,4 @@
-"""When a figure is not believed (autotune._noise): foreign load, spread, short measures, the wait for a quiet machine."""
+"""When a figure is not believed (autotune.machine._noise): foreign load, spread, short measures, the wait for a quiet machine."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from autotune._noise import (
+from autotune.machine._noise import (
     FOREIGN_LOAD_MAX,
     SPREAD_MAX,
     doubt,

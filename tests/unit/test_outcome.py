@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from autotune import Outcome
-from autotune._outcome import classify, clip, headline
+from autotune.core._outcome import classify, clip, headline
 
 OK = [{"index": 0, "loss": 0.7}, {"index": 1, "loss": 0.6}]
 

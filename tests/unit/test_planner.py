@@ -1,4 +1,4 @@
-"""The planner's rules on hand-built standings (autotune._planner): what runs next, and why."""
+"""The planner's rules on hand-built standings (autotune.tuner._planner): what runs next, and why."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 from standings import ceilings_of, standing, trial
 
-from autotune._kinds import Kind, Line, Request
-from autotune._planner import (
+from autotune.core._kinds import Kind, Line, Request
+from autotune.tuner._planner import (
     Failed,
     Settings,
     Wait,
@@ -23,7 +23,7 @@ from autotune._planner import (
     smaller_batch,
     without_baseline,
 )
-from autotune._space import Choice, Fixed, IntRange, Space
+from autotune.tuner._space import Choice, Fixed, IntRange, Space
 
 NOISY = "noisy: other processes used 48% of its CPUs while it measured (over 20%)"
 LR = Space("lr", {"batch_size": Choice(("1x", "2x", "4x")), "lr_scaling": Choice(("none", "sqrt", "linear"))})

@@ -1,11 +1,11 @@
-"""A precision this machine runs far slower than another is held off (autotune._precision)."""
+"""A precision this machine runs far slower than another is held off (autotune.tuner._precision)."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from autotune._precision import DOMINATED_AFTER, precision_hold
-from autotune._records import TrialRow
+from autotune.tuner._precision import DOMINATED_AFTER, precision_hold
+from autotune.stores._records import TrialRow
 
 CPU_CHOICES = ("off", "bf16")
 

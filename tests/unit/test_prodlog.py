@@ -1,4 +1,4 @@
-"""The production job's MLflow writer (autotune._prodlog): the loop never waits for the store, and
+"""The production job's MLflow writer (autotune.production._prodlog): the loop never waits for the store, and
 a store that fails (a server restarting) costs figures late, never the job nor a figure."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
-from autotune import _prodlog
-from autotune._prodlog import ProductionLog
+from autotune.production import _prodlog
+from autotune.production._prodlog import ProductionLog
 
 
 class Store:
@@ -76,7 +76,7 @@ def test_without_figures_no_thread_starts_and_close_says_nothing() -> None:
 
 
 def test_figures_the_store_refuses_are_dropped_and_said_and_the_rest_go_on() -> None:
-    """An error that waiting cannot mend (not ``autotune._stores.transient``) drops that batch once,
+    """An error that waiting cannot mend (not ``autotune.stores._stores.transient``) drops that batch once,
     instead of retrying it for ever ahead of every later epoch."""
     refused, said, written = [True], [], []
 

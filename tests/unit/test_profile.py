@@ -1,4 +1,4 @@
-"""The profile runs' rules (autotune._profile, autotune._profiling): a step cut into parts that
+"""The profile runs' rules (autotune.worker._profile, autotune.tuner._profiling): a step cut into parts that
 tile it, the breakdown, the line the terminal prints, which configs are profiled."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import time
 import pytest
 from standings import trial
 
-from autotune._ceilings import Ceilings
-from autotune._launch import Budget
-from autotune._profile import PARTS, StepParts, breakdown, changed, shares
-from autotune._profiling import parent_figures, profile_budget, profile_plan
-from autotune._standing import standing_of
+from autotune.core._ceilings import Ceilings
+from autotune.machine._launch import Budget
+from autotune.worker._profile import PARTS, StepParts, breakdown, changed, shares
+from autotune.tuner._profiling import parent_figures, profile_budget, profile_plan
+from autotune.tuner._standing import standing_of
 
 
 def test_the_parts_tile_the_loop_so_they_add_up_to_its_wall_time() -> None:
@@ -87,8 +87,8 @@ def test_the_last_tuner_to_finish_runs_the_profile_runs_and_one_of_two_that_fini
 
     import optuna
 
-    from autotune._profiling import run_profiles
-    from autotune._tuners import Liveness, Registry, TunerPhase
+    from autotune.tuner._profiling import run_profiles
+    from autotune.tuner._tuners import Liveness, Registry, TunerPhase
 
     study = optuna.create_study()
     owners = [{"host": "h", "pid": pid, "started": 1.0} for pid in (1, 2, 3)]

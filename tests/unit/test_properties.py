@@ -11,18 +11,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from standings import with_bound
 
-from autotune._ceilings import Ceilings, ceiling_key
-from autotune._judge import checked_ceilings, optuna_state, result_record
-from autotune._kinds import Kind, Request
-from autotune._knobs import Part
-from autotune._noise import is_noisy
-from autotune._outcome import RUNNING, WAITING, Outcome
-from autotune._planner import Settings, after_trial, confirmation, without_baseline
-from autotune._records import TrialRow
-from autotune._space import Choice, IntRange, Space
-from autotune._space_now import draw_caps, holds, space_now
-from autotune._standing import findings, standing_of
-from autotune._watch import TrialResult
+from autotune.core._ceilings import Ceilings, ceiling_key
+from autotune.tuner._judge import checked_ceilings, optuna_state, result_record
+from autotune.core._kinds import Kind, Request
+from autotune.core._knobs import Part
+from autotune.machine._noise import is_noisy
+from autotune.core._outcome import RUNNING, WAITING, Outcome
+from autotune.tuner._planner import Settings, after_trial, confirmation, without_baseline
+from autotune.stores._records import TrialRow
+from autotune.tuner._space import Choice, IntRange, Space
+from autotune.tuner._space_now import draw_caps, holds, space_now
+from autotune.tuner._standing import findings, standing_of
+from autotune.tuner._watch import TrialResult
 
 SPACE = Space("p", {"num_workers": IntRange(0, 8, auto=True), "batch_size": Choice(("1x", "2x", "4x")),
                     "lr_scaling": Choice(("none", "sqrt", "linear")), "persistent_workers": Choice((False, True)),

@@ -1,4 +1,4 @@
-"""A trial on several ranks (autotune._ranks): each rank's CPUs, the job's window from its ranks',
+"""A trial on several ranks (autotune.training._ranks): each rank's CPUs, the job's window from its ranks',
 torchrun's environment, and --nproc-per-node bounded by the CPUs before anything starts."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from autotune._cli import cli
-from autotune._probe import usable_cpus
-from autotune._ranks import JOB_CPUS_ENV, combine, job_cpus, rank_environ, rank_share, torchrun
+from autotune.machine._probe import usable_cpus
+from autotune.training._ranks import JOB_CPUS_ENV, combine, job_cpus, rank_environ, rank_share, torchrun
 
 
 def test_each_rank_gets_its_own_share_of_the_cpus() -> None:
@@ -37,9 +37,9 @@ def test_torchrun_gets_each_ranks_threads_unless_the_user_set_them() -> None:
 
 
 def test_the_jobs_cpus_are_counted_as_the_studys_probe_counts_them(monkeypatch: pytest.MonkeyPatch) -> None:
-    import autotune._probe
+    import autotune.machine._probe
 
-    monkeypatch.setattr(autotune._probe, "usable_cpus", lambda: 1)  # (a cgroup's CPU quota of one)
+    monkeypatch.setattr(autotune.machine._probe, "usable_cpus", lambda: 1)  # (a cgroup's CPU quota of one)
     assert rank_environ({}, 2)[JOB_CPUS_ENV] == "1"
 
 

@@ -1,4 +1,4 @@
-"""The recorder (autotune._recorder) and the queue (autotune._queue), on a real Optuna journal and a
+"""The recorder (autotune.tuner._recorder) and the queue (autotune.tuner._queue), on a real Optuna journal and a
 real MLflow SQLite store in a temporary folder: no worker process, hand-built results."""
 
 from __future__ import annotations
@@ -10,16 +10,16 @@ import optuna
 import pytest
 from optuna.storages.journal import JournalFileBackend
 
-from autotune._config import Config
-from autotune._kinds import Kind, Request
-from autotune._outcome import Outcome
-from autotune._queue import attrs_of, claim_waiting, write
-from autotune._recorder import Recorder
-from autotune._slots import Slot
-from autotune._space import Choice, IntRange, Space
-from autotune._stores import Spool
-from autotune._tracking import Tracker
-from autotune._watch import TrialResult
+from autotune.core._config import Config
+from autotune.core._kinds import Kind, Request
+from autotune.core._outcome import Outcome
+from autotune.tuner._queue import attrs_of, claim_waiting, write
+from autotune.tuner._recorder import Recorder
+from autotune.machine._slots import Slot
+from autotune.tuner._space import Choice, IntRange, Space
+from autotune.stores._stores import Spool
+from autotune.stores._tracking import Tracker
+from autotune.tuner._watch import TrialResult
 
 SPACE = Space("s", {"num_workers": IntRange(0, 4), "batch_size": Choice(("1x", "2x"))})
 NOISY = {"samples_per_s": 900.0, "samples_per_s_spread": 0.05, "foreign_cpu": 0.6}
@@ -77,7 +77,7 @@ def test_a_baseline_re_run_says_what_it_is_in_both_stores(recorder: Recorder) ->
 def test_a_result_goes_through_the_spool_to_optuna_then_mlflow(recorder: Recorder, tmp_path: Path) -> None:
     trial, run_id = begun(recorder, Request(Kind.BASELINE, baseline=True))
     done = result(Outcome.COMPLETE, {"samples_per_s": 1000.0, "samples_per_s_spread": 0.05}, tmp_path)
-    from autotune._ceilings import Ceilings
+    from autotune.core._ceilings import Ceilings
 
     assert recorder.end(trial, run_id, done, Ceilings(), None)
     frozen = recorder.study.trials[trial.number]
@@ -89,7 +89,7 @@ def test_a_result_goes_through_the_spool_to_optuna_then_mlflow(recorder: Recorde
 
 
 def test_a_noisy_figure_is_failed_for_the_sampler_and_doubted(recorder: Recorder, tmp_path: Path) -> None:
-    from autotune._ceilings import Ceilings
+    from autotune.core._ceilings import Ceilings
 
     trial, run_id = begun(recorder, Request(Kind.SAMPLED))
     assert recorder.end(trial, run_id, result(Outcome.COMPLETE, NOISY, tmp_path), Ceilings(), 1000.0)
@@ -101,8 +101,8 @@ def test_a_noisy_figure_is_failed_for_the_sampler_and_doubted(recorder: Recorder
 
 def test_replaying_a_result_changes_nothing_and_one_closed_otherwise_is_not_used(recorder: Recorder,
                                                                                   tmp_path: Path) -> None:
-    from autotune._ceilings import Ceilings
-    from autotune._judge import result_record
+    from autotune.core._ceilings import Ceilings
+    from autotune.tuner._judge import result_record
 
     trial, run_id = begun(recorder, Request(Kind.SAMPLED))
     record = result_record(trial.number, trial._trial_id, run_id, trial.user_attrs,
@@ -136,8 +136,8 @@ def test_a_study_whose_baseline_is_never_believed_closes_its_parent_run_with_no_
     from standings import standing as standing_of_rows
     from standings import trial
 
-    from autotune._finish import parent_record
-    from autotune._report import throughput_png
+    from autotune.tuner._finish import parent_record
+    from autotune.tuner._report import throughput_png
 
     noisy = "noisy: other processes used 70% of its CPUs while it measured (over 60%)"
     found = standing_of_rows(trial(0, 900.0, doubt=noisy), trial(1, 1200.0, sampled={"num_workers": 2}))

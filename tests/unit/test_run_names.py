@@ -1,4 +1,4 @@
-"""Trial run names (autotune._records.run_name): what the MLflow runs page shows of each trial
+"""Trial run names (autotune.stores._records.run_name): what the MLflow runs page shows of each trial
 in the room its name column gives."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import dataclasses
 
 from standings import trial
 
-from autotune._kinds import Kind
-from autotune._records import run_name
+from autotune.core._kinds import Kind
+from autotune.stores._records import run_name
 
 
 def named(row, winner: bool = False, speedup: float | None = None) -> str:

@@ -1,4 +1,4 @@
-"""The scheduler (autotune._scheduler): slots, own trials, the wait before confirming, signals, lines."""
+"""The scheduler (autotune.tuner._scheduler): slots, own trials, the wait before confirming, signals, lines."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import threading
 
 import pytest
 
-from autotune._kinds import Line
-from autotune._scheduler import Scheduler
-from autotune._slots import Slot
+from autotune.core._kinds import Line
+from autotune.tuner._scheduler import Scheduler
+from autotune.machine._slots import Slot
 
 
 def slots(n: int) -> list[Slot]:
@@ -79,7 +79,7 @@ def test_the_first_signal_stops_the_study_the_second_raises() -> None:
 
 
 def test_a_wait_for_quiet_that_ran_out_makes_the_next_one_look_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    import autotune._scheduler as scheduler_module
+    import autotune.tuner._scheduler as scheduler_module
 
     patience: list[float] = []
 

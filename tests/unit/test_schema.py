@@ -1,4 +1,4 @@
-"""A new local tracking store starts as a copy of an empty, migrated one (autotune._schema): real
+"""A new local tracking store starts as a copy of an empty, migrated one (autotune.stores._schema): real
 MLflow, real SQLite files in a temporary folder."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune._schema import CACHE_ENV, seed_store, sqlite_path
-from autotune._tracking import Tracker
+from autotune.stores._schema import CACHE_ENV, seed_store, sqlite_path
+from autotune.stores._tracking import Tracker
 
 
 @pytest.mark.parametrize(("uri", "path"), [

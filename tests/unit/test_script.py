@@ -1,4 +1,4 @@
-"""A script as a target (autotune._script) and how ``run``/``exec`` read their command lines:
+"""A script as a target (autotune.training._script) and how ``run``/``exec`` read their command lines:
 pure rules, and the CLI in this process (click's runner), no trial started."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from autotune._cli import cli
-from autotune._config import ConfigError
-from autotune._options import default_study_name
-from autotune._script import check_script, is_script, label
+from autotune.core._config import ConfigError
+from autotune.tuner._options import default_study_name
+from autotune.training._script import check_script, is_script, label
 
 
 @pytest.mark.parametrize(("target", "script", "name"), [
@@ -66,7 +66,7 @@ def test_a_baseline_the_input_failed_is_bad_input_in_one_line_and_one_the_code_f
 
     from standings import trial
 
-    from autotune._options import baseline_failed
+    from autotune.tuner._options import baseline_failed
 
     said = "train.py built no torch.utils.data.DataLoader (autotune measures ...); its last lines: done"
     row = dataclasses.replace(trial(0, None, "crashed"), reason=f"NotTunable: {said}\nTraceback (most recent ...")
@@ -81,14 +81,14 @@ def test_a_baseline_the_input_failed_is_bad_input_in_one_line_and_one_the_code_f
 
 def test_an_error_inside_autotune_is_one_line_with_its_own_status_and_the_saved_traceback(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import autotune._export
+    import autotune.production._export
 
     monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path))
 
     def broken(*args, **kwargs):
         raise TypeError("unsupported operand type(s) for /: 'float' and 'NoneType'")
 
-    monkeypatch.setattr(autotune._export, "load", broken)
+    monkeypatch.setattr(autotune.production._export, "load", broken)
     script = tmp_path / "train.py"
     script.write_text("print('hi')\n")
     done = CliRunner().invoke(cli, ["exec", "best.yaml", str(script)])

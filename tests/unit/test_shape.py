@@ -1,4 +1,4 @@
-"""What every trial measures of the training, from its baseline (autotune._shape), and the answer
+"""What every trial measures of the training, from its baseline (autotune.tuner._shape), and the answer
 in the wall time a user waits for: the rules, on hand-built rows."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ import dataclasses
 
 import pytest
 
-from autotune._ceilings import Ceilings
-from autotune._confirm import decide, group_runs
-from autotune._kinds import Kind
-from autotune._launch import Budget
-from autotune._records import TrialRow
-from autotune._shape import Shape, cost_line, flat_runs, run_time_line, shape_of, trial_budget
-from autotune._standing import Standing, findings
+from autotune.core._ceilings import Ceilings
+from autotune.tuner._confirm import decide, group_runs
+from autotune.core._kinds import Kind
+from autotune.machine._launch import Budget
+from autotune.stores._records import TrialRow
+from autotune.tuner._shape import Shape, cost_line, flat_runs, run_time_line, shape_of, trial_budget
+from autotune.tuner._standing import Standing, findings
 
 #: The baseline's marks: its warmup ended at 640 samples, then a window an epoch (640 rows).
 MARKS = {"marks": [640, 1280, 1920, 2560, 3200, 3840], "at": [1.0, 2.5, 4.0, 5.5, 7.0, 8.5]}
@@ -32,7 +32,7 @@ def run(number: int, run_s: float | None, *, kind: Kind = Kind.SAMPLED, of: int 
 
 
 def standing(*rows: TrialRow) -> Standing:
-    from autotune._standing import standing_of
+    from autotune.tuner._standing import standing_of
 
     return standing_of(rows, Ceilings())
 

@@ -1,12 +1,12 @@
-"""Trial slots on one host (autotune._slots): disjoint CPUs, a GPU each, and what people write."""
+"""Trial slots on one host (autotune.machine._slots): disjoint CPUs, a GPU each, and what people write."""
 
 from __future__ import annotations
 
 import pytest
 
 from autotune import Config, ConfigError
-from autotune._launch import TrialSpec, build_command
-from autotune._slots import CPUS_ENV, Slot, cpu_list, devices_of, plan_slots
+from autotune.machine._launch import TrialSpec, build_command
+from autotune.machine._slots import CPUS_ENV, Slot, cpu_list, devices_of, plan_slots
 
 
 @pytest.mark.parametrize("jobs, cpus, expected", [

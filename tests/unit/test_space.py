@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-import autotune._space as space_mod
+import autotune.tuner._space as space_mod
 from autotune import KNOBS, Config, ConfigError
-from autotune._probe import Fingerprint, usable_cpus
-from autotune._space import (SPACES_DIR, Choice, Fixed, IntRange, Space, load_space,
+from autotune.machine._probe import Fingerprint, usable_cpus
+from autotune.tuner._space import (SPACES_DIR, Choice, Fixed, IntRange, Space, load_space,
                              space_from_mapping)
 
 

@@ -1,4 +1,4 @@
-"""The space as of now (autotune._space_now): widening, caps and holds from a hand-built standing."""
+"""The space as of now (autotune.tuner._space_now): widening, caps and holds from a hand-built standing."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import dataclasses
 
 from standings import ceilings_of, standing, trial
 
-from autotune._kinds import Line
-from autotune._space import Choice, IntRange, Space
-from autotune._space_now import draw_caps, holds, space_now
+from autotune.core._kinds import Line
+from autotune.tuner._space import Choice, IntRange, Space
+from autotune.tuner._space_now import draw_caps, holds, space_now
 
 LOADER = {"num_workers": 0, "batch_size": 16}
 SPACE = Space("s", {"num_workers": IntRange(0, 2, auto=True), "batch_size": Choice(("1x", "2x")),

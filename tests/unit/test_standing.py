@@ -8,12 +8,12 @@ import dataclasses
 import pytest
 
 from autotune import KNOBS
-from autotune._ceilings import Ceilings, bottleneck
-from autotune._confirm import decide, group_runs
-from autotune._kinds import Kind
-from autotune._records import TrialRow, loss_against_baseline, loss_cell, signed_share
-from autotune._space_now import held_loader_knobs
-from autotune._standing import Standing, findings
+from autotune.core._ceilings import Ceilings, bottleneck
+from autotune.tuner._confirm import decide, group_runs
+from autotune.core._kinds import Kind
+from autotune.stores._records import TrialRow, loss_against_baseline, loss_cell, signed_share
+from autotune.tuner._space_now import held_loader_knobs
+from autotune.tuner._standing import Standing, findings
 
 
 def row(number: int, sps: float, *, baseline: bool = False, confirms: int | None = None,
@@ -158,9 +158,9 @@ def test_findings_unconfirmed_say_so_and_use_the_window_spread() -> None:
 
 
 def test_a_trials_own_ceilings_come_before_the_studys() -> None:
-    from autotune._ceilings import ceiling_key
-    from autotune._knobs import Part
-    from autotune._records import bottleneck_of
+    from autotune.core._ceilings import ceiling_key
+    from autotune.core._knobs import Part
+    from autotune.stores._records import bottleneck_of
 
     config = {"batch_size": 64, "num_workers": 0, "amp": "off"}
     table = Ceilings([{"part": "compute", "key": ceiling_key(Part.COMPUTE, config), "samples_per_s": 1000.0},

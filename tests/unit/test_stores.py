@@ -1,4 +1,4 @@
-"""Stores that blip (autotune._stores): which failures are waited out, for how long, and results spooled until both stores hold them. The real outages are in tests/study/test_many_tuners.py."""
+"""Stores that blip (autotune.stores._stores): which failures are waited out, for how long, and results spooled until both stores hold them. The real outages are in tests/study/test_many_tuners.py."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune._stores import Patience, Spool, StoreDown, patient_storage, transient
+from autotune.stores._stores import Patience, Spool, StoreDown, patient_storage, transient
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""Configs that are not the same training (autotune._streams): the rule on hand-built figures,
+"""Configs that are not the same training (autotune.worker._streams): the rule on hand-built figures,
 the fingerprints on real batches, and what the study draws once a loader duplicated rows."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from standings import standing, trial
 from test_planner import WORKERS, leader_standing
 
-from autotune._loader_workers import epoch_samples
-from autotune._planner import climb
-from autotune._space import IntRange, Space
-from autotune._space_now import draw_caps
-from autotune._streams import (
+from autotune.tuner._loader_workers import epoch_samples
+from autotune.tuner._planner import climb
+from autotune.tuner._space import IntRange, Space
+from autotune.tuner._space_now import draw_caps
+from autotune.worker._streams import (
     PRINT_BATCHES,
     ROW_ELEMENTS,
     Repeats,

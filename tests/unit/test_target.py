@@ -1,4 +1,4 @@
-"""The training function checked from its source before any trial spawns (autotune._target)."""
+"""The training function checked from its source before any trial spawns (autotune.training._target)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from autotune import ConfigError
-from autotune._config import read_yaml
-from autotune._target import check_target
+from autotune.core._config import read_yaml
+from autotune.training._target import check_target
 
 LOOP = """
     for x, y in run.batches(loader):

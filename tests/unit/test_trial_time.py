@@ -1,9 +1,9 @@
-"""When a running trial is past its time (autotune._watch._late): startup, stall, deadline."""
+"""When a running trial is past its time (autotune.tuner._watch._late): startup, stall, deadline."""
 
 from __future__ import annotations
 
-from autotune._launch import Budget
-from autotune._watch import _late
+from autotune.machine._launch import Budget
+from autotune.tuner._watch import _late
 
 BUDGET = Budget(startup_s=30, stall_s=3, timeout_s=100)
 

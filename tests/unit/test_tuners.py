@@ -1,4 +1,4 @@
-"""Many tuners on one study (autotune._tuners, autotune._queue): liveness without comparing clocks, one founder, one claim per job, the registry; on a real journal storage."""
+"""Many tuners on one study (autotune.tuner._tuners, autotune.tuner._queue): liveness without comparing clocks, one founder, one claim per job, the registry; on a real journal storage."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import optuna
 import pytest
 from optuna.storages.journal import JournalFileBackend
 
-from autotune._queue import claim, claim_waiting, is_marker
-from autotune._tuners import (
+from autotune.tuner._queue import claim, claim_waiting, is_marker
+from autotune.tuner._tuners import (
     STALE_AFTER_S,
     HostRegistry,
     Liveness,

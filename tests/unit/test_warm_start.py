@@ -1,11 +1,11 @@
-"""Warm starts (autotune._warm_start): which configs of an earlier study run first, and the line."""
+"""Warm starts (autotune.tuner._warm_start): which configs of an earlier study run first, and the line."""
 
 from __future__ import annotations
 
 from standings import standing, trial
 
-from autotune._kinds import Kind
-from autotune._warm_start import Source, pick, same_machine, top_configs
+from autotune.core._kinds import Kind
+from autotune.tuner._warm_start import Source, pick, same_machine, top_configs
 
 NOISY = "noisy: other processes used 48% of its CPUs while it measured (over 20%)"
 

@@ -1,4 +1,4 @@
-"""A trial's measured stretch (autotune._window): its loss curve and its compile cost, on
+"""A trial's measured stretch (autotune.worker._window): its loss curve and its compile cost, on
 hand-written lists."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import itertools
 import pytest
 import torch
 
-from autotune._window import CURVE_CHUNKS, Window, chunk_curve, compile_s
+from autotune.worker._window import CURVE_CHUNKS, Window, chunk_curve, compile_s
 
 
 @pytest.mark.parametrize(("losses", "ends", "start", "chunks", "expected"), [

@@ -1,0 +1,115 @@
+"""``autotune exec EXPORT.yaml train.py -- ARGS``: a script in production with an exported config,
+applied from outside its code as it was in the study (``autotune.training._hooks``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+
+from autotune.core._config import ConfigError
+from autotune.core._knobs import show_value
+from autotune.training._script import SCRIPT_STAGES, ScriptExited, check_script, label, module_of, run_script
+
+
+def exec_script(export: Path, target: str, argv: Sequence[str], device: str = "auto", nproc: int = 1,
+                adapt: bool = False, tracking_uri: str | None = None, ram_budget: float | None = None) -> int:
+    """Run the script in this process with the export applied; return its exit status. With
+    ``nproc`` over 1, this process becomes torchrun's (``torch.distributed.run --nproc-per-node``),
+    each of whose ranks runs it so, on its share of the CPUs.
+
+    Says once, on stderr, what it applies and what it cannot: a knob this machine cannot
+    honour (``autotune.load`` warns and drops it); the loop's knobs (amp, prefetch, the model's)
+    say where they are held (``autotune.training._outside``).
+    With ``adapt``, every loader the script builds adapts as ``autotune.load(path, adapt=True)``'s
+    (``tracking_uri``, ``ram_budget``: as there), each rank on its own.
+
+    Raises:
+        ConfigError: the export or the script is bad input.
+    """
+    from autotune.production._export import load
+    from autotune.training._hooks import Hooks
+    from autotune.training._ranks import check_ranks, local_rank, pin_rank, rank_environ, torchrun
+
+    if not adapt and (tracking_uri or ram_budget):
+        raise ConfigError(f"{'--tracking-uri' if tracking_uri else '--ram-budget'}: applies with --adapt only")
+    check_script(target)
+    ranked = local_rank()
+    if nproc > 1 and ranked is None:
+        check_ranks(nproc)
+        load(export, device, quiet=True)  # (bad input said once, here, not by every rank)
+        script = ["-m", module_of(target)] if module_of(target) else [target]
+        adapting = ["--adapt"] * adapt + ["--tracking-uri", tracking_uri] * bool(tracking_uri) \
+            + ["--ram-budget", str(ram_budget)] * bool(ram_budget)
+        command = torchrun(nproc, ["autotune", "exec", str(export), "--device", device, *adapting, *script,
+                                   "--", *argv])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sys.executable, command, rank_environ(os.environ, nproc))
+    pin_rank()
+    recipe = load(export, device, quiet=True, adapt=adapt, tracking_uri=tracking_uri, ram_budget=ram_budget)
+    recipe.stages = SCRIPT_STAGES
+    knobs = " ".join(f"{k}={show_value(v)}" for k, v in recipe.config.set_values().items()) \
+        or "nothing (the code as written)"
+    if ranked is None or ranked[0] == 0:  # (rank 0 says it for all)
+        running = f"{ranked[1]} ranks, each running" if ranked else "running"
+        adapting = recipe._adapting() if recipe.adaptive is not None else ""
+        print(f"autotune: {running} {label(target, argv)} with {recipe.origin or export}: {knobs}{adapting}",
+              file=sys.stderr, flush=True)
+    hooks = Hooks(recipe).install()
+    try:
+        run_script(target, argv)
+    except ScriptExited as exc:
+        return exc.status if isinstance(exc.status, int) else 1
+    except Exception:  # the script's own error: its traceback and status 1, as python would give
+        traceback.print_exc()
+        return 1
+    finally:
+        hooks.remove()
+    if ranked is None or ranked[0] == 0:
+        print(f"autotune: {wall_line(export, label(target, argv), device)}", file=sys.stderr, flush=True)
+    return 0
+
+
+def wall_line(export: Path, what: str, device: str) -> str:
+    """The line ``exec`` ends with: its own wall time, process start to the script's end (as the
+    study timed a whole run: the interpreter's exit after it is in neither), and where the study
+    measured the script's whole run as written on this machine, the ratio."""
+    took = process_age()
+    line = f"ran {what} in {took:.1f} s (process start to the script's end)"
+    try:
+        from autotune.core._config import read_yaml
+        from autotune.production._export import MEASURED_SECTION, differences
+        from autotune.machine._probe import probe
+        from autotune.training._ranks import job_cpus
+
+        measured = read_yaml(export).get(MEASURED_SECTION) or {}
+        base = measured.get("run_s")
+        if not isinstance(base, (int, float)) or base <= 0:
+            return line + "; the study did not run it whole, so it has no whole run to compare with"
+        differs = differences(measured, probe(device, cpus=job_cpus()))
+        if differs:
+            return line + f"; the study measured it on another machine ({'; '.join(differs)})"
+        winner = measured.get("winner_run_s")
+        return line + (f"; as written it ran {base:.1f} s in the study on this machine: {base / took:.2f}x"
+                       + (f" (the study's runs of this config: {winner:.1f} s)" if winner else ""))
+    except Exception as exc:  # (the line is a report: a problem reading it must not fail the job)
+        return line + f"; no comparison ({exc})"
+
+
+def process_age() -> float:
+    """Seconds since this process started, to the clock's tick (10 ms): its start in ticks since boot
+    (``/proc/self/stat``) against the boot clock. psutil's ``create_time`` adds the boot time, which
+    Linux gives in whole seconds, so it could be up to a second off a stopwatch."""
+    import time
+
+    try:
+        with open("/proc/self/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):  # (not Linux)
+        import psutil
+
+        return time.time() - psutil.Process().create_time()

@@ -1,0 +1,276 @@
+"""A config applied to an unmodified script from outside its code.
+
+Installed in the process before the script runs: every ``torch.utils.data.DataLoader`` it
+builds gets the run's loader knobs over its own arguments, every ``torch.optim`` optimizer
+its lr scaled to the batch size and ``fused=True`` where the knob says so (the same rules
+as ``run.dataloader`` and ``run.optimizer``: ``Run._loader_kwargs``, ``Run._optimizer_kwargs``).
+
+Under tuning, the hooks also find the loader to measure, the *training* loader: the one
+whose batch was the last one fetched when an optimizer stepped. From then on its
+batches go through the trial's windows (``Trial._measured``), and the loss it reads is
+the tensor ``backward()`` was last called on; a validation or test loader is never
+measured as training. A loader built by a framework's subclass is a DataLoader too.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+import threading
+import warnings
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from autotune.training._handles import Run
+from autotune.training._outside import OutsideLoop
+
+
+def optimizer_classes(torch: Any) -> list[type]:
+    """The optimizers ``torch.optim`` defines (``Optimizer`` itself left out)."""
+    base = torch.optim.Optimizer
+    return [c for c in vars(torch.optim).values() if isinstance(c, type) and issubclass(c, base) and c is not base]
+
+
+class Hooks:
+    """Patches torch for one run: ``install()`` before the script, ``remove()`` after.
+
+    Args:
+        run: What applies the config: a ``ScriptTrial`` (tuning; ``measure=True``) or a
+            script ``Recipe`` (production).
+        measure: Route the training loader through the trial's windows.
+
+    Attributes:
+        training: The training loader, once an optimizer has stepped.
+        built_loader: Whether the script built a DataLoader (after the hooks were installed).
+        last_fetched: The loader whose batch was fetched last (None: no loader yielded a batch).
+        optimizers: The names of the optimizer classes the script built.
+        steps: Optimizer steps taken on the training loader's batches.
+    """
+
+    def __init__(self, run: Run, measure: bool = False) -> None:
+        self.run = run
+        self.measure = measure
+        self.training: Any = None
+        self.optimizers: list[str] = []
+        self.last_fetched: Any = None
+        self.steps = 0  # optimizer steps since the training loader was found (the first one found it)
+        self._built: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loader -> its record
+        self.built_loader = False  # (the first loader's batch size is lr scaling's base until one trains)
+        self._local = threading.local()  # depth of our own calls (a loader built inside one passes as is)
+        self._loss: Any = None
+        self._stepped_at = -1
+        self._undo: list[Callable[[], None]] = []
+        self._original_iter: Callable[[Any], Iterator[Any]] | None = None
+        #: The loop knobs (amp, prefetch, the model's): always under tuning (the baseline learns
+        #: whether the script has a model, its own precision), in production where one is on.
+        self.loop: OutsideLoop | None = None
+
+    # -- installing --------------------------------------------------------------------
+
+    def install(self) -> Hooks:
+        import torch
+        from torch.utils.data import DataLoader
+
+        self._patch(DataLoader, "__init__", self._loader_init)
+        for cls in optimizer_classes(torch):
+            if "__init__" in vars(cls):
+                self._patch(cls, "__init__", functools.partial(self._optimizer_init, cls))
+        loop = OutsideLoop(self.run, find_model=self.measure, stream=None if self.measure else sys.stderr)
+        if self.measure or loop.active:
+            self.loop = loop
+            loop.install(self._patch)
+            self._undo.append(loop.remove)
+        if self.loop is not None:
+            self._original_iter = DataLoader.__iter__
+            self._patch(DataLoader, "__iter__", self._loader_iter)
+            self._patch(torch.Tensor, "backward", self._backward)
+            from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+            handle = register_optimizer_step_post_hook(self._stepped)
+            self._undo.append(handle.remove)
+            if self.measure:
+                before = register_optimizer_step_pre_hook(lambda *_: self.run._edge("optimizer"))
+                self._undo.append(before.remove)
+        elif getattr(self.run, "adaptive", None) is not None:  # production with adapt: every loader built
+            self._original_iter = DataLoader.__iter__
+            self._patch(DataLoader, "__iter__", self._adapted_iter)
+        if getattr(self.run, "adaptive", None) is not None:
+            self.run.adaptive.make = lambda dataset, **kw: self._call_ours(lambda: DataLoader(dataset, **kw))
+        self.run._retain_host_memory()  # (malloc_retain: from the script's start on)
+        return self
+
+    def remove(self) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+    def source(self, loader: Any) -> Iterator[Any]:
+        """An epoch of ``loader`` as the script would get it, unmeasured (the loader ceiling's)."""
+        return self._original_iter(loader)
+
+    def _patch(self, owner: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+        original = vars(owner)[name]
+        setattr(owner, name, functools.wraps(original)(make(original)))
+        self._undo.append(lambda: setattr(owner, name, original))
+
+    def _ours(self) -> bool:
+        return getattr(self._local, "depth", 0) > 0
+
+    def _call_ours(self, call: Callable[[], Any]) -> Any:
+        self._local.depth = getattr(self._local, "depth", 0) + 1
+        try:
+            return call()
+        finally:
+            self._local.depth -= 1
+
+    # -- DataLoader ----------------------------------------------------------------------
+
+    def _loader_init(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(original)
+        hooks = self
+
+        def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
+            if hooks._ours():
+                return original(loader, *args, **kwargs)
+            given = dict(signature.bind(loader, *args, **kwargs).arguments)
+            given.pop(next(iter(signature.parameters)))  # self
+            dataset = given.pop("dataset")
+            run = hooks.run
+            kept = run._base_batch_size
+            kw = hooks._call_ours(lambda: run._loader_kwargs(dataset, given))
+            base = run._base_batch_size
+            hooks._call_ours(lambda: original(loader, dataset, **kw))
+            hooks._built[loader] = (dataset, kw, base)
+            if not hooks.built_loader:
+                hooks.built_loader = True
+                hooks._call_ours(lambda: run._loader_built(loader, dataset, kw))  # (a recipe's adapt: its loader)
+            else:
+                run._base_batch_size = kept  # the first loader's stays the base until one trains
+                if getattr(run, "adaptive", None) is not None:
+                    hooks._call_ours(lambda: run.adaptive.built(loader, dataset, kw))
+        return __init__
+
+    def _adapted_iter(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """Production with ``adapt``: an epoch of a loader the script built comes from the loader
+        in force for it (``autotune.production._adapt.AdaptiveLoaders``), measured, its values moved between
+        epochs and stepped down near the RAM budget."""
+        from autotune.core._loaders import batch_len
+
+        hooks = self
+
+        def __iter__(loader: Any) -> Iterator[Any]:
+            if hooks._ours() or loader not in hooks._built:
+                return original(loader)
+            return hooks.run.adaptive.iterate(loader, original, batch_len)
+        return __iter__
+
+    def _loader_iter(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        hooks = self
+
+        def __iter__(loader: Any) -> Iterator[Any]:
+            if hooks._ours():
+                return original(loader)
+            adaptive = None if hooks.measure else getattr(hooks.run, "adaptive", None)
+            if adaptive is not None and loader in hooks._built:  # production with adapt (see _adapted_iter)
+                from autotune.core._loaders import batch_len
+
+                it = adaptive.iterate(loader, original, batch_len)
+            else:
+                it = original(loader)
+            if loader is hooks.training:
+                return hooks._trained(loader, it)
+            return hooks._watched(loader, it)
+        return __iter__
+
+    def _trained(self, loader: Any, it: Iterator[Any]) -> Iterator[Any]:
+        """An epoch of the training loader: through the loop knobs, and under tuning the trial's windows."""
+        if self.loop is not None:
+            it = self.loop.epoch(it)
+        return self.run._measured(loader, it) if self.measure else it
+
+    def _watched(self, loader: Any, it: Iterator[Any]) -> Iterator[Any]:
+        """A loader not known to train: each batch marks it as the last fetched; once it is the
+        training loader, the rest of its epoch is trained (``_trained``)."""
+        for batch in it:
+            self.last_fetched = loader
+            yield batch
+            if loader is self.training:
+                yield from self._trained(loader, it)
+                return
+
+    def _identify(self, loader: Any) -> None:
+        """``loader`` trains: the run reports its values, and the log says which one it is."""
+        self.training = loader
+        record = self._built.get(loader)
+        if record is None:  # built before the hooks (or by a class that skips DataLoader.__init__)
+            print("autotune: the training loader was built before autotune's hooks; its own settings are measured",
+                  flush=True)
+            return
+        dataset, kw, base = record
+        self.run._base_batch_size = base
+        self.run._loader_built(loader, dataset, kw)
+        print(f"autotune: measuring the loader of {type(dataset).__name__} (batch_size {kw.get('batch_size')}): "
+              "its batches are the ones optimizer.step() follows", flush=True)
+
+    # -- optimizers, backward ------------------------------------------------------------
+
+    def _optimizer_init(self, cls: type, original: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(original)
+        names = list(signature.parameters)
+        hooks = self
+
+        def __init__(opt: Any, *args: Any, **kwargs: Any) -> None:
+            if hooks._ours():
+                return original(opt, *args, **kwargs)
+            given = dict(signature.bind(opt, *args, **kwargs).arguments)
+            given.pop(names[0])  # self
+            params = given.pop(names[1])
+            for name, p in signature.parameters.items():  # **kwargs of a subclass: flattened
+                if p.kind is p.VAR_KEYWORD:
+                    given.update(given.pop(name, {}))
+            lr = given.pop("lr", signature.parameters["lr"].default if "lr" in signature.parameters else None)
+            lr = None if lr is inspect.Parameter.empty else lr
+            run = hooks.run
+            if "batch_size" not in run._observed and (run.config.lr_scaling or "none") != "none":
+                warnings.warn(f"{cls.__name__} was built before any DataLoader: its lr is not scaled to the "
+                              "batch size", stacklevel=2)
+                kw = dict(given)
+            else:
+                lr, kw = run._optimizer_kwargs(cls, lr, given)
+            if lr is not None:
+                kw["lr"] = lr
+            hooks.optimizers.append(cls.__name__)
+            hooks._call_ours(lambda: original(opt, params, **kw))
+            if hooks.loop is not None:
+                hooks.loop.optimizer_built(opt)
+        return __init__
+
+    def _backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        hooks = self
+
+        def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            hooks._loss = tensor  # read at window edges only (``Trial._after_step`` keeps it on the device)
+            hooks.run._edge("backward")
+            return hooks.loop.backward(original, tensor, *args, **kwargs)
+        return backward
+
+    def _stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """After any optimizer's step: the loader fetched last trains; its step's loss is counted
+        once per batch (a second optimizer stepping on the same batch adds nothing)."""
+        self.run._edge("other")
+        if self.training is None:
+            if self.last_fetched is None:
+                return
+            if not self.measure:  # production: the loop knobs' loader, nothing to report
+                self.training = self.last_fetched
+                return
+            self._identify(self.last_fetched)
+        if not self.measure:
+            return
+        self.steps += 1
+        run = self.run
+        if run._announced and self._stepped_at != run._step:
+            self._stepped_at = run._step
+            run._after_step(self._loss)
+

@@ -1,0 +1,151 @@
+"""The loop's knobs applied to an unmodified script from outside its code: ``amp``
+(``autotune.training._outside_amp``), ``prefetch`` (here) and the model knobs (``autotune.training._outside_model``).
+
+``autotune.training._hooks`` drives it: the training loader's epochs come through :meth:`OutsideLoop.epoch`,
+its ``backward()`` calls through :meth:`OutsideLoop.backward`, every optimizer the script builds
+through :meth:`OutsideLoop.optimizer_built`. Prefetch moves the training loader's batches to the
+device of the parameters the optimizers train, ahead of the loop (a background thread, or a CUDA
+side stream), so the script's own ``.to(device)`` finds them there and returns them as they are.
+Each knob that cannot apply to the script is held with one line that says why, never a crash.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from autotune.training._framework_knobs import FrameworkKnobs
+from autotune.training._outside_amp import OutsideAmp
+from autotune.training._outside_model import ModelFinder
+from autotune.training._prefetch import count_tensors, iter_batches
+
+
+class OutsideLoop:
+    """The loop knobs of one run of a script (see the module).
+
+    Args:
+        run: The run's handle (a ScriptTrial, or a Recipe under ``autotune exec``).
+        find_model: Find the model even with the model knobs off (a trial: whether the script has
+            one is what decides if they are tuned).
+        stream: Where its lines go (a trial's log: stdout; production: stderr).
+    """
+
+    def __init__(self, run: Any, find_model: bool, stream: Any = None) -> None:
+        self.run = run
+        self._stream = stream
+        self.amp = OutsideAmp(run._value("amp"), run.device.type, self.say)
+        self.prefetch: str = run._value("prefetch")
+        self.device: Any = None  # the trained parameters' device (the first optimizer's)
+        self.held: dict[str, str] = {}  # knob -> why it does not apply (prefetch's; amp and model keep their own)
+        channels_last, compile = bool(run._value("channels_last")), run._value("compile")
+        wants_model = find_model or channels_last or compile != "off"
+        self.finder = ModelFinder(channels_last, compile, self._model_found, self.say) if wants_model else None
+        #: amp and compile through Lightning's or the Trainer's own settings, where the script uses one
+        self.frameworks = FrameworkKnobs(self) if self.amp.value != "off" or compile != "off" else None
+
+    @property
+    def active(self) -> bool:
+        """Whether anything here acts on the loop (in production: whether to install it)."""
+        return self.amp.value != "off" or self.prefetch != "none" or self.finder is not None
+
+    def say(self, line: str) -> None:
+        print(line, file=self._stream or sys.stdout, flush=True)
+
+    def install(self, patch: Callable[[Any, str, Callable[[Callable[..., Any]], Callable[..., Any]]], None]) -> None:
+        """Patch torch for the run (``patch(owner, name, make)``, undone with the rest of the hooks)."""
+        import torch
+        import torch.nn.utils as nn_utils
+        from torch.nn.utils import clip_grad
+
+        patch(torch.amp.autocast_mode.autocast, "__enter__", self.amp.patch_autocast)
+        patch(torch.amp.GradScaler, "__init__", self.amp.patch_scaler)
+        if self.amp.value == "fp16":
+            for owner in (nn_utils, clip_grad):
+                for name in ("clip_grad_norm_", "clip_grad_value_"):
+                    if name in vars(owner):
+                        patch(owner, name, self.amp.patch_clip)
+        if self.finder is not None:
+            self.finder.install()
+        if self.frameworks is not None:
+            self.frameworks.install(patch)
+
+    def remove(self) -> None:
+        if self.frameworks is not None:
+            self.frameworks.remove()
+        if self.finder is not None:
+            self.finder.remove()
+        self.amp.epoch_ended()
+
+    def optimizer_built(self, opt: Any) -> None:
+        params = [p for group in opt.param_groups for p in group["params"]]
+        if self.device is None and params:
+            self.device = params[0].device
+            self.amp.device_type = self.device.type
+        self.amp.optimizer_built(opt)
+        if self.finder is not None:
+            self.finder.optimizer_built(opt)
+
+    def backward(self, original: Callable[..., Any], tensor: Any, *args: Any, **kwargs: Any) -> Any:
+        return self.amp.backward(original, tensor, *args, **kwargs)
+
+    def epoch(self, it: Iterator[Any]) -> Iterator[Any]:
+        """An epoch of the training loader: its batches prefetched to the device, each one the start
+        of a step under autocast."""
+        it = self._prefetched(it)
+        try:
+            for batch in it:
+                self.amp.batch()
+                yield batch
+        finally:
+            self.amp.epoch_ended()
+            close = getattr(it, "close", None)  # (a prefetcher's generator: its thread stops)
+            if close is not None:
+                close()
+
+    def _prefetched(self, it: Iterator[Any]) -> Iterator[Any]:
+        if self.prefetch == "none" or "prefetch" in self.held:
+            return it
+        why = None
+        if self.device is None:
+            why = "no optimizer was built, so the device the batches go to is unknown"
+        elif self.prefetch == "cuda_stream" and self.device.type != "cuda":
+            why = f"the model trains on {self.device.type}, and the side stream is CUDA's"
+        if why is None:
+            try:
+                first = next(it)
+            except StopIteration:
+                return iter(())
+            if not count_tensors(first):
+                why = f"the loader's batches are {type(first).__name__}, which holds no tensor autotune can move"
+            it = itertools.chain([first], it)
+        if why is not None:
+            self.held["prefetch"] = why
+            self.say(f"autotune: prefetch={self.prefetch} not applied: {why}")
+            return it
+        return iter_batches(it, self.device, self.prefetch, self.run._non_blocking())
+
+    def _model_found(self, module: Any) -> None:
+        self.run._model_seen = True
+        if self.finder is not None and self.finder.compile != "off":
+            self.run._compiled(module)  # (a trial: its first compiled call is said, its cost reported)
+
+    def observed(self) -> dict[str, Any]:
+        """The loop knobs in force, as ``resolved()`` reports them: a held knob at its default,
+        the script's own precision where it has one."""
+        values: dict[str, Any] = {"amp": self.amp.applied,
+                                  "prefetch": "none" if "prefetch" in self.held else self.prefetch}
+        if self.finder is not None and self.finder.model is not None:
+            values.update({knob: default for knob, default in (("channels_last", False), ("compile", "off"))
+                           if knob in self.finder.held})
+        return values
+
+    def facts(self) -> dict[str, Any]:
+        """What the trial keeps of the script's loop: its own precision, its model, the scaler's steps."""
+        found: dict[str, Any] = {**self.amp.counts()}
+        if self.amp.own is not None:
+            found["amp_own"] = self.amp.own
+        if self.finder is not None and self.finder.model is not None:
+            found["model"] = type(self.finder.model).__name__
+        return found

@@ -1,0 +1,233 @@
+"""Confirmation: the top configs are run again; the winner is chosen on
+the median of its runs, and a difference inside the run-to-run noise is no win.
+
+A config's runs are its first trial and the trials that ran it again (a ``confirm`` or
+``remeasure``, whose ``of`` names the first). "A beats B" needs every run of A to be faster
+than every run of B: with 3 runs each, that happens by chance with probability
+1/20 when A and B are equally fast (the exact one-sided Mann-Whitney test at
+U = 0), and it needs no assumption about how the noise is distributed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from autotune.machine._noise import is_noisy
+from autotune.core._outcome import RUNNING, WAITING, Outcome
+
+if TYPE_CHECKING:
+    from autotune.stores._records import TrialRow
+
+#: Feasible configs re-run at the end of a study, besides the baseline.
+CONFIRM_TOP = 3
+#: Outcomes of trials not finished yet: Optuna's WAITING (enqueued, waiting to be claimed) and
+#: RUNNING states.
+UNFINISHED = (WAITING, RUNNING)
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """Every run of one config: its first trial, then its re-runs.
+
+    Attributes:
+        first: The trial that first ran the config (its number names the group).
+        runs: All its trials, the first included, in order.
+    """
+
+    first: TrialRow
+    runs: tuple[TrialRow, ...]
+
+    @property
+    def rates(self) -> list[float]:
+        """What each complete run whose figure is believed (``TrialRow.reliable``) ran at
+        (``TrialRow.rate``: its whole run's samples/s where it ran whole, else its loop's): a
+        noisy run or a short measure never ranks a config."""
+        return [r.rate for r in self.runs if r.reliable]
+
+    @property
+    def loop_median(self) -> float | None:
+        """The median of its believed runs' loop samples/s (their windows'), whole runs or not."""
+        loops = [r.samples_per_s for r in self.runs if r.reliable and r.samples_per_s]
+        return statistics.median(loops) if loops else None
+
+    @property
+    def run_s(self) -> float | None:
+        """The median of its believed runs' whole-run wall times (None: not run whole)."""
+        runs = [r.run_s for r in self.runs if r.reliable and r.run_s]
+        return statistics.median(runs) if runs else None
+
+    @property
+    def ranked(self) -> list[float]:
+        """What each believed run ranks on (``TrialRow.ranked_rate``): :attr:`rates`, or where the
+        config trains on another batch size, its time to the baseline's loss as a rate."""
+        return [r.ranked_rate for r in self.runs if r.reliable]
+
+    @property
+    def ranked_median(self) -> float:
+        """The median of :attr:`ranked`: the config's place in the study."""
+        return statistics.median(self.ranked)
+
+    @property
+    def lead(self) -> TrialRow:
+        """The run that speaks for the config: its first believed one, else its first."""
+        return next((r for r in self.runs if r.reliable), self.first)
+
+    @property
+    def doubted(self) -> list[TrialRow]:
+        """Its complete runs whose figure is not believed (see ``autotune.machine._noise``)."""
+        return [r for r in self.runs if r.measured and not r.reliable]
+
+    @property
+    def feasible(self) -> bool:
+        """It ran to the end every time (runs the tuner interrupted do not count)."""
+        ended = [r for r in self.runs if r.outcome not in (Outcome.INTERRUPTED.value, *UNFINISHED)]
+        return bool(self.rates) and all(r.outcome == Outcome.COMPLETE.value for r in ended)
+
+    @property
+    def pending(self) -> int:
+        """Runs enqueued or running now (re-runs another tuner may be measuring)."""
+        return sum(1 for r in self.runs if r.outcome in UNFINISHED)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.rates)
+
+    @property
+    def losses(self) -> list[float]:
+        """Its runs' loss against the baseline's on the same samples (``loss_excess``), those
+        judged: a noisy run's speed is not believed, its loss is."""
+        return [r.metrics["loss_excess"] for r in self.runs if "loss_excess" in r.metrics]
+
+    @property
+    def loss_excess(self) -> float | None:
+        """The median of :attr:`losses`; None when no run was judged."""
+        losses = self.losses
+        return statistics.median(losses) if losses else None
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median of its runs; 0 for a single run."""
+        rates = self.rates
+        return (max(rates) - min(rates)) / statistics.median(rates) if len(rates) > 1 else 0.0
+
+    @property
+    def confirmed(self) -> bool:
+        return len(self.rates) >= 2
+
+
+def beats(a: Group, b: Group) -> bool:
+    """Whether ``a`` is faster than ``b`` beyond the noise: each of its runs beats each of b's."""
+    return a.confirmed and b.confirmed and min(a.ranked) > max(b.ranked)
+
+
+def group_runs(rows: Sequence[TrialRow]) -> list[Group]:
+    """The study's trials grouped by config (by first trial number, in order).
+
+    A config is one group however it came to run again: a re-run names its first
+    trial (``of``), and a sampled trial that drew a config already run joins
+    that config's group, so that each config has one answer.
+    """
+    firsts: dict[int, list[TrialRow]] = {}
+    seen: dict[str, int] = {}  # sampled config -> its first trial
+    alias: dict[int, int] = {}  # a trial that drew a config again -> that config's first
+    for row in rows:
+        if row.kind.repeats:
+            key = alias.get(row.of, row.of)
+        elif row.sampled and row.outcome not in UNFINISHED:  # an enqueued trial has drawn nothing yet
+            key = seen.setdefault(json.dumps(row.sampled, sort_keys=True), row.number)
+            if key != row.number:
+                alias[row.number] = key
+        else:
+            key = row.number
+        firsts.setdefault(key, []).append(row)
+    by_number = {r.number: r for r in rows}
+    return [Group(by_number[n], tuple(runs)) for n, runs in firsts.items() if n in by_number]
+
+
+def baseline_group(groups: Sequence[Group]) -> Group | None:
+    """The first baseline trial that completed, with its re-runs. Its figures may all be
+    doubted (``rates`` empty): it is still every trial's loss reference."""
+    return next((g for g in groups if g.first.baseline and any(r.measured for r in g.runs)), None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """Which config won, and how sure that is.
+
+    Attributes:
+        winner: The fastest feasible config by median (``Group.ranked_median``: on another batch
+            size, in time to the baseline's loss) that beats the baseline
+            (when both are confirmed), else the baseline; None with no feasible run.
+        baseline: The baseline's group.
+        fastest: The feasible config with the highest (ranked) median, winner or not.
+        ties: Confirmed configs the winner does not beat: inside the noise of it.
+    """
+
+    winner: Group | None
+    baseline: Group | None
+    fastest: Group | None
+    ties: tuple[Group, ...]
+
+    @property
+    def no_win(self) -> bool:
+        """The fastest config is not faster than the baseline beyond the noise."""
+        return self.winner is not None and self.winner is self.baseline and self.fastest is not self.baseline
+
+
+def decide(groups: Sequence[Group]) -> Decision:
+    """Pick the winner (see ``Decision``).
+
+    Until the baseline is confirmed (``--confirm 0``, or before the confirmation),
+    every config competes on its runs as they are. Once it is, only confirmed
+    configs that beat it can win: a config with one run cannot be shown faster
+    beyond the noise (the confirmation re-ran the top configs when it was planned;
+    one that ranked lower then, or that another's divergence left unconfirmed,
+    does not win on a single run).
+    """
+    base = baseline_group(groups)
+    feasible = [g for g in groups if g.feasible]
+    if not feasible:
+        return Decision(None, base, None, ())
+    fastest = max(feasible, key=lambda g: g.ranked_median)
+    judged = base is not None and base.confirmed  # (a baseline with no believed figure is not)
+    contenders = [g for g in feasible if g is base or not judged or beats(g, base)]
+    winner = max(contenders, key=lambda g: g.ranked_median)
+    ties = tuple(g for g in feasible if g is not winner and g.confirmed and winner.confirmed
+                 and not beats(winner, g))
+    return Decision(winner, base, fastest, ties)
+
+
+def _only_noisy(group: Group) -> bool:
+    """Ran to the end every time, but others slowed every run: worth measuring again."""
+    ended = [r for r in group.runs if r.outcome not in (Outcome.INTERRUPTED.value, *UNFINISHED)]
+    return not group.rates and bool(ended) and all(r.measured and is_noisy(r.doubt) for r in ended)
+
+
+def _rank(group: Group) -> float:
+    """Its median, or for a config with noisy runs only, their best: a lower bound, mostly
+    (others slow a run down more often than they speed it up)."""
+    return group.ranked_median if group.rates else max(r.ranked_rate for r in group.doubted)
+
+
+def plan(groups: Sequence[Group], runs: int, top: int = CONFIRM_TOP) -> list[int]:
+    """The first-trial numbers to re-run so that the top ``top`` feasible configs and
+    the baseline have ``1 + runs`` believed runs each, taken in turns (so that a
+    slow drift of the machine spreads over all of them). Runs enqueued or running
+    already count: a round planned while another's re-runs are under way adds
+    none of them again. A config whose runs were all noisy competes on its best one:
+    measured again here, it gets believed figures if the machine is quiet now."""
+    base = baseline_group(groups)
+    ranked = sorted((g for g in groups if (g.feasible or _only_noisy(g)) and g is not base),
+                    key=_rank, reverse=True)[:top]
+    if not ranked:  # nothing to compare the baseline with
+        return []
+    targets = ranked + ([base] if base is not None and (base.feasible or _only_noisy(base)) else [])
+    need = {g.first.number: max(0, 1 + runs - len(g.rates) - g.pending) for g in targets}
+    order = []
+    for turn in range(max(need.values(), default=0)):
+        order += [number for number, n in need.items() if n > turn]
+    return order

@@ -1,0 +1,330 @@
+"""How many DataLoader workers can help, from what the loaders measured (``num_workers: {high: auto}``).
+
+A loader ceiling (``autotune.core._ceilings``) times the loader alone and the CPU
+seconds it cost. Workers that use few of the CPUs they could are waiting (on
+storage, the network, a sleep): more of them help past the core count, and by
+Little's law as many as the rate wanted times a batch's latency, that is the
+model's rate (its compute ceiling) over one worker's. Workers that keep the CPUs
+busy are CPU-bound: more than the cores cannot help, and the range stays.
+
+Little's law counts the workers that feed the model on average, each as fast as it was
+alone. In training they share the CPUs with the model, and a batch that comes late holds up
+the ones behind it, so more may help: when the fastest trial so far (or one within
+``LEAD_WITHIN`` of it: one run's figure is that noisy here) drew the top of the range
+(``TOP_SHARE`` of it or more) and still waited on data (``TOP_WAITS`` of its time), the
+range widens to twice what it drew. On the jpeg runner on a 2-core host, all three 16-trial
+studies' winners sat at the top of the range Little's law set (6, 7 and 10), and the sweep's
+best, 2x batches with as many workers as an epoch has batches (24), ran 9-36% faster than they
+did (benchmarks/results/reach.md).
+
+A range only bounds the draws: on jpeg, with the range widened to 0-34 and an epoch of 24
+batches at the winner's batch size, three studies' winners drew 24, 18 and 19 workers, and
+the 18 and 19 ran 9-11% slower than 24 in turns. So a trial that leads, still waits on data
+and drew fewer workers than could help runs again with twice as many (``more_workers``), up
+to the range's high end and an epoch's batches at its batch size, once per trial. One that
+already drew a worker per batch of its epoch runs again at the next smaller batch size in the
+space, whose epoch has more batches, with twice its workers: a jpeg study that climbed to 4x
+with 12 workers (an epoch's 12 batches) stopped there at 80% of the sweep's best, 2x with 24;
+with this step, three studies' winners came to 98-104% of it.
+
+The range only widens, and it comes from the study's records, so every tuner on a
+study agrees on it. It is bounded by the RAM budget (at the PSS one worker was
+seen to add) and by the process and open-file limits, and by the batches of an
+epoch: a worker makes whole batches, so past one per batch the rest sit idle
+(``Run.dataloader`` clamps them). At each trial's batch size the search draws no
+more workers than that (``useful_workers``), so it does not spend trials on
+configs that run as another.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import resource
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from autotune.core._ceilings import Ceilings
+from autotune.core._knobs import KNOBS, Part, batch_of, show_value
+from autotune.core._outcome import Outcome
+
+#: Share of the CPUs its workers could use (at most one each) under which a loader
+#: counts as waiting: more workers than cores then help.
+WAITING_BELOW = 0.5
+#: Share of its time the fastest trial so far waits on data from which a worker range it drew
+#: the top of (``TOP_SHARE`` of its high end or more) widens to twice what it drew.
+TOP_WAITS = 0.1
+TOP_SHARE = 0.75
+#: How far below the fastest believed trial before it a trial may be and still count as
+#: leading: one run's figure moves by about that between runs of one config on these
+#: machines (a jpeg study's winner at 9 of 0-10 workers read 652 samples/s against an
+#: earlier trial's 694, 6% less, and its range never widened).
+LEAD_WITHIN = 0.1
+#: Open files a DataLoader worker may hold (its pipes, and shared-memory batches in flight).
+FILES_PER_WORKER = 16
+#: Processes the tuner, its worker and the user's own helpers may need beside the loader's.
+SPARE_PROCESSES = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class Evidence:
+    """What one measured loader says about workers."""
+
+    trial: int
+    workers: int
+    loader: float  # samples/s of the loader alone
+    cpus_used: float  # CPUs the loader alone kept busy
+    wanted: float  # samples/s the model takes (its compute ceiling)
+
+    @property
+    def waiting(self) -> float:
+        """Share of its time an average worker (or the main process, with none) waits."""
+        return max(0.0, 1.0 - self.cpus_used / max(1, self.workers))
+
+    @property
+    def needed(self) -> int:
+        """Workers that feed ``wanted`` (Little's law: each worker makes what it makes now)."""
+        return math.ceil(self.wanted / (self.loader / max(1, self.workers)))
+
+
+def evidence(rows: Iterable[Any], ceilings: Ceilings, cpus: int) -> list[Evidence]:
+    """Each measured config whose loader alone waits and is slower than its model."""
+    found: dict[str, Evidence] = {}
+    for row in rows:
+        config = row.config
+        loader, cpu = ceilings.get(Part.LOADER, config), ceilings.cpu(Part.LOADER, config)
+        wanted = ceilings.get(Part.COMPUTE, config)
+        workers = config.get("num_workers")
+        if not (loader and cpu and wanted) or not isinstance(workers, int) or loader >= wanted:
+            continue
+        used = loader * cpu
+        if used >= WAITING_BELOW * min(max(1, workers), cpus):
+            continue  # the workers keep the CPUs busy: more than the cores cannot help
+        seen = Evidence(row.number, workers, loader, used, wanted)
+        found.setdefault(f"{workers}:{loader:.0f}", seen)
+    return list(found.values())
+
+
+def _ram_peaks(rows: Iterable[Any]) -> list[tuple[int, float, bool]]:
+    """(workers, RAM peak, whether its heap retained freed memory) of each trial that has both."""
+    peaks = [(row.config.get("num_workers"), row.metrics.get("ram_peak"), bool(row.config.get("malloc_retain")))
+             for row in rows]
+    return [(w, p, kept) for w, p, kept in peaks if isinstance(w, int) and p]
+
+
+def ram_without_workers(rows: Iterable[Any]) -> float | None:
+    """The least RAM peak (PSS) of a trial without workers, or None."""
+    alone = [p for w, p, _ in _ram_peaks(rows) if w == 0]
+    return min(alone) if alone else None
+
+
+def worker_ram(rows: Iterable[Any]) -> float | None:
+    """PSS one DataLoader worker adds, from trials' RAM peaks: the most any config showed
+    over ``ram_without_workers``. None until both were seen. A trial whose heap keeps what it
+    frees (``malloc_retain``) holds more in its main process too: it is held against the
+    trials without workers that kept theirs alike, where there are some."""
+    peaks = _ram_peaks(rows)
+    alone = [p for w, p, _ in peaks if w == 0]
+    if not alone:
+        return None
+    least = {kept: min((p for w, p, k in peaks if w == 0 and k == kept), default=min(alone))
+             for kept in (False, True)}
+    per = [(p - least[kept]) / w for w, p, kept in peaks if w > 0 and p > least[kept]]
+    return max(per) if per else None
+
+
+def limits(ram_budget: int | None, per_worker: float | None, base_ram: float | None) -> dict[str, int]:
+    """The most workers each limit allows (only limits that are set and known)."""
+    caps: dict[str, int] = {}
+    nproc = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    if nproc != resource.RLIM_INFINITY:
+        caps["the process limit (ulimit -u)"] = max(0, nproc - SPARE_PROCESSES)
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if nofile != resource.RLIM_INFINITY:
+        caps["the open-file limit (ulimit -n)"] = nofile // FILES_PER_WORKER
+    if ram_budget and per_worker:
+        caps["the RAM budget"] = max(0, int((ram_budget - (base_ram or 0.0)) / per_worker))
+    return caps
+
+
+def epoch_samples(rows: Iterable[Any]) -> int | None:
+    """Samples in an epoch as the trials' loaders saw them (batches x batch size; the
+    most any trial saw, so a last partial batch never bounds too low), or None. A stream,
+    which has no length, counts the rows of a whole epoch (never a distorted trial's, which
+    delivered some twice: ``autotune.worker._streams``)."""
+    rows = list(rows)
+    seen = [row.dataset["epoch_batches"] * row.config["batch_size"] for row in rows
+            if row.dataset.get("epoch_batches") and isinstance(row.config.get("batch_size"), int)]
+    seen += [int(row.metrics["epoch_rows"]) for row in rows
+             if row.metrics.get("epoch_rows") and row.outcome != Outcome.DISTORTED.value]
+    return max(seen) if seen else None
+
+
+def useful_workers(batch_size: Any, base_batch_size: int | None, samples: int | None) -> int | None:
+    """Workers that can each have a batch of an epoch of ``samples`` at ``batch_size``
+    (as for ``autotune.core._knobs.batch_of``), or None when either size is unknown.
+
+    >>> useful_workers("4x", 64, 60_000), useful_workers(None, 64, 60_000), useful_workers(500, 64, 1_000)
+    (235, 938, 2)
+    """
+    size = batch_of(batch_size, base_batch_size)
+    return math.ceil(samples / size) if samples and size else None
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerRange:
+    """A widened ``num_workers`` high end, and the line that says why."""
+
+    high: int
+    why: str
+
+
+def leads(rows: Iterable[Any]) -> list[tuple[Any, float]]:
+    """The trials that led when they ran, each with how far it was below the fastest believed
+    one before it (0.0 when it was the fastest): in trial order, each believed one within
+    ``LEAD_WITHIN`` of every believed one before it. Rows added later never change who led
+    before them, so what this says only grows with the study."""
+    found, fastest = [], 0.0
+    for row in sorted(rows, key=lambda r: r.number):
+        if row.reliable and row.rate >= (1.0 - LEAD_WITHIN) * fastest:
+            found.append((row, max(0.0, 1.0 - row.rate / fastest) if fastest else 0.0))
+        if row.reliable:
+            fastest = max(fastest, row.rate)
+    return found
+
+
+def led_when(behind: float) -> str:
+    """How a leader of ``leads`` stood when it ran, for a line: "the fastest then", or how close."""
+    return f"within {behind:.0%} of the fastest then" if behind >= 0.005 else "the fastest then"
+
+
+def prefetch_high(batches: int, workers: int) -> int:
+    """The most ``prefetch_factor`` can ask of ``workers`` for an epoch of ``batches``: the
+    loader never asks for more than an epoch ahead."""
+    return max(1, math.ceil(batches / min(workers, batches)))
+
+
+@dataclasses.dataclass(frozen=True)
+class MoreWorkers:
+    """A leading trial's config to run again with ``workers`` workers (and ``persistent``
+    workers where it drew them started anew each epoch), and the line that says why."""
+
+    workers: int
+    why: str
+    persistent: bool = False
+    #: The batch size to run it at instead of its own (None: its own).
+    batch_size: Any = None
+
+
+def more_workers(row: Any, rows: Iterable[Any], ceilings: Ceilings, cpus: int, high: int,
+                 useful: int | None, can_persist: bool = True,
+                 smaller: tuple[Any, int | None] | None = None) -> MoreWorkers | None:
+    """``row``'s config with twice the workers it drew, when ``row`` leads (``leads``), waited on
+    data ``TOP_WAITS`` of its time or more, and the study's loaders wait (``evidence``): at
+    most ``high`` (the range now) and ``useful`` (an epoch's batches at its batch size); None
+    when that adds none.
+
+    Where ``row`` drew as many workers as its epoch has batches (``useful``) and the range
+    allows more, its config runs at ``smaller`` instead (the next smaller batch size, and the
+    batches of an epoch at it), whose epoch gives twice the workers each a batch.
+
+    Where ``row`` drew ``persistent_workers=False`` (and the space has True: ``can_persist``),
+    the config also keeps its workers across epochs: started anew each epoch, twice the
+    workers cost twice the start-up each epoch, and a climb along that line measures the
+    restarts more than the workers (a jpeg study's climb to 24 workers read 1,033 samples/s
+    so, 1,900 with them kept; benchmarks/results/reach.md)."""
+    rows = list(rows)
+    drawn = row.sampled.get("num_workers")
+    waits = row.metrics.get("data_wait_frac", 0.0)
+    led = {r.number: behind for r, behind in leads(rows)}
+    if not isinstance(drawn, int) or drawn < 1 or row.number not in led or waits < TOP_WAITS \
+            or not evidence(rows, ceilings, cpus):
+        return None
+    size, at = None, ""
+    if useful is not None and drawn >= useful and smaller is not None and high > drawn:
+        size, useful = smaller  # (its own epoch gives no worker a batch more)
+        at = (f", one per batch of its epoch at batch_size={show_value(row.sampled.get('batch_size'))}: "
+              f"its config runs again at batch_size={show_value(size)}")
+    epoch = f"an epoch's batches at {'that' if at else 'its'} batch size"
+    bounds = {"the range's high end": high, **({epoch: useful} if useful else {})}
+    bound = min(bounds.items(), key=lambda kv: kv[1])
+    workers = min(2 * drawn, bound[1])
+    if workers <= drawn:
+        return None
+    capped = f" ({bound[0]}, {bound[1]})" if workers < 2 * drawn else ""
+    persistent = can_persist and row.sampled.get("persistent_workers") is False
+    kept = " and persistent_workers=true (started anew each epoch, twice the workers restart twice the work)" \
+        if persistent else ""
+    runs = f"{at} with" if at else ": its config runs again with"
+    return MoreWorkers(workers, f"trial {row.number}, {led_when(led[row.number])}, drew num_workers={drawn} and waited on data "
+                                f"{waits:.0%} of its time{runs} num_workers={workers}{capped}{kept}",
+                       persistent, size)
+
+
+def climbed(sampled: Mapping[str, Any], more: MoreWorkers, useful: int | None) -> dict[str, Any]:
+    """The knobs to run a leader's drawn ones (``sampled``) again with, as ``more`` says:
+    its workers, kept workers, its batch size; without the knobs that no longer apply there
+    (``lr_scaling`` at the code's own batch size), and with ``prefetch_factor`` at most what
+    ``useful`` workers (an epoch's batches at the batch size it runs at) can ask of an epoch,
+    as the search draws it.
+
+    >>> climbed({"batch_size": "2x", "num_workers": 12, "lr_scaling": "linear", "prefetch_factor": 4},
+    ...         MoreWorkers(24, "", batch_size="1x"), 48)
+    {'batch_size': '1x', 'num_workers': 24, 'prefetch_factor': 2}
+    """
+    params = {k: v for k, v in {**sampled, "num_workers": more.workers}.items() if v is not None}
+    if more.persistent:
+        params["persistent_workers"] = True
+    if more.batch_size is not None:
+        params["batch_size"] = more.batch_size
+    params = {k: v for k, v in params.items() if k not in KNOBS or KNOBS[k].is_active(params)}
+    if useful and isinstance(params.get("prefetch_factor"), int):
+        params["prefetch_factor"] = min(params["prefetch_factor"], prefetch_high(useful, more.workers))
+    return params
+
+
+def widened_range(high: int, low: int, rows: Iterable[Any], ceilings: Ceilings, cpus: int,
+                  ram_budget: int | None, caps: Mapping[str, int] | None = None,
+                  also: Mapping[str, int] | None = None) -> WorkerRange | None:
+    """The range's new high end, if what the loaders measured asks for more than ``high``
+    (``caps``: the limits, by default this machine's and the RAM budget's; ``also``: more
+    of them, such as an epoch's batches at the space's smallest batch size): Little's law
+    on the loader that asks for most, then twice the workers any of the study's ``leads``
+    drew at the top of that range while it waited on data ``TOP_WAITS`` of its time or more."""
+    rows = list(rows)
+    seen = evidence(rows, ceilings, cpus)
+    if not seen:
+        return None  # no loader waits: more workers than the cores cannot help
+    most = max(seen, key=lambda e: e.needed)
+    new, why = high, []
+    if most.needed > high:
+        new = most.needed
+        who = f"{most.workers} workers" if most.workers else "the main process (no workers)"
+        why.append(f"workers wait {most.waiting:.0%} of their time (trial {most.trial}'s loader alone: "
+                   f"{most.loader:,.0f} samples/s from {who}, using {most.cpus_used:.1f} of {cpus} CPUs; "
+                   f"its model takes {most.wanted:,.0f})")
+    # (against the range each drew from, as Optuna recorded it: a leader's verdict never changes)
+    topped = [(r, behind) for r, behind in leads(rows)
+              if isinstance(r.sampled.get("num_workers"), int) and r.workers_high
+              and r.sampled["num_workers"] >= max(1, TOP_SHARE * r.workers_high)
+              and r.metrics.get("data_wait_frac", 0.0) >= TOP_WAITS]
+    if topped:
+        lead, behind = max(topped, key=lambda rb: rb[0].sampled["num_workers"])
+        drawn = lead.sampled["num_workers"]
+        if 2 * drawn > new:
+            new = 2 * drawn
+            why.append(f"trial {lead.number}, {led_when(behind)}, drew num_workers={drawn} of {low}-{lead.workers_high} "
+                       f"and waited on data {lead.metrics['data_wait_frac']:.0%} of its time")
+    if new <= high:
+        return None
+    caps = dict(limits(ram_budget, worker_ram(rows), ram_without_workers(rows)) if caps is None else caps)
+    caps.update(also or {})
+    bound = min(caps.items(), key=lambda kv: kv[1]) if caps else None
+    wanted, new = new, min(new, bound[1]) if bound else new
+    if new <= high:
+        return None
+    line = "; ".join(why) + f": num_workers range {low}-{new}"
+    if new < wanted:
+        asked = "would feed the model" if len(why) == 1 and most.needed > high else "asked"
+        line += f" ({wanted} {asked}; {bound[0]} allows {bound[1]})"
+    return WorkerRange(new, line)

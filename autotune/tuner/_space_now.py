@@ -1,0 +1,256 @@
+"""The space as of now: what the next draw may take, from what the study measured so far.
+
+The space a user gives is where a study starts. As trials come in, the study widens an
+``auto`` worker range (``autotune.tuner._loader_workers``), draws the int knobs only up to what an epoch
+can use, and holds knobs that measuring has settled: the loader knobs once the best trial
+is compute-bound at high efficiency, the model knobs when the function never hands its
+model to ``run.model``, ``fused_optimizer`` when no optimizer of the code takes ``fused=``, and ``amp`` at the one precision this machine does not run far
+slower than another (``autotune.tuner._precision``). Pure functions of the standing; each
+returns what it decided and the line that says so (``Line``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from autotune.core._ceilings import loader_only
+from autotune.core._kinds import Line
+from autotune.core._knobs import MODEL_KNOBS, batch_of, show_value
+from autotune.tuner._loader_workers import (
+    epoch_samples,
+    prefetch_high,
+    useful_workers,
+    widened_range,
+)
+from autotune.machine._noise import doubt
+from autotune.tuner._space import Cap, Choice, IntRange, Space
+from autotune.worker._streams import duplicating
+
+FUSED = "fused_optimizer"
+
+if TYPE_CHECKING:
+    from autotune.stores._records import TrialRow
+    from autotune.tuner._standing import Standing
+
+
+def base_batch_size(found: Standing) -> int | None:
+    """The batch size the user's code passes (every trial's loader reports the same)."""
+    return next((r.base_batch_size for r in found.rows if r.base_batch_size), None)
+
+
+def space_now(space: Space, found: Standing, cpus: int, ram_budget: int | None) -> tuple[Space, Line | None]:
+    """``space``, with an ``auto`` worker range widened as far as the measured loaders ask
+    (``autotune.tuner._loader_workers.widened_range``), and the line that says so (said once per range)."""
+    domain = space.domains.get("num_workers")
+    if not isinstance(domain, IntRange) or not domain.auto:
+        return space, None
+    # At the space's smallest batch size an epoch has the most batches: no more workers help.
+    epoch = {}
+    samples, base = epoch_samples(found.rows), base_batch_size(found)
+    sizes = space.domains.get("batch_size")
+    counts = {b: useful_workers(b, base, samples) for b in (sizes.values() if sizes else (None,))}
+    if all(counts.values()):
+        size, most = max(counts.items(), key=lambda kv: kv[1])
+        epoch[f"an epoch's {most} batches at batch size {batch_of(size, base)}"] = most
+    wider = widened_range(domain.high, domain.low, [r for r in found.rows if r.measured], found.ceilings,
+                          found.ceilings.cpus or cpus, ram_budget, also=epoch)
+    if wider is None:
+        return space, None
+    return space.with_high("num_workers", wider.high), Line(wider.why, f"workers-{wider.high}")
+
+
+def draw_caps(found: Standing, space: Space, say: Callable[[Line], None]) -> Cap | None:
+    """Draw ``num_workers`` only up to the batches of an epoch at the batch size drawn
+    (a worker makes whole batches; ``Run.dataloader`` would clamp the rest), and
+    ``prefetch_factor`` only up to the batches each of those workers has in an epoch
+    (the loader asks for at most an epoch's batches ahead). ``say`` hears each cap that
+    bites, as a line to say once. None before any trial reported its epoch."""
+    samples, base = epoch_samples(found.rows), base_batch_size(found)
+    duplicated = duplicating(found.rows)
+    if samples is None and duplicated is None:
+        return None
+
+    def cap(name: str, values: Mapping[str, Any]) -> int | None:
+        batches = useful_workers(values.get("batch_size"), base, samples)  # an epoch's, at this size
+        workers = values.get("num_workers")
+        domain = space.domains.get(name)  # (as widened)
+        if duplicated is not None and name == "num_workers" and isinstance(domain, IntRange):
+            say(Line(f"num_workers drawn up to 1: with {duplicated.config.get('num_workers')} the loader delivered "
+                     f"rows more than once (trial {duplicated.number}), as it will with any number past one",
+                     "duplicated-workers"))
+            return 1
+        if batches is None or not isinstance(domain, IntRange):
+            return None
+        size = batch_of(values.get("batch_size"), base)
+        if name == "num_workers":
+            if batches < domain.high:
+                say(Line(f"num_workers drawn up to the batches of an epoch ({samples:,} samples; {batches} "
+                         f"batches at batch size {size}): past one worker per batch, the rest would sit idle",
+                         "epoch-workers"))
+            return batches
+        if name == "prefetch_factor" and isinstance(workers, int) and workers > 0:
+            most = prefetch_high(batches, workers)
+            if most < domain.high:
+                say(Line(f"prefetch_factor drawn up to an epoch's batches per worker (e.g. {batches} batches at "
+                         f"batch size {size} over {workers} workers: {most}): the loader never asks for more "
+                         "than an epoch ahead, so a larger one holds nothing more", "epoch-prefetch"))
+            return most
+        return None
+
+    return cap
+
+
+@dataclasses.dataclass(frozen=True)
+class Holds:
+    """The knobs not to sample now, and why.
+
+    Attributes:
+        values: Knob to the value it is held at (None: the user's own).
+        why: Knob to why, for the trial's MLflow tags (``autotune.held.<knob>``): the
+            precision hold's (the others are said in the terminal).
+        lines: What to say about them (each once per its key).
+        settled_by: The trial whose loader knobs are held (None: none are), which the
+            next call takes as ``settled_by``: holding and lifting are said once each.
+    """
+
+    values: dict[str, Any]
+    why: dict[str, str]
+    lines: tuple[Line, ...]
+    settled_by: int | None
+
+
+def holds(found: Standing, space: Space, settled_by: int | None, max_load: float, max_spread: float,
+          horizon_h: float = 1.0) -> Holds:
+    """The holds of the space now (see the module): the model knobs, the loader knobs and
+    ``amp``. ``settled_by``: the trial whose loader hold was last said (None: none);
+    ``horizon_h``: the hours production trains for (compile must pay back within them)."""
+    model, model_line = _model_hold(found, space)
+    if not model:
+        model, model_line = _compile_hold(found, space, horizon_h)
+    fused, fused_line = _fused_hold(found, space)
+    own, own_line = _own_precision_hold(found, space)
+    order, order_line = _order_hold(found, space)
+    loader, settled, loader_line = _loader_hold(found, space, settled_by)
+    precision, precision_why = _precision_hold(found, space, max_load, max_spread)
+    lines = [line for line in (model_line, fused_line, own_line, order_line, loader_line) if line]
+    if own:
+        precision, precision_why = own, None
+    if precision_why:
+        lines.append(Line(precision_why, f"precision-{precision['amp']}"))
+    return Holds({**model, **fused, **order, **loader, **precision}, {"amp": precision_why} if precision_why else {},
+                 tuple(lines), settled)
+
+
+def _fused_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
+    """``fused_optimizer`` not drawn once a trial saw that none of the code's optimizers takes
+    ``fused=`` (Adadelta, LBFGS, ...): it would change nothing, and a config saying it is on would be untrue."""
+    if FUSED not in space.domains:
+        return {}, None
+    built = next((r.dataset["optimizers"] for r in found.rows if r.dataset.get("optimizers")), None)
+    if not built or any(built.values()):
+        return {}, None
+    names = ", ".join(built)
+    return {FUSED: None}, Line(f"{FUSED} not tuned: your code's optimizer ({names}) takes no fused= argument, "
+                               "so no config can fuse it", "fused")
+
+
+def _own_precision_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
+    """``amp`` not drawn once a trial saw that the script uses its own autocast or GradScaler: its
+    own precision is what runs whatever the knob says (``autotune.training._outside_amp``)."""
+    if "amp" not in space.domains:
+        return {}, None
+    own = next((r.dataset["amp_own"] for r in found.rows if r.dataset.get("amp_own")), None)
+    if own is None:
+        return {}, None
+    return {"amp": None}, Line(f"amp not tuned: your script sets its own precision ({own}: torch.autocast or a "
+                               "GradScaler), and it is what runs", "amp-own")
+
+
+def _compile_hold(found: Standing, space: Space, horizon_h: float) -> tuple[dict[str, Any], Line | None]:
+    """``compile`` held at off once a compiled trial showed that compiling cannot pay back within
+    ``horizon_h`` hours of production: it ran past --compile-timeout, it ran no faster than the
+    baseline, or its cost over the time it saves per second of training is past the horizon.
+    Measured once per study: the first compiled trials decide for every config after them."""
+    base = found.base.loop_median if found.base is not None else None  # (the loop's: compiling is kept out)
+    if "compile" not in space.domains or not base:
+        return {}, None
+    compiled = [r for r in found.rows if r.config.get("compile") not in (None, "off")]
+    stuck = next((r for r in compiled if r.outcome == "timeout" and "compile_unfinished_s" in r.metrics), None)
+    if stuck is not None:
+        why = f"compiling ran past --compile-timeout in trial {stuck.number}"
+    else:
+        ran = [r for r in compiled if r.reliable and r.metrics.get("compile_s")]
+        if not ran:
+            return {}, None
+        best = max(ran, key=lambda r: r.samples_per_s)
+        saved = 1 - base / best.samples_per_s  # production seconds saved per second
+        cost = best.metrics["compile_s"]
+        if saved > 0 and cost / saved <= horizon_h * 3600:
+            return {}, None
+        pays = f"pays back after {cost / saved / 3600:.1f} h of training" if saved > 0 else "never pays back"
+        why = (f"trial {best.number} compiled in {cost:.0f} s and runs {best.samples_per_s / base:.2f}x "
+               f"the baseline, so compiling {pays}, past the {horizon_h:g} h horizon (--horizon)")
+    return {"compile": "off"}, Line(f"compile held at off: {why}", "compile-hold")
+
+
+def _order_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
+    """``in_order`` not drawn once a trial saw that the training loader does not shuffle: its
+    order may mean something (a curriculum, a stream's sequence), and the loader keeps it."""
+    if "in_order" not in space.domains or not any(r.dataset.get("shuffles") is False for r in found.rows):
+        return {}, None
+    return {"in_order": None}, Line("in_order not tuned: your training loader does not shuffle, so the order "
+                                    "of its batches is kept", "in-order")
+
+
+def _precision_hold(found: Standing, space: Space, max_load: float,
+                    max_spread: float) -> tuple[dict[str, Any], str | None]:
+    from autotune.tuner._precision import KNOB, precision_hold
+
+    domain = space.domains.get(KNOB)
+    if not isinstance(domain, Choice):
+        return {}, None
+
+    def believed(row: TrialRow) -> bool:  # a pruned or diverged figure was never doubted: judge it here
+        return row.doubt is None and doubt(row.metrics, "", max_load, max_spread) is None
+
+    hold = precision_hold(found.rows, domain.values(), believed)
+    return ({}, None) if hold is None else ({KNOB: hold.value}, hold.why)
+
+
+def _model_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
+    tuned = [name for name in MODEL_KNOBS if name in space.domains]
+    base = found.base.first if found.base else None
+    if not tuned or base is None or not base.config or any(name in base.config for name in MODEL_KNOBS):
+        return {}, None
+    return dict.fromkeys(tuned), Line(f"{' and '.join(tuned)} not tuned: no model was found (a training function "
+                                      "hands it to run.model(...); in a script, it is the module called with the "
+                                      "parameters an optimizer trains)", "model-knobs")
+
+
+def _loader_hold(found: Standing, space: Space, settled_by: int | None) -> tuple[dict[str, Any], int | None,
+                                                                                 Line | None]:
+    """The loader-only knobs held at the best trial's values once it is compute-bound at high
+    efficiency (``held_loader_knobs``); the line when the hold starts, moves or is lifted."""
+    best = found.best
+    held = held_loader_knobs(best, space.domains)
+    if held and best.number != settled_by:
+        knobs = ", ".join(f"{k}={'as in your code' if v is None else show_value(v)}" for k, v in held.items())
+        return held, best.number, Line(f"loader knobs held at trial {best.number}'s ({knobs}): it is "
+                                       f"compute-bound at {best.bottleneck.efficiency:.0%} of its data-on-device "
+                                       "ceiling")
+    if not held and settled_by is not None:
+        now = f"the best is trial {best.number}, " if best is not None and best.number != settled_by else ""
+        return held, None, Line(f"loader knobs sampled again: {now}not compute-bound at high efficiency "
+                                f"(trial {settled_by}'s hold is lifted)")
+    return held, settled_by, None
+
+
+def held_loader_knobs(best: TrialRow | None, knobs: Mapping[str, Any]) -> dict[str, Any]:
+    """The loader-only knobs among ``knobs`` to hold at ``best``'s sampled values (None:
+    the user's own), once ``best`` is compute-bound at high efficiency: more loader
+    trials cannot buy much then. Empty otherwise."""
+    if best is None or best.bottleneck is None or not best.bottleneck.settled:
+        return {}
+    return {name: best.sampled.get(name) for name in knobs if loader_only(name)}

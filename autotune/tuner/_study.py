@@ -1,0 +1,387 @@
+"""A study: the loop that runs a tuner's trials, from the planner's requests, in its slots.
+
+The path of one trial: the scheduler gives a slot this tuner's next trial (``take_own``);
+``_next_trial`` claims the baseline while the study has none, else asks Optuna (``ask``
+hands out the queue's requests first, then samples); ``_one_trial`` sets its config by
+its kind (a draw from the space as of now, under its holds and caps), the recorder begins
+it, the runner runs it in its worker process, the recorder ends it (spool, Optuna,
+MLflow); the planner's decisions on it (``after_trial``) go into the queue. After its
+trials, the last slot plans the confirmation, every slot runs re-runs until none is left,
+and the finish exports the winner and closes the parent run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import threading
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from autotune.tuner._ceiling_run import with_ceilings
+from autotune.core._config import Config
+from autotune.tuner._confirm import CONFIRM_TOP
+from autotune.tuner._finish import finish, leave
+from autotune.core._kinds import Kind, Line, Request
+from autotune.machine._launch import TrialSpec, new_tag
+from autotune.stores._optuna_io import frozen_trial
+from autotune.tuner._options import RAM_BUDGET_FRACTION, Reporter, StudyOptions, baseline_failed, default_study_name
+from autotune.core._outcome import Outcome
+from autotune.tuner._planner import (
+    Failed,
+    Settings,
+    after_quiet_wait,
+    after_trial,
+    confirmation,
+    owed_again,
+    without_baseline,
+)
+from autotune.tuner._profiling import run_profiles
+from autotune.tuner._queue import claim, claim_waiting, write
+from autotune.machine._reap import sweep_orphans
+from autotune.tuner._recorder import Recorder
+from autotune.stores._records import ATTR_BASELINE, ATTR_OF, ATTR_OWNER, ATTR_SAMPLED, kind_of
+from autotune.tuner._scheduler import Heartbeat, Scheduler
+from autotune.tuner._shape import cost_line, shape_of, trial_budget
+from autotune.machine._slots import Slot
+from autotune.tuner._space_now import draw_caps, holds, space_now
+from autotune.tuner._standing import Standing, standing
+from autotune.worker._streams import same_training
+from autotune.stores._stores import Spool, open_storage
+from autotune.tuner._tuners import (
+    HostRegistry,
+    Liveness,
+    Registry,
+    TunerPhase,
+    describe,
+    join,
+    neighbours_line,
+    stale_trials,
+    this_process,
+)
+from autotune.tuner._watch import run_trial
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autotune.machine._launch import Launcher
+    from autotune.machine._probe import Fingerprint
+    from autotune.stores._records import TrialRow
+    from autotune.tuner._space import Space
+    from autotune.stores._tracking import Tracker
+
+#: Seconds between looks at the study while waiting on another tuner (its baseline).
+POLL_S = 2.0
+
+
+class StudyRunner:
+    """Runs ``options.trials`` trials of one study, beside any number of other tuners on the
+    same study (``autotune.tuner._tuners``)."""
+
+    def __init__(self, options: StudyOptions, fingerprint: Fingerprint, space: Space,
+                 tracker: Tracker, reporter: Reporter | None = None, storage=None,
+                 slots: list[Slot] | None = None, warm: Mapping[int, Launcher] | None = None) -> None:
+        import optuna
+
+        self.options, self.fingerprint, self.space = options, fingerprint, space
+        self.reporter = reporter or Reporter()
+        self.name = options.study or default_study_name(options.target)
+        storage = storage or open_storage(options.store, options.storage, options.store_patience,
+                                          self.reporter.note)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        joined = join(storage, self.name, optuna.samplers.TPESampler(seed=options.seed), options.label,
+                      space.name, fingerprint, tracker, self.reporter.note, script=options.argv is not None,
+                      warm_start=options.warm_start)
+        self.study = joined.study
+        self._owner = this_process()
+        self._liveness = Liveness(self._owner["host"])
+        self.registry = Registry(self.study, self._owner)
+        self.registry.enter(TunerPhase.SAMPLING)
+        self.slots = slots or [Slot(0, (), fingerprint.cpus, fingerprint.device)]
+        self.host = HostRegistry()
+        neighbours = self.host.join(self._owner, self.name, "; ".join(s.share() for s in self.slots))
+        # The default budget is shared with the other tuners on this host, and split over --jobs slots.
+        self.ram_budget = (options.ram_budget or int(
+            fingerprint.ram_available_gib * 2**30 * RAM_BUDGET_FRACTION) // (1 + len(neighbours))) // len(self.slots)
+        if neighbours:
+            self.reporter.note(neighbours_line(neighbours))
+        self.scheduler = Scheduler(self.slots, options.trials, self.reporter.note)
+        self.recorder = Recorder(self.study, tracker, joined.experiment_id, joined.parent_id,
+                                 Spool(options.store / "pending", self.name), space, self.reporter.note,
+                                 options.store / "trials" / self.name, options.max_load, options.max_spread)
+        self._warm = dict(warm or {})  # slot index -> its warm worker (autotune.worker._warm), started early
+        self._started = 0.0
+        self._holding = threading.Lock()  # the slots' threads draw configs at once
+        self._settled_by: int | None = None  # the trial whose loader knobs are held, once said
+
+    @property
+    def interrupted_by(self) -> int | None:
+        """The signal that stopped the study early, if one did."""
+        return self.scheduler.signum
+
+    def run(self) -> Standing:
+        """Close stale trials, run this tuner's trials, confirm the top configs; return the standing.
+
+        The baseline runs first, once per study: a tuner that has none to run waits
+        for the one another tuner runs. After ``options.trials`` trials of its own,
+        the last tuner still sampling plans the confirmation: the top ``CONFIRM_TOP``
+        feasible configs and the baseline are re-run until each has ``1 +
+        options.confirm`` runs, enqueued so that each re-run is claimed by one tuner;
+        the winner is chosen on the medians (``autotune.tuner._confirm``).
+
+        The first SIGINT or SIGTERM stops the running trial, which is recorded as
+        ``interrupted`` (a baseline or re-run is enqueued again, for whoever resumes);
+        the study then finishes as usual (export, parent run closed as KILLED if
+        this was its last tuner) and ``interrupted_by`` names the signal. A second
+        one raises KeyboardInterrupt at once.
+        """
+        from autotune.worker._warm import WarmWorker
+
+        self._started = time.monotonic()
+        # One warm worker per slot (autotune.worker._warm), if the caller started none: its trials fork from it.
+        for slot in self.slots:
+            if slot.index not in self._warm:
+                self._warm[slot.index] = WarmWorker(os.environ, new_tag(), slot.cpus)
+        try:
+            self.recorder.replay()  # before recover(): a trial whose result waits here is not stale
+            self.recover()  # kills the processes of the trials it closes, and says so in their reason
+            swept = sweep_orphans()  # those of trials another host closed
+            if swept:
+                self.reporter.note(f"killed {swept} trial process(es) that tuners now gone left on this host")
+            with self.scheduler.signals(), Heartbeat(self.registry.beat, "this tuner", self.reporter.note):
+                self.scheduler.run(self._work)
+                run_profiles(self, standing(self.study))  # (--profile on, not interrupted, the last tuner)
+        except BaseException as exc:  # the parent run must not stay RUNNING if this was its last tuner
+            with contextlib.suppress(Exception):  # a store that is down must not hide why we stop
+                leave(self.registry, self._liveness, f"stopped: {exc!r}", self.recorder, killed=True)
+            raise
+        finally:
+            self.host.leave()
+            for warm in self._warm.values():
+                warm.close()
+        return finish(self.study, self.options.store, self.registry, self._liveness, self.recorder,
+                      self.scheduler.signum, self.reporter.note)
+
+    def _work(self, slot: Slot) -> None:
+        """One slot's share of the work: trials of this tuner's own until ``options.trials``
+        are taken, then (once every slot is done sampling) the confirmation re-runs."""
+        found = standing(self.study)
+        while (index := self.scheduler.take_own()) is not None:
+            trial = self._next_trial(found)
+            if trial is None:
+                self.scheduler.give_back_own()
+                break
+            own = not kind_of(trial.user_attrs).repeats
+            if not own:  # a re-run that ask() handed out first: not one of this tuner's trials
+                self.scheduler.give_back_own()
+            found = self._trial_and_report(trial, slot, found, index if own else 0,
+                                           self.options.trials if own else 1, self._started)
+        if self.scheduler.interrupt.is_set():
+            return
+        self.scheduler.done_sampling(self._plan_confirmation)
+        self._confirm(slot, found)
+
+    def _plan_confirmation(self) -> None:
+        """This tuner is done sampling: enter the confirmation, and plan its round if no other
+        tuner still samples (the last one to finish plans it), once however many tuners get
+        here together (``Round.once``; re-runs already enqueued or running count as done)."""
+        self.registry.enter(TunerPhase.CONFIRMING)
+        sampling = self.registry.live_others(self._liveness, (TunerPhase.SAMPLING,))
+        if sampling:
+            self.reporter.note(f"this tuner's trials are done; {describe(sampling)} still run trials "
+                               f"of study {self.name}: the last one to finish plans the confirmation")
+        elif self.options.confirm:
+            round_ = confirmation(standing(self.study), self.options.confirm)
+            if claim(self.study, round_.once):
+                for request in round_.requests:
+                    write(self.study, request)
+                if round_.why:
+                    self.reporter.note(round_.why)
+
+    def _next_trial(self, found: Standing) -> optuna.Trial | None:
+        """The next trial to run: the study's baseline while none has completed, else ``ask``'s
+        (the queue first, then a draw). None once interrupted.
+
+        While another tuner runs the baseline this one waits (every trial's divergence
+        check and speedup need it); if that baseline fails, so does this tuner, as the
+        tuner that ran it does.
+
+        Raises:
+            BaselineFailed: a baseline this tuner waited for did not complete.
+        """
+        watched: int | None = None
+        while not self.scheduler.interrupt.is_set():
+            if found.base is not None:
+                return self.study.ask()
+            trial = claim_waiting(self.study, lambda t: bool(t.user_attrs.get(ATTR_BASELINE)))
+            if trial is not None:
+                return trial
+            found = standing(self.study)  # what the claim found: another tuner or slot may have just taken it
+            if found.base is not None:
+                continue
+            step = without_baseline(found, watched)
+            if isinstance(step, Failed):
+                raise baseline_failed(step.row)
+            if isinstance(step, Request):
+                write(self.study, step)
+                continue
+            watched = step.number
+            owner = frozen_trial(self.study, watched).user_attrs.get(ATTR_OWNER) or {}
+            line = f"waiting for the baseline (trial {watched}), run by " \
+                   + (describe([owner]) if owner else "another tuner")
+            self.scheduler.say(Line(line, line))
+            self.scheduler.interrupt.wait(POLL_S)
+            self.recover()
+            found = standing(self.study)
+        return None
+
+    def _confirm(self, slot: Slot, found: Standing) -> None:
+        """Run enqueued re-runs (of any tuner's plan) until none is left."""
+        import optuna
+
+        started, index = time.monotonic(), 0
+        while not self.scheduler.interrupt.is_set():
+            trial = claim_waiting(self.study, lambda t: kind_of(t.user_attrs).repeats)
+            if trial is None:
+                break
+            left = sum(kind_of(w.user_attrs).repeats for w in self.study.get_trials(
+                deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
+            found = self._trial_and_report(trial, slot, found, index, index + 1 + left, started)
+            index += 1
+
+    def _trial_and_report(self, trial: optuna.Trial, slot: Slot, found: Standing, index: int, total: int,
+                          started: float) -> Standing:
+        """Run one claimed trial, report it, act on what the planner decides of it; return the
+        new standing.
+
+        Raises:
+            BaselineFailed: this was the baseline and it did not complete.
+        """
+        number, recorded = self._one_trial(trial, slot, index, total, found)
+        found = standing(self.study)
+        row = next(r for r in found.rows if r.number == number)
+        left = (time.monotonic() - started) / (index + 1) * (total - index - 1)
+        self.reporter.trial_done(row, found, left)
+        if recorded:  # (else another tuner closed it, and owes what it owed)
+            settings = Settings(self._space_now(found), self.fingerprint.cpus, self.options.tolerance,
+                                self.options.budget.windows, self.options.remeasure, self.scheduler.trials_left())
+            for decision in after_trial(row, found, settings):
+                self._act(decision, slot)
+        if row.kind is Kind.BASELINE and row.outcome not in (Outcome.COMPLETE.value, Outcome.INTERRUPTED.value):
+            raise baseline_failed(row)
+        _say_cost(row, recorded, self.options, self.reporter)
+        return found
+
+    def _act(self, decision: Request | Line, slot: Slot) -> None:
+        """Say a line; write a request (a remeasure once the machine is quiet)."""
+        if isinstance(decision, Request) and decision.kind is Kind.REMEASURE:
+            if self.scheduler.interrupt.is_set():
+                return
+            quiet, load, waited = self.scheduler.wait_quiet(slot.runs_on, self.options.max_load,
+                                                            self.options.quiet_wait)
+            if self.scheduler.interrupt.is_set():
+                return
+            decision = after_quiet_wait(decision, quiet, load, waited, self.options.remeasure)
+        if isinstance(decision, Line):
+            self.scheduler.say(decision)
+        elif write(self.study, decision) and decision.why:
+            self.reporter.note(decision.why)
+
+    def _space_now(self, found: Standing) -> Space:
+        space, line = space_now(self.space, found, self.fingerprint.cpus, self.ram_budget)
+        if line is not None:
+            self.scheduler.say(line)
+        return space
+
+    def _config(self, trial: optuna.Trial, kind: Kind, found: Standing) -> tuple[Config, dict[str, str]]:
+        """What a claimed trial runs, by its kind, and why knobs were held (for its tags): the
+        code's own (the baseline), the config it repeats or retries, or a draw from the
+        space as of now under its holds and caps (a climb's config is enqueued as the draw's
+        fixed values)."""
+        if kind is Kind.BASELINE:
+            return Config(), {}
+        if kind.repeats or kind is Kind.RETRY:
+            return Config(**trial.user_attrs.get(ATTR_SAMPLED, {})), {}
+        space = self._space_now(found)
+        with self._holding:
+            held = holds(found, self.space, self._settled_by, *self.options.hold_limits)
+            self._settled_by = held.settled_by
+        for line in held.lines:
+            self.scheduler.say(line)
+        return space.sample(trial, held.values, draw_caps(found, space, self.scheduler.say)), held.why
+
+    def _one_trial(self, trial: optuna.Trial, slot: Slot, index: int, total: int,
+                   found: Standing) -> tuple[int, bool]:
+        """Run one claimed trial to its end in both stores; return its number, and whether
+        this tuner recorded it (False: another tuner closed it as stale meanwhile).
+
+        A repeat runs unpruned and measures its own ceilings (the winner's efficiency is then
+        paired in every run); the baseline measures until it learns (every trial's divergence
+        is judged against its curve), and where it ran whole its ceilings run after it."""
+        kind = kind_of(trial.user_attrs)
+        config, holding = self._config(trial, kind, found)
+        base = found.base.first if found.base else None
+        seed = found.seed(self.options.seed)
+        tags = {"autotune.fingerprint": self.fingerprint.summary(),
+                **{f"autotune.held.{knob}": why for knob, why in holding.items()}}  # (the MLflow UI shows why)
+        run_id = self.recorder.begin(trial, self._owner, config, slot, seed, tags)
+        self.reporter.trial_started(trial.number, index, total, config, slot.share() if len(self.slots) > 1 else None,
+                                    kind, trial.user_attrs.get(ATTR_OF))
+        spec = TrialSpec(self.options.target, config, slot.device,
+                         trial_budget(self.options.budget, kind, shape_of(base), self.options.tolerance), seed=seed, cpus=slot.cpus,
+                         argv=self.options.argv, nproc=self.options.nproc, known_ceilings={} if kind.repeats else found.ceilings.known())
+        # (its windows' samples/s against the winner's loop's: a whole run ranks with its start-up)
+        prune_below = found.decision.winner.loop_median if found.decision.winner and kind.explores else None
+        beats = itertools.count(1)
+        interrupt = self.scheduler.interrupt
+        try:
+            with Heartbeat(lambda: self.recorder.beat(trial, next(beats)), f"trial {trial.number}",
+                           self.reporter.note), \
+                    self.host.turn(slot.runs_on, f"trial {trial.number} of study {self.name} "
+                                   f"(tuner pid {os.getpid()})", lambda line: self.scheduler.say(Line(line, "turn")),
+                                   interrupt):
+                result = run_trial(spec, self.recorder.log_path(trial.number), self.ram_budget,
+                                   self.recorder.watcher(trial, prune_below, self.options.prune, self.options.max_load,
+                                                         self.reporter.event, self.options.budget.window_s),
+                                   interrupt=interrupt, reference=base.losses if base else (), tolerance=self.options.tolerance,
+                                   reference_curve=base.curve if base else (), warm=self._warm.get(slot.index))
+                result = with_ceilings(spec, result, self.recorder.log_path(trial.number), lambda again, log: run_trial(
+                    again, log, self.ram_budget, interrupt=interrupt, warm=self._warm.get(slot.index)))
+        except BaseException as exc:  # a second Ctrl-C, or our own bug: close both records, go on raising
+            self.recorder.abandon(trial, run_id, exc)
+            raise
+        base_rate = found.base.loop_median if found.base else None
+        return trial.number, self.recorder.end(trial, run_id, same_training(result, base), found.ceilings, base_rate)
+
+    def recover(self) -> list[int]:
+        """Close the trials that gone tuners left RUNNING; return their numbers.
+
+        On this host a trial is stale when its tuner process is gone; elsewhere,
+        when its heartbeat has not moved for ``STALE_AFTER_S`` while this tuner
+        watched (``Liveness``: no two hosts' clocks are compared). A stale trial's
+        worker processes are killed if they still run here, and the recorder closes
+        it as ``interrupted`` (``Recorder.close_stale``); the tuner whose close lands
+        (one: a trial is finished once) asks again for the baseline or re-run it owed.
+        """
+        closed = []
+        for frozen, reason in stale_trials(self.study, self._liveness):
+            if not self.recorder.close_stale(frozen, reason):
+                continue  # another tuner closed it first, and owes what it owed
+            self.reporter.note(f"trial {frozen.number}: {reason}")
+            closed.append(frozen.number)
+            found = standing(self.study)
+            owed = owed_again(next(r for r in found.rows if r.number == frozen.number), found)
+            if owed is not None:
+                write(self.study, owed)
+        return closed
+
+
+def _say_cost(row: TrialRow, recorded: bool, options: StudyOptions, reporter: Reporter) -> None:
+    """Once the baseline (``row``, recorded by this tuner) has told the training's shape: what the
+    study's trials will cost."""
+    shape = shape_of(row) if row.kind is Kind.BASELINE and recorded else None
+    if shape is not None:
+        trials = max(0, options.trials - 1)  # (its re-runs: of the top configs there can be, and of it)
+        reporter.note(cost_line(shape, options.budget, trials, options.confirm * (min(CONFIRM_TOP, trials) + 1)))

@@ -1,0 +1,307 @@
+"""The worker side of a trial: the measuring state machine behind a training function's ``Run``.
+
+Production (``Recipe``) never imports this module.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from autotune.core._ceilings import CACHED_BATCHES
+from autotune.core._config import Config
+from autotune.training._handles import Run
+from autotune.core._knobs import Part
+from autotune.core._loaders import batch_len
+from autotune.worker._profile import ProfilePhase
+from autotune.machine._proctree import tree_cpu_s
+from autotune.worker._stretch import Stretches, marks_reached
+from autotune.worker._streams import Repeats
+from autotune.worker._trial_phases import BudgetSpent, CeilingPhases, Phase, close_epoch
+from autotune.worker._window import Window, compile_s
+
+#: Seconds between a trial's ``progress`` events: the parent's stall detector
+#: (``Budget.stall_s``) needs a sign of life, and a clock read per step costs nothing.
+PROGRESS_S = 1.0
+
+class Trial(Stretches, CeilingPhases, ProfilePhase, Run):
+    """A run under tuning: measures the loop in windows and stops it when done.
+
+    Warmup steps come first (``warmup_steps`` and at least ``warmup_s``); then
+    ``windows`` windows of at least ``window_s`` seconds, which end on an epoch's
+    last batch once an epoch lasts ``EPOCH_WINDOWS`` windows or less. With ``marks``
+    (every trial after the baseline), the warmup and the windows end instead where
+    the baseline's did, in samples since the first batch (``autotune.worker._stretch``);
+    ``whole`` runs the code to its end, ``whole_s`` (the baseline) measures on past
+    its windows until the code ends or that many seconds have passed. The device is
+    synchronised only at window edges; the loss is summed on the device and read
+    once per window.
+
+    Each window also reports its loss curve: the step losses (kept on the device,
+    read with the window's) in ``CURVE_CHUNKS`` pieces (``autotune.worker._window``), each
+    with the samples it spans, so that divergence is judged on the same samples for
+    every config. The warmup reports its curve too: a config several times the
+    baseline's speed can pass the samples the baseline's windows reached while it
+    warms up.
+
+    With ``learn_windows`` (the baseline), it measures up to that many windows more
+    while its loss over its judged span is above ``learn_to`` times its warmup's.
+
+    Then, with ``ceiling_windows``, the two ceilings (``autotune.core._ceilings``), each
+    over that many windows and skipped when ``known_ceilings`` has its key: the
+    same loop fed its last few batches again from the device (compute), then the
+    loader iterated alone with the transfer (loader).
+
+    With ``trace`` (a profile run, ``autotune.tuner._profiling``), each step's parts are timed
+    over the windows and a few steps after them are recorded by torch.profiler into that
+    file (``autotune.worker._profile.ProfilePhase``).
+    """
+
+    def __init__(self, config: Config, device: Any, emit: Callable[..., None], *,  # type: ignore[valid-type]
+                 warmup_steps: int, warmup_s: float, window_s: float, windows: int,
+                 min_window_steps: int = 2, ceiling_windows: int = 0, learn_windows: int = 0,
+                 learn_to: float = 0.0, known_ceilings: Mapping[str, Sequence[str]] | None = None,
+                 trace: str | None = None, marks: Sequence[int] = (), whole: bool = False,
+                 whole_s: float = 0.0, step_samples: float = 0.0) -> None:
+        super().__init__(config, device)
+        self._emit = emit
+        self._warmup_steps, self._warmup_s = warmup_steps, warmup_s
+        self._window_s, self._windows, self._min_window_steps = window_s, windows, min_window_steps
+        self._ceiling_windows = ceiling_windows
+        self._learn_windows, self._learn_to = learn_windows, learn_to
+        self._warmup_loss: float | None = None
+        self._chunks: list[list[float]] = []  # the loss curve of every window so far
+        self._known = {part: set(keys) for part, keys in (known_ceilings or {}).items()}
+        self._pending: list[Part] = []  # the ceilings still to measure, fixed when measuring starts
+        self._ceiling_index = 0
+        self._replayed = 0
+        self._cached: collections.deque = collections.deque(maxlen=CACHED_BATCHES)
+        self._step = 0
+        self.stepped = 0  # run.step() calls (a step whose batch the loop has not handed back yet counts)
+        self._seen = 0  # samples consumed since the first batch: the x axis of loss comparisons
+        self._phase = Phase.WARMUP
+        self._windows_done = 0
+        self._reset_window(time.perf_counter())
+        self._started = self._beat = self._win.start
+        self._announced = False
+        self._batch_samples = 0  # of the batch the user's step is training on
+        self._compiling = False  # run.model compiled the model: its first steps compile it
+        self._epoch_s: float | None = None  # the last whole epoch's seconds (run.batches to its end)
+        #: When the last epoch of the measured loader ended (None: none ended, or the next began).
+        self._outside_since: float | None = None
+        self._repeats = Repeats()  # rows seen again in the first batches (autotune.worker._streams)
+        self._epoch_rows: int | None = None  # the last whole epoch's rows
+        self._epochs = 0  # epochs of the measured loader that ran to their end
+        self._loop_t0: float | None = None  # the first batch (the loop's time starts here)
+        self._last_step = 0.0  # when the last training step ended
+        self._outside_total = 0.0  # seconds between the measured loader's epochs, all of them
+        self._so_far = (0, 0.0)  # samples and seconds of the windows closed so far
+        self._start_parts(trace)
+        self._start_stretches(marks, whole, whole_s, step_samples)
+
+    def _resume_clock(self, now: float) -> None:
+        """An epoch begins: the time since the last one ended (an evaluation pass, a checkpoint,
+        the loop's own logging between epochs) is outside the training loop. The window's clock
+        skips it (its start moves on by as much) and the window reports it as ``outside_s``: a
+        test pass inside a window would otherwise count as a slow training step."""
+        if self._outside_since is None:
+            return
+        gap = now - self._outside_since
+        self._outside_since = None
+        self._outside_total += gap
+        self._win.start += gap
+        self._win.outside += gap
+        if self._phase == Phase.WARMUP:
+            self._started += gap
+
+    def _compiled(self, module: Any) -> Any:
+        """Say when the compiled model's first forward starts (compiling it), so that the
+        parent's stall clock allows for it; the warmup then reports its cost (``compile_s``)."""
+        self._compiling = True
+
+        def first_call(_module: Any, _args: Any) -> None:
+            hook.remove()
+            self._emit("compiling", step=self._step)
+
+        hook = module.register_forward_pre_hook(first_call)
+        return module
+
+    def _after_step(self, loss: Any) -> None:
+        if not self._announced:  # a step with no batch from run.batches: nothing would be measured
+            raise RuntimeError("run.step() ran before any batch came from run.batches(loader): autotune "
+                               "measures the loop through it; iterate `for batch in run.batches(loader):`")
+        self.stepped += 1
+        curve = self._phase in (Phase.WARMUP, Phase.MEASURE)  # its curve: where each step ends, its loss
+        self._win.add_loss(loss.detach().float(), self._seen + self._batch_samples if curve else None)
+
+    def batches(self, loader: Iterable[Any]) -> Iterator[Any]:
+        return self._measured(loader, self._source(loader))
+
+    def _source(self, loader: Iterable[Any]) -> Iterator[Any]:
+        """An epoch of the loader's batches, as the loop gets them (on the device, per the prefetch knob)."""
+        return Run.batches(self, loader)
+
+    def _copy_edge(self) -> Callable[[], None] | None:
+        return None if self._parts is None else lambda: self._edge("copy")
+
+    def _measured(self, loader: Iterable[Any], it: Iterator[Any]) -> Iterator[Any]:
+        """The batches of ``it`` (an epoch of ``loader``), counted into the trial's windows."""
+        epoch_t0 = time.perf_counter()
+        self._resume_clock(epoch_t0)
+        rows = 0
+        try:
+            while True:
+                if self._phase == Phase.LOADER:
+                    self._loader_ceiling(loader, it)  # ends the trial
+                t0 = time.perf_counter()
+                if self._phase == Phase.COMPUTE:  # data already on the device: no loader, no copy
+                    batch = self._cached[self._replayed % len(self._cached)]
+                    self._replayed += 1
+                else:
+                    self._edge("data_wait")
+                    try:
+                        batch = next(it)
+                    except StopIteration:
+                        self._edge(None)  # between epochs: outside the loop, as in the windows
+                        self._epoch_rows = rows
+                        self._epoch_done(time.perf_counter() - epoch_t0)
+                        self._outside_since = time.perf_counter()
+                        return
+                    rows += batch_len(batch)
+                waited = time.perf_counter() - t0
+                if not self._announced:  # the first batch: warmup starts now
+                    self._announced = True
+                    self._started = self._beat = self._loop_t0 = time.perf_counter()
+                    self._scale_marks(batch_len(batch))
+                    self._emit("resolved", config=self.resolved(), base_batch_size=self._base_batch_size,
+                               lr=self.lr, dataset=self.facts())
+                if self._phase == Phase.MEASURE and Part.COMPUTE in self._pending:
+                    self._cached.append(batch)
+                elif self._phase == Phase.WARMUP and self._epoch_rows is None:  # its first epoch's rows:
+                    self._repeats.add(batch)  # a second epoch repeats them, and faster configs reach it
+                self._batch_samples = batch_len(batch)
+                self._edge("forward")
+                yield batch
+                self._count(batch, waited, t0)
+        finally:
+            close_epoch(it)
+
+    def _reset_window(self, now: float) -> None:
+        """Start a window at ``now``: a ceiling's counts what it costs the CPUs, too."""
+        self._win = Window(now, tree_cpu_s() if self._phase.ceiling is not None else None)
+
+    def _count(self, batch: Any, waited: float, t0: float) -> None:
+        now = time.perf_counter()
+        samples = batch_len(batch)
+        self._step += 1
+        self._win.steps += 1
+        self._win.samples += samples
+        self._win.wait += waited
+        self._beat_if_due(now)
+        if self._phase == Phase.PROFILE:
+            if self._recorded_step():
+                self._end_recording()
+                self._phase = Phase.DONE
+                raise BudgetSpent
+            return
+        if self._phase == Phase.COMPUTE:
+            if self._window_due(now):
+                self._close_ceiling_window(Part.COMPUTE)
+            return
+        self._seen += samples
+        self._last_step = now
+        self._win.step_times.append(now - t0)
+        self._win.waits.append(waited)
+        self._after_count(now)
+
+    def _end_warmup(self) -> None:
+        self._sync()
+        self._phase = Phase.MEASURE
+        if self._marks:  # (the warmup's own mark is reached)
+            self._mark = marks_reached(self._marks, self._seen)
+        self._time_parts()
+        self._pending = [part for part in (Part.COMPUTE, Part.LOADER) if self._wants(part)]
+        loss = self._win.loss()
+        self._warmup_loss = loss
+        seconds = time.perf_counter() - self._started
+        # at most the warmup's own time: the first step's time counts its wait for the first
+        # batch, which came before the warmup's clock started
+        cost = {"compile_s": min(seconds, compile_s(self._win.step_times))} if self._compiling else {}
+        repeats = {"repeat_share": self._repeats.share} if self._repeats.share is not None else {}
+        self._said_warmup = {**cost, **repeats}  # (said again if the code's end makes it the whole run)
+        self._warmup_win = self._win
+        self._emit("warmup", steps=self._step, seconds=seconds, samples=self._win.samples,
+                   samples_seen=self._seen, loss=loss, curve=self._win.curve(self._seen), **cost, **repeats)
+        self._reset_window(time.perf_counter())
+        self._stop_if_nonfinite(loss)
+
+    def _beat_if_due(self, now: float) -> None:
+        if now - self._beat >= PROGRESS_S:  # the parent's stall detector counts on these
+            self._beat = now
+            # measuring: its samples and seconds so far, the window under way's too (a slow config
+            # is pruned on them before its windows, at the baseline's marks, are done)
+            so_far = {"samples": self._so_far[0] + self._win.samples, "seconds": self._so_far[1] + now - self._win.start,
+                      "window_s": now - self._win.start, "wall": time.time()} if self._phase == Phase.MEASURE else {}
+            self._emit("progress", step=self._step, **so_far)
+
+    @staticmethod
+    def _stop_if_nonfinite(loss: float | None) -> None:
+        # A nan or inf loss never recovers: end the trial now, not after its budget.
+        if loss is not None and not math.isfinite(loss):
+            raise BudgetSpent
+
+    def _close_window(self) -> float | None:
+        self._sync()
+        now = time.perf_counter()
+        loss = self._win.loss()
+        extra: dict[str, Any] = {} if self._epoch_rows is None else {"epoch_rows": self._epoch_rows}
+        if self._extra:  # the baseline's run past its windows: kept only if the code ends by itself
+            extra["extra"] = True
+        if self.device.type == "cuda":
+            import torch
+
+            extra["gpu_mem_peak"] = torch.cuda.max_memory_allocated(self.device)
+        curve = self._win.curve(self._seen)
+        self._chunks.extend(curve)
+        self._emit("window", index=self._windows_done, steps=self._win.steps,
+                   samples=self._win.samples, samples_seen=self._seen, seconds=now - self._win.start,
+                   data_wait=self._win.wait, loss=loss, step_times=self._win.step_times,
+                   curve=curve, wall=time.time(), main_thread_s=time.thread_time() - self._win.thread,
+                   outside_s=self._win.outside, **extra)
+        self._windows_done += 1
+        self._so_far = (self._so_far[0] + self._win.samples, self._so_far[1] + now - self._win.start)
+        self._reset_window(now)
+        return loss
+
+    def finish(self, ended: bool = False) -> None:
+        """Close a last partial window if the function returned mid-window (and a profile
+        recording, with the steps it has), and say how the run ended.
+
+        Args:
+            ended: The code returned by itself (not stopped by the trial): its whole run was
+                measured, and the ``end`` event gives its training's shape and times.
+        """
+        self._end_recording()
+        if ended:
+            self._split_warmup()
+        if self._last_window_wanted():
+            self._close_window()
+        whole = {}
+        if ended and self._loop_t0 is not None:
+            whole = {"ended": True, "loop_s": self._last_step - self._loop_t0 - self._outside_total,
+                     "outside_s": self._outside_total, "epochs": self._epochs, "samples": self._seen}
+        short = self._phase in (Phase.WARMUP, Phase.MEASURE) and not self._whole and not self._extra \
+            and not self._measured_all()
+        self._emit("end", steps=self._step, windows=self._windows_done, short=short,
+                   config=self.resolved(), base_batch_size=self._base_batch_size, lr=self.lr,
+                   dataset=self.facts(), **whole)
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            import torch
+
+            torch.cuda.synchronize(self.device)
+
