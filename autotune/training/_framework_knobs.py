@@ -27,14 +27,14 @@ _TRAINING_ARGUMENTS = "transformers.training_args"
 Patch = Callable[[Any, str, Callable[[Callable[..., Any]], Callable[..., Any]]], None]
 
 
-def lightning_own(precision: Any) -> str | None:
-    """The ``amp`` a Lightning precision the script set means (None: full precision).
+def lightning_own(precision: Any) -> str:
+    """The ``amp`` a Lightning precision the script passes itself means (``off``: no mixed precision).
 
-    >>> lightning_own("bf16-mixed"), lightning_own(16), lightning_own("32-true")
-    ('bf16', 'fp16', None)
+    >>> lightning_own("bf16-mixed"), lightning_own(16), lightning_own("32-true"), lightning_own("64-true")
+    ('bf16', 'fp16', 'off', 'off')
     """
-    if precision in _FULL:
-        return None
+    if precision in _FULL or str(precision).startswith("64"):
+        return "off"
     return "bf16" if "bf16" in str(precision) else "fp16"
 
 
@@ -75,10 +75,10 @@ class FrameworkKnobs:
 
             def __init__(trainer: Any, *args: Any, **kwargs: Any) -> None:
                 bound = signature.bind(trainer, *args, **kwargs)
-                given = bound.arguments.get("precision")
-                own = lightning_own(given)
-                if own is not None:
-                    amp.hold_own(f"your Trainer sets precision={given!r} itself, and it is what runs", own)
+                if "precision" in bound.arguments:  # (passed, even as 32: the script's own setting wins)
+                    given = bound.arguments["precision"]
+                    amp.hold_own(f"your Trainer sets precision={given!r} itself, and it is what runs",
+                                 lightning_own(given))
                 elif amp.value != "off" and amp.held is None:
                     bound.arguments["precision"] = LIGHTNING_PRECISION[amp.value]
                     amp.by_framework(f"Trainer(precision={LIGHTNING_PRECISION[amp.value]!r})")

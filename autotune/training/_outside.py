@@ -11,6 +11,7 @@ Each knob that cannot apply to the script is held with one line that says why, n
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sys
 from collections.abc import Callable, Iterator
@@ -35,12 +36,14 @@ class OutsideLoop:
     def __init__(self, run: Any, find_model: bool, stream: Any = None) -> None:
         self.run = run
         self._stream = stream
-        self.amp = OutsideAmp(run._value("amp"), run.device.type, self.say)
+        self.amp = OutsideAmp(run._value("amp"), lambda: (self.device or run.device).type, self.say)
         self.prefetch: str = run._value("prefetch")
-        self.device: Any = None  # the trained parameters' device (the first optimizer's)
+        self._optimizers: list[Any] = []
+        self._step_hooks: list[Any] = []
         self.held: dict[str, str] = {}  # knob -> why it does not apply (prefetch's; amp and model keep their own)
         channels_last, compile = bool(run._value("channels_last")), run._value("compile")
-        wants_model = find_model or channels_last or compile != "off"
+        # (under amp, the model is watched for a script that turns autocast off around it)
+        wants_model = find_model or channels_last or compile != "off" or self.amp.value != "off"
         self.finder = ModelFinder(channels_last, compile, self._model_found, self.say) if wants_model else None
         #: amp and compile through Lightning's or the Trainer's own settings, where the script uses one
         self.frameworks = FrameworkKnobs(self) if self.amp.value != "off" or compile != "off" else None
@@ -60,29 +63,44 @@ class OutsideLoop:
         from torch.nn.utils import clip_grad
 
         patch(torch.amp.autocast_mode.autocast, "__enter__", self.amp.patch_autocast)
+        patch(torch.amp.autocast_mode.autocast, "__exit__", self.amp.patch_autocast_exit)
         patch(torch.amp.GradScaler, "__init__", self.amp.patch_scaler)
         if self.amp.value == "fp16":
             for owner in (nn_utils, clip_grad):
-                for name in ("clip_grad_norm_", "clip_grad_value_"):
+                for name in ("clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_", "get_total_norm"):
                     if name in vars(owner):
-                        patch(owner, name, self.amp.patch_clip)
+                        patch(owner, name, functools.partial(self.amp.patch_clip, grads=name == "get_total_norm"))
+        if self.amp.value != "off":
+            from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+            self._step_hooks = [register_optimizer_step_pre_hook(lambda *_: self.amp.before_step()),
+                                register_optimizer_step_post_hook(lambda opt, *_: self.amp.after_step(opt))]
         if self.finder is not None:
             self.finder.install()
         if self.frameworks is not None:
             self.frameworks.install(patch)
 
     def remove(self) -> None:
+        while self._step_hooks:
+            self._step_hooks.pop().remove()
         if self.frameworks is not None:
             self.frameworks.remove()
         if self.finder is not None:
             self.finder.remove()
         self.amp.epoch_ended()
 
+    @property
+    def device(self) -> Any:
+        """Where the trained parameters are now (the first optimizer's; None before one is built): read
+        when needed, as a script may build its optimizer and then move its model."""
+        for opt in self._optimizers:
+            for group in opt.param_groups:
+                for param in group["params"]:
+                    return param.device
+        return None
+
     def optimizer_built(self, opt: Any) -> None:
-        params = [p for group in opt.param_groups for p in group["params"]]
-        if self.device is None and params:
-            self.device = params[0].device
-            self.amp.device_type = self.device.type
+        self._optimizers.append(opt)
         self.amp.optimizer_built(opt)
         if self.finder is not None:
             self.finder.optimizer_built(opt)
@@ -128,6 +146,7 @@ class OutsideLoop:
 
     def _model_found(self, module: Any) -> None:
         self.run._model_seen = True
+        self.amp.watch_model(module)
         if self.finder is not None and self.finder.compile != "off":
             self.run._compiled(module)  # (a trial: its first compiled call is said, its cost reported)
 

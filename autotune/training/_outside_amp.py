@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -37,7 +38,7 @@ class OutsideAmp:
 
     Args:
         value: The knob's value: ``off``, ``bf16`` or ``fp16``.
-        device_type: Where autocast acts (``cuda``, ``cpu``): the trained parameters' device.
+        device_type: Where autocast acts now (``cuda``, ``cpu``): the trained parameters' device.
         say: Prints one line of the trial's log.
 
     Attributes:
@@ -47,9 +48,9 @@ class OutsideAmp:
         steps: Optimizer steps taken through the scaler.
     """
 
-    def __init__(self, value: str, device_type: str, say: Callable[[str], None]) -> None:
+    def __init__(self, value: str, device_type: Callable[[], str], say: Callable[[str], None]) -> None:
         self.value = value
-        self.device_type = device_type
+        self._device_type = device_type  # read when needed: a model may move after its optimizer is built
         self._say = say
         self.held: str | None = None
         self.own: str | None = None
@@ -64,6 +65,10 @@ class OutsideAmp:
         self._pending_update = False  # a step went through the scaler: update() before the next scale
         self._unscaled: set[int] = set()  # optimizers unscaled since the last update (clip)
         self._optimizers: list[Any] = []
+        self._stepped: set[int] = set()  # optimizers that stepped since the training batch
+        self._foreign_open = 0  # the script's own autocasts entered and not left (ours leaves only when innermost)
+        self._fused_skips: Any = None  # found_inf of the steps a fused optimizer took through the scaler (device)
+        self._model_hook: Any = None
 
     @property
     def active(self) -> bool:
@@ -90,12 +95,41 @@ class OutsideAmp:
         amp = self
 
         def __enter__(ctx: Any) -> Any:
-            if amp.framework is None and not amp._in_backward and not getattr(ctx, "_autotune", False) \
-                    and getattr(ctx, "_enabled", False):
+            if getattr(ctx, "_autotune", False):
+                return original(ctx)
+            if amp.framework is None and not amp._in_backward and getattr(ctx, "_enabled", False):
                 amp.hold_own(f"your script uses torch.autocast ({dtype_name(ctx.fast_dtype)}) itself, and its own "
-                          "precision is what runs", dtype_name(ctx.fast_dtype))
+                             "precision is what runs", dtype_name(ctx.fast_dtype))
+            amp._foreign_open += 1
             return original(ctx)
         return __enter__
+
+    def patch_autocast_exit(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``torch.autocast.__exit__``: counts the script's own autocasts still open."""
+        amp = self
+
+        def __exit__(ctx: Any, *exc: Any) -> Any:
+            if not getattr(ctx, "_autotune", False):
+                amp._foreign_open = max(0, amp._foreign_open - 1)
+            return original(ctx, *exc)
+        return __exit__
+
+    def model_called(self, module: Any, args: Any) -> None:
+        """A forward pre-hook on the script's model, checked once under our autocast: a script that
+        turns autocast off around its model (``torch.autocast(enabled=False)``, the switch of its own
+        ``--amp`` flag) decides its precision itself, and ours would not reach the forward."""
+        if self._ctx is None:
+            return
+        self._model_hook.remove()
+        import torch
+
+        if not torch.is_autocast_enabled(self._device_type()):
+            self.hold_own("your script turns autocast off around its model (torch.autocast(enabled=False)): "
+                          "its own switch decides its precision", "off")
+
+    def watch_model(self, module: Any) -> None:
+        if self.value != "off":
+            self._model_hook = module.register_forward_pre_hook(self.model_called)
 
     def patch_scaler(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """``GradScaler.__init__``: the script's own (enabled) scaler wins over ours."""
@@ -107,48 +141,53 @@ class OutsideAmp:
                 amp.hold_own("your script uses a GradScaler itself, and its own precision is what runs", "fp16")
         return __init__
 
-    def patch_clip(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        """``clip_grad_norm_`` / ``clip_grad_value_``: under our fp16 scaler, the gradients are
-        unscaled first (each optimizer once per step), so the clip sees their true values."""
+    def patch_clip(self, original: Callable[..., Any], grads: bool = False) -> Callable[..., Any]:
+        """``clip_grad_norm_``, ``clip_grad_value_``, ``clip_grads_with_norm_`` (parameters) and
+        ``get_total_norm`` (``grads``: gradients): under our fp16 scaler the gradients are unscaled
+        first (each optimizer once per step), so the script sees and clips their true values."""
         amp = self
 
         @functools.wraps(original)
-        def clip(parameters: Any, *args: Any, **kwargs: Any) -> Any:
+        def clip(tensors: Any, *args: Any, **kwargs: Any) -> Any:
             if amp._scaler is not None and amp.active:
                 import torch
 
-                parameters = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
-                ids = {id(p) for p in parameters}
-                for opt in amp._optimizers:
-                    if id(opt) not in amp._unscaled and any(id(p) in ids for g in opt.param_groups
-                                                            for p in g["params"]):
-                        amp._unscaled.add(id(opt))
-                        try:
-                            amp._scaler.unscale_(opt)
-                        except RuntimeError:  # (a clip after its step: its gradients were unscaled by it)
-                            pass
-            return original(parameters, *args, **kwargs)
+                tensors = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+                amp._unscale_for({id(t) for t in tensors}, grads)
+            return original(tensors, *args, **kwargs)
         return clip
 
+    def _unscale_for(self, ids: set[int], grads: bool) -> None:
+        for opt in self._optimizers:
+            if id(opt) in self._unscaled:
+                continue
+            params = [p for g in opt.param_groups for p in g["params"]]
+            if any(id(p.grad if grads else p) in ids for p in params):
+                self._unscaled.add(id(opt))
+                try:
+                    self._scaler.unscale_(opt)
+                except RuntimeError:  # (a clip after its step: its gradients were unscaled by it)
+                    pass
+
     def optimizer_built(self, opt: Any) -> None:
-        """Under fp16, route ``opt.step()`` through the scaler (an instance attribute over the class's)."""
+        """Under fp16, route ``opt.step()`` through the scaler: a bound method over the class's (LR
+        schedulers wrap it as they wrap the class's)."""
         self._optimizers.append(opt)
         if self.value != "fp16":
             return
         original = opt.step
         amp = self
 
-        @functools.wraps(original)
-        def step(*args: Any, **kwargs: Any) -> Any:
+        def step(self_: Any, *args: Any, **kwargs: Any) -> Any:
             if amp._in_step or not amp.active or amp._scaler is None:
                 amp._stepped_inner = True
                 return original(*args, **kwargs)
-            if args or "closure" in kwargs:  # GradScaler refuses a closure (LBFGS): held before its backward
+            closure = args[0] if args else kwargs.get("closure")
+            if closure is not None:  # GradScaler refuses a closure (LBFGS): held before its backward runs
                 amp.hold(f"{type(opt).__name__} steps with a closure, which a GradScaler cannot take")
                 return original(*args, **kwargs)
             if not any(p.grad is not None for g in opt.param_groups for p in g["params"]):
                 return original()  # nothing scaled for it this step: the scaler would refuse it
-            amp._leave()
             amp._in_step, amp._stepped_inner = True, False
             try:
                 result = amp._scaler.step(opt)
@@ -156,18 +195,44 @@ class OutsideAmp:
                 amp._in_step = False
                 amp._pending_update = True
                 amp.steps += 1
-                amp.skipped += not amp._stepped_inner
-                amp._enter()
+                amp._count_skip(opt)
             return result
-        opt.step = step
+        opt.step = types.MethodType(functools.wraps(original)(step), opt)
+
+    def _count_skip(self, opt: Any) -> None:
+        """A step the scaler skipped on inf/nan gradients: its optimizer's own step never ran; a fused
+        one's always runs and skips inside its kernel, so its found_inf is summed on the device."""
+        if not getattr(opt, "_step_supports_amp_scaling", False):
+            self.skipped += not self._stepped_inner
+            if not self._stepped_inner:
+                self.after_step(opt)  # (the step hooks did not run: the step ends here)
+            return
+        try:
+            found = sum(self._scaler._per_optimizer_states[id(opt)]["found_inf_per_device"].values())
+        except (AttributeError, KeyError, TypeError):  # (a scaler of another make: not counted)
+            return
+        self._fused_skips = found if self._fused_skips is None else self._fused_skips + found
 
     # -- the step's edges -----------------------------------------------------------------
 
     def batch(self) -> None:
         """The training loader yielded a batch: a step starts under autocast."""
         self._training = True
+        self._stepped.clear()
         self._leave()
         self._enter()
+
+    def before_step(self) -> None:
+        """Any optimizer's step runs outside autocast."""
+        self._leave()
+
+    def after_step(self, opt: Any) -> None:
+        """After a step, autocast again only while an optimizer has not stepped since the batch (a
+        GAN's generator after its discriminator): a loop that ends on a step leaves it off for what
+        follows (an evaluation, an export), as a plain loop would."""
+        self._stepped.add(id(opt))
+        if any(id(o) not in self._stepped for o in self._optimizers):
+            self._enter()
 
     def epoch_ended(self) -> None:
         self._training = False
@@ -192,7 +257,7 @@ class OutsideAmp:
 
         if self._scaler is None:
             self._scaler = torch.amp.GradScaler.__new__(torch.amp.GradScaler)  # (ours: the patch knows it)
-            self._scaler.__init__(self.device_type)
+            self._scaler.__init__(self._device_type())
         elif self._pending_update:
             self._scaler.update()
             self._unscaled.clear()
@@ -204,7 +269,7 @@ class OutsideAmp:
             return
         import torch
 
-        ctx = torch.autocast(self.device_type, dtype=getattr(torch, DTYPES[self.value]))
+        ctx = torch.autocast(self._device_type(), dtype=getattr(torch, DTYPES[self.value]))
         ctx._autotune = True
         ctx.__enter__()
         self._ctx = ctx
@@ -221,9 +286,11 @@ class OutsideAmp:
         self.hold(why)
 
     def hold(self, why: str) -> None:
-        """Ours stops here for good (left before the script's own autocast saves the state it
-        will restore); said once where the knob was on."""
-        self._leave()
+        """Ours stops here for good, said once where the knob was on. It is left now where it is the
+        innermost autocast (before the script's own saves the state it will restore), else at the
+        step's next edge, so that every autocast is left in the order it was entered."""
+        if self._foreign_open == 0:
+            self._leave()
         if self.held is None:
             self.held = why
             if self.value != "off":
@@ -231,7 +298,10 @@ class OutsideAmp:
 
     def counts(self) -> dict[str, int]:
         """The scaler's step counts (empty where none ran), for the trial's facts."""
-        return {"fp16_steps": self.steps, "fp16_skipped_steps": self.skipped} if self.steps else {}
+        if not self.steps:
+            return {}
+        fused = 0 if self._fused_skips is None else int(self._fused_skips.item())
+        return {"fp16_steps": self.steps, "fp16_skipped_steps": self.skipped + fused}
 
 
 def say(line: str) -> None:

@@ -119,7 +119,8 @@ def test_fp16_scales_the_loss_unscales_before_the_scripts_clip_and_counts_a_skip
     assert set(model.dtypes[2:]) == {torch.float16}  # (the first step, 2 batches, found the loader)
     # 24 batches, a step every 2 (accumulated), each through the scaler (it scales from the first
     # backward on); the step whose gradients the inf loss made infinite is skipped, and counted
-    assert (amp.steps, amp.skipped) == (12, 1) and hooks.loop.facts() == {"fp16_steps": 12, "fp16_skipped_steps": 1}
+    assert (amp.steps, amp.skipped) == (12, 1)
+    assert hooks.loop.facts() == {"fp16_steps": 12, "fp16_skipped_steps": 1, "model": "Net"}
     finite = [n for n in norms if math.isfinite(n)]
     assert len(finite) == 11 and max(finite) < 100  # the true gradients' norm: scaled by 65536 they are far past it
     assert all(math.isfinite(p.detach().sum().item()) for p in model.parameters())  # the inf step changed nothing
@@ -370,3 +371,128 @@ def test_an_unmodified_cuda_script_is_compiled_in_place() -> None:
     assert model._compiled_call_impl is not None and torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1
     assert falls(losses)
     torch._dynamo.reset()
+
+
+# Found in review (2026-11-29): each a script that crashed, trained on scaled gradients, or ran another
+# precision than the one reported.
+
+def fp16_loop(model, opt, steps: int, each=None) -> list[float]:
+    """A plain loop over DATA in batches of 64 (``each(step)`` after each backward)."""
+    losses = []
+    loader = DataLoader(DATA, batch_size=64)
+    while len(losses) < steps:
+        for x, y in loader:
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            if each is not None:
+                each(len(losses))
+            opt.step(None)  # accelerate steps so: closure=None is no closure
+            opt.zero_grad()
+            losses.append(loss.item())
+            if len(losses) == steps:
+                break
+    return losses
+
+
+def test_fp16_steps_take_an_lr_scheduler_and_a_closure_of_none() -> None:
+    hooks = Hooks(recipe(amp="fp16")).install()
+    try:
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=4)  # it wraps opt.step: a bound method
+        losses = fp16_loop(model, opt, 16, each=lambda _: None)
+        sched.step()
+    finally:
+        hooks.remove()
+    assert hooks.loop.amp.held is None and hooks.loop.amp.steps == 16 and falls(losses), losses
+
+
+def test_the_scripts_clip_by_get_total_norm_sees_unscaled_gradients() -> None:
+    norms = []
+
+    def clip(_):
+        grads = [p.grad for p in model.parameters()]
+        total = torch.nn.utils.get_total_norm(grads)
+        norms.append(float(total))
+        torch.nn.utils.clip_grads_with_norm_(model.parameters(), 1e3, total)
+
+    hooks = Hooks(recipe(amp="fp16")).install()
+    try:
+        model = Net()
+        fp16_loop(model, torch.optim.SGD(model.parameters(), lr=0.5), 12, each=clip)
+    finally:
+        hooks.remove()
+    assert max(norms[2:]) < 100  # (scaled by 65536 they read 1e4 and more)
+
+
+def test_fp16_counts_the_steps_a_fused_optimizer_skips() -> None:
+    hooks = Hooks(recipe(amp="fp16")).install()
+    try:
+        model = Net()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2, fused=True)  # its kernel skips, not the scaler
+        fp16_loop(model, opt, 12, each=lambda i: [p.grad.fill_(math.inf) for p in model.parameters()]
+                  if i == 6 else None)
+    finally:
+        hooks.remove()
+    assert hooks.loop.amp.counts() == {"fp16_steps": 12, "fp16_skipped_steps": 1}
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_a_script_that_turns_autocast_off_around_its_model_keeps_fp32_and_says_so(capsys) -> None:
+    hooks = Hooks(recipe(amp="bf16")).install()
+    try:
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        loader = DataLoader(DATA, batch_size=64)
+        for _ in range(2):
+            for x, y in loader:
+                with torch.autocast("cpu", enabled=False):  # torchvision's references, run without --amp
+                    loss = F.cross_entropy(model(x), y)
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+    finally:
+        hooks.remove()
+    assert set(model.dtypes) == {torch.float32}
+    assert hooks.loop.observed()["amp"] == "off" and hooks.loop.facts()["amp_own"] == "off"
+    assert "your script turns autocast off around its model" in capsys.readouterr().err
+
+
+def test_our_autocast_is_left_in_order_and_after_a_loop_that_ends_on_a_step() -> None:
+    hooks = Hooks(recipe(amp="fp16")).install()
+    try:
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        it = iter(DataLoader(DATA, batch_size=64))  # a loop by steps: the epoch is never closed
+        for step in range(5):
+            x, y = next(it)
+            with torch.autocast("cpu", enabled=False):
+                if step == 3:  # the script's own autocast first seen inside one of its own
+                    with torch.autocast("cpu", dtype=torch.bfloat16):
+                        pass
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+        after_training = torch.is_autocast_enabled("cpu")
+    finally:
+        hooks.remove()
+    assert not after_training and not torch.is_autocast_enabled("cpu")
+    assert hooks.loop.amp.own == "bf16"
+
+
+def test_a_step_based_bf16_loop_leaves_autocast_off_for_what_follows() -> None:
+    hooks = Hooks(recipe(amp="bf16")).install()
+    try:
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        it = iter(DataLoader(DATA, batch_size=64))
+        for _ in range(5):
+            x, y = next(it)
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+        with torch.no_grad():
+            evaluated = model.fc1(X[:4]).dtype  # an evaluation after training, as written: fp32
+    finally:
+        hooks.remove()
+    assert set(model.dtypes[1:]) == {torch.bfloat16} and evaluated == torch.float32

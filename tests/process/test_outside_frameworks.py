@@ -53,3 +53,15 @@ def test_the_trainer_trains_in_bf16_through_its_training_arguments(tmp_path, cap
     said = capsys.readouterr()
     assert "amp=bf16 set through your framework: TrainingArguments(bf16=True)" in said.out + said.err
     assert torch.bfloat16 in dtypes and hooks.loop.amp.own is None
+
+
+def test_a_precision_the_lightning_script_passes_itself_wins_even_32() -> None:
+    L = pytest.importorskip("lightning")
+    recipe = Recipe(Config(amp="bf16"), "cpu", quiet=True)
+    recipe.stages = SCRIPT_STAGES
+    hooks = Hooks(recipe).install()
+    try:
+        trainer = L.Trainer(precision=32, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False)
+    finally:
+        hooks.remove()
+    assert trainer.precision == "32-true" and hooks.loop.amp.own == "off" and hooks.loop.amp.applied == "off"
