@@ -194,6 +194,8 @@ class Hooks:
         training loader, the rest of its epoch is trained (``_trained``)."""
         for batch in it:
             self.last_fetched = loader
+            if self.loop is not None:
+                self.loop.fetched(batch)
             yield batch
             if loader is self.training:
                 yield from self._trained(loader, it)
@@ -262,6 +264,8 @@ class Hooks:
         if self.training is None:
             if self.last_fetched is None:
                 return
+            if self.loop is not None:
+                self.loop.training_found()
             if not self.measure:  # production: the loop knobs' loader, nothing to report
                 self.training = self.last_fetched
                 return

@@ -5,7 +5,9 @@
 its ``backward()`` calls through :meth:`OutsideLoop.backward`, every optimizer the script builds
 through :meth:`OutsideLoop.optimizer_built`. Prefetch moves the training loader's batches to the
 device of the parameters the optimizers train, ahead of the loop (a background thread, or a CUDA
-side stream), so the script's own ``.to(device)`` finds them there and returns them as they are.
+side stream), so the script's own ``.to(device)`` finds them there and returns them as they are;
+it moves the tensors the script's first training step moved itself, and leaves the rest where the
+loader made them (the lengths of a packed sequence stay on the host).
 Each knob that cannot apply to the script is held with one line that says why, never a crash.
 """
 
@@ -20,7 +22,7 @@ from typing import Any
 from autotune.training._framework_knobs import FrameworkKnobs
 from autotune.training._outside_amp import OutsideAmp
 from autotune.training._outside_model import ModelFinder
-from autotune.training._prefetch import count_tensors, iter_batches
+from autotune.training._prefetch import count_tensors, iter_batches, paths_of
 
 
 class OutsideLoop:
@@ -41,6 +43,13 @@ class OutsideLoop:
         self._optimizers: list[Any] = []
         self._step_hooks: list[Any] = []
         self.held: dict[str, str] = {}  # knob -> why it does not apply (prefetch's; amp and model keep their own)
+        # Prefetch moves what the script moves itself: the paths in its batch of the tensors its first
+        # training step moved to another device (a packed sequence's lengths stay on the host)
+        self._learning = self.prefetch != "none"
+        self._moved: set[int] = set()  # ids of the tensors moved off their device while learning
+        self._fetched: Any = None  # the last batch a loader not yet known to train yielded
+        self.moved_paths: set[tuple] | None = None
+        self._unshadow: list[str] = []
         channels_last, compile = bool(run._value("channels_last")), run._value("compile")
         # (under amp, the model is watched for a script that turns autocast off around it)
         wants_model = find_model or channels_last or compile != "off" or self.amp.value != "off"
@@ -75,12 +84,25 @@ class OutsideLoop:
 
             self._step_hooks = [register_optimizer_step_pre_hook(lambda *_: self.amp.before_step()),
                                 register_optimizer_step_post_hook(lambda opt, *_: self.amp.after_step(opt))]
+        if self._learning:  # (Tensor.to and .cuda are TensorBase's: shadowed on Tensor, the shadow removed after)
+            for name in ("to", "cuda"):
+                setattr(torch.Tensor, name, self._watch_moves(getattr(torch.Tensor, name)))
+                self._unshadow.append(name)
         if self.finder is not None:
             self.finder.install()
         if self.frameworks is not None:
             self.frameworks.install(patch)
 
+    def _remove_shadows(self) -> None:
+        import torch
+
+        while self._unshadow:
+            name = self._unshadow.pop()
+            if name in vars(torch.Tensor):
+                delattr(torch.Tensor, name)
+
     def remove(self) -> None:
+        self._remove_shadows()
         while self._step_hooks:
             self._step_hooks.pop().remove()
         if self.frameworks is not None:
@@ -104,6 +126,32 @@ class OutsideLoop:
         self.amp.optimizer_built(opt)
         if self.finder is not None:
             self.finder.optimizer_built(opt)
+
+    def _watch_moves(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        loop = self
+
+        @functools.wraps(original)
+        def move(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            out = original(tensor, *args, **kwargs)
+            if loop._learning and out is not tensor and out.device != tensor.device:
+                loop._moved.add(id(tensor))
+            return out
+        return move
+
+    def fetched(self, batch: Any) -> None:
+        """A loader not yet known to train yielded ``batch`` (kept while learning what the script moves)."""
+        if self._learning:
+            self._fetched = batch
+
+    def training_found(self) -> None:
+        """The first optimizer step: the last batch fetched trains, and what of it the script moved is
+        what prefetch moves from now on."""
+        if not self._learning:
+            return
+        self._learning = False
+        self.moved_paths = {path for path, tensor in paths_of(self._fetched) if id(tensor) in self._moved}
+        self._fetched, self._moved = None, set()
+        self._remove_shadows()  # (nothing of ours on Tensor.to for the rest of the run)
 
     def backward(self, original: Callable[..., Any], tensor: Any, *args: Any, **kwargs: Any) -> Any:
         return self.amp.backward(original, tensor, *args, **kwargs)
@@ -142,7 +190,7 @@ class OutsideLoop:
             self.held["prefetch"] = why
             self.say(f"autotune: prefetch={self.prefetch} not applied: {why}")
             return it
-        return iter_batches(it, self.device, self.prefetch, self.run._non_blocking())
+        return iter_batches(it, self.device, self.prefetch, self.run._non_blocking(), only=self.moved_paths)
 
     def _model_found(self, module: Any) -> None:
         self.run._model_seen = True

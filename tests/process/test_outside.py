@@ -496,3 +496,27 @@ def test_a_step_based_bf16_loop_leaves_autocast_off_for_what_follows() -> None:
     finally:
         hooks.remove()
     assert set(model.dtypes[1:]) == {torch.bfloat16} and evaluated == torch.float32
+
+
+def test_prefetch_moves_what_the_scripts_first_step_moved_and_leaves_the_rest_on_the_host() -> None:
+    """A script that moves its inputs but keeps a tensor on the host (a packed sequence's lengths must
+    be there): its first training step shows which, and prefetch moves those only. The move is read
+    from the run ("meta" stands in for the GPU this machine lacks)."""
+    from autotune.training._prefetch import to_device
+
+    lengths_data = TensorDataset(X, (X[:, 0] + X[:, 1] > 0).long(), torch.randint(1, 8, (512,)))
+    hooks = Hooks(recipe(prefetch="thread")).install()
+    try:
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        for x, y, lengths in DataLoader(lengths_data, batch_size=64):
+            x.to("meta")  # (what a CUDA script does with its inputs: x.to(device))
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+    finally:
+        hooks.remove()
+    assert hooks.loop.moved_paths == {(0,)}  # x moved; y and lengths left where they were
+    batch = (torch.zeros(2), torch.ones(2), [torch.ones(1)])
+    moved = to_device(batch, "meta", False, only={(0,), (2, 0)})
+    assert [t.device.type for t in (moved[0], moved[1], moved[2][0])] == ["meta", "cpu", "meta"]
