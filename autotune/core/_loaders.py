@@ -106,3 +106,11 @@ def batch_len(batch: Any) -> int:
             if n:
                 return n
     return 0
+
+
+def close_epoch(it: Any) -> None:
+    """End an epoch's iterator early: a generator (the prefetchers) is closed; a DataLoader's own
+    iterator (an unmodified script's) has nothing to close, its workers end with it."""
+    close = getattr(it, "close", None)
+    if close is not None:
+        close()

@@ -23,6 +23,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from autotune.core._loaders import batch_len
 from autotune.training._handles import Run
 from autotune.training._outside import OutsideLoop
 
@@ -155,15 +156,19 @@ class Hooks:
         """Production with ``adapt``: an epoch of a loader the script built comes from the loader
         in force for it (``autotune.production._adapt.AdaptiveLoaders``), measured, its values moved between
         epochs and stepped down near the RAM budget."""
-        from autotune.core._loaders import batch_len
-
         hooks = self
 
         def __iter__(loader: Any) -> Iterator[Any]:
-            if hooks._ours() or loader not in hooks._built:
-                return original(loader)
-            return hooks.run.adaptive.iterate(loader, original, batch_len)
+            return original(loader) if hooks._ours() else hooks._epoch_of(loader, original)
         return __iter__
+
+    def _epoch_of(self, loader: Any, original: Callable[..., Any]) -> Iterator[Any]:
+        """An epoch of ``loader`` as the script gets it before the loop knobs: in production with
+        ``adapt``, of a loader the script built, from the adaptive loaders (``_adapted_iter``)."""
+        adaptive = None if self.measure else getattr(self.run, "adaptive", None)
+        if adaptive is None or loader not in self._built:
+            return original(loader)
+        return adaptive.iterate(loader, original, batch_len)
 
     def _loader_iter(self, original: Callable[..., Any]) -> Callable[..., Any]:
         hooks = self
@@ -171,13 +176,7 @@ class Hooks:
         def __iter__(loader: Any) -> Iterator[Any]:
             if hooks._ours():
                 return original(loader)
-            adaptive = None if hooks.measure else getattr(hooks.run, "adaptive", None)
-            if adaptive is not None and loader in hooks._built:  # production with adapt (see _adapted_iter)
-                from autotune.core._loaders import batch_len
-
-                it = adaptive.iterate(loader, original, batch_len)
-            else:
-                it = original(loader)
+            it = hooks._epoch_of(loader, original)
             if loader is hooks.training:
                 return hooks._trained(loader, it)
             return hooks._watched(loader, it)

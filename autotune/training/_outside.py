@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from autotune.core._loaders import close_epoch
 from autotune.training._framework_knobs import FrameworkKnobs
 from autotune.training._outside_amp import OutsideAmp
 from autotune.training._outside_model import ModelFinder
@@ -38,9 +39,10 @@ class OutsideLoop:
     def __init__(self, run: Any, find_model: bool, stream: Any = None) -> None:
         self.run = run
         self._stream = stream
-        self.amp = OutsideAmp(run._value("amp"), lambda: (self.device or run.device).type, self.say)
+        self._optimizers: list[Any] = []  # every optimizer the script built (amp's too: one list)
+        self.amp = OutsideAmp(run._value("amp"), lambda: (self.device or run.device).type, self.say,
+                              self._optimizers)
         self.prefetch: str = run._value("prefetch")
-        self._optimizers: list[Any] = []
         self._step_hooks: list[Any] = []
         self.held: dict[str, str] = {}  # knob -> why it does not apply (prefetch's; amp and model keep their own)
         # Prefetch moves what the script moves itself: the paths in its batch of the tensors its first
@@ -166,9 +168,7 @@ class OutsideLoop:
                 yield batch
         finally:
             self.amp.epoch_ended()
-            close = getattr(it, "close", None)  # (a prefetcher's generator: its thread stops)
-            if close is not None:
-                close()
+            close_epoch(it)  # (a prefetcher's generator: its thread stops)
 
     def _prefetched(self, it: Iterator[Any]) -> Iterator[Any]:
         if self.prefetch == "none" or "prefetch" in self.held:

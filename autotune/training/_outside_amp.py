@@ -18,7 +18,6 @@ says so (``own``). Autocast is thread-local state: everything here runs on the l
 from __future__ import annotations
 
 import functools
-import sys
 import types
 from collections.abc import Callable
 from typing import Any
@@ -40,6 +39,7 @@ class OutsideAmp:
         value: The knob's value: ``off``, ``bf16`` or ``fp16``.
         device_type: Where autocast acts now (``cuda``, ``cpu``): the trained parameters' device.
         say: Prints one line of the trial's log.
+        optimizers: The optimizers the script built, as its run keeps them (read, never written here).
 
     Attributes:
         held: Why ours does not apply (None: it does, or the knob is off).
@@ -48,7 +48,8 @@ class OutsideAmp:
         steps: Optimizer steps taken through the scaler.
     """
 
-    def __init__(self, value: str, device_type: Callable[[], str], say: Callable[[str], None]) -> None:
+    def __init__(self, value: str, device_type: Callable[[], str], say: Callable[[str], None],
+                 optimizers: list[Any]) -> None:
         self.value = value
         self._device_type = device_type  # read when needed: a model may move after its optimizer is built
         self._say = say
@@ -64,7 +65,7 @@ class OutsideAmp:
         self._stepped_inner = False
         self._pending_update = False  # a step went through the scaler: update() before the next scale
         self._unscaled: set[int] = set()  # optimizers unscaled since the last update (clip)
-        self._optimizers: list[Any] = []
+        self._optimizers = optimizers
         self._stepped: set[int] = set()  # optimizers that stepped since the training batch
         self._foreign_open = 0  # the script's own autocasts entered and not left (ours leaves only when innermost)
         self._fused_skips: Any = None  # found_inf of the steps a fused optimizer took through the scaler (device)
@@ -117,7 +118,11 @@ class OutsideAmp:
     def model_called(self, module: Any, args: Any) -> None:
         """A forward pre-hook on the script's model, checked once under our autocast: a script that
         turns autocast off around its model (``torch.autocast(enabled=False)``, the switch of its own
-        ``--amp`` flag) decides its precision itself, and ours would not reach the forward."""
+        ``--amp`` flag) decides its precision itself, and ours would not reach the forward. Gone at
+        once where ours does not apply (held, or a framework's): no hook of ours on every forward."""
+        if not self.active:
+            self._model_hook.remove()
+            return
         if self._ctx is None:
             return
         self._model_hook.remove()
@@ -172,7 +177,6 @@ class OutsideAmp:
     def optimizer_built(self, opt: Any) -> None:
         """Under fp16, route ``opt.step()`` through the scaler: a bound method over the class's (LR
         schedulers wrap it as they wrap the class's)."""
-        self._optimizers.append(opt)
         if self.value != "fp16":
             return
         original = opt.step
@@ -302,7 +306,3 @@ class OutsideAmp:
             return {}
         fused = 0 if self._fused_skips is None else int(self._fused_skips.item())
         return {"fp16_steps": self.steps, "fp16_skipped_steps": self.skipped + fused}
-
-
-def say(line: str) -> None:
-    print(line, file=sys.stdout, flush=True)

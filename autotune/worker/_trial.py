@@ -15,12 +15,12 @@ from autotune.core._ceilings import CACHED_BATCHES
 from autotune.core._config import Config
 from autotune.training._handles import Run
 from autotune.core._knobs import Part
-from autotune.core._loaders import batch_len
+from autotune.core._loaders import batch_len, close_epoch
 from autotune.worker._profile import ProfilePhase
 from autotune.machine._proctree import tree_cpu_s
 from autotune.worker._stretch import Stretches, marks_reached
 from autotune.worker._streams import Repeats
-from autotune.worker._trial_phases import BudgetSpent, CeilingPhases, Phase, close_epoch
+from autotune.worker._trial_phases import BudgetSpent, CeilingPhases, Phase
 from autotune.worker._window import Window, compile_s
 
 #: Seconds between a trial's ``progress`` events: the parent's stall detector

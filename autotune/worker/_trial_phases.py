@@ -15,7 +15,7 @@ from typing import Any
 
 from autotune.core._ceilings import ceiling_key
 from autotune.core._knobs import Part
-from autotune.core._loaders import batch_len
+from autotune.core._loaders import batch_len, close_epoch
 from autotune.machine._proctree import tree_cpu_s
 
 #: Batches after which a loader ceiling window may close at a quarter of its length.
@@ -121,11 +121,3 @@ class CeilingPhases:
         finally:
             for extra in epochs[1:]:
                 close_epoch(extra)
-
-
-def close_epoch(it: Iterator[Any]) -> None:
-    """End an epoch's iterator early: a generator (the prefetchers) is closed; a DataLoader's own
-    iterator (an unmodified script's) has nothing to close, its workers end with it."""
-    close = getattr(it, "close", None)
-    if close is not None:
-        close()
