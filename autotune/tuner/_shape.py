@@ -186,10 +186,13 @@ def run_time_line(base: Group | None, win: Group | None) -> str | None:
 
 def flat_runs(rows: Sequence[TrialRow]) -> str | None:
     """Why time to the baseline's loss ranked no run here, where it would have: the first run
-    that trained on another batch size whose baseline loss did not fall (``to_loss_flat``)."""
+    that trained on another batch size whose baseline loss did not fall after its warmup
+    (``to_loss_flat``, ``autotune.core._to_loss.loss_fall``)."""
     flat = next((r for r in rows if r.metrics.get("to_loss_flat")), None)
     if flat is None:
         return None
-    return ("ranked on samples/s, not time to the baseline's loss: the baseline's loss did not fall beyond its "
-            f"own noise over the samples judged ({flat.metrics.get('to_loss_target', float('nan')):.3g}), "
-            "so reaching it sooner would be noise")
+    start = flat.metrics.get("to_loss_start")
+    since = f" from {start:.3g} at its windows' start" if start is not None else ""
+    return ("ranked on speed, not time to the baseline's loss: after its warmup the baseline's loss did not fall "
+            f"beyond its own noise{since} to {flat.metrics.get('to_loss_target', float('nan')):.3g} over the "
+            "samples judged, so reaching it sooner would be noise")

@@ -37,7 +37,7 @@ from autotune.machine._launch import Budget, TrialSpec, launch
 from autotune.machine._monitor import Monitor, nvml_handle
 from autotune.core._outcome import Outcome, classify
 from autotune.stores._records import changes_batch
-from autotune.core._to_loss import loss_falls, to_loss
+from autotune.core._to_loss import loss_fall, to_loss
 from autotune.machine._reap import kill_group, kill_processes
 
 if TYPE_CHECKING:
@@ -252,10 +252,10 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
         if (reference or reference_curve) and outcome in (Outcome.COMPLETE, Outcome.DIVERGED) else None
     if judged is not None and math.isfinite(judged.excess):
         metrics.update(loss_excess=judged.excess, loss_tolerance=tolerance)
-        reached = to_loss(reference_curve, curve)
-        if reached is not None and not loss_falls(reference_curve, reference):  # (a loss that never fell: noise)
+        reached, fall = to_loss(reference_curve, curve), loss_fall(reference_curve)
+        if reached is not None and fall is not None and not fall.falls:  # (flat after its warmup: noise)
             if changes_batch(end.get("config", {}).get("batch_size"), end.get("base_batch_size")):
-                metrics.update(to_loss_flat=1.0, to_loss_target=reached.target)
+                metrics.update(to_loss_flat=1.0, to_loss_target=reached.target, to_loss_start=fall.start)
         elif reached is not None and reached.ratio is not None:  # (its speedup to that loss: speedup / ratio)
             metrics.update(to_loss_ratio=reached.ratio, to_loss_target=reached.target)
         elif reached is not None and reached.reach > reached.reference:  # not there by its last sample:

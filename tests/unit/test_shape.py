@@ -124,6 +124,8 @@ def test_windowed_answers_are_projected_and_said_so() -> None:
 def test_time_to_loss_is_not_used_where_the_baselines_loss_is_flat() -> None:
     flat = run(1, None, to_loss_flat=1.0, to_loss_target=2.303)
     assert flat_runs([run(0, None), flat]).startswith(
-        "ranked on samples/s, not time to the baseline's loss: the baseline's loss did not fall beyond its own "
-        "noise over the samples judged (2.3)")
+        "ranked on speed, not time to the baseline's loss: after its warmup the baseline's loss did not fall "
+        "beyond its own noise to 2.3 over the samples judged")
+    started = run(1, None, to_loss_flat=1.0, to_loss_target=2.303, to_loss_start=2.31)
+    assert "did not fall beyond its own noise from 2.31 at its windows' start to 2.3 " in flat_runs([started])
     assert flat_runs([run(0, None)]) is None
