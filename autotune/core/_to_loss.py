@@ -78,9 +78,13 @@ def loss_fall(curve: Sequence[Chunk]) -> Fall | None:
     pieces (the root mean square of their differences over sqrt 2), so that the fall itself,
     spread over the windows, does not count as noise.
 
+    Where it is flat, a config on another batch ranks on its speed (``to_loss_flat``); where
+    there is too little curve to tell, time to loss is judged as before.
+
     >>> flat = [(i * 100, i * 100 + 100, 2.30 + (0.03 if i % 2 else -0.03), 8) for i in range(16)]
-    >>> loss_fall(flat).falls, loss_fall(flat[:5])
-    (False, None)
+    >>> falling = [(i * 100, i * 100 + 100, 2.3 / (1 + i / 4), 8) for i in range(16)]
+    >>> loss_fall(flat).falls, loss_fall(falling).falls, loss_fall(flat[:5])
+    (False, True, None)
     """
     span = judged_span(curve)
     losses = [c[2] for c in curve]
@@ -93,20 +97,6 @@ def loss_fall(curve: Sequence[Chunk]) -> Fall | None:
     steps = [b - a for a, b in zip(losses, losses[1:])]
     noise = math.sqrt(sum(d * d for d in steps) / len(steps) / 2)
     return Fall(start, level, noise, start - level > max(FALL_NOISES * noise, FALL_SHARE * abs(start)))
-
-
-def loss_falls(curve: Sequence[Chunk]) -> bool:
-    """Whether time to the baseline's loss may rank: its loss falls after its warmup beyond its
-    noise (``loss_fall``), or its curve is too short to tell (then judged as before). Where it
-    is flat, a config on another batch ranks on its speed (``to_loss_flat``).
-
-    >>> falling = [(i * 100, i * 100 + 100, 2.3 / (1 + i / 4), 8) for i in range(16)]
-    >>> warmed = [(i * 100, i * 100 + 100, 2.30 + (0.03 if i % 2 else -0.03), 8) for i in range(16)]
-    >>> loss_falls(falling), loss_falls(warmed)
-    (True, False)
-    """
-    fall = loss_fall(curve)
-    return fall is None or fall.falls
 
 
 def to_loss(reference_curve: Sequence[Chunk], curve: Sequence[Chunk]) -> ToLoss | None:
