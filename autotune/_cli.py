@@ -28,6 +28,10 @@ from autotune.stores._exits import Group
 _STORE_HELP = "Store folder: Optuna journal, MLflow database, artifacts, trial logs."
 
 
+#: Set by ``exec``: this process ran the user's script, and ends as Python ends it (``main``).
+_ran_users_code = False
+
+
 def _store_options(fn):
     fn = click.option("--store", type=click.Path(path_type=Path), default=D["store"],
                       show_default=True, envvar="AUTOTUNE_STORE", help=_STORE_HELP)(fn)
@@ -39,17 +43,23 @@ def _store_options(fn):
 
 
 def main(args: Sequence[str] | None = None) -> None:
-    """The ``autotune`` program: ``cli``, then an exit that skips the interpreter's teardown.
+    """The ``autotune`` program: ``cli``, then an exit that skips the interpreter's teardown,
+    but for ``exec``.
 
     With torch, MLflow and SQLAlchemy loaded, freeing every module's objects at exit took
     2.0 s after a study's last line on the 2-core CI machine, each time the command ran.
-    Everything a command writes is written and closed before it returns, so the exit
-    handlers run, the streams are flushed, and the process ends there.
+    Everything a command of autotune's writes is written and closed before it returns, so the
+    exit handlers run, the streams are flushed, and the process ends there. ``exec`` ran the
+    user's script in this process: it ends through the interpreter's normal shutdown, as
+    ``python train.py`` ends (its threads joined, its files flushed and closed, its finalizers and
+    ``atexit`` handlers run, its own exit status).
     """
     try:
         cli.main(args, standalone_mode=True)
         code = 0
     except SystemExit as exc:
+        if _ran_users_code:
+            raise
         code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
         if isinstance(exc.code, str):
             print(exc.code, file=sys.stderr)
@@ -237,6 +247,8 @@ def exec_(export_yaml: Path, target: str | None, args: tuple[str, ...], module: 
     if not is_script(target):
         raise ConfigError(f"{target}: exec runs a script (train.py or -m package.module); a function that "
                           "takes the Run loads the export itself: train(autotune.load('best.yaml'))")
+    global _ran_users_code
+    _ran_users_code = True
     sys.exit(exec_script(export_yaml, target, script_args or [], device, nproc, adapt, tracking_uri, ram_budget))
 
 

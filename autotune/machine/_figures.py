@@ -133,30 +133,28 @@ def overheads(arrived: Mapping[str, float]) -> dict[str, float]:
     return found
 
 
-def run_figures(end: Mapping[str, Any], arrived: Mapping[str, float], skipped_s: float = 0.0) -> dict[str, float]:
+def run_figures(end: Mapping[str, Any], arrived: Mapping[str, float]) -> dict[str, float]:
     """A whole run's wall time as the user waits for it, and its parts, for a run whose code
     returned by itself (its ``end`` event says ``ended``); empty for any other.
 
-    ``run_s``: process start to exit, ``skipped_s`` included (a trial forked from a warm worker
-    skipped the interpreter's start and torch's import, which ``python train.py`` pays:
-    ``autotune.worker._warm``); ``startup_s``: to the first batch (interpreter, imports, the dataset,
+    ``run_s``: process start to exit, through the interpreter's normal shutdown (such a run is
+    started cold, as ``python train.py`` is: ``autotune.machine._launch.launch``, and ends as it
+    does: ``autotune.worker._trial_main.end``); ``startup_s``: to the first batch (interpreter, imports, the dataset,
     the model, DataLoader workers starting); ``loop_s``: the training loop, first batch to last
     step, less ``outside_s``, the time between its epochs (test passes, checkpoints); ``after_s``:
     the rest (after the last step: a last test pass, saving, the exit); ``run_samples_per_s``:
-    the samples it trained over ``run_s``, what it ranks on in a study of whole runs;
-    ``startup_skipped_s``: ``skipped_s`` (what the trial itself took is ``run_s`` less it).
+    the samples it trained over ``run_s``.
 
-    >>> run_figures({"ended": True, "loop_s": 6.0, "outside_s": 1.0, "samples": 900}, {"resolved": 2.0, "exit": 10.0}, 1.0)
-    {'run_s': 11.0, 'startup_s': 3.0, 'loop_s': 6.0, 'outside_s': 1.0, 'after_s': 1.0, 'run_samples_per_s': 81.81818181818181, 'startup_skipped_s': 1.0}
+    >>> run_figures({"ended": True, "loop_s": 6.0, "outside_s": 1.0, "samples": 900}, {"resolved": 3.0, "exit": 11.0})
+    {'run_s': 11.0, 'startup_s': 3.0, 'loop_s': 6.0, 'outside_s': 1.0, 'after_s': 1.0, 'run_samples_per_s': 81.81818181818181}
     """
     if not end.get("ended") or "exit" not in arrived or "resolved" not in arrived or not end.get("samples"):
         return {}
-    run_s = arrived["exit"] + skipped_s
-    startup_s = arrived["resolved"] + skipped_s
+    run_s = arrived["exit"]
+    startup_s = arrived["resolved"]
     loop_s, outside_s = end["loop_s"], end["outside_s"]
     return {"run_s": run_s, "startup_s": startup_s, "loop_s": loop_s, "outside_s": outside_s,
-            "after_s": max(0.0, run_s - startup_s - loop_s - outside_s), "run_samples_per_s": end["samples"] / run_s,
-            "startup_skipped_s": skipped_s}
+            "after_s": max(0.0, run_s - startup_s - loop_s - outside_s), "run_samples_per_s": end["samples"] / run_s}
 
 
 def marks_of(warmup: Mapping[str, Any] | None, windows: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:

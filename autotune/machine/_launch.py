@@ -218,8 +218,15 @@ class Launcher(Protocol):
 
 def launch(spec: TrialSpec, log_fd: int, event_fd: int, warm: Launcher | None = None) -> tuple[Process, str]:
     """Start the worker of ``spec`` in its own session, its output on ``log_fd``, its events on
-    ``event_fd``: forked by ``warm`` where it takes the trial's environment, else cold. Returns
+    ``event_fd``: forked by ``warm`` where it takes the trial's environment and is not to run whole,
+    else cold. Returns
     the process and the trial's tag (a warm worker's trials share its tag)."""
+    # A run that may go on to the code's end is timed as ``python train.py`` is, process start to exit,
+    # so it starts as that does: cold. A fork skips the interpreter's start and torch's import, which
+    # its figure would have to add back as an estimate (a study of pytorch/examples' MNIST measured
+    # 23.4 s for a run that took 30.3 s under ``autotune exec``).
+    if spec.budget.whole or spec.budget.whole_s:
+        warm = None
     tag = warm.tag if warm is not None else new_tag()
     argv, env = build_command(spec, event_fd, os.environ, tag=tag)
     proc = warm.spawn(argv[-1], env, log_fd, event_fd) if warm is not None and warm.takes(env) else None

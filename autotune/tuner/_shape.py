@@ -51,7 +51,6 @@ class Shape:
         whole: Its code returned by itself: every later trial runs whole.
         run_s: Its whole run's wall time (None: not run whole).
         startup_s: Process start to its first batch (None: not known).
-        skipped_s: What of that a trial forked from a warm worker does not take (``run_figures``).
         step_samples: Its samples per step (0: unknown).
     """
 
@@ -60,7 +59,6 @@ class Shape:
     whole: bool
     run_s: float | None
     startup_s: float | None
-    skipped_s: float = 0.0
     step_samples: float = 0.0
 
 
@@ -73,8 +71,7 @@ def shape_of(base: TrialRow | None) -> Shape | None:
     if startup is None and all(k in metrics for k in ("spawn_s", "import_s", "setup_s")):
         startup = metrics["spawn_s"] + metrics["import_s"] + metrics["setup_s"]
     return Shape(tuple(base.shape["marks"]), tuple(base.shape["at"]), bool(base.shape.get("ended")),
-                 metrics.get("run_s"), startup, metrics.get("startup_skipped_s", 0.0),
-                 metrics.get("samples_per_step", 0.0))
+                 metrics.get("run_s"), startup, metrics.get("samples_per_step", 0.0))
 
 
 def trial_budget(budget: Budget, kind: Kind, shape: Shape | None, tolerance: float, whole: bool = True) -> Budget:
@@ -128,16 +125,15 @@ def extended(shape: Shape, windows: int) -> tuple[tuple[int, ...], float]:
 
 def cost_line(shape: Shape, budget: Budget, trials: int, reruns: int) -> str:
     """What the study's trials will cost, said once the baseline has run: ``trials`` still to
-    run and the confirmation's ``reruns``, each about as long as the baseline took (a trial
-    forked from a warm worker does not take the start-up it skipped, which its run counts).
+    run and the confirmation's ``reruns``, each about as long as the baseline took.
 
-    >>> print(cost_line(Shape((64, 128), (1.0, 2.0), True, 16.2, 3.0, 1.8), Budget(), 7, 8))
-    each trial runs your script whole: about 16 s as written; 7 trials and 8 confirmation runs: about 3.6 min
+    >>> print(cost_line(Shape((64, 128), (1.0, 2.0), True, 16.2, 3.0), Budget(), 7, 8))
+    each trial runs your script whole: about 16 s as written; 7 trials and 8 confirmation runs: about 4.0 min
     """
     runs = f"{trials} trial{'s' * (trials != 1)}" + (f" and {reruns} confirmation runs" if reruns else "")
     if shape.whole and shape.run_s:
         return (f"each trial runs your script whole: about {shape.run_s:.0f} s as written; {runs}: about "
-                f"{_duration((trials + reruns) * (shape.run_s - shape.skipped_s))}")
+                f"{_duration((trials + reruns) * shape.run_s)}")
     marks, at = extended(shape, budget.windows)
     each = (shape.startup_s or 0.0) + at
     ceilings = 2 * budget.ceiling_windows * budget.window_s

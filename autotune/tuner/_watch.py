@@ -160,8 +160,8 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
                 exited = proc.poll() is not None
                 if exited and "exit" not in arrived:
                     arrived["exit"] = time.monotonic() - spawned
-                # (once its end is said the worker exits at once: its exit is timed closely, a whole
-                # run's wall time ends there)
+                # (once its end is said the worker exits, through the interpreter's shutdown where the
+                # code ran to its end: its exit is timed closely, a whole run's wall time ends there)
                 ready, _, _ = select.select([read_fd], [], [], 0 if exited else 0.005 if "end" in events else 0.1)
                 data = os.read(read_fd, 1 << 16) if ready else b""
                 now = time.monotonic()
@@ -191,7 +191,10 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
                     continue
                 if interrupt is not None and interrupt.is_set():
                     kill(Outcome.INTERRUPTED, "the tuner was interrupted (Ctrl-C or SIGTERM)")
-                elif late := _late(now - spawned, now - alive if "resolved" in events else None,
+                # (after its end is said, the code's exit, its threads joined and atexit run, is bounded
+                # by the deadline alone: no step is due)
+                elif late := _late(now - spawned, 0.0 if "end" in events else now - alive if "resolved" in events
+                                   else None,
                                    stall_limit, now - compiling if compiling is not None else None, step,
                                    budget, compiled_s):
                     # A tree paging in gigabytes stops stepping: its memory is read now, so that it
@@ -226,7 +229,7 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     metrics = summarize(windows, monitor, started, events)
     metrics.update(overheads(arrived))
     if ended:
-        metrics.update(run_figures(end, arrived, getattr(proc, "skipped_s", 0.0)))
+        metrics.update(run_figures(end, arrived))
     if not windows and so_far.get("seconds") and killed and killed[0][0] is Outcome.PRUNED:
         # pruned on its measure so far (autotune.core._guard.prune_so_far): that is its figure
         metrics.update(samples_per_s=so_far["samples"] / so_far["seconds"], samples_per_s_spread=0.0,

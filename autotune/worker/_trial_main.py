@@ -15,7 +15,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from autotune.core._events import FD_ENV, EventWriter
 from autotune.training._ranks import RANKS_ENV, launch_ranks, local_rank, pin_rank
@@ -23,6 +23,8 @@ from autotune.machine._slots import CPUS_ENV
 
 #: Lines of a traceback kept as a trial's reason.
 TRACEBACK_LINES = 12
+#: Set when the trial stopped the code before its end (its budget spent): see ``end``.
+_stopped: list[bool] = []
 
 
 def load_target(target: str):
@@ -100,6 +102,7 @@ def run_script_measured(run: Any, target: str, argv: list[str], emit: Any) -> No
     try:
         said = run_script(target, argv)
     except BudgetSpent:
+        _stopped.append(True)
         run.finish()
         return
     finally:
@@ -190,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 train(run)
             except BudgetSpent:
+                _stopped.append(True)
                 run.finish()
             else:  # it returned by itself: its whole run is measured
                 run.finish(ended=True)
@@ -207,11 +211,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    code = main()
+def end(code: int) -> NoReturn:
+    """End the worker with ``code``. Code that ran to its own end (or failed by itself) ends as under
+    ``python train.py``: through the interpreter's normal shutdown, its threads joined, its files
+    flushed and closed, its finalizers and ``atexit`` handlers run; a whole run's wall time counts
+    them, as the user's does. Code the trial stopped midway (its budget spent) leaves nothing to wait
+    for: the process ends at once (with torch loaded, the interpreter's teardown took about 0.5 s here,
+    benchmarks/results/overhead.md), and the parent kills its group."""
     sys.stdout.flush()
     sys.stderr.flush()
-    # Skip the interpreter's shutdown: with torch loaded it takes about 0.5 s here
-    # (benchmarks/results/overhead.md), and the parent kills the process
-    # group anyway, so nothing needs an orderly exit.
-    os._exit(code)
+    if _stopped:
+        os._exit(code)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    end(main())

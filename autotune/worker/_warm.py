@@ -10,7 +10,8 @@ environment over a Unix socket, with the trial's log and event-pipe descriptors
 the descriptors, the environment and the working folder, reseeds Python's and
 NumPy's generators (a fork would otherwise hand every trial the same streams) and
 runs ``autotune.worker._trial_main.main`` as a cold worker would. The user's module and set-up
-still run per trial, in the child. The warm worker reaps the child and reports its
+still run per trial, in the child. A trial that may run the code to its end is not forked: it is
+timed as ``python train.py`` is, from a cold start (``autotune.machine._launch.launch``). The warm worker reaps the child and reports its
 exit status, so the tuner sees the same return code as from ``subprocess.Popen``.
 
 Tags: ``/proc/PID/environ`` shows the environment a process was *exec*'d with, so a
@@ -74,9 +75,6 @@ class WarmWorker:
         finally:
             theirs.close()
         self._ready: bool | None = None  # None: not heard from yet; False: unusable
-        #: CPU seconds the warm worker took to start and import torch: what a trial forked from it
-        #: skips and ``python train.py`` pays (a whole run's wall time adds it back, ``run_figures``).
-        self.startup_s = 0.0
 
     def _launch(self, fd: int, cpus: Sequence[int]) -> subprocess.Popen:
         """Start ``python -m autotune.worker._warm FD CPUS`` with ``self.environ``, the socket ``fd`` passed.
@@ -116,7 +114,7 @@ class WarmWorker:
         if not reply:
             self._ready = False
             return None
-        return ForkedTrial(json.loads(reply)["pid"], self._sock, self.startup_s)
+        return ForkedTrial(json.loads(reply)["pid"], self._sock)
 
     def _wait_ready(self) -> bool:
         if self._ready is None:
@@ -126,7 +124,6 @@ class WarmWorker:
             except (OSError, ValueError):
                 said = {}
             self._ready = bool(said.get("ready", False))
-            self.startup_s = float(said.get("startup_s", 0.0))
         return self._ready
 
     def close(self) -> None:
@@ -143,9 +140,8 @@ class ForkedTrial:
     """A forked trial as ``subprocess.Popen`` shows a child: ``pid``, ``poll``, ``wait``,
     ``returncode`` (negative: the signal that ended it)."""
 
-    def __init__(self, pid: int, sock: socket.socket, skipped_s: float = 0.0) -> None:
+    def __init__(self, pid: int, sock: socket.socket) -> None:
         self.pid = pid
-        self.skipped_s = skipped_s  # the start-up it skipped (``WarmWorker.startup_s``)
         self.returncode: int | None = None
         self._sock = sock
 
@@ -199,14 +195,10 @@ def _serve(sock: socket.socket, cpus: set[int]) -> None:
     # host, torch 2.13): importing it here takes that out of every trial's set-up too.
     import torch._dynamo  # noqa: F401
 
-    # The CPU time, not the wall time, of the interpreter's start and these imports (one thread):
-    # the tuner imports its stores beside this, and a wall clock would count their contention.
-    startup_s = time.process_time()
-
     import autotune.worker._trial  # noqa: F401
     import autotune.worker._trial_main  # noqa: F401
 
-    sock.send(json.dumps({"ready": True, "startup_s": startup_s}).encode())
+    sock.send(json.dumps({"ready": True}).encode())
     while True:
         try:
             request, fds, _, _ = socket.recv_fds(sock, 1 << 20, 2)
@@ -266,9 +258,11 @@ def _child(sock: socket.socket, request: dict, fds: Sequence[int]) -> None:
         os.chdir(request["cwd"])
         _reseed()
         sys.argv = [sys.argv[0], request["payload"]]
-        from autotune.worker._trial_main import main
+        from autotune.worker._trial_main import _stopped, main
 
         code = main([request["payload"]])
+        if not _stopped:  # the code ended by itself: its exit as the interpreter's shutdown begins it
+            _shut_down()
     except BaseException:  # never back into the warm worker's loop
         import traceback
 
@@ -279,6 +273,20 @@ def _child(sock: socket.socket, request: dict, fds: Sequence[int]) -> None:
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def _shut_down() -> None:
+    """What the interpreter's normal shutdown does before its teardown, for a forked trial whose code
+    ended by itself (one that may run whole starts cold and exits for real): the code's non-daemon
+    threads joined, its ``atexit`` handlers run, its unreachable objects finalized (a file it never
+    closed is flushed). A fork cannot leave by ``sys.exit``: it would unwind into the warm worker's loop."""
+    import atexit
+    import gc
+    import threading
+
+    threading._shutdown()  # type: ignore[attr-defined]  (what Py_FinalizeEx calls first)
+    atexit._run_exitfuncs()
+    gc.collect()
 
 
 def _reseed() -> None:

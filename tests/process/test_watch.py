@@ -290,7 +290,7 @@ def test_a_function_that_returns_by_itself_is_measured_whole(tmp_path: Path, war
     assert base.outcome is Outcome.COMPLETE and base.reason == "", base.reason
     assert base.shape["ended"] and base.shape["epochs"] == 3 and base.shape["samples"] == 3 * 512
     assert base.metrics["run_s"] > base.metrics["loop_s"] > 0 and base.metrics["run_samples_per_s"] > 0
-    assert base.metrics["startup_skipped_s"] >= 0.0 and watch.events[-1]["ended"]
+    assert watch.events[-1]["ended"]
     endless, _ = trial(tmp_path, "train", budget=dataclasses.replace(FAST, whole_s=1.0), warm=warm)
     assert endless.outcome is Outcome.COMPLETE and "run_s" not in endless.metrics
     assert len(endless.windows) == 2 and not endless.shape.get("ended")  # its 2 planned windows, no extra

@@ -1,0 +1,110 @@
+"""Do no harm: a script under ``autotune exec`` (and in a trial that runs it whole) leaves what
+``python`` leaves: its files byte for byte (a log it never closes, a checkpoint a non-daemon thread
+saves after training, an atexit handler's file, a SIGTERM handler's checkpoint), its printed
+metrics and its exit status. Checked against ``python`` on the same script, in real processes."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import FIXTURES
+
+from autotune import Config, Outcome
+from autotune.core._knobs import KNOBS
+from autotune.machine._launch import Budget, TrialSpec
+from autotune.production._export import render
+from autotune.tuner._watch import run_trial
+
+SCRIPT = FIXTURES / "scripts" / "harm_probe.py"
+#: The script's own config, as a study exports it: every knob at the value the script runs with.
+OWN = render({**{name: knob.default for name, knob in KNOBS.items()}, "batch_size": 16}, 16, ["the code as written"])
+#: Loader knobs only: the same batches in the same order, from two persistent workers.
+LOADER = "dataloader: {num_workers: 2, persistent_workers: true, prefetch_factor: 4}\n"
+ENV = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+
+
+def run(folder: Path, *args: str, export: str | None = None, term: bool = False) -> subprocess.CompletedProcess:
+    """The script run in ``folder``, by ``python`` or (``export``) under ``autotune exec``; with
+    ``term``, stopped by SIGTERM once it says it waits."""
+    folder.mkdir()
+    if export is None:
+        command = [sys.executable, str(SCRIPT), *args]
+    else:
+        (folder.parent / f"{folder.name}.yaml").write_text(export)
+        command = [sys.executable, "-m", "autotune", "exec", str(folder.parent / f"{folder.name}.yaml"), str(SCRIPT),
+                   "--", *args]
+    proc = subprocess.Popen(command, cwd=folder, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if term:
+        deadline = time.monotonic() + 120
+        while not (folder / "waiting").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=180)
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize("export", [OWN, LOADER], ids=["own-config", "loader-only"])
+def test_exec_leaves_the_files_output_and_status_python_leaves(tmp_path: Path, export: str) -> None:
+    plain = run(tmp_path / "python", "--exit-status", "3")
+    under = run(tmp_path / "exec", "--exit-status", "3", export=export)
+    assert plain.returncode == under.returncode == 3, under.stderr
+    assert plain.stdout == under.stdout and plain.stdout.startswith("final loss ")
+    # the unclosed log (32 bytes), the thread's checkpoint, the atexit handler's file
+    assert set(files(tmp_path / "python")) == {"train.log", "checkpoint.pt", "atexit.txt"}
+    assert files(tmp_path / "exec") == files(tmp_path / "python")
+
+
+def test_exec_keeps_the_scripts_sigterm_handler_and_its_checkpoint(tmp_path: Path) -> None:
+    plain = run(tmp_path / "python", "--wait-for-term", term=True)
+    under = run(tmp_path / "exec", "--wait-for-term", export=OWN, term=True)
+    assert plain.returncode == under.returncode == 143, under.stderr
+    assert "term_checkpoint.pt" in files(tmp_path / "python")
+    assert files(tmp_path / "exec") == files(tmp_path / "python")
+
+
+def test_exec_reports_the_scripts_error_as_python_does(tmp_path: Path) -> None:
+    plain = run(tmp_path / "python", "--fail")
+    under = run(tmp_path / "exec", "--fail", export=OWN)
+    assert plain.returncode == under.returncode == 1
+    assert under.stderr.rstrip().endswith("RuntimeError: a check after training failed")
+    # the traceback starts at the script's own frame, as python's does: no autotune or runpy frame
+    traceback = under.stderr[under.stderr.index("Traceback"):]
+    assert "autotune" not in traceback and "runpy" not in traceback, traceback
+    assert files(tmp_path / "exec") == files(tmp_path / "python")
+
+
+def test_exec_passes_a_message_to_sys_exit_on_as_python_does(tmp_path: Path) -> None:
+    message = tmp_path / "message.py"
+    message.write_text("import sys\nsys.exit('not this time')\n")
+    (tmp_path / "own.yaml").write_text(OWN)
+    plain = subprocess.run([sys.executable, str(message)], capture_output=True, text=True, env=ENV)
+    under = subprocess.run([sys.executable, "-m", "autotune", "exec", str(tmp_path / "own.yaml"), str(message)],
+                           capture_output=True, text=True, env=ENV)
+    assert plain.returncode == under.returncode == 1
+    assert under.stderr.rstrip().endswith("not this time")
+
+
+def test_a_trial_that_runs_the_script_whole_exits_as_python_does(tmp_path: Path, monkeypatch) -> None:
+    """A whole run in a trial (started cold) leaves the files ``python`` leaves, and its wall time
+    counts the thread's checkpoint, which ends half a second after the script's last line."""
+    monkeypatch.chdir(tmp_path)
+    spec = TrialSpec(target=str(SCRIPT), config=Config(), device="cpu", argv=("--steps", "60"),
+                     budget=dataclasses.replace(Budget(warmup_s=0.1, window_s=0.1, windows=2, ceiling_windows=0),
+                                                whole=True))
+    result = run_trial(spec, tmp_path / "logs" / "whole.log")
+    assert result.outcome is Outcome.COMPLETE, result.reason
+    assert (tmp_path / "train.log").read_text().startswith("trained 60 steps")
+    assert (tmp_path / "checkpoint.pt").stat().st_size > 0 and (tmp_path / "atexit.txt").exists()
+    metrics = result.metrics
+    assert metrics["run_s"] - metrics["startup_s"] - metrics["loop_s"] - metrics["outside_s"] >= 0.5
