@@ -87,6 +87,9 @@ class Hooks:
             self._original_iter = DataLoader.__iter__
             self._patch(DataLoader, "__iter__", self._loader_iter)
             self._patch(torch.Tensor, "backward", self._backward)
+            # every Optimizer subclass (a script's own, bitsandbytes', timm's) reaches the loop, as
+            # torch's global step hooks see them all: fp16's scaler must route each one's step
+            self._patch(torch.optim.Optimizer, "__init__", self._any_optimizer_init)
             from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
             handle = register_optimizer_step_post_hook(self._stepped)
@@ -243,8 +246,16 @@ class Hooks:
                 kw["lr"] = lr
             hooks.optimizers.append(cls.__name__)
             hooks._call_ours(lambda: original(opt, params, **kw))
-            if hooks.loop is not None:
-                hooks.loop.optimizer_built(opt)
+        return __init__
+
+    def _any_optimizer_init(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``Optimizer.__init__``, which every optimizer class calls: the loop learns of each one once
+        its parameter groups are made (the rest of a subclass's ``__init__`` runs after)."""
+        loop = self.loop
+
+        def __init__(opt: Any, *args: Any, **kwargs: Any) -> None:
+            original(opt, *args, **kwargs)
+            loop.optimizer_built(opt)
         return __init__
 
     def _backward(self, original: Callable[..., Any]) -> Callable[..., Any]:

@@ -84,7 +84,7 @@ class OutsideLoop:
         if self.amp.value != "off":
             from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-            self._step_hooks = [register_optimizer_step_pre_hook(lambda *_: self.amp.before_step()),
+            self._step_hooks = [register_optimizer_step_pre_hook(lambda opt, *_: self.amp.before_step(opt)),
                                 register_optimizer_step_post_hook(lambda opt, *_: self.amp.after_step(opt))]
         if self._learning:  # (Tensor.to and .cuda are TensorBase's: shadowed on Tensor, the shadow removed after)
             for name in ("to", "cuda"):

@@ -64,6 +64,8 @@ class OutsideAmp:
         self._in_step = False  # inside the scaler's step: the optimizer's own step runs as is
         self._stepped_inner = False
         self._pending_update = False  # a step went through the scaler: update() before the next scale
+        self._outstanding = False  # gradients scaled by a backward and not yet updated past
+        self._routed: set[int] = set()  # optimizers whose step goes through the scaler
         self._unscaled: set[int] = set()  # optimizers unscaled since the last update (clip)
         self._optimizers = optimizers
         self._stepped: set[int] = set()  # optimizers that stepped since the training batch
@@ -183,7 +185,8 @@ class OutsideAmp:
         amp = self
 
         def step(self_: Any, *args: Any, **kwargs: Any) -> Any:
-            if amp._in_step or not amp.active or amp._scaler is None:
+            # (while scaled gradients wait for a step, even held: they reach no optimizer scaled)
+            if amp._in_step or not amp._outstanding:
                 amp._stepped_inner = True
                 return original(*args, **kwargs)
             closure = args[0] if args else kwargs.get("closure")
@@ -202,6 +205,7 @@ class OutsideAmp:
                 amp._count_skip(opt)
             return result
         opt.step = types.MethodType(functools.wraps(original)(step), opt)
+        self._routed.add(id(opt))
 
     def _count_skip(self, opt: Any) -> None:
         """A step the scaler skipped on inf/nan gradients: its optimizer's own step never ran; a fused
@@ -226,9 +230,16 @@ class OutsideAmp:
         self._leave()
         self._enter()
 
-    def before_step(self) -> None:
-        """Any optimizer's step runs outside autocast."""
+    def before_step(self, opt: Any) -> None:
+        """Any optimizer's step runs outside autocast. Under fp16, an optimizer whose step does not go
+        through the scaler (one built before autotune's hooks, or whose class skips ``Optimizer.__init__``)
+        holds fp16: its gradients are unscaled for this step, and no later backward is scaled."""
         self._leave()
+        if self._outstanding and not self._in_step and id(opt) not in self._routed:
+            self.hold(f"{type(opt).__name__} steps outside autotune's GradScaler, which would hand it "
+                      "gradients scaled by 65536 and skip none on inf")
+            if any(p.grad is not None for g in opt.param_groups for p in g["params"]):
+                self._scaler.unscale_(opt)
 
     def after_step(self, opt: Any) -> None:
         """After a step, autocast again only while an optimizer has not stepped since the batch (a
@@ -244,12 +255,15 @@ class OutsideAmp:
 
     def backward(self, original: Callable[..., Any], tensor: Any, *args: Any, **kwargs: Any) -> Any:
         """``tensor.backward(...)`` outside autocast, the loss scaled under our fp16."""
+        scale = self.value == "fp16" and self.active
+        if not scale:  # (held: this backward's gradients are not scaled)
+            self._outstanding = False
         if not self.active and self._ctx is None:
             return original(tensor, *args, **kwargs)
         self._leave()
         self._in_backward = True
         try:
-            if self.value == "fp16" and self.active:
+            if scale:
                 tensor = self._scaled(tensor)
             return original(tensor, *args, **kwargs)
         finally:
@@ -266,6 +280,7 @@ class OutsideAmp:
             self._scaler.update()
             self._unscaled.clear()
         self._pending_update = False
+        self._outstanding = True
         return self._scaler.scale(tensor)
 
     def _enter(self) -> None:

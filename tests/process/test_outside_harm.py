@@ -1,0 +1,123 @@
+"""The loop's knobs from outside change nothing but themselves (autotune.training._outside and its parts):
+an optimizer of a script's own class under fp16, a script that scales its own loss, evaluation passes
+that must stay in the script's precision, tensors the script keeps on the host, a model the script
+compiles itself, and the DataLoader iterator's own API. Each is read from a real run of a plain loop in
+this process, with real torch on the CPU (the CPU's GradScaler stands in for CUDA's)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from autotune import Config, Recipe
+from autotune.training._hooks import Hooks
+from autotune.training._script import SCRIPT_STAGES
+
+torch.manual_seed(0)
+X = torch.randn(512, 8)
+DATA = TensorDataset(X, (X[:, 0] + X[:, 1] > 0).long())  # learnable: the loss falls
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(8, 32), nn.Linear(32, 2)
+        self.dtypes: list[torch.dtype] = []  # of its hidden activations, call by call
+
+    def forward(self, x):
+        h = F.relu(self.fc1(x))
+        self.dtypes.append(h.dtype)
+        return self.fc2(h)
+
+
+class Lion(torch.optim.Optimizer):
+    """An optimizer of the script's own (as timm's Lion, bitsandbytes', apex's are: an ``Optimizer``
+    subclass outside ``torch.optim``): plain SGD that records the gradient norm each step saw."""
+
+    def __init__(self, params, lr: float = 0.5) -> None:
+        super().__init__(params, {"lr": lr})
+        self.norms: list[float] = []
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
+        self.norms.append(float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))))
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.add_(p.grad, alpha=-group["lr"])
+
+
+def recipe(**values) -> Recipe:
+    run = Recipe(Config(**values), "cpu", quiet=True)
+    run.stages = SCRIPT_STAGES
+    return run
+
+
+def falls(losses: list[float]) -> bool:
+    return all(map(math.isfinite, losses)) and sum(losses[-4:]) < 0.8 * sum(losses[:4])
+
+
+def loop(model, opts, epochs: int = 3, inf_at: int = -1) -> list[float]:
+    """A plain loop over DATA in batches of 64: every optimizer in ``opts`` steps on every batch."""
+    losses = []
+    loader = DataLoader(DATA, batch_size=64)
+    for _ in range(epochs):
+        for x, y in loader:
+            loss = F.cross_entropy(model(x), y)
+            (loss * (math.inf if len(losses) == inf_at else 1.0)).backward()
+            for opt in opts:
+                opt.step()
+                opt.zero_grad()
+            losses.append(loss.item())
+    return losses
+
+
+# -- fp16: every optimizer that steps is under the scaler, else fp16 is held -------------------------
+
+def test_fp16_routes_an_optimizer_of_the_scripts_own_class_through_the_scaler() -> None:
+    hooks = Hooks(recipe(amp="fp16")).install()
+    try:
+        model = Net()
+        opt = Lion(model.parameters())
+        losses = loop(model, [opt], inf_at=5)
+    finally:
+        hooks.remove()
+    amp = hooks.loop.amp
+    # 24 batches, each step through the scaler; the one on inf gradients skipped (its step never ran)
+    assert (amp.held, amp.steps, amp.skipped) == (None, 24, 1) and len(opt.norms) == 23
+    assert max(opt.norms) < 100, opt.norms  # true gradients: scaled by 65536 they read 1e4 and more
+    assert set(model.dtypes[1:]) == {torch.float16}
+    assert all(torch.isfinite(p).all() for p in model.parameters()) and falls(losses)
+
+
+def test_fp16_is_held_where_an_optimizer_steps_outside_the_scaler(capsys) -> None:
+    model = Net()
+    opt = Lion(model.parameters())  # built before autotune's hooks: its step cannot be routed
+    hooks = Hooks(recipe(amp="fp16")).install()
+    try:
+        losses = loop(model, [opt])
+    finally:
+        hooks.remove()
+    amp = hooks.loop.amp
+    assert "amp=fp16 not applied: Lion steps outside autotune's GradScaler" in capsys.readouterr().err
+    assert amp.held and hooks.loop.observed()["amp"] == "off"
+    assert max(opt.norms) < 100, opt.norms  # the first step, on the scaled backward, saw its true gradients
+    assert set(model.dtypes[2:]) == {torch.float32} and falls(losses)
+
+
+def test_fp16_routes_both_optimizers_of_a_step_where_one_is_the_scripts_own() -> None:
+    hooks = Hooks(recipe(amp="fp16")).install()
+    try:
+        model = Net()
+        lion = Lion(model.fc1.parameters())
+        sgd = torch.optim.SGD(model.fc2.parameters(), lr=0.5)
+        losses = loop(model, [lion, sgd])
+    finally:
+        hooks.remove()
+    assert hooks.loop.amp.held is None and hooks.loop.amp.steps == 48
+    assert max(lion.norms) < 100 and falls(losses)
