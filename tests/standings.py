@@ -18,16 +18,18 @@ def trial(number: int, rate: float | None = 1000.0, outcome: str = "complete", *
           waits: float = 0.0, spread: float = 0.05, doubt: str | None = None, remeasure: int = 0,
           base_batch_size: int | None = 16, lr: float | None = None, losses: Iterable = (), curve: Iterable = (),
           dataset: Mapping[str, Any] | None = None, workers_high: int | None = None,
-          baseline: bool | None = None, **metrics: float) -> TrialRow:
+          baseline: bool | None = None, shape: Mapping[str, Any] | None = None, **metrics: float) -> TrialRow:
     """A trial as ``row_of`` reads it back. ``kind`` defaults to the baseline for trial 0 and a
-    draw after it; ``config`` (as it ran) to what it ``sampled``."""
+    draw after it; ``config`` (as it ran) to what it ``sampled``; ``shape`` what its run told of
+    the training (``autotune.tuner._watch.shape_of_run``)."""
     kind = kind or (Kind.BASELINE if number == 0 else Kind.SAMPLED)
     figures = {"samples_per_s": rate, "samples_per_s_spread": spread, "data_wait_frac": waits} if rate else {}
     sampled = dict(sampled or {})
     return TrialRow(number, kind is Kind.BASELINE if baseline is None else baseline, outcome, "",
                     {**figures, **metrics}, dict(config if config is not None else sampled), base_batch_size, None,
                     losses=list(losses), sampled=sampled, kind=kind, doubt=doubt, remeasure=remeasure,
-                    curve=list(curve), dataset=dict(dataset or {}), lr=lr, of=of, workers_high=workers_high)
+                    curve=list(curve), dataset=dict(dataset or {}), lr=lr, of=of, workers_high=workers_high,
+                    shape=dict(shape or {}))
 
 
 def with_bound(row: TrialRow, ceilings: Ceilings) -> TrialRow:

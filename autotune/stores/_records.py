@@ -79,6 +79,9 @@ class TrialRow:
     seed: int | None = None  # ATTR_SEED (None: a study from before it was recorded)
     workers_high: int | None = None  # the num_workers range's high end when it drew (None: not drawn)
     shape: dict[str, Any] = dataclasses.field(default_factory=dict)  # ATTR_SHAPE
+    #: A whole run of the baseline's training: the baseline's samples over its wall time, what it
+    #: ranks on (``autotune.core._whole_runs.wall_rate``; set by the standing, which knows the baseline).
+    wall_rate: float | None = None
 
     @property
     def samples_per_s(self) -> float | None:
@@ -88,9 +91,10 @@ class TrialRow:
     @property
     def rate(self) -> float | None:
         """The figure it ranks on before time to loss (``ranked_rate``): for a run of the code
-        to its end (a study of a short script, ``autotune.tuner._shape``), the samples it trained over
-        its whole wall time, start-up included; else its loop's samples/s."""
-        return rate_of(self.metrics)
+        to its end (a study of a short script, ``autotune.tuner._shape``), its wall time, start-up
+        included, as :attr:`wall_rate` (else, read without the baseline, the samples it trained
+        over it); else its loop's samples/s."""
+        return self.wall_rate or rate_of(self.metrics)
 
     @property
     def run_s(self) -> float | None:
@@ -101,7 +105,8 @@ class TrialRow:
     def ranked_rate(self) -> float | None:
         """The rate it ranks on (``ranked_rate``): its samples/s, over the samples it needed for
         the baseline's loss against the baseline's where it trains on another batch size."""
-        return ranked_rate(self.metrics, self.config.get("batch_size"), self.base_batch_size)
+        rate, ratio = self.rate, self.to_loss
+        return rate / ratio if rate and ratio else rate
 
     @property
     def to_loss(self) -> float | None:

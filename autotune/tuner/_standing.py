@@ -13,6 +13,7 @@ from autotune.core._ceilings import Ceilings, Verdict
 from autotune.tuner._confirm import UNFINISHED, Decision, Group, baseline_group, decide, group_runs
 from autotune.core._knobs import KNOBS, show_value
 from autotune.core._outcome import Outcome, headline
+from autotune.core._whole_runs import other_training, wall_rate
 from autotune.stores._records import ATTR_CEILINGS, TrialRow, loss_against_baseline, row_of
 from autotune.tuner._shape import flat_runs, run_time_line
 
@@ -80,6 +81,10 @@ def standing_of(rows: Sequence[TrialRow], ceilings: Ceilings) -> Standing:
     rows = list(rows)
     groups = group_runs(rows)
     base = baseline_group(groups)
+    if base is not None and base.first.run_s and base.first.shape.get("samples"):  # whole runs: on wall time
+        rows = [on_wall_time(r, base.first) for r in rows]
+        groups = group_runs(rows)
+        base = baseline_group(groups)
     if base is not None and base.rates:
         # One answer per config: a believed run shows its config's median speedup (the
         # baseline's are 1.00x); a doubted or diverged one its own figure's.
@@ -94,6 +99,18 @@ def standing_of(rows: Sequence[TrialRow], ceilings: Ceilings) -> Standing:
                 if r.rate and r.outcome != Outcome.DISTORTED.value else r for r in rows]
         groups = group_runs(rows)
     return Standing(rows, groups, decide(groups), ceilings)
+
+
+def on_wall_time(row: TrialRow, base: TrialRow) -> TrialRow:
+    """A complete whole run as it ranks against the baseline's (``base``: its first run): on its
+    wall time (``TrialRow.wall_rate``), or, where it trained other samples, as another training
+    (``distorted``, never ranked, the reason said: ``autotune.core._whole_runs.other_training``)."""
+    if row.outcome != Outcome.COMPLETE.value or not row.run_s:
+        return row
+    why = other_training(row.shape, row.config.get("batch_size"), base.shape, base.config.get("batch_size"))
+    if why is not None:
+        return dataclasses.replace(row, outcome=Outcome.DISTORTED.value, reason=why)
+    return dataclasses.replace(row, wall_rate=wall_rate(base.shape["samples"], row.run_s))
 
 
 def throughput_figure(name: str, found: Standing):

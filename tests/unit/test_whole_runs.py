@@ -1,0 +1,70 @@
+"""Whole runs rank on wall time, and a run that trained other samples than the baseline's is another
+training (autotune.core._whole_runs, applied by autotune.tuner._standing): on hand-built standings."""
+
+from __future__ import annotations
+
+import pytest
+from standings import standing, trial
+
+from autotune.core._kinds import Kind
+from autotune.core._whole_runs import other_training
+from autotune.tuner._confirm import plan
+from autotune.tuner._standing import findings
+
+
+def whole(number: int, run_s: float, samples: int, batch: int = 32, *, epochs: int = 4, steps: int | None = None,
+          kind: Kind | None = None, of: int | None = None, **sampled) -> object:
+    """A complete whole run of ``samples`` in ``run_s`` seconds at ``batch`` (the code's: 32)."""
+    shape = {"ended": True, "epochs": epochs, "samples": samples, "steps": steps or samples // batch,
+             "marks": [64, 512], "at": [1.0, 2.0]}
+    return trial(number, 400.0, kind=kind, of=of, sampled=sampled, config={**sampled, "batch_size": batch},
+                 base_batch_size=32, shape=shape, run_s=run_s, run_samples_per_s=samples / run_s, startup_s=2.0,
+                 loop_s=run_s - 3.0, outside_s=0.5, after_s=0.5)
+
+
+def test_whole_runs_rank_on_wall_time_not_on_the_samples_each_counted() -> None:
+    # 4 epochs of 256 rows: at batch 32 the run counts 992 samples, at 256 only 768 (the first batch
+    # is not counted). 768 / 7 s = 110/s against 992 / 10 s = 99/s read 1.11x; in wall time it is 10 / 7.
+    found = standing(whole(0, 10.0, 992), whole(1, 7.0, 768, 256, batch_size="8x"),
+                     whole(2, 8.0, 992, num_workers=4))
+    assert found.decision.winner.first.number == 1
+    assert found.speedup(found.decision.winner) == pytest.approx(10.0 / 7.0)
+    assert [round(r.speedup, 2) for r in found.rows] == [1.0, 1.43, 1.25]
+    assert findings(found)[0].startswith("trial 1, 1.43x the baseline (your script's whole run in 7.0 s against "
+                                         "10.0 s as written")
+
+
+def test_a_whole_run_that_trained_other_samples_never_ranks_as_faster() -> None:
+    # A script that stops after 200 steps: 8x the batch trains 8x the samples. 51,200 in 14 s is 3,657/s
+    # against 6,400 in 10 s, 640/s: "5.71x" on samples over run time, while its run took 1.4x as long.
+    base = whole(0, 10.0, 6_400, epochs=1, steps=200)
+    wide = whole(1, 14.0, 51_200, 256, epochs=1, steps=200, batch_size="8x")
+    found = standing(base, wide, whole(2, 9.0, 6_400, epochs=1, steps=200, num_workers=2))
+    assert found.decision.winner.first.number == 2 and found.decision.fastest.first.number == 2
+    row = found.rows[1]
+    assert row.outcome == "distorted" and row.speedup is None
+    assert row.reason == ("its whole run trained 51,200 samples, 8.00x the baseline's 6,400 (200 steps of 256 "
+                          "against 200 of 32): another training, whose wall time is no speedup of the baseline's")
+    assert f"not ranked, another training: trial 1: {row.reason}" in findings(found)
+    assert 1 not in plan(found.groups, runs=1)  # nor confirmed: it cannot win
+    # faster in wall time too (say, 12 workers at 8x): still another training, still not ranked
+    quick = standing(base, whole(1, 6.0, 51_200, 256, epochs=1, steps=200, batch_size="8x", num_workers=12))
+    assert quick.decision.winner.first.number == 0 and quick.rows[1].outcome == "distorted"
+
+
+def test_the_same_training_is_the_baselines_samples_within_a_batch_an_epoch_and_one_more() -> None:
+    base = {"samples": 992, "epochs": 4, "steps": 31}
+    assert other_training({"samples": 768, "epochs": 4}, 256, base, 32) is None  # 224 <= (4 + 1) * 256
+    assert other_training({"samples": 960, "epochs": 4}, 64, base, 32) is None
+    assert other_training({"samples": 2_048, "epochs": 8}, 32, base, 32) is not None  # twice the epochs
+    assert other_training({}, 256, base, 32) is None and other_training(base, 32, {}, 32) is None  # not said
+
+
+def test_windowed_runs_and_a_study_read_without_shapes_rank_as_before() -> None:
+    # no run_s: the loop's samples/s ranks, and nothing is another training
+    found = standing(trial(0, 100.0), trial(1, 150.0, sampled={"num_workers": 2}))
+    assert found.decision.winner.first.number == 1 and found.rows[1].wall_rate is None
+    # whole runs of a study from before shapes were recorded: their samples over their run time
+    old = [trial(0, 400.0, run_s=10.0, run_samples_per_s=99.2), trial(1, 400.0, run_s=8.0, run_samples_per_s=124.0,
+                                                                        sampled={"num_workers": 4})]
+    assert standing(*old).speedup(standing(*old).groups[1]) == pytest.approx(1.25)
