@@ -82,10 +82,9 @@ class OutsideLoop:
                     if name in vars(owner):
                         patch(owner, name, functools.partial(self.amp.patch_clip, grads=name == "get_total_norm"))
         if self.amp.value != "off":
-            from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+            from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-            self._step_hooks = [register_optimizer_step_pre_hook(lambda opt, *_: self.amp.before_step(opt)),
-                                register_optimizer_step_post_hook(lambda opt, *_: self.amp.after_step(opt))]
+            self._step_hooks = [register_optimizer_step_pre_hook(lambda opt, *_: self.amp.before_step(opt))]
         if self._learning:  # (Tensor.to and .cuda are TensorBase's: shadowed on Tensor, the shadow removed after)
             for name in ("to", "cuda"):
                 setattr(torch.Tensor, name, self._watch_moves(getattr(torch.Tensor, name)))
@@ -112,6 +111,7 @@ class OutsideLoop:
         if self.finder is not None:
             self.finder.remove()
         self.amp.epoch_ended()
+        self.amp.remove()
 
     @property
     def device(self) -> Any:

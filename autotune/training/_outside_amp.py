@@ -1,18 +1,22 @@
 """Mixed precision applied to an unmodified script from outside its code (the ``amp`` knob).
 
-The training loader's batch starts a step: autocast is entered then, left for ``backward()``
-and the optimizer's ``step()`` and entered again after each, and left when the epoch ends,
-so the forward pass and the loss run under autocast and the backward pass outside it, as
-PyTorch's AMP guide asks (a step with two losses, a GAN's, gets both forwards under it).
-Under fp16 a ``GradScaler`` scales the loss at ``backward()``, the optimizer's ``step()``
-goes through it (a step it skips on inf/nan gradients is counted), the gradients are unscaled
+Autocast is in force around the training forward of the script's model (the one
+``autotune.training._outside_model`` finds) and nowhere else: a call of it in train mode, with
+gradients on, during the training loader's epoch; its floating-point outputs come back in fp32,
+so the loss is computed as autocast computes it (accelerate's ``convert_outputs_to_fp32``), and
+the backward pass, the steps and every evaluation (eval mode, ``no_grad``) run as the script wrote
+them, whatever its optimizers' schedule. Under fp16 a ``GradScaler`` scales the loss at
+``backward()``, every optimizer's ``step()`` goes through it (a step it skips on inf/nan
+gradients is counted; an optimizer it cannot route holds fp16), the gradients are unscaled
 before a ``clip_grad_norm_``/``clip_grad_value_`` the script calls, and ``update()`` runs once
 after the step, before the next backward (gradient accumulation's backwards are all scaled
 by the same factor).
 
-A script that enters an enabled ``torch.autocast`` or builds an enabled ``GradScaler``
-itself keeps its own precision: ours is left at once and not entered again, and the trial
-says so (``own``). Autocast is thread-local state: everything here runs on the loop's thread.
+A script's own precision is what is in force during its training forwards: an autocast of
+its own open around one (enabled or not), one its model enters inside its forward, or an enabled
+``GradScaler``; ours is held, and the trial says so (``own``). An autocast the script enters
+only for evaluation is not its training precision. Autocast is thread-local state: everything
+here runs on the loop's thread.
 """
 
 from __future__ import annotations
@@ -22,8 +26,17 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from autotune.training._prefetch import map_tensors
+
 #: The autocast dtypes by the ``amp`` knob's values.
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+
+
+def _to_fp32(tensor: Any) -> Any:
+    """An output of autocast's dtypes in fp32 (others as they are)."""
+    import torch
+
+    return tensor.float() if tensor.dtype in (torch.float16, torch.bfloat16) else tensor
 
 
 def dtype_name(dtype: Any) -> str:
@@ -57,7 +70,7 @@ class OutsideAmp:
         self.own: str | None = None
         self.framework: str | None = None  # the framework's setting that carries the knob, where one does
         self.skipped = self.steps = 0
-        self._ctx: Any = None  # our autocast, while entered
+        self._ctx: Any = None  # our autocast, while a training forward runs under it
         self._in_backward = False  # (activation checkpointing re-enters the forward's autocast there)
         self._training = False  # between the training epoch's first batch and its end
         self._scaler: Any = None
@@ -68,10 +81,10 @@ class OutsideAmp:
         self._routed: set[int] = set()  # optimizers whose step goes through the scaler
         self._unscaled: set[int] = set()  # optimizers unscaled since the last update (clip)
         self._optimizers = optimizers
-        self._stepped: set[int] = set()  # optimizers that stepped since the training batch
-        self._foreign_open = 0  # the script's own autocasts entered and not left (ours leaves only when innermost)
+        self._foreign: list[Any] = []  # the script's own autocasts entered and not left, innermost last
         self._fused_skips: Any = None  # found_inf of the steps a fused optimizer took through the scaler (device)
-        self._model_hook: Any = None
+        self._model: Any = None  # the model whose calls ours wraps
+        self._inner: Any = None  # (our wrapper, and the compiled call it wraps or None)
 
     @property
     def active(self) -> bool:
@@ -94,49 +107,88 @@ class OutsideAmp:
     # -- the patches (autotune.training._hooks installs them) -----------------------------------------
 
     def patch_autocast(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        """``torch.autocast.__enter__``: the script's own (enabled) autocast wins over ours."""
+        """``torch.autocast.__enter__``: an enabled autocast the model enters inside our training
+        forward is the script's own precision (one open around the forward: ``_training_forward``)."""
         amp = self
 
         def __enter__(ctx: Any) -> Any:
             if getattr(ctx, "_autotune", False):
                 return original(ctx)
-            if amp.framework is None and not amp._in_backward and getattr(ctx, "_enabled", False):
-                amp.hold_own(f"your script uses torch.autocast ({dtype_name(ctx.fast_dtype)}) itself, and its own "
-                             "precision is what runs", dtype_name(ctx.fast_dtype))
-            amp._foreign_open += 1
+            if amp._ctx is not None and not amp._in_backward and getattr(ctx, "_enabled", False):
+                amp.hold_own(f"your model enters torch.autocast ({dtype_name(ctx.fast_dtype)}) itself, and its "
+                             "own precision is what runs", dtype_name(ctx.fast_dtype))
+            amp._foreign.append(ctx)
             return original(ctx)
         return __enter__
 
     def patch_autocast_exit(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        """``torch.autocast.__exit__``: counts the script's own autocasts still open."""
+        """``torch.autocast.__exit__``: the script's own autocasts still open."""
         amp = self
 
         def __exit__(ctx: Any, *exc: Any) -> Any:
-            if not getattr(ctx, "_autotune", False):
-                amp._foreign_open = max(0, amp._foreign_open - 1)
+            if not getattr(ctx, "_autotune", False) and ctx in amp._foreign:
+                del amp._foreign[len(amp._foreign) - 1 - amp._foreign[::-1].index(ctx)]
             return original(ctx, *exc)
         return __exit__
 
-    def model_called(self, module: Any, args: Any) -> None:
-        """A forward pre-hook on the script's model, checked once under our autocast: a script that
-        turns autocast off around its model (``torch.autocast(enabled=False)``, the switch of its own
-        ``--amp`` flag) decides its precision itself, and ours would not reach the forward. Gone at
-        once where ours does not apply (held, or a framework's): no hook of ours on every forward."""
-        if not self.active:
-            self._model_hook.remove()
+    def watch_model(self, module: Any) -> None:
+        """Wrap the model's calls (found at its first call): its training forwards run under ours.
+        The wrapper takes the slot ``nn.Module.compile`` fills (``_compiled_call_impl``, called before
+        the hooks and outside the compiled code; left out when the module is pickled or deep-copied),
+        so ``torch.save(model)`` and an EMA copy carry nothing of autotune."""
+        if self.value == "off" or not self.active or self._model is not None:
             return
-        if self._ctx is None:
-            return
-        self._model_hook.remove()
+        compiled = module.__dict__.get("_compiled_call_impl")
+        inner = compiled or module._call_impl
+        amp = self
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if not amp._training_forward(module):
+                return inner(*args, **kwargs)
+            import torch
+
+            ctx = torch.autocast(amp._device_type(), dtype=getattr(torch, DTYPES[amp.value]))
+            ctx._autotune = True
+            with ctx:
+                amp._ctx = ctx
+                try:
+                    out = inner(*args, **kwargs)
+                finally:
+                    amp._ctx = None
+            return map_tensors(out, _to_fp32)
+
+        self._model, self._inner = module, (call, compiled)
+        module._compiled_call_impl = call
+        self._training_forward(module)  # (this first call, already under way: the script's own precision)
+
+    def _training_forward(self, module: Any) -> bool:
+        """Whether this call of the model is a training forward that ours applies to; the script's
+        own autocast open around it (its own precision, or its switch off) holds ours here."""
+        if not (self.active and self._ctx is None and not self._in_backward and module.training):
+            return False
         import torch
 
-        if not torch.is_autocast_enabled(self._device_type()):
-            self.hold_own("your script turns autocast off around its model (torch.autocast(enabled=False)): "
-                          "its own switch decides its precision", "off")
+        if not torch.is_grad_enabled():
+            return False
+        if self._foreign:  # (the step that finds the training loader too: its own precision from the first)
+            ctx = self._foreign[-1]
+            if getattr(ctx, "_enabled", False):
+                self.hold_own(f"your script uses torch.autocast ({dtype_name(ctx.fast_dtype)}) itself, and its "
+                              "own precision is what runs", dtype_name(ctx.fast_dtype))
+            else:
+                self.hold_own("your script turns autocast off around its model (torch.autocast(enabled=False)): "
+                              "its own switch decides its precision", "off")
+            return False
+        return self._training
 
-    def watch_model(self, module: Any) -> None:
-        if self.value != "off":
-            self._model_hook = module.register_forward_pre_hook(self.model_called)
+    def remove(self) -> None:
+        """The model's calls as they were (the run's end)."""
+        module, self._model = self._model, None
+        if module is not None and module.__dict__.get("_compiled_call_impl") is self._inner[0]:
+            if self._inner[1] is None:
+                del module._compiled_call_impl
+            else:
+                module._compiled_call_impl = self._inner[1]
 
     def patch_scaler(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """``GradScaler.__init__``: the script's own (enabled) scaler wins over ours."""
@@ -212,8 +264,6 @@ class OutsideAmp:
         one's always runs and skips inside its kernel, so its found_inf is summed on the device."""
         if not getattr(opt, "_step_supports_amp_scaling", False):
             self.skipped += not self._stepped_inner
-            if not self._stepped_inner:
-                self.after_step(opt)  # (the step hooks did not run: the step ends here)
             return
         try:
             found = sum(self._scaler._per_optimizer_states[id(opt)]["found_inf_per_device"].values())
@@ -224,51 +274,32 @@ class OutsideAmp:
     # -- the step's edges -----------------------------------------------------------------
 
     def batch(self) -> None:
-        """The training loader yielded a batch: a step starts under autocast."""
+        """The training loader yielded a batch: its training forwards take ours."""
         self._training = True
-        self._stepped.clear()
-        self._leave()
-        self._enter()
 
     def before_step(self, opt: Any) -> None:
-        """Any optimizer's step runs outside autocast. Under fp16, an optimizer whose step does not go
-        through the scaler (one built before autotune's hooks, or whose class skips ``Optimizer.__init__``)
-        holds fp16: its gradients are unscaled for this step, and no later backward is scaled."""
-        self._leave()
+        """Under fp16, an optimizer whose step does not go through the scaler (one built before
+        autotune's hooks, or whose class skips ``Optimizer.__init__``) holds fp16: its gradients are
+        unscaled for this step, and no later backward is scaled."""
         if self._outstanding and not self._in_step and id(opt) not in self._routed:
             self.hold(f"{type(opt).__name__} steps outside autotune's GradScaler, which would hand it "
                       "gradients scaled by 65536 and skip none on inf")
             if any(p.grad is not None for g in opt.param_groups for p in g["params"]):
                 self._scaler.unscale_(opt)
 
-    def after_step(self, opt: Any) -> None:
-        """After a step, autocast again only while an optimizer has not stepped since the batch (a
-        GAN's generator after its discriminator): a loop that ends on a step leaves it off for what
-        follows (an evaluation, an export), as a plain loop would."""
-        self._stepped.add(id(opt))
-        if any(id(o) not in self._stepped for o in self._optimizers):
-            self._enter()
-
     def epoch_ended(self) -> None:
         self._training = False
-        self._leave()
 
     def backward(self, original: Callable[..., Any], tensor: Any, *args: Any, **kwargs: Any) -> Any:
-        """``tensor.backward(...)`` outside autocast, the loss scaled under our fp16."""
+        """``tensor.backward(...)``, the loss scaled under our fp16."""
         scale = self.value == "fp16" and self.active
         if not scale:  # (held: this backward's gradients are not scaled)
             self._outstanding = False
-        if not self.active and self._ctx is None:
-            return original(tensor, *args, **kwargs)
-        self._leave()
-        self._in_backward = True
+        self._in_backward = True  # (activation checkpointing re-enters the forward's autocast there)
         try:
-            if scale:
-                tensor = self._scaled(tensor)
-            return original(tensor, *args, **kwargs)
+            return original(self._scaled(tensor) if scale else tensor, *args, **kwargs)
         finally:
             self._in_backward = False
-            self._enter()
 
     def _scaled(self, tensor: Any) -> Any:
         import torch
@@ -283,21 +314,6 @@ class OutsideAmp:
         self._outstanding = True
         return self._scaler.scale(tensor)
 
-    def _enter(self) -> None:
-        if not self._training or not self.active or self._ctx is not None:
-            return
-        import torch
-
-        ctx = torch.autocast(self._device_type(), dtype=getattr(torch, DTYPES[self.value]))
-        ctx._autotune = True
-        ctx.__enter__()
-        self._ctx = ctx
-
-    def _leave(self) -> None:
-        ctx, self._ctx = self._ctx, None
-        if ctx is not None:
-            ctx.__exit__(None, None, None)
-
     def hold_own(self, why: str, own: str) -> None:
         """The script sets its own precision (``own``): it runs, and ours is held (``hold``)."""
         if self.own is None:
@@ -305,11 +321,8 @@ class OutsideAmp:
         self.hold(why)
 
     def hold(self, why: str) -> None:
-        """Ours stops here for good, said once where the knob was on. It is left now where it is the
-        innermost autocast (before the script's own saves the state it will restore), else at the
-        step's next edge, so that every autocast is left in the order it was entered."""
-        if self._foreign_open == 0:
-            self._leave()
+        """Ours stops here for good (a forward under it now ends under it), said once where the knob
+        was on."""
         if self.held is None:
             self.held = why
             if self.value != "off":

@@ -105,17 +105,24 @@ class ModelFinder:
         if compiled is None:
             return
         finder = self
+        decided: list[Any] = []  # the call that runs from the first on (amp's wrapper may hold this one)
 
         def first_call(*args: Any, **kwargs: Any) -> Any:
+            if decided:
+                return decided[0](*args, **kwargs)
             try:
                 out = compiled(*args, **kwargs)
             except Exception as exc:
-                module._compiled_call_impl = None
+                decided.append(module._call_impl)
+                if module._compiled_call_impl is first_call:
+                    module._compiled_call_impl = None
                 why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
                 finder.held["compile"] = f"torch.compile failed on {type(module).__name__}: {why}"
                 finder._say(f"autotune: compile not applied: {finder.held['compile']}")
                 return module._call_impl(*args, **kwargs)
-            module._compiled_call_impl = compiled  # (compiled: its later calls go straight to it)
+            decided.append(compiled)
+            if module._compiled_call_impl is first_call:  # (its later calls go straight to it)
+                module._compiled_call_impl = compiled
             return out
 
         module._compiled_call_impl = first_call

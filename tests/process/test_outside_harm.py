@@ -6,6 +6,7 @@ this process, with real torch on the CPU (the CPU's GradScaler stands in for CUD
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -121,3 +122,99 @@ def test_fp16_routes_both_optimizers_of_a_step_where_one_is_the_scripts_own() ->
         hooks.remove()
     assert hooks.loop.amp.held is None and hooks.loop.amp.steps == 48
     assert max(lion.norms) < 100 and falls(losses)
+
+
+# -- autocast: around the found model's training forward only ----------------------------------------
+
+class Generator(Net):
+    pass
+
+
+def gan(amp: str, eval_autocast: bool = False) -> tuple[Hooks, Net, list[torch.dtype], list[torch.dtype]]:
+    """A GAN-like loop: a critic stepped every batch, the generator every 4th (WGAN's schedule), and a
+    validation pass mid-epoch after a critic step (eval mode, no_grad), whose metric multiplies the
+    generator's output (``eval_autocast``: under an autocast the script enters for evaluation only)."""
+    metric_dtypes, eval_dtypes = [], []
+    hooks = Hooks(recipe(amp=amp)).install()
+    try:
+        g, critic = Generator(), nn.Linear(2, 1)
+        opt_g = torch.optim.SGD(g.parameters(), lr=0.05)
+        opt_c = torch.optim.SGD(critic.parameters(), lr=0.05)
+        loader = DataLoader(DATA, batch_size=32)
+        for epoch in range(2):
+            for i, (x, _) in enumerate(loader):
+                fake = g(x)
+                (critic(fake.detach()).mean() - critic(torch.randn(32, 2)).mean()).backward()
+                opt_c.step()
+                opt_c.zero_grad()
+                if i % 4 == 3:
+                    (-critic(g(x)).mean()).backward()
+                    opt_g.step()
+                    opt_g.zero_grad()
+                if i % 8 == 2:
+                    g.eval()
+                    own = torch.autocast("cpu", dtype=torch.bfloat16) if eval_autocast else contextlib.nullcontext()
+                    with torch.no_grad(), own:
+                        out = g(X[:16])
+                        eval_dtypes.append(g.dtypes[-1])
+                        metric_dtypes.append((out @ torch.ones(2, 2)).dtype)
+                    g.train()
+    finally:
+        hooks.remove()
+    return hooks, g, eval_dtypes, metric_dtypes
+
+
+def test_a_gans_validation_mid_epoch_runs_as_written_while_its_training_forwards_take_bf16() -> None:
+    hooks, g, eval_dtypes, metric_dtypes = gan("bf16")
+    assert set(eval_dtypes) == set(metric_dtypes) == {torch.float32}  # on main: bf16, autocast left on after the critic
+    trained = [d for d in g.dtypes[1:] if d not in eval_dtypes or d == torch.bfloat16]
+    assert torch.bfloat16 in trained and hooks.loop.amp.own is None
+    assert not torch.is_autocast_enabled("cpu")
+
+
+def test_an_autocast_the_script_enters_for_evaluation_only_is_not_its_training_precision(capsys) -> None:
+    hooks, g, eval_dtypes, metric_dtypes = gan("fp16", eval_autocast=True)
+    assert set(eval_dtypes) == set(metric_dtypes) == {torch.bfloat16}  # its evaluation as it wrote it
+    assert hooks.loop.amp.own is None and hooks.loop.amp.held is None
+    assert hooks.loop.observed()["amp"] == "fp16" and torch.float16 in g.dtypes
+    assert "not applied" not in capsys.readouterr().err
+
+
+def test_the_models_outputs_come_back_in_fp32_and_a_pickled_model_carries_nothing_of_autotune() -> None:
+    import pickle
+
+    outs = []
+    hooks = Hooks(recipe(amp="bf16")).install()
+    try:
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        for x, y in DataLoader(DATA, batch_size=64):
+            out = model(x)
+            outs.append(out.dtype)
+            F.cross_entropy(out, y).backward()
+            opt.step()
+            opt.zero_grad()
+            restored = pickle.loads(pickle.dumps(model))  # torch.save(model) pickles it so, mid-epoch too
+    finally:
+        hooks.remove()
+    assert set(model.dtypes[1:]) == {torch.bfloat16} and set(outs) == {torch.float32}  # as the loss expects
+    assert "_compiled_call_impl" not in vars(restored) and "_compiled_call_impl" not in vars(model)
+
+
+def test_amp_wraps_a_model_compiled_by_the_compile_knob_outside_its_compiled_code(monkeypatch) -> None:
+    import torch._dynamo
+
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real(fn, backend="eager"))
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    hooks = Hooks(recipe(amp="bf16", compile="default")).install()
+    try:
+        model = Net()
+        losses = loop(model, [torch.optim.SGD(model.parameters(), lr=0.5)])
+    finally:
+        hooks.remove()
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1 and hooks.loop.amp.held is None
+    assert model._compiled_call_impl is not None and falls(losses)  # compiled it stays; our wrapper is gone
+    assert model.dtypes[-1] == torch.bfloat16  # (its compiled forward appends once, as it traces)
+    torch._dynamo.reset()
