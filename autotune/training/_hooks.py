@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from autotune.core._loaders import batch_len
+from autotune.training._epoch import EpochIterator
 from autotune.training._handles import Run
 from autotune.training._outside import OutsideLoop
 
@@ -202,9 +203,10 @@ class Hooks:
             if hooks._ours():
                 return original(loader)
             it = hooks._epoch_of(loader, original)
+            # (the script's iterator keeps its API: len(), its class, its workers' shutdown)
             if loader is hooks.training:
-                return hooks._trained(loader, it)
-            return hooks._watched(loader, it)
+                return EpochIterator(it, hooks._trained(loader, it))
+            return EpochIterator(it, hooks._watched(loader, it))
         return __iter__
 
     def _trained(self, loader: Any, it: Iterator[Any]) -> Iterator[Any]:

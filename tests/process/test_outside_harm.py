@@ -218,3 +218,37 @@ def test_amp_wraps_a_model_compiled_by_the_compile_knob_outside_its_compiled_cod
     assert model._compiled_call_impl is not None and falls(losses)  # compiled it stays; our wrapper is gone
     assert model.dtypes[-1] == torch.bfloat16  # (its compiled forward appends once, as it traces)
     torch._dynamo.reset()
+
+
+# -- the DataLoader's iterator keeps its API ----------------------------------------------------------
+
+def test_the_loaders_iterator_keeps_its_api_and_its_workers_end_when_the_script_drops_it() -> None:
+    import gc
+
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+    hooks = Hooks(recipe(prefetch="thread")).install()
+    try:
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        loader = DataLoader(DATA, batch_size=64, num_workers=1)
+        for epoch in range(2):  # the first epoch finds the training loader; the second is prefetched
+            it = iter(loader)
+            assert len(it) == 8 and isinstance(it, _BaseDataLoaderIter) and iter(it) is it
+            workers = list(it._workers)
+            for step, (x, y) in enumerate(it):
+                F.cross_entropy(model(x), y).backward()
+                opt.step()
+                opt.zero_grad()
+                if step == 2:
+                    break  # a script that leaves the epoch early, and drops its iterator
+            x, y = next(it)  # (still an iterator: the epoch goes on where the script left it)
+            assert x.shape == (64, 8)
+            del it
+            gc.collect()
+            for w in workers:
+                w.join(timeout=10)
+            assert not any(w.is_alive() for w in workers), epoch
+    finally:
+        hooks.remove()
+    assert hooks.training is loader and hooks.loop.observed()["prefetch"] == "thread"
