@@ -38,7 +38,12 @@ if TYPE_CHECKING:
 WHOLE_RUN_S = 60.0
 #: A trial may run this many times the baseline's measured time before its deadline (after its
 #: start-up's own limit): a config five times slower is pruned long before, by its windows.
+#: On larger batches it measures the same steps, so that time grows by the batches' ratio too.
 DEADLINE_FACTOR = 5.0
+#: A trial is stalled after this many of the baseline's slow steps (its 95th percentile) without
+#: one, times its batches' ratio to the baseline's, where that is longer than ``--stall-timeout``:
+#: a step of resnet18 on a CPU at 8x pytorch/examples' imagenet batch of 16 took over 30 s.
+STALL_STEPS = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +57,8 @@ class Shape:
         run_s: Its whole run's wall time (None: not run whole).
         startup_s: Process start to its first batch (None: not known).
         step_samples: Its samples per step (0: unknown).
+        step_s: Its slow step's seconds, the 95th percentile of its windows' (None: not known).
+        base_batch: Its batch size, the base of a relative ``batch_size`` (None: not known).
     """
 
     marks: tuple[int, ...]
@@ -60,6 +67,8 @@ class Shape:
     run_s: float | None
     startup_s: float | None
     step_samples: float = 0.0
+    step_s: float | None = None
+    base_batch: int | None = None
 
 
 def shape_of(base: TrialRow | None) -> Shape | None:
@@ -71,16 +80,21 @@ def shape_of(base: TrialRow | None) -> Shape | None:
     if startup is None and all(k in metrics for k in ("spawn_s", "import_s", "setup_s")):
         startup = metrics["spawn_s"] + metrics["import_s"] + metrics["setup_s"]
     return Shape(tuple(base.shape["marks"]), tuple(base.shape["at"]), bool(base.shape.get("ended")),
-                 metrics.get("run_s"), startup, metrics.get("samples_per_step", 0.0))
+                 metrics.get("run_s"), startup, metrics.get("samples_per_step", 0.0), metrics.get("step_time_p95"),
+                 base.base_batch_size)
 
 
-def trial_budget(budget: Budget, kind: Kind, shape: Shape | None, tolerance: float, whole: bool = True) -> Budget:
+def trial_budget(budget: Budget, kind: Kind, shape: Shape | None, tolerance: float, whole: bool = True,
+                 batch_size: object = None) -> Budget:
     """What a trial of ``kind`` measures, given the study's ``budget`` and the baseline's ``shape``.
 
     The baseline learns (``Budget.learning``) and may run on to its code's end (``whole_s``);
     every other trial ends at the baseline's marks, and runs whole where the baseline did
     (``whole=False``: never, as a profile run, which records steps after its windows). A
-    trial's deadline, where ``--timeout`` sets none, follows the baseline's measured time.
+    trial's limits follow the baseline's measured times and the trial's ``batch_size`` (its
+    knob's value): its deadline, where ``--timeout`` sets none, the baseline's time times
+    ``DEADLINE_FACTOR`` and the batches' ratio; its stall limit ``STALL_STEPS`` of the baseline's
+    slow steps at that ratio, where longer than the study's (``limits``).
 
     >>> shape = Shape((100, 200, 300, 400, 500, 600), (1.0, 2.5, 4.0, 5.5, 7.0, 8.5), False, None, 2.0)
     >>> b = trial_budget(Budget(windows=4, whole_s=60.0), Kind.SAMPLED, shape, 0.5)
@@ -96,13 +110,31 @@ def trial_budget(budget: Budget, kind: Kind, shape: Shape | None, tolerance: flo
     plain = dataclasses.replace(budget, whole_s=0.0)
     if shape is None:  # a study from before the marks were recorded: windows in seconds, as it ran
         return plain
+    ratio, stall_s = limits(budget, shape, batch_size)
+    plain = dataclasses.replace(plain, stall_s=stall_s)
     if whole and shape.whole and shape.run_s:
         return dataclasses.replace(plain, whole=True, marks=shape.marks, ceiling_windows=0, learn_windows=0,
-                                   timeout_s=budget.timeout_s or budget.startup_s + DEADLINE_FACTOR * shape.run_s)
+                                   timeout_s=budget.timeout_s or budget.startup_s + DEADLINE_FACTOR * shape.run_s * ratio)
     marks, at = extended(shape, budget.windows)
     measured_s = at + 2 * budget.ceiling_windows * budget.window_s
     return dataclasses.replace(plain, marks=marks, step_samples=shape.step_samples,
-                               timeout_s=budget.timeout_s or budget.startup_s + DEADLINE_FACTOR * measured_s)
+                               timeout_s=budget.timeout_s or budget.startup_s + DEADLINE_FACTOR * measured_s * ratio)
+
+
+def limits(budget: Budget, shape: Shape, batch_size: object) -> tuple[float, float]:
+    """A trial's batches' ratio to the baseline's (at least 1: a smaller batch is no slower a step
+    in the baseline's time; 1 where either is unknown), and its stall limit in seconds.
+
+    >>> limits(Budget(stall_s=30.0), Shape((16,), (1.0,), False, None, 2.0, step_s=4.0, base_batch=16), "8x")
+    (8.0, 320.0)
+    >>> limits(Budget(stall_s=30.0), Shape((16,), (1.0,), False, None, 2.0, step_s=0.01, base_batch=16), 32)
+    (2.0, 30.0)
+    """
+    from autotune.core._knobs import batch_of
+
+    batch = batch_of(batch_size, shape.base_batch)
+    ratio = max(1.0, batch / shape.base_batch) if batch and shape.base_batch else 1.0
+    return ratio, max(budget.stall_s, STALL_STEPS * (shape.step_s or 0.0) * ratio)
 
 
 def extended(shape: Shape, windows: int) -> tuple[tuple[int, ...], float]:

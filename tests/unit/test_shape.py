@@ -129,3 +129,24 @@ def test_time_to_loss_is_not_used_where_the_baselines_loss_is_flat() -> None:
     started = run(1, None, to_loss_flat=1.0, to_loss_target=2.303, to_loss_start=2.31)
     assert "did not fall beyond its own noise from 2.31 at its windows' start to 2.3 " in flat_runs([started])
     assert flat_runs([run(0, None)]) is None
+
+
+def test_a_larger_batch_gets_limits_sized_from_the_baselines_steps() -> None:
+    """pytorch/examples' imagenet on a CPU: the baseline's slow step 4 s at batch 16; a trial at 8x
+    measures the same steps, each about 8x as long: stalled only after 10 such steps (320 s, not the
+    study's 30 s), its deadline the baseline's time x 5 x 8. A smaller batch keeps the study's."""
+    shape = Shape((64, 128, 192), (4.0, 8.0, 12.0), False, None, 5.0, step_s=4.0, base_batch=16)
+    study = Budget(windows=2, ceiling_windows=0, stall_s=30.0, startup_s=60.0)
+    big = trial_budget(study, Kind.SAMPLED, shape, 0.5, batch_size="8x")
+    assert big.stall_s == 320.0
+    assert big.timeout_s == 60.0 + 5 * 12.0 * 8  # the same steps: 8x the samples of 8x the batch
+    same = trial_budget(study, Kind.SAMPLED, shape, 0.5, batch_size=None)
+    assert same.stall_s == 40.0 and same.timeout_s == 60.0 + 5 * 12.0  # 10 slow steps: past 30 s already
+    small = trial_budget(study, Kind.SAMPLED, shape, 0.5, batch_size=8)
+    assert small.timeout_s == same.timeout_s
+    whole = dataclasses.replace(shape, whole=True, run_s=20.0)
+    assert trial_budget(study, Kind.CONFIRM, whole, 0.5, batch_size="4x").timeout_s == 60.0 + 5 * 20.0 * 4
+    # --timeout wins; the stall limit never drops below --stall-timeout
+    fixed = dataclasses.replace(study, timeout_s=99.0, stall_s=500.0)
+    assert trial_budget(fixed, Kind.SAMPLED, shape, 0.5, batch_size="8x").timeout_s == 99.0
+    assert trial_budget(fixed, Kind.SAMPLED, shape, 0.5, batch_size="8x").stall_s == 500.0
