@@ -286,7 +286,9 @@ class Hooks:
         hooks = self
 
         def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
-            hooks._loss = tensor  # read at window edges only (``Trial._after_step`` keeps it on the device)
+            # (read at window edges only: ``Trial._after_step`` keeps it on the device); unscaled where
+            # the script's own GradScaler scaled it (``OutsideLoop``'s patch of ``GradScaler.scale``)
+            hooks._loss = getattr(tensor, "_autotune_unscaled", tensor)
             hooks.run._edge("backward")
             return hooks.loop.backward(original, tensor, *args, **kwargs)
         return backward

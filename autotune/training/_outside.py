@@ -76,6 +76,7 @@ class OutsideLoop:
         patch(torch.amp.autocast_mode.autocast, "__enter__", self.amp.patch_autocast)
         patch(torch.amp.autocast_mode.autocast, "__exit__", self.amp.patch_autocast_exit)
         patch(torch.amp.GradScaler, "__init__", self.amp.patch_scaler)
+        patch(torch.amp.GradScaler, "scale", _marks_unscaled)
         if self.amp.value == "fp16":
             for owner in (nn_utils, clip_grad):
                 for name in ("clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_", "get_total_norm"):
@@ -216,3 +217,16 @@ class OutsideLoop:
         if self.finder is not None and self.finder.model is not None:
             found["model"] = type(self.finder.model).__name__
         return found
+
+
+def _marks_unscaled(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``GradScaler.scale``: the scaled loss carries the loss it scaled, so that the loss the run reads
+    at ``backward()`` is the script's true one where it scales its own (``scaler.scale(loss).backward()``),
+    not loss x 2^16 with its back-offs. On the tensor itself: it lives and goes with it, and cannot alias."""
+
+    def scale(scaler: Any, outputs: Any) -> Any:
+        scaled = original(scaler, outputs)
+        if scaled is not outputs and hasattr(scaled, "grad_fn") and hasattr(outputs, "grad_fn"):
+            scaled._autotune_unscaled = outputs
+        return scaled
+    return scale

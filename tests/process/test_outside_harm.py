@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -252,3 +253,31 @@ def test_the_loaders_iterator_keeps_its_api_and_its_workers_end_when_the_script_
     finally:
         hooks.remove()
     assert hooks.training is loader and hooks.loop.observed()["prefetch"] == "thread"
+
+
+# -- the loss a trial reads is the script's true one -----------------------------------------------------
+
+def test_a_trial_reads_the_unscaled_loss_of_a_script_that_scales_its_own() -> None:
+    from autotune.worker._script_trial import ScriptTrial
+    from autotune.worker._trial import BudgetSpent
+
+    events: list[tuple[str, dict]] = []
+    run = ScriptTrial(Config(), "cpu", lambda kind, **e: events.append((kind, e)),
+                      warmup_steps=2, warmup_s=0.0, window_s=0.05, windows=2, min_window_steps=2)
+    run.hooks.install()
+    try:
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        scaler = torch.amp.GradScaler("cpu")  # timm's and torchvision's references under --amp
+        loader = DataLoader(DATA, batch_size=64)
+        with pytest.raises(BudgetSpent):
+            for _ in range(1000):
+                for x, y in loader:
+                    scaler.scale(F.cross_entropy(model(x), y)).backward()
+                    scaler.step(opt)
+                    scaler.update()
+                    opt.zero_grad()
+    finally:
+        run.hooks.remove()
+    losses = [e["loss"] for kind, e in events if kind == "window"]
+    assert losses and all(0 < loss < 1 for loss in losses), losses  # cross entropy of 2 classes: x 65536 on main
