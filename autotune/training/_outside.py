@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import itertools
 import sys
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -48,7 +49,9 @@ class OutsideLoop:
         # Prefetch moves what the script moves itself: the paths in its batch of the tensors its first
         # training step moved to another device (a packed sequence's lengths stay on the host)
         self._learning = self.prefetch != "none"
-        self._moved: set[int] = set()  # ids of the tensors moved off their device while learning
+        # the tensors moved off their device while learning, by id, each with a weak reference: an id
+        # is an address CPython reuses once a tensor is freed (a set-up temporary), the reference is not
+        self._moved: dict[int, Any] = {}
         self._fetched: Any = None  # the last batch a loader not yet known to train yielded
         self.moved_paths: set[tuple] | None = None
         self._unshadow: list[str] = []
@@ -137,7 +140,7 @@ class OutsideLoop:
         def move(tensor: Any, *args: Any, **kwargs: Any) -> Any:
             out = original(tensor, *args, **kwargs)
             if loop._learning and out is not tensor and out.device != tensor.device:
-                loop._moved.add(id(tensor))
+                loop._moved[id(tensor)] = weakref.ref(tensor)
             return out
         return move
 
@@ -152,8 +155,9 @@ class OutsideLoop:
         if not self._learning:
             return
         self._learning = False
-        self.moved_paths = {path for path, tensor in paths_of(self._fetched) if id(tensor) in self._moved}
-        self._fetched, self._moved = None, set()
+        self.moved_paths = {path for path, tensor in paths_of(self._fetched)
+                            if (ref := self._moved.get(id(tensor))) is not None and ref() is tensor}
+        self._fetched, self._moved = None, {}
         self._remove_shadows()  # (nothing of ours on Tensor.to for the rest of the run)
 
     def backward(self, original: Callable[..., Any], tensor: Any, *args: Any, **kwargs: Any) -> Any:

@@ -281,3 +281,30 @@ def test_a_trial_reads_the_unscaled_loss_of_a_script_that_scales_its_own() -> No
         run.hooks.remove()
     losses = [e["loss"] for kind, e in events if kind == "window"]
     assert losses and all(0 < loss < 1 for loss in losses), losses  # cross entropy of 2 classes: x 65536 on main
+
+
+# -- prefetch moves what the script moved, never a tensor that took a freed one's id -----------------------
+
+def test_prefetch_leaves_on_the_host_a_tensor_that_took_the_id_of_a_temporary_the_script_moved() -> None:
+    hooks = Hooks(recipe(prefetch="thread")).install()
+    try:
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        temporary = torch.zeros(2)
+        temporary.to("meta")  # a set-up move of a temporary ("meta" stands in for the GPU)
+        freed, kept = id(temporary), []
+        del temporary
+        while len(kept) < 10_000 and (not kept or id(kept[-1]) != freed):
+            kept.append(torch.ones(64))  # CPython hands the freed address to a later tensor
+        lengths = kept[-1]
+        assert id(lengths) == freed  # (the alias this test is about)
+        loader = DataLoader(DATA, batch_size=64, collate_fn=lambda items: (
+            torch.stack([i[0] for i in items]), torch.stack([i[1] for i in items]), lengths))
+        for x, y, n in loader:
+            x.to("meta")  # it moves its inputs, and keeps the lengths on the host
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+    finally:
+        hooks.remove()
+    assert hooks.loop.moved_paths == {(0,)}  # on main {(0,), (2,)}: the lengths would have been moved
