@@ -12,6 +12,7 @@ import importlib
 import importlib.util
 import json
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -94,10 +95,16 @@ def run_script_measured(run: Any, target: str, argv: list[str], emit: Any) -> No
         NotTunable: it gave nothing to measure (no DataLoader, no batch taken, no optimizer
             step, or no measured window before it ended), said with its last lines.
     """
+    from autotune.training._children import ChildWatch
     from autotune.training._script import NotTunable, label, run_script
     from autotune.worker._trial import BudgetSpent
 
+    def refuse_in_child(line: str) -> None:  # a forked child of the script's: the trial ends here
+        emit("error", type=NotTunable.__name__, message=f"{label(target, argv)} {line}")
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
     run.hooks.install()
+    children = ChildWatch(refuse_in_child, lambda line: NotTunable(f"{label(target, argv)} {line}")).install()
     emit("loaded")  # torch is imported; the script's own imports count as its start-up
     try:
         said = run_script(target, argv)
@@ -106,6 +113,7 @@ def run_script_measured(run: Any, target: str, argv: list[str], emit: Any) -> No
         run.finish()
         return
     finally:
+        children.remove()
         run.hooks.remove()
     hooks, why = run.hooks, None
     if hooks.training is None:

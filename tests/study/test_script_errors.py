@@ -66,3 +66,18 @@ def test_a_script_with_nothing_to_tune_stops_at_its_baseline_in_one_line_with_st
         pass
     _, runs = mlflow_runs(kept.parent, "mnist_style")
     assert runs == []  # deleted: not in searches, not in the UI
+
+
+def test_training_in_child_processes_is_refused_in_one_line_before_it_runs_whole(tmp_path) -> None:
+    """pytorch/examples' mnist_hogwild trains in processes it forks, DDP without torchrun in processes
+    torch.multiprocessing.spawn starts: each is said at the children's first optimizer step (or at the
+    spawn), not after a whole run (200 epochs a child here: minutes) with "stepped no optimizer"."""
+    hogwild = str(SCRIPTS / "hogwild_style.py")
+    done = run_all({"forked": [hogwild], "spawned": [hogwild, "--", "--spawn"]}, tmp_path)
+    for name, d in done.items():
+        errors = [line for line in d.stderr.splitlines() if line.startswith("autotune: error: ")]
+        assert d.returncode == 2 and len(errors) == 1, (name, d.stderr)
+        assert "--nproc-per-node (torchrun)" in errors[0], errors[0]
+    assert "trains in child processes: SGD.step() at hogwild_style.py:20 ran in process" in done["forked"].stderr
+    assert "starts its training in child processes (torch.multiprocessing.spawn at hogwild_style.py:34)" \
+        in done["spawned"].stderr
