@@ -4,8 +4,9 @@ The space a user gives is where a study starts. As trials come in, the study wid
 ``auto`` worker range (``autotune.tuner._loader_workers``), draws the int knobs only up to what an epoch
 can use, and holds knobs that measuring has settled: the loader knobs once the best trial
 is compute-bound at high efficiency, the model knobs when the function never hands its
-model to ``run.model``, ``fused_optimizer`` when no optimizer of the code takes ``fused=``, and ``amp`` at the one precision this machine does not run far
-slower than another (``autotune.tuner._precision``). Pure functions of the standing; each
+model to ``run.model``, ``fused_optimizer`` when no optimizer of the code takes ``fused=``, ``amp`` at the one precision this machine does not run far
+slower than another (``autotune.tuner._precision``), and a knob at its one value left once each
+other lost clearly in a trial (``autotune.tuner._one_loss``). Pure functions of the standing; each
 returns what it decided and the line that says so (``Line``).
 """
 
@@ -109,7 +110,7 @@ class Holds:
     Attributes:
         values: Knob to the value it is held at (None: the user's own).
         why: Knob to why, for the trial's MLflow tags (``autotune.held.<knob>``): the
-            precision hold's (the others are said in the terminal).
+            precision hold's and a clear loss's (the others are said in the terminal).
         lines: What to say about them (each once per its key).
         settled_by: The trial whose loader knobs are held (None: none are), which the
             next call takes as ``settled_by``: holding and lifting are said once each.
@@ -139,8 +140,25 @@ def holds(found: Standing, space: Space, settled_by: int | None, max_load: float
         precision, precision_why = own, None
     if precision_why:
         lines.append(Line(precision_why, f"precision-{precision['amp']}"))
-    return Holds({**model, **fused, **order, **loader, **precision}, {"amp": precision_why} if precision_why else {},
-                 tuple(lines), settled)
+    held = {**model, **fused, **order, **loader, **precision}
+    why = {"amp": precision_why} if precision_why else {}
+    for knob, (value, line) in _loss_holds(found, space, max_load, max_spread).items():
+        if knob not in held:  # (a hold above says its own reason)
+            held[knob], why[knob] = value, line
+            lines.append(Line(line, f"lost-{knob}-{show_value(value)}"))
+    return Holds(held, why, tuple(lines), settled)
+
+
+def _loss_holds(found: Standing, space: Space, max_load: float, max_spread: float) -> dict[str, tuple[Any, str]]:
+    """Knobs held after one clear loss of each other value (``autotune.tuner._one_loss``)."""
+    from autotune.tuner._one_loss import clear_losses, loss_holds
+
+    choices = {name: domain.values() for name, domain in space.domains.items() if isinstance(domain, Choice)}
+    if found.base is None or not choices:
+        return {}
+    losses = clear_losses(found.rows, found.base.loop_median, space.domains, found.base.first.config,
+                          lambda row: row.doubt is None and doubt(row.metrics, "", max_load, max_spread) is None)
+    return loss_holds(losses, choices)
 
 
 def _fused_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:

@@ -1,0 +1,77 @@
+"""A knob value held after one clear loss (autotune.tuner._one_loss, held by autotune.tuner._space_now):
+its trial ran at under half the baseline's speed, and no other knob of it explains that; on hand-built
+standings."""
+
+from __future__ import annotations
+
+from standings import standing, trial
+
+from autotune.core._kinds import Kind
+from autotune.tuner._one_loss import clear_losses
+from autotune.tuner._space import Choice, IntRange, Space
+from autotune.tuner._space_now import holds
+
+BASE = {"num_workers": 0, "batch_size": 16, "amp": "off", "prefetch": "none", "channels_last": False,
+        "compile": "off"}
+#: This CPU's space: fp16 and cuda_stream dropped (no CUDA).
+CPU = Space("cpu", {"num_workers": IntRange(0, 2, auto=True), "batch_size": Choice(("1x", "2x", "4x")),
+                    "prefetch": Choice(("none", "thread")), "amp": Choice(("off", "bf16")),
+                    "channels_last": Choice((False, True)), "compile": Choice(("off", "default"))})
+
+
+def drew(number: int, rate: float, outcome: str = "complete", **sampled) -> object:
+    return trial(number, rate, outcome, sampled=sampled, config={**BASE, **sampled})
+
+
+def base(rate: float = 1000.0) -> object:
+    return trial(0, rate, config=BASE)
+
+
+def test_a_precision_that_ran_at_a_sixth_of_the_baseline_is_held_after_its_first_trial() -> None:
+    # pytorch/examples' MNIST on this CPU: bf16 at 0.14-0.17x. Its first trial also drew 2 workers and a
+    # 2x batch, neither seen before; of the three only amp changes what every step computes.
+    found = standing(base(), drew(1, 150.0, "pruned", amp="bf16", num_workers=2, batch_size="2x"))
+    held = holds(found, CPU, None, max_load=1.0, max_spread=1000.0)
+    assert held.values == {"amp": "off"}
+    line = ("amp held at off for the rest of the study: amp=bf16 lost clearly: trial 1 with it ran at 15% of the "
+            "baseline's 1,000 samples/s")
+    assert [x.text for x in held.lines] == [line] and held.why == {"amp": line}
+    assert held.lines[0].once == "lost-amp-off"
+
+
+def test_a_trial_that_also_compiled_blames_nothing() -> None:
+    # its loop may have been compiling still: compile's own hold judges that
+    found = standing(base(), drew(1, 150.0, amp="bf16", compile="default"))
+    assert holds(found, CPU, None, 1.0, 1000.0).values == {}
+
+
+def test_a_value_that_ran_fast_elsewhere_is_not_blamed_and_the_other_suspect_is() -> None:
+    # trial 1 drew bf16 and channels_last, both change every step: ambiguous, nothing is held...
+    slow = drew(1, 200.0, amp="bf16", channels_last=True)
+    assert holds(standing(base(), slow), CPU, None, 1.0, 1000.0).values == {}
+    # ...until channels_last ran at 0.9x in trial 2: then bf16 alone is left to blame for trial 1
+    found = standing(base(), slow, drew(2, 900.0, channels_last=True, prefetch="thread"))
+    assert holds(found, CPU, None, 1.0, 1000.0).values == {"amp": "off"}
+    # and a bf16 trial at 0.6x shows bf16 is no clear loss here: it stays drawn
+    fine = standing(base(), slow, drew(2, 900.0, channels_last=True), drew(3, 600.0, amp="bf16"))
+    assert holds(fine, CPU, None, 1.0, 1000.0).values == {}
+
+
+def test_loader_values_are_blamed_only_alone_and_a_worker_count_can_explain_a_loss() -> None:
+    # prefetch=thread with 2 workers: either may explain 0.3x (workers are an int: never held)
+    assert holds(standing(base(), drew(1, 300.0, prefetch="thread", num_workers=2)), CPU, None, 1.0, 1000.0).values == {}
+    # prefetch=thread alone at 0.3x: held at none
+    held = holds(standing(base(), drew(1, 300.0, prefetch="thread")), CPU, None, 1.0, 1000.0)
+    assert held.values == {"prefetch": "none"}
+    # a batch size with two values left is not held (the sampler keeps a categorical's choices)
+    assert holds(standing(base(), drew(1, 300.0, batch_size="4x")), CPU, None, 1.0, 1000.0).values == {}
+    assert [x.value for x in clear_losses(standing(base(), drew(1, 300.0, batch_size="4x")).rows, 1000.0,
+                                          CPU.domains, BASE)] == ["4x"]
+
+
+def test_only_believed_first_measures_count_not_repeats_or_noisy_figures() -> None:
+    noisy = trial(1, 150.0, sampled={"amp": "bf16"}, config={**BASE, "amp": "bf16"}, doubt="noisy: 48% load")
+    assert holds(standing(base(), noisy), CPU, None, 1.0, 1000.0).values == {}
+    again = trial(2, 150.0, kind=Kind.CONFIRM, of=0, sampled={}, config={**BASE, "amp": "bf16"})
+    assert clear_losses([base(), again], 1000.0, CPU.domains, BASE) == []
+    assert clear_losses([drew(1, 150.0, amp="bf16")], None, CPU.domains, BASE) == []  # no baseline figure
