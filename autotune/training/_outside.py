@@ -200,7 +200,7 @@ class OutsideLoop:
     def _model_found(self, module: Any) -> None:
         self.run._model_seen = True
         self.amp.watch_model(module)
-        if self.finder is not None and self.finder.compile != "off":
+        if self.finder is not None and self.finder.compile != "off" and "compile" not in self.finder.held:
             self.run._compiled(module)  # (a trial: its first compiled call is said, its cost reported)
 
     def observed(self) -> dict[str, Any]:

@@ -91,7 +91,10 @@ class ModelFinder:
             else:
                 module.to(memory_format=torch.channels_last)
                 module.register_forward_pre_hook(_channels_last_inputs)
-        if self.compile != "off":
+        if self.compile != "off" and _compiled_by_script(module):
+            self.held["compile"] = ("your script compiles its model itself (torch.compile), and its own "
+                                    "compile is what runs")
+        elif self.compile != "off":
             module.compile(mode=None if self.compile == "default" else self.compile)
             self._eager_if_it_fails(module)
         for knob, why in self.held.items():
@@ -126,6 +129,15 @@ class ModelFinder:
             return out
 
         module._compiled_call_impl = first_call
+
+
+def _compiled_by_script(module: Any) -> bool:
+    """Whether the script compiled the model or a part of it: ``torch.compile(model)`` (the wrapper is
+    what it calls) or ``model.compile()`` (the module's compiled call), before its first call."""
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    return any(isinstance(m, OptimizedModule) or m.__dict__.get("_compiled_call_impl") is not None
+               for m in module.modules())
 
 
 def _channels_last_inputs(_module: Any, args: Any) -> Any:

@@ -308,3 +308,31 @@ def test_prefetch_leaves_on_the_host_a_tensor_that_took_the_id_of_a_temporary_th
     finally:
         hooks.remove()
     assert hooks.loop.moved_paths == {(0,)}  # on main {(0,), (2,)}: the lengths would have been moved
+
+
+# -- a model the script compiles itself is its own ------------------------------------------------------------
+
+@pytest.mark.parametrize("how", ["torch.compile", "model.compile"])
+def test_a_model_the_script_compiles_itself_is_held_as_its_own(how, monkeypatch, capsys) -> None:
+    import torch._dynamo
+
+    real, modes = torch.compile, []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: modes.append(kw.get("mode")) or real(fn, backend="eager"))
+    torch._dynamo.reset()
+    hooks = Hooks(recipe(compile="max-autotune")).install()
+    try:
+        net = Net()
+        opt = torch.optim.SGD(net.parameters(), lr=0.5)
+        if how == "torch.compile":
+            model = torch.compile(net)
+        else:
+            model = net
+            model.compile()
+        own = model.__dict__.get("_compiled_call_impl")
+        losses = loop(model, [opt])
+    finally:
+        hooks.remove()
+    assert modes == [None] and model.__dict__.get("_compiled_call_impl") is own  # its own compile, once
+    assert "compile not applied: your script compiles its model itself" in capsys.readouterr().err
+    assert hooks.loop.observed()["compile"] == "off" and falls(losses)
+    torch._dynamo.reset()
