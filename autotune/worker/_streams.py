@@ -148,7 +148,9 @@ def distortion(metrics: Mapping[str, Any], config: Mapping[str, Any], base_metri
                 f"baseline's {base_rows:,.0f}: {by} deliver rows more than once; {_FIX}")
     share, base_share = fill(metrics, config.get("batch_size")), fill(base_metrics, base_config.get("batch_size"))
     size = _number(config.get("batch_size"))
-    if base_share and rows and size:  # an epoch's last batch is partial where its rows are no multiple of it
+    # an epoch's last batch is partial where its rows are no multiple of it (only counts say so: a
+    # batch_size or an epoch under one row divided by zero, and tells nothing)
+    if base_share and (rows or 0) >= 1 and (size or 0) >= 1:
         base_share = min(base_share, rows / (size * math.ceil(rows / size)))
     if share and base_share and share < FILL_MARGIN * base_share:
         return (f"{SMALLER}: the model saw batches of {metrics['samples_per_step']:.1f} samples on "

@@ -61,6 +61,18 @@ def test_partial_batches_are_another_training_and_a_larger_batch_is_not() -> Non
                       {"batch_size": 64}) is None
 
 
+@pytest.mark.parametrize(("rows", "size"), [
+    (1.0, -2.0),    # ceil(1 / -2) = 0: the partial last batch's share divided by zero (found by the test below)
+    (-5, 64),       # ceil(-5 / 64) = 0 too
+    (1e10, 5e-324),  # 1e10 / 5e-324 is inf: math.ceil raises OverflowError
+    (0.5, 64),      # not a row
+])
+def test_a_batch_size_or_an_epoch_under_one_row_tells_nothing_of_partial_batches(rows, size) -> None:
+    # full batches, as full as the baseline's: nothing to tell, and nothing raised on the way
+    assert distortion({"epoch_rows": rows, "samples_per_step": abs(size)}, {"batch_size": size},
+                      {"samples_per_step": 1.0}, {"batch_size": 1}) is None
+
+
 figures = st.dictionaries(st.sampled_from(["repeat_share", "epoch_rows", "samples_per_step"]),
                           st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 10**6),
                                     st.text(max_size=3)))
