@@ -1,4 +1,5 @@
-"""Configs that are not the same training: a loader that delivers rows twice, or smaller batches.
+"""Configs that are not the same training: a loader that delivers rows twice, smaller batches, or a
+whole run of other samples than the baseline's.
 
 An ``IterableDataset`` whose ``__iter__`` does not split its rows by
 ``torch.utils.data.get_worker_info()`` yields the whole stream once per DataLoader worker:
@@ -17,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from autotune.core._outcome import Outcome
+from autotune.core._whole_runs import other_training
 
 if TYPE_CHECKING:
     from autotune.stores._records import TrialRow
@@ -168,9 +170,14 @@ def duplicating(rows: Iterable[TrialRow]) -> TrialRow | None:
 
 
 def same_training(result: TrialResult, base: TrialRow | None) -> TrialResult:
-    """``result`` as it stands, or as ``distorted`` where ``distortion`` finds it another
-    training than the baseline's (``base``: the baseline's first run; None for that run)."""
+    """``result`` as it stands, or as ``distorted`` where it is another training than the
+    baseline's (``base``: the baseline's first run; None for that run): its loader's figures
+    (``distortion``), or, for a complete whole run, the samples it trained (``other_training``:
+    the standing never ranks it, so neither Optuna's value nor MLflow may call it complete)."""
     if base is None or result.outcome not in (Outcome.COMPLETE, Outcome.DIVERGED):
         return result
     why = distortion(result.metrics, result.resolved, base.metrics, base.config)
+    if why is None and result.outcome == Outcome.COMPLETE:
+        why = other_training(result.shape, result.resolved.get("batch_size"), base.shape,
+                             base.config.get("batch_size"))
     return result if why is None else dataclasses.replace(result, outcome=Outcome.DISTORTED, reason=why)

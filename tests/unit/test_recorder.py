@@ -4,6 +4,7 @@ real MLflow SQLite store in a temporary folder: no worker process, hand-built re
 from __future__ import annotations
 
 import base64
+import dataclasses
 from pathlib import Path
 
 import optuna
@@ -155,3 +156,27 @@ def test_a_study_whose_baseline_is_never_believed_closes_its_parent_run_with_no_
     assert base64.b64encode(plot).decode() in record.artifacts["report.html"]  # the same picture
     assert parent.info.status == "FINISHED" and parent.data.metrics["best_samples_per_s"] == 1200.0
     assert "best_speedup" not in parent.data.metrics
+
+
+def test_a_whole_run_of_other_samples_is_recorded_as_another_training_in_both_stores(recorder: Recorder,
+                                                                                      tmp_path: Path) -> None:
+    # A script that stops after 200 steps, at 8x the batch: 51,200 samples against the baseline's 6,400.
+    # Its own samples over its run time (3,657/s in 14 s) would draw the sampler to it; the standing never ranks it.
+    from standings import trial as row
+
+    from autotune.core._ceilings import Ceilings
+    from autotune.worker._streams import same_training
+
+    shape = {"ended": True, "epochs": 1, "steps": 200}
+    base = row(0, 400.0, config={"batch_size": 32}, shape={**shape, "samples": 6_400}, run_s=10.0)
+    trial, run_id = begun(recorder, Request(Kind.SAMPLED))
+    wide = result(Outcome.COMPLETE, {"samples_per_s": 4000.0, "samples_per_s_spread": 0.05, "run_s": 14.0,
+                                     "run_samples_per_s": 51_200 / 14.0}, tmp_path, {"num_workers": 0, "batch_size": 256})
+    wide = same_training(dataclasses.replace(wide, shape={**shape, "samples": 51_200}), base)
+    assert recorder.end(trial, run_id, wide, Ceilings(), 400.0)
+    frozen = recorder.study.trials[trial.number]
+    assert frozen.state.name == "FAIL" and frozen.value is None and frozen.user_attrs["outcome"] == "distorted"
+    assert frozen.user_attrs["reason"].startswith("its whole run trained 51,200 samples, 8.00x the baseline's 6,400")
+    run = recorder.tracker.client.get_run(run_id)
+    assert run.info.status == "FAILED" and run.data.tags["autotune.outcome"] == "distorted"
+    assert run.data.tags["autotune.reason"] == frozen.user_attrs["reason"]

@@ -3,13 +3,18 @@ training (autotune.core._whole_runs, applied by autotune.tuner._standing): on ha
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from standings import standing, trial
 
 from autotune.core._kinds import Kind
+from autotune.core._outcome import Outcome
 from autotune.core._whole_runs import other_training
 from autotune.tuner._confirm import plan
 from autotune.tuner._standing import findings
+from autotune.tuner._watch import TrialResult
+from autotune.worker._streams import same_training
 
 
 def whole(number: int, run_s: float, samples: int, batch: int = 32, *, epochs: int = 4, steps: int | None = None,
@@ -68,3 +73,24 @@ def test_windowed_runs_and_a_study_read_without_shapes_rank_as_before() -> None:
     old = [trial(0, 400.0, run_s=10.0, run_samples_per_s=99.2), trial(1, 400.0, run_s=8.0, run_samples_per_s=124.0,
                                                                         sampled={"num_workers": 4})]
     assert standing(*old).speedup(standing(*old).groups[1]) == pytest.approx(1.25)
+
+
+def result_of(outcome: Outcome, samples: int, batch: int, metrics: dict | None = None) -> TrialResult:
+    """A finished whole run of ``samples`` at ``batch``, as the worker's parent reads it."""
+    shape = {"ended": True, "epochs": 1, "samples": samples, "steps": samples // batch}
+    return TrialResult(outcome, "", dict(metrics or {"samples_per_s": 900.0}), {}, [], {"batch_size": batch}, 32,
+                       None, Path("trial.log"), shape=shape)
+
+
+def test_a_trial_of_other_samples_is_recorded_as_another_training_not_only_ranked_so() -> None:
+    # what the standing reads as distorted the recorder records so: Optuna's sampler never learns its figure
+    base = whole(0, 10.0, 6_400, epochs=1, steps=200)
+    wide = same_training(result_of(Outcome.COMPLETE, 51_200, 256), base)
+    assert wide.outcome is Outcome.DISTORTED and wide.reason.startswith("its whole run trained 51,200 samples")
+    assert same_training(result_of(Outcome.COMPLETE, 6_400, 32), base).outcome is Outcome.COMPLETE
+    assert same_training(result_of(Outcome.COMPLETE, 51_200, 256), None).outcome is Outcome.COMPLETE  # the baseline
+    # diverged stays diverged (infeasible by its constraint already), as the standing leaves it
+    assert same_training(result_of(Outcome.DIVERGED, 51_200, 256), base).outcome is Outcome.DIVERGED
+    # a loader's distortion is said first
+    duplicated = result_of(Outcome.COMPLETE, 51_200, 256, {"repeat_share": 0.75})
+    assert same_training(duplicated, base).reason.startswith("distorted: 75% of the rows")
