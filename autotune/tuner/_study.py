@@ -329,9 +329,8 @@ class StudyRunner:
         run_id = self.recorder.begin(trial, self._owner, config, slot, seed, tags)
         self.reporter.trial_started(trial.number, index, total, config, slot.share() if len(self.slots) > 1 else None,
                                     kind, trial.user_attrs.get(ATTR_OF))
-        spec = TrialSpec(self.options.target, config, slot.device,
-                         trial_budget(self.options.budget, kind, shape_of(base), self.options.tolerance,
-                                      batch_size=config.batch_size), seed=seed, cpus=slot.cpus,
+        budget = trial_budget(self.options.budget, kind, shape_of(base), self.options.tolerance, batch_size=config.batch_size)
+        spec = TrialSpec(self.options.target, config, slot.device, budget, seed=seed, cpus=slot.cpus,
                          argv=self.options.argv, nproc=self.options.nproc, known_ceilings={} if kind.repeats else found.ceilings.known())
         # (its windows' samples/s against the winner's loop's: a whole run ranks with its start-up)
         prune_below = found.decision.winner.loop_median if found.decision.winner and kind.explores else None
