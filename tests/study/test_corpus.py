@@ -22,7 +22,7 @@ _spec.loader.exec_module(corpus)
 
 #: The fastest scripts that need no torchvision: a language model without a DataLoader (about 7 s
 #: under python here) and a regression without an optimizer that seeds nothing (about 5 s).
-#: time_sequence_prediction is left to the benchmark: under exec it ran 134 s against python's 25 s.
+#: time_sequence_prediction is left to the benchmark: 25 to 135 s a run here, as loaded as the host was.
 FAST = ("word_language_model", "regression")
 TABLE, ENTRIES = corpus.load_corpus()
 BY_NAME = {e.name: e for e in ENTRIES}
