@@ -214,12 +214,15 @@ class OutsideLoop:
         return values
 
     def facts(self) -> dict[str, Any]:
-        """What the trial keeps of the script's loop: its own precision, its model, the scaler's steps."""
+        """What the trial keeps of the script's loop: its own precision, its model (and whether it compiles
+        it itself), the scaler's steps."""
         found: dict[str, Any] = {**self.amp.counts()}
         if self.amp.own is not None:
             found["amp_own"] = self.amp.own
         if self.finder is not None and self.finder.model is not None:
             found["model"] = type(self.finder.model).__name__
+            if self.finder.own_compile:
+                found["compile_own"] = True
         return found
 
 

@@ -32,6 +32,7 @@ class ModelFinder:
     Attributes:
         model: The model, once found.
         held: Knob to why it was not applied.
+        own_compile: The script compiled the model, or a part of it, before its first call.
     """
 
     def __init__(self, channels_last: bool, compile: str, found: Callable[[Any], None],
@@ -40,6 +41,7 @@ class ModelFinder:
         self._found, self._say = found, say
         self.model: Any = None
         self.held: dict[str, str] = {}
+        self.own_compile = False  # the script compiled the model (or a part) itself
         self.framework: str | None = None  # the framework's setting that compiles it, where one does
         self._trained: set[int] = set()  # ids of the parameters the optimizers train
         self._depth = 0
@@ -91,7 +93,9 @@ class ModelFinder:
             else:
                 module.to(memory_format=torch.channels_last)
                 module.register_forward_pre_hook(_channels_last_inputs)
-        if self.compile != "off" and _compiled_by_script(module):
+        # (said whatever the knob: the study stops drawing compile from the first trial that saw it)
+        self.own_compile = _compiled_by_script(module)
+        if self.compile != "off" and self.own_compile:
             self.held["compile"] = ("your script compiles its model itself (torch.compile), and its own "
                                     "compile is what runs")
         elif self.compile != "off":
@@ -134,6 +138,10 @@ class ModelFinder:
 def _compiled_by_script(module: Any) -> bool:
     """Whether the script compiled the model or a part of it: ``torch.compile(model)`` (the wrapper is
     what it calls) or ``model.compile()`` (the module's compiled call), before its first call."""
+    import sys
+
+    if "torch._dynamo.eval_frame" not in sys.modules:  # nothing compiled: dynamo's import (seconds) not paid
+        return False
     from torch._dynamo.eval_frame import OptimizedModule
 
     return any(isinstance(m, OptimizedModule) or m.__dict__.get("_compiled_call_impl") is not None

@@ -4,7 +4,8 @@ The space a user gives is where a study starts. As trials come in, the study wid
 ``auto`` worker range (``autotune.tuner._loader_workers``), draws the int knobs only up to what an epoch
 can use, and holds knobs that measuring has settled: the loader knobs once the best trial
 is compute-bound at high efficiency, the model knobs when the function never hands its
-model to ``run.model``, ``fused_optimizer`` when no optimizer of the code takes ``fused=``, ``amp`` at the one precision this machine does not run far
+model to ``run.model``, ``fused_optimizer`` when no optimizer of the code takes ``fused=``, ``amp`` and ``compile`` where
+the script sets its own, ``amp`` at the one precision this machine does not run far
 slower than another (``autotune.tuner._precision``), and a knob at its one value left once each
 other lost clearly in a trial (``autotune.tuner._one_loss``). Pure functions of the standing; each
 returns what it decided and the line that says so (``Line``).
@@ -129,6 +130,8 @@ def holds(found: Standing, space: Space, settled_by: int | None, max_load: float
     ``horizon_h``: the hours production trains for (compile must pay back within them)."""
     model, model_line = _model_hold(found, space)
     if not model:
+        model, model_line = _own_compile_hold(found, space)
+    if not model:
         model, model_line = _compile_hold(found, space, horizon_h)
     fused, fused_line = _fused_hold(found, space)
     own, own_line = _own_precision_hold(found, space)
@@ -184,6 +187,16 @@ def _own_precision_hold(found: Standing, space: Space) -> tuple[dict[str, Any], 
         return {}, None
     return {"amp": None}, Line(f"amp not tuned: your script sets its own precision ({own}: torch.autocast or a "
                                "GradScaler), and it is what runs", "amp-own")
+
+
+def _own_compile_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
+    """``compile`` not drawn once a trial saw that the script compiles its model itself: the trial
+    holds the knob and the script's own compile runs (``autotune.training._outside_model``), so
+    every drawn value would run the same."""
+    if "compile" not in space.domains or not any(r.dataset.get("compile_own") for r in found.rows):
+        return {}, None
+    return {"compile": None}, Line("compile not tuned: your script compiles its model itself (torch.compile), "
+                                   "and its own compile is what runs", "compile-own")
 
 
 def _compile_hold(found: Standing, space: Space, horizon_h: float) -> tuple[dict[str, Any], Line | None]:

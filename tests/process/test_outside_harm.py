@@ -335,4 +335,26 @@ def test_a_model_the_script_compiles_itself_is_held_as_its_own(how, monkeypatch,
     assert modes == [None] and model.__dict__.get("_compiled_call_impl") is own  # its own compile, once
     assert "compile not applied: your script compiles its model itself" in capsys.readouterr().err
     assert hooks.loop.observed()["compile"] == "off" and falls(losses)
+    assert hooks.loop.facts()["compile_own"] is True  # the study stops drawing compile
+    torch._dynamo.reset()
+
+
+def test_a_trial_tells_a_model_the_script_compiles_itself_with_the_knob_off() -> None:
+    # (a trial always looks for the model: its baseline tells it too, before any compile is drawn)
+    import torch._dynamo
+
+    from autotune.training._outside_model import ModelFinder
+
+    torch._dynamo.reset()
+    plain, compiled = Net(), Net()
+    found = []
+    for net, model in ((plain, plain), (compiled, torch.compile(compiled, backend="eager"))):
+        finder = ModelFinder(False, "off", found.append, print)
+        finder.install()
+        try:
+            finder.optimizer_built(torch.optim.SGD(net.parameters(), lr=0.5))
+            model(torch.randn(4, 8))
+        finally:
+            finder.remove()
+        assert finder.model is not None and finder.own_compile is (net is compiled) and not finder.held
     torch._dynamo.reset()

@@ -158,3 +158,20 @@ def test_amp_is_held_once_a_trial_saw_the_scripts_own_precision() -> None:
     assert held.values == {"amp": None}
     assert [line.text for line in held.lines if line.once == "amp-own"] == [
         "amp not tuned: your script sets its own precision (bf16: torch.autocast or a GradScaler), and it is what runs"]
+
+
+def test_compile_is_not_drawn_once_a_trial_saw_the_script_compile_its_model_itself() -> None:
+    found_model = {**LOADER, "compile": "off"}  # (a baseline that found no model holds every model knob)
+    # each such trial holds the knob and runs the script's own compile: every drawn value runs the same
+    drawn = trial(1, 520.0, config={**LOADER, "compile": "off"}, sampled={"compile": "default"})
+    assert "compile" not in holds(standing(trial(0, 500.0, config=found_model), drawn), COMPILE, None, 1.0,
+                                  1000.0).values  # nothing seen yet: drawn
+    own = dataclasses.replace(drawn, dataset={"compile_own": True, "model": "Net"})
+    held = holds(standing(trial(0, 500.0, config=found_model), own), COMPILE, None, 1.0, 1000.0)
+    assert held.values == {"compile": None}  # the script's own
+    assert [line.text for line in held.lines if line.once == "compile-own"] == [
+        "compile not tuned: your script compiles its model itself (torch.compile), and its own compile is what runs"]
+    # the baseline tells it as well, and the pay-back rule has nothing left to hold
+    base = trial(0, 500.0, config=found_model, dataset={"compile_own": True})
+    assert holds(standing(base), COMPILE, None, 1.0, 1000.0).values == {"compile": None}
+    assert holds(standing(base), SPACE, None, 1.0, 1000.0).values.get("compile", "undrawn") == "undrawn"
