@@ -374,7 +374,7 @@ def page(results: list[Result], header: dict[str, str]) -> str:
         "(1.00: no cost; below 1: exec slower).",
         "",
         f"- machine: {header['machine']}",
-        f"- date: {header['date']}; autotune commit `{header['autotune']}`",
+        f"- date: {header['date']}; autotune: `{header['autotune']}`",
         f"- pythons: {header['pythons']}",
         f"- command: `{header['command']}`",
         "",
@@ -405,7 +405,8 @@ def page(results: list[Result], header: dict[str, str]) -> str:
         for r in failing:
             for label in ("own", "loader"):
                 if r.diffs.get(label):
-                    lines.append(f"- {r.entry.name} ({label}): `{r.tail.get(label, '').splitlines()[-1:]}`")
+                    last = (r.tail.get(label) or "(nothing)").splitlines()[-1]
+                    lines.append(f"- {r.entry.name} ({label}): `{last}`")
     lines.append("")
     return "\n".join(lines)
 
@@ -420,6 +421,14 @@ def _machine() -> str:
         import platform
 
         return f"{platform.node()} ({os.cpu_count()} CPUs; {type(exc).__name__}: {exc})"
+
+
+def _commit() -> str:
+    """This tree's commit, and whether autotune/ differs from it (the runs used the tree as it is)."""
+    git = ["git", "-C", str(ROOT)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run([*git, "status", "--porcelain", "--", "autotune"], capture_output=True, text=True).stdout
+    return head + (" with uncommitted changes in autotune/" if dirty.strip() else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -437,6 +446,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300, help="seconds a run may take [300]")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "corpus.md", help="the results page")
     parser.add_argument("--no-page", action="store_true", help="print only; write no page")
+    parser.add_argument("--append", action="store_true", help="add this run to the page as a section of its own "
+                                                               "instead of replacing it")
     parser.add_argument("--keep", action="store_true", help="keep the working copies (printed)")
     args = parser.parse_args(argv)
 
@@ -479,12 +490,14 @@ def main(argv: list[str] | None = None) -> int:
                     for p in dict.fromkeys([args.python, tv_python])}
         header = {"commit": table["commit"], "repeats": str(args.repeats), "machine": _machine(),
                   "date": datetime.date.today().isoformat(),
-                  "autotune": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                                             capture_output=True, text=True).stdout.strip(),
+                  "autotune": _commit(),
                   "pythons": "; ".join(f"{p}: {v}" for p, v in versions.items()),
                   "command": "python benchmarks/corpus.py " + " ".join(sys.argv[1:] if argv is None else argv)}
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(page(results, header))
+        text = page(results, header)
+        if args.append and args.out.exists():
+            text = args.out.read_text().rstrip("\n") + "\n\n#" + text.replace("\n# ", "\n## ")
+        args.out.write_text(text)
         print(f"wrote {args.out}")
     return 0 if all(r.equivalent for r in results if not r.skipped) else 1
 
