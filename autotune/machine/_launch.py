@@ -128,6 +128,9 @@ class TrialSpec:
     argv: tuple[str, ...] | None = None
     #: Ranks (over 1: the worker runs them through torchrun, ``autotune.training._ranks``).
     nproc: int = 1
+    #: The study's own Inductor cache (torch.compile's compiled kernels), where the environment names
+    #: none: trials of one study share it; a study never starts warm on another's (or the user's own).
+    compile_cache: str | None = None
     #: A profile run's trace file (``autotune.tuner._profiling``): its step's parts are timed and a few
     #: steps recorded by torch.profiler after its windows. None: a trial.
     trace: str | None = None
@@ -150,6 +153,10 @@ def new_tag() -> str:
     return f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
 
 
+#: Where torch.compile's Inductor keeps its compiled kernels (read when it compiles).
+INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+
+
 def build_command(spec: TrialSpec, event_fd: int, environ: Mapping[str, str],
                   python: str = sys.executable, *, tag: str) -> tuple[list[str], dict[str, str]]:
     """The worker's argv and environment (pure: no process is started).
@@ -170,6 +177,8 @@ def build_command(spec: TrialSpec, event_fd: int, environ: Mapping[str, str],
         visible = [v.strip() for v in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
         env["CUDA_VISIBLE_DEVICES"] = visible[index] if index < len(visible) else str(index)
         device = "cuda:0"
+    if spec.compile_cache and INDUCTOR_CACHE_ENV not in environ:
+        env[INDUCTOR_CACHE_ENV] = spec.compile_cache
     for knob in KNOBS.values():
         value = getattr(spec.config, knob.name)
         if knob.env_var and value not in (None, "default"):

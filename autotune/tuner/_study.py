@@ -330,8 +330,8 @@ class StudyRunner:
         self.reporter.trial_started(trial.number, index, total, config, slot.share() if len(self.slots) > 1 else None,
                                     kind, trial.user_attrs.get(ATTR_OF))
         budget = trial_budget(self.options.budget, kind, shape_of(base), self.options.tolerance, batch_size=config.batch_size)
-        spec = TrialSpec(self.options.target, config, slot.device, budget, seed=seed, cpus=slot.cpus,
-                         argv=self.options.argv, nproc=self.options.nproc, known_ceilings={} if kind.repeats else found.ceilings.known())
+        spec = TrialSpec(self.options.target, config, slot.device, budget, seed, {} if kind.repeats else found.ceilings.known(),
+                         slot.cpus, self.options.argv, self.options.nproc, compile_cache=str(self.options.store / "inductor" / self.name))
         # (its windows' samples/s against the winner's loop's: a whole run ranks with its start-up)
         prune_below = found.decision.winner.loop_median if found.decision.winner and kind.explores else None
         beats = itertools.count(1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -132,3 +133,13 @@ def test_python_is_this_interpreter() -> None:
     spec = TrialSpec(target="x.py:f", config=Config())
     argv, _ = build_command(spec, 3, {}, tag="t")
     assert argv[0] == sys.executable
+
+
+def test_each_study_compiles_into_its_own_inductor_cache_unless_the_user_names_one() -> None:
+    spec = TrialSpec(target="train.py", config=Config(), budget=FAST, compile_cache="/st/inductor/train")
+    _, env = build_command(spec, 7, {}, python="/py", tag="t")
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == "/st/inductor/train"
+    _, env = build_command(spec, 7, {"TORCHINDUCTOR_CACHE_DIR": "/mine"}, python="/py", tag="t")
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == "/mine"
+    _, env = build_command(dataclasses.replace(spec, compile_cache=None), 7, {}, python="/py", tag="t")
+    assert "TORCHINDUCTOR_CACHE_DIR" not in env
