@@ -298,7 +298,10 @@ class Hooks:
         once per batch (a second optimizer stepping on the same batch adds nothing)."""
         self.run._edge("other")
         if self.training is None:
-            if self.last_fetched is None:
+            if self.last_fetched is None or getattr(self.run, "loaderless", False):
+                if self.measure:  # a loop without a DataLoader: its steps are the trial's clock
+                    self.steps += 1
+                    self.run._loaderless_step(self._loss)
                 return
             if self.loop is not None:
                 self.loop.training_found()

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.core._ceilings import loader_only
 from autotune.core._kinds import Line
-from autotune.core._knobs import MODEL_KNOBS, batch_of, show_value
+from autotune.core._knobs import KNOBS, MODEL_KNOBS, Stage, batch_of, show_value
 from autotune.tuner._loader_workers import (
     epoch_samples,
     prefetch_high,
@@ -134,16 +134,17 @@ def holds(found: Standing, space: Space, settled_by: int | None, max_load: float
     if not model:
         model, model_line = _compile_hold(found, space, horizon_h)
     fused, fused_line = _fused_hold(found, space)
+    no_loader, no_loader_line = _no_loader_hold(found, space)
     own, own_line = _own_precision_hold(found, space)
     order, order_line = _order_hold(found, space)
     loader, settled, loader_line = _loader_hold(found, space, settled_by)
     precision, precision_why = _precision_hold(found, space, max_load, max_spread)
-    lines = [line for line in (model_line, fused_line, own_line, order_line, loader_line) if line]
+    lines = [line for line in (model_line, fused_line, no_loader_line, own_line, order_line, loader_line) if line]
     if own:
         precision, precision_why = own, None
     if precision_why:
         lines.append(Line(precision_why, f"precision-{precision['amp']}"))
-    held = {**model, **fused, **order, **loader, **precision}
+    held = {**model, **fused, **order, **loader, **no_loader, **precision}
     why = {"amp": precision_why} if precision_why else {}
     for knob, (value, line) in _loss_holds(found, space, max_load, max_spread).items():
         if knob not in held:  # (a hold above says its own reason)
@@ -175,6 +176,19 @@ def _fused_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | N
     names = ", ".join(built)
     return {FUSED: None}, Line(f"{FUSED} not tuned: your code's optimizer ({names}) takes no fused= argument, "
                                "so no config can fuse it", "fused")
+
+
+def _no_loader_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
+    """The loader's and the transfer's knobs not drawn once a trial saw a loop that takes no batch
+    from a DataLoader (``autotune.worker._loaderless``): none of them would reach it."""
+    if not any(r.dataset.get("loaderless") for r in found.rows):
+        return {}, None
+    names = [n for n in space.domains if KNOBS[n].stage in (Stage.DATALOADER, Stage.TRANSFER)]
+    if not names:
+        return {}, None
+    return dict.fromkeys(names, None), Line(
+        f"{', '.join(names)} not tuned: your loop takes its batches from no DataLoader (it slices its own), so "
+        "none of them reaches it; it is measured in optimizer steps", "no-loader")
 
 
 def _own_precision_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:

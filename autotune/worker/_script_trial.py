@@ -25,7 +25,7 @@ class ScriptTrial(Trial):
     def facts(self) -> dict[str, Any]:
         from autotune.training._frameworks import detect
 
-        found = {**super().facts(), **self.hooks.loop.facts()}
+        found = {**super().facts(), **self.hooks.loop.facts(), **({"loaderless": True} if self.loaderless else {})}
         framework = detect()
         return {**found, "framework": framework} if framework else found
 

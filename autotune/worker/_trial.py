@@ -16,6 +16,7 @@ from autotune.core._config import Config
 from autotune.training._handles import Run
 from autotune.core._knobs import Part
 from autotune.core._loaders import batch_len, close_epoch
+from autotune.worker._loaderless import LoaderlessSteps
 from autotune.worker._profile import ProfilePhase
 from autotune.machine._proctree import tree_cpu_s
 from autotune.worker._stretch import Stretches, marks_reached
@@ -27,7 +28,7 @@ from autotune.worker._window import Window, compile_s
 #: (``Budget.stall_s``) needs a sign of life, and a clock read per step costs nothing.
 PROGRESS_S = 1.0
 
-class Trial(Stretches, CeilingPhases, ProfilePhase, Run):
+class Trial(Stretches, CeilingPhases, ProfilePhase, LoaderlessSteps, Run):
     """A run under tuning: measures the loop in windows and stops it when done.
 
     Warmup steps come first (``warmup_steps`` and at least ``warmup_s``); then
@@ -185,7 +186,7 @@ class Trial(Stretches, CeilingPhases, ProfilePhase, Run):
                 self._batch_samples = batch_len(batch)
                 self._edge("forward")
                 yield batch
-                self._count(batch, waited, t0)
+                self._count(batch_len(batch), waited, t0)
         finally:
             close_epoch(it)
 
@@ -193,9 +194,8 @@ class Trial(Stretches, CeilingPhases, ProfilePhase, Run):
         """Start a window at ``now``: a ceiling's counts what it costs the CPUs, too."""
         self._win = Window(now, tree_cpu_s() if self._phase.ceiling is not None else None)
 
-    def _count(self, batch: Any, waited: float, t0: float) -> None:
+    def _count(self, samples: int, waited: float, t0: float) -> None:
         now = time.perf_counter()
-        samples = batch_len(batch)
         self._step += 1
         self._win.steps += 1
         self._win.samples += samples

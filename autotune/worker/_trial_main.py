@@ -116,7 +116,7 @@ def run_script_measured(run: Any, target: str, argv: list[str], emit: Any) -> No
         children.remove()
         run.hooks.remove()
     hooks, why = run.hooks, None
-    if hooks.training is None:
+    if hooks.training is None and not run.loaderless:
         why = ("stepped no torch.optim optimizer after taking a batch" if hooks.last_fetched is not None
                else "took no batch from the DataLoader it built" if hooks.built_loader
                else "built no torch.utils.data.DataLoader")

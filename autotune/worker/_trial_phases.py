@@ -52,7 +52,7 @@ class CeilingPhases:
 
     def _wants(self, part: Part) -> bool:
         """Whether this trial still has to measure the ceiling of ``part``."""
-        if not self._ceiling_windows:
+        if not self._ceiling_windows or self.loaderless:  # (both ceilings take batches from its loader)
             return False
         return ceiling_key(part, self.resolved()) not in self._known.get(part.value, ())
 

@@ -33,7 +33,6 @@ def test_a_script_with_nothing_to_tune_stops_at_its_baseline_in_one_line_with_st
     kept.write_text("mine")
     done = run_all({
         "bogus": [MNIST, "--", "--bogus", "3"],
-        "no_loader": [str(SCRIPTS / "no_loader.py")],
         "no_step": [str(SCRIPTS / "no_step.py")],
         "early": [MNIST, "--", "--epochs", "1", "--train-size", "128", "--read-ms", "0"],
         # trains to its end (run whole: measured in windows it may be stopped first), then fails a check
@@ -47,15 +46,13 @@ def test_a_script_with_nothing_to_tune_stops_at_its_baseline_in_one_line_with_st
         assert d.returncode == 2, (name, d.stderr)
         assert len(said[name]) == 1 and "Traceback" not in d.stderr, (name, d.stderr)
     assert "exited with status 2" in said["bogus"][0] and "unrecognized arguments: --bogus 3" in said["bogus"][0]
-    assert "no_loader.py built no torch.utils.data.DataLoader" in said["no_loader"][0]
-    assert "trained on slices; last loss" in said["no_loader"][0]  # its last words
     assert "no_step.py stepped no torch.optim optimizer after taking a batch" in said["no_step"][0]
     # (too few steps for any measure: said with its numbers and what a measure needs)
     assert "ended after 2 training steps, before one measured window: a measure needs a warmup " \
            "(at least 5 steps and 0.2 s" in said["early"][0]
     assert "shorten --warmup" in said["early"][0] and "Test set: Average loss" in said["early"][0]
     assert "exited with status 3" in said["fails_after"][0] and "Test set: Average loss" in said["fails_after"][0]
-    for name in ("bogus", "no_loader", "no_step"):
+    for name in ("bogus", "no_step"):
         assert not (tmp_path / name / "st").exists(), name  # the run made the store: removed
     assert kept.read_text() == "mine"
     assert not (kept.parent / "trials" / "mnist_style").exists()

@@ -91,3 +91,18 @@ def test_autotune_exec_applies_the_loop_knobs_to_an_unmodified_script(tmp_path) 
     assert "autotune-prefetch" in said["threads"].split()
     before, after = map(float, said["loss"].split(" -> "))
     assert after < before
+
+
+def test_a_loop_without_a_dataloader_is_measured_in_its_optimizers_steps(tmp_path) -> None:
+    """A script that slices its batches from tensors (nanoGPT's get_batch, word_language_model) is
+    measured in optimizer steps: its baseline ranks, no loader knob is drawn (one line says why), and
+    the study answers."""
+    done = autotune("run", str(FIXTURES / "scripts" / "sliced_lm.py"), "--trials", "3", "--store", "st",
+                    *SHORT_TRIALS, "--", "--iters", "300", "--eval-interval", "100", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "batch_size, num_workers, pin_memory" in done.stderr
+    assert "not tuned: your loop takes its batches from no DataLoader (it slices its own)" in done.stderr
+    rows = standing(load_study(tmp_path / "st", "sliced_lm")).rows
+    assert rows[0].outcome == "complete" and rows[0].dataset.get("loaderless"), rows[0].reason
+    drawn = [row.config for row in rows[1:]]
+    assert drawn and all(c.get("batch_size") in (None, "1x") and not c.get("num_workers") for c in drawn), drawn

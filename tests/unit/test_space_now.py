@@ -105,6 +105,20 @@ def test_fused_optimizer_is_held_when_no_optimizer_of_the_code_takes_fused() -> 
     assert holds(standing(trial(0, 500.0, config=LOADER)), space, None, 1.0, 1000.0).values == {}
 
 
+def test_the_loaders_knobs_are_held_for_a_loop_without_a_dataloader() -> None:
+    """nanoGPT's get_batch, word_language_model's slices: measured in optimizer steps, and no loader
+    or transfer knob reaches the loop; the rest (precision, optimizer, model) is still drawn."""
+    space = Space("l", {"batch_size": Choice(("1x", "2x")), "num_workers": IntRange(0, 2),
+                        "prefetch": Choice(("none", "thread")), "amp": Choice(("off", "bf16")),
+                        "fused_optimizer": Choice((False, True))})
+    sliced = standing(trial(0, 50.0, config=LOADER, dataset={"loaderless": True}))
+    held = holds(sliced, space, None, 1.0, 1000.0)
+    assert held.values == {"batch_size": None, "num_workers": None, "prefetch": None}
+    assert held.lines[0].once == "no-loader" and held.lines[0].text.startswith(
+        "batch_size, num_workers, prefetch not tuned: your loop takes its batches from no DataLoader")
+    assert holds(standing(trial(0, 50.0, config=LOADER)), space, None, 1.0, 1000.0).values == {}
+
+
 def test_in_order_is_held_for_a_training_loader_that_does_not_shuffle() -> None:
     space = Space("o", {"num_workers": IntRange(0, 2), "in_order": Choice((True, False))})
     ordered = standing(trial(0, 500.0, config=LOADER, dataset={"shuffles": False}))
