@@ -81,7 +81,7 @@ def tune(target: str | Callable[..., Any], *, trials: int = TRIALS, space: str |
          max_load: float = FOREIGN_LOAD_MAX, max_spread: float = SPREAD_MAX, remeasure: int = REMEASURES,
          quiet_wait: float = QUIET_WAIT_S, seed: int | None = None, store_patience: float = STORE_PATIENCE_S,
          progress: bool | Reporter = True, args: Sequence[str] | None = None, nproc_per_node: int = 1,
-         horizon: float = 1.0, profile: bool = True, warm_start: bool = True,
+         horizon: float | None = None, profile: bool = True, warm_start: bool = True,
          whole_run: float = WHOLE_RUN_S) -> Result:
     """Tune a training function, or a script as it is: the study ``autotune run`` runs, from Python.
 
@@ -103,8 +103,8 @@ def tune(target: str | Callable[..., Any], *, trials: int = TRIALS, space: str |
         nproc_per_node: Ranks per trial: over 1, each trial runs through PyTorch's launcher
             (``torch.distributed.run --nproc-per-node N``), each rank on its share of the CPUs (on
             CUDA, its own GPU); samples/s is the job's, summed over the ranks.
-        horizon: Hours the winner will train for in production: compile is not drawn once
-            its measured cost would not pay back within them.
+        horizon: Hours the winner will train for in production (``--horizon``): see
+            ``autotune.core._whole_runs.HORIZON_HELP``; None: the script's whole run as given.
         profile: After the confirmation, run the baseline and the winner once more with each step
             timed by part and a few steps traced by torch.profiler (``autotune.tuner._profiling``): the
             traces go to the parent MLflow run, the parts to the report and the summary.

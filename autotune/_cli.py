@@ -21,6 +21,7 @@ from autotune.core._bounds import INTEGERS, LIMITS
 from autotune.core._config import ConfigError
 from autotune.tuner._confirm import CONFIRM_TOP
 from autotune.core._knobs import KNOBS, show_value
+from autotune.core._whole_runs import HORIZON_HELP
 from autotune.training._script import command_line
 from autotune.tuner._space import SPACES_DIR
 from autotune.stores._exits import Group
@@ -139,9 +140,7 @@ def _spaces() -> str:
 @click.option("--compile-timeout", type=_bounded("compile_timeout"), default=D["compile_timeout"],
               show_default=True,
               help="Seconds torch.compile may take at a trial's first step (with compile in the space).")
-@click.option("--horizon", type=_bounded("horizon"), default=D["horizon"], show_default=True, metavar="HOURS",
-              help="Hours the winner will train for in production: compile is not drawn once its "
-                   "measured cost would not pay back within them.")
+@click.option("--horizon", type=_bounded("horizon"), default=D["horizon"], metavar="HOURS", help=HORIZON_HELP)
 @click.option("--profile", type=click.Choice(["on", "off"]), default="on", show_default=True,
               callback=lambda _ctx, _param, value: value == "on",
               help="After the confirmation, run the baseline and the winner once more with each step "

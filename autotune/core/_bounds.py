@@ -45,7 +45,7 @@ def allowed(name: str, value: Any) -> bool:
 
 def check(name: str, value: Any) -> None:
     """Raise ConfigError unless ``value`` is allowed for option ``name`` (None: its default)."""
-    if (value is None and name in ("timeout", "ram_budget")) or allowed(name, value):
+    if (value is None and name in ("timeout", "ram_budget", "horizon")) or allowed(name, value):
         return
     low, high = LIMITS[name]
     kind = "an integer" if name in INTEGERS else "a number"

@@ -6,6 +6,8 @@ samples: a script that stops after a number of steps trains 8x the samples at 8x
 ranked as faster while its run took longer. The baseline's samples over a run's wall time
 (``wall_rate``) ranks every run of the same training on its wall time alone, in the units of
 every other figure; a run that trained other samples is another training (``other_training``).
+Where production trains longer than the script as given (``--horizon``), a run ranks on its projected
+time for that long instead (``horizon_rate``): start-up and compile once, the loop for the rest.
 """
 
 from __future__ import annotations
@@ -48,3 +50,62 @@ def other_training(shape: Mapping[str, Any], batch: Any, base_shape: Mapping[str
              if shape.get("steps") and base_shape.get("steps") else "")
     return (f"its whole run trained {samples:,} samples, {samples / base:.2f}x the baseline's {base:,}{steps}: "
             "another training, whose wall time is no speedup of the baseline's")
+
+
+#: The hours of production that compile must pay back within where ``--horizon`` is not given (whole
+#: runs then rank on the script's wall time as given: it is the production run).
+HORIZON_H = 1.0
+#: What ``--horizon`` does (the CLI's help; ``autotune.tune``'s ``horizon`` points here).
+HORIZON_HELP = ("Hours the winner will train for in production. Without it, the script as given is the production "
+                "run and whole runs rank on its wall time; with it, they rank on start-up + compile + the loop's "
+                "projected time for HOURS of the baseline's training. compile is not drawn once its measured cost "
+                f"would not pay back within them ({HORIZON_H:g} h without it).")
+#: A whole run that spends over this share of its wall time starting up ranks mostly start-up: fewer
+#: DataLoader workers and no compile win there, whatever they do to a longer production run.
+STARTUP_SHARE = 0.25
+
+
+def horizon_rate(metrics: Mapping[str, Any], base_loop: float | None, horizon_h: float) -> float | None:
+    """What a whole run ranks on under ``--horizon``: the samples of a production run (the baseline's
+    loop samples/s, ``base_loop``, for ``horizon_h`` hours) over this config's projected time for them:
+    its start-up, its compile and those samples at its own loop's samples/s. None where a figure is
+    missing (a run from before they were recorded: it ranks on its wall time).
+
+    At 100 samples/s the baseline trains 360,000 samples in an hour; a config at 120/s that starts
+    in 6 s and compiles in 30 s takes 6 + 30 + 3,000 s for them, against the baseline's 4 + 3,600:
+    1.19x, where its short whole run (36 s more of a 60 s run) ranks it slower.
+
+    >>> round(horizon_rate({"samples_per_s": 120.0, "startup_s": 6.0, "compile_s": 30.0}, 100.0, 1.0), 2)
+    118.58
+    >>> round(3604 / 3036, 2), horizon_rate({"startup_s": 6.0}, 100.0, 1.0)
+    (1.19, None)
+    """
+    loop, startup = metrics.get("samples_per_s"), metrics.get("startup_s")
+    if not loop or not base_loop or startup is None:
+        return None
+    samples = base_loop * horizon_h * 3600
+    return samples / (startup + (metrics.get("compile_s") or 0.0) + samples / loop)
+
+
+def objective_lines(base_metrics: Mapping[str, Any], horizon_h: float | None) -> list[str]:
+    """What a study of whole runs ranks on, in one line, once its baseline (``base_metrics``) ran
+    whole; and where no ``--horizon`` is given and start-up is over ``STARTUP_SHARE`` of that run,
+    one line that says so.
+
+    >>> objective_lines({"run_s": 16.0, "startup_s": 4.0}, None)[0][:62]
+    "objective: your script's whole run as given (the production ru"
+    >>> print(objective_lines({"run_s": 16.0, "startup_s": 5.0}, None)[1])
+    start-up is 31% of your script's whole run (5.0 s of 16.0 s), so its ranking weighs start-up: if production trains longer, pass --horizon HOURS to rank on start-up + compile + the loop's time for that long
+    >>> objective_lines({"run_s": 16.0, "startup_s": 5.0}, 10.0)
+    ["objective: a production run of 10 h of the baseline's training (--horizon 10): whole runs rank on start-up + compile + the loop's projected time for it"]
+    """
+    if horizon_h is not None:
+        return [f"objective: a production run of {horizon_h:g} h of the baseline's training (--horizon "
+                f"{horizon_h:g}): whole runs rank on start-up + compile + the loop's projected time for it"]
+    lines = ["objective: your script's whole run as given (the production run): whole runs rank on its wall time"]
+    run_s, startup_s = base_metrics.get("run_s"), base_metrics.get("startup_s")
+    if run_s and startup_s and startup_s / run_s > STARTUP_SHARE:
+        lines.append(f"start-up is {startup_s / run_s:.0%} of your script's whole run ({startup_s:.1f} s of "
+                     f"{run_s:.1f} s), so its ranking weighs start-up: if production trains longer, pass "
+                     "--horizon HOURS to rank on start-up + compile + the loop's time for that long")
+    return lines

@@ -50,6 +50,8 @@ ATTR_SEED = "seed"
 #: Where a trial's warmup and windows ended in samples, and whether its code returned by itself
 #: (``autotune.tuner._watch.shape_of_run``): the baseline's set every later trial's (``autotune.tuner._shape``).
 ATTR_SHAPE = "shape"
+#: The study's production hours (``--horizon``; absent: the script's whole run as given), in its user attrs.
+ATTR_HORIZON = "horizon_h"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +82,8 @@ class TrialRow:
     workers_high: int | None = None  # the num_workers range's high end when it drew (None: not drawn)
     shape: dict[str, Any] = dataclasses.field(default_factory=dict)  # ATTR_SHAPE
     #: A whole run of the baseline's training: the baseline's samples over its wall time, what it
-    #: ranks on (``autotune.core._whole_runs.wall_rate``; set by the standing, which knows the baseline).
+    #: ranks on (``autotune.core._whole_runs.wall_rate``), or under ``--horizon`` the production
+    #: samples over its projected time (``horizon_rate``); set by the standing, which knows the baseline.
     wall_rate: float | None = None
 
     @property

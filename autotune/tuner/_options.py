@@ -14,6 +14,7 @@ from autotune.machine._launch import Budget
 from autotune.machine._margin import RAM_BUDGET_FRACTION  # (re-exported: the share of RAM a trial may use)
 from autotune.machine._noise import FOREIGN_LOAD_MAX, QUIET_WAIT_S, REMEASURES, SPREAD_MAX
 from autotune.core._outcome import headline
+from autotune.core._whole_runs import HORIZON_H
 from autotune.training._script import BAD_INPUT, NPROC, is_script, label, study_name
 from autotune.stores._stores import STORE_PATIENCE_S
 
@@ -53,9 +54,11 @@ class StudyOptions:
     argv: tuple[str, ...] | None = None
     #: Ranks per trial (``--nproc-per-node``): over 1, each trial runs through torchrun (``autotune.training._ranks``).
     nproc: int = 1
-    #: Hours the exported config will train for (``--horizon``): compile is held where its cost
-    #: would not pay back within them (``autotune.tuner._space_now``).
-    horizon_h: float = 1.0
+    #: Hours the exported config will train for (``--horizon``; None: the script's whole run as given
+    #: is the production run): whole runs rank on their projected time for them
+    #: (``autotune.core._whole_runs.horizon_rate``), and compile is held where its cost would not pay
+    #: back within them (``autotune.tuner._space_now``; within ``HORIZON_H`` where none is given).
+    horizon_h: float | None = None
     #: Profile runs of the baseline and the winner after the confirmation (``--profile``).
     profile: bool = True
     #: A new study runs an earlier study's top configs of the same target first (``--warm-start``).
@@ -65,7 +68,7 @@ class StudyOptions:
     def hold_limits(self) -> tuple[float, float, float]:
         """What ``autotune.tuner._space_now.holds`` takes after the study's settled trial: the load and
         spread a believed figure may have, and the production horizon in hours."""
-        return self.max_load, self.max_spread, self.horizon_h
+        return self.max_load, self.max_spread, self.horizon_h or HORIZON_H
 
     @property
     def label(self) -> str:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.core._ceilings import loader_only
 from autotune.core._kinds import Line
 from autotune.core._knobs import KNOBS, MODEL_KNOBS, Stage, batch_of, show_value
+from autotune.core._whole_runs import HORIZON_H
 from autotune.tuner._loader_workers import (
     epoch_samples,
     prefetch_high,
@@ -124,7 +125,7 @@ class Holds:
 
 
 def holds(found: Standing, space: Space, settled_by: int | None, max_load: float, max_spread: float,
-          horizon_h: float = 1.0) -> Holds:
+          horizon_h: float = HORIZON_H) -> Holds:
     """The holds of the space now (see the module): the model knobs, the loader knobs and
     ``amp``. ``settled_by``: the trial whose loader hold was last said (None: none);
     ``horizon_h``: the hours production trains for (compile must pay back within them)."""

@@ -13,8 +13,8 @@ from autotune.core._ceilings import Ceilings, Verdict
 from autotune.tuner._confirm import UNFINISHED, Decision, Group, baseline_group, decide, group_runs
 from autotune.core._knobs import KNOBS, show_value
 from autotune.core._outcome import Outcome, headline
-from autotune.core._whole_runs import other_training, wall_rate
-from autotune.stores._records import ATTR_CEILINGS, TrialRow, loss_against_baseline, row_of
+from autotune.core._whole_runs import horizon_rate, other_training, wall_rate
+from autotune.stores._records import ATTR_CEILINGS, ATTR_HORIZON, TrialRow, loss_against_baseline, row_of
 from autotune.tuner._shape import flat_runs, run_time_line
 
 if TYPE_CHECKING:
@@ -29,12 +29,15 @@ class Standing:
         groups: The rows by config (a first trial and its confirmation re-runs).
         decision: The winner and how sure (``autotune.tuner._confirm``).
         ceilings: Every ceiling the study measured.
+        horizon_h: See ``autotune.core._whole_runs.horizon_rate``.
     """
 
     rows: list[TrialRow]
     groups: list[Group]
     decision: Decision
     ceilings: Ceilings
+    #: The production hours whole runs rank on (``--horizon``; None: the script's whole run as given).
+    horizon_h: float | None = None
 
     @property
     def best(self) -> TrialRow | None:
@@ -72,17 +75,22 @@ def standing(study: optuna.Study) -> Standing:
     """Every trial as a row, grouped by config, and the winner (see ``Standing``)."""
     trials = study.get_trials(deepcopy=False)
     ceilings = Ceilings(entry for t in trials for entry in t.user_attrs.get(ATTR_CEILINGS, []))
-    return standing_of([row_of(t, ceilings) for t in trials], ceilings)
+    return standing_of([row_of(t, ceilings) for t in trials], ceilings, study.user_attrs.get(ATTR_HORIZON))
 
 
-def standing_of(rows: Sequence[TrialRow], ceilings: Ceilings) -> Standing:
+def standing_of(rows: Sequence[TrialRow], ceilings: Ceilings, horizon_h: float | None = None) -> Standing:
     """The standing of ``rows`` (in trial order) and the study's ``ceilings``: each row's
-    speedup filled in, the groups, the decision."""
+    speedup filled in, the groups, the decision; whole runs ranked for ``horizon_h`` hours of
+    production where given (``--horizon``), else on their wall time."""
     rows = list(rows)
     groups = group_runs(rows)
     base = baseline_group(groups)
     if base is not None and base.first.run_s and base.first.shape.get("samples"):  # whole runs: on wall time
-        rows = [on_wall_time(r, base.first) for r in rows]
+        production = (base.loop_median or base.first.samples_per_s, horizon_h) if horizon_h else None
+        if production and any(horizon_rate(r.metrics, *production) is None for r in rows
+                              if r.outcome == Outcome.COMPLETE.value and r.run_s):
+            production = horizon_h = None  # (a run without the figures: all on wall time, one unit for all)
+        rows = [on_wall_time(r, base.first, production) for r in rows]
         groups = group_runs(rows)
         base = baseline_group(groups)
     if base is not None and base.rates:
@@ -98,19 +106,22 @@ def standing_of(rows: Sequence[TrialRow], ceilings: Ceilings) -> Standing:
         rows = [dataclasses.replace(r, speedup=speedup(r))
                 if r.rate and r.outcome != Outcome.DISTORTED.value else r for r in rows]
         groups = group_runs(rows)
-    return Standing(rows, groups, decide(groups), ceilings)
+    return Standing(rows, groups, decide(groups), ceilings, horizon_h)
 
 
-def on_wall_time(row: TrialRow, base: TrialRow) -> TrialRow:
+def on_wall_time(row: TrialRow, base: TrialRow, production: tuple[float | None, float] | None = None) -> TrialRow:
     """A complete whole run as it ranks against the baseline's (``base``: its first run): on its
-    wall time (``TrialRow.wall_rate``), or, where it trained other samples, as another training
-    (``distorted``, never ranked, the reason said: ``autotune.core._whole_runs.other_training``)."""
+    wall time (``TrialRow.wall_rate``), or on its projected time for ``production`` (the baseline's
+    loop samples/s and the hours: ``autotune.core._whole_runs.horizon_rate``), or, where it trained
+    other samples, as another training (``distorted``, never ranked, the reason said:
+    ``autotune.core._whole_runs.other_training``)."""
     if row.outcome != Outcome.COMPLETE.value or not row.run_s:
         return row
     why = other_training(row.shape, row.config.get("batch_size"), base.shape, base.config.get("batch_size"))
     if why is not None:
         return dataclasses.replace(row, outcome=Outcome.DISTORTED.value, reason=why)
-    return dataclasses.replace(row, wall_rate=wall_rate(base.shape["samples"], row.run_s))
+    rate = horizon_rate(row.metrics, *production) if production else wall_rate(base.shape["samples"], row.run_s)
+    return dataclasses.replace(row, wall_rate=rate)
 
 
 def throughput_figure(name: str, found: Standing):
@@ -215,6 +226,9 @@ def findings(found: Standing) -> list[str]:
     elif base is not None and win is not base:
         measured = (f"your script's whole run in {win.run_s:.1f} s against {base.run_s:.1f} s as written" if whole
                     else f"{win.median:,.0f} vs {base.median:,.0f} samples/s")
+        if whole and found.horizon_h and win.loop_median and base.loop_median:  # (ranked on the projection)
+            measured = (f"in {found.horizon_h:g} h of production (--horizon): start-up + compile + the loop at "
+                        f"{win.loop_median:,.0f} vs {base.loop_median:,.0f} samples/s; {measured}")
         lines = [f"trial {win.first.number}, {found.speedup(win):.2f}x the baseline ({measured}, ±{spread / 2:.0%})"]
     else:
         lines = [f"trial {win.first.number} (the baseline: your code as written), "

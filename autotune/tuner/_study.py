@@ -29,6 +29,7 @@ from autotune.machine._launch import TrialSpec, new_tag
 from autotune.stores._optuna_io import frozen_trial
 from autotune.tuner._options import RAM_BUDGET_FRACTION, Reporter, StudyOptions, baseline_failed, default_study_name
 from autotune.core._outcome import Outcome
+from autotune.core._whole_runs import objective_lines
 from autotune.tuner._planner import (
     Failed,
     Settings,
@@ -93,7 +94,7 @@ class StudyRunner:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         joined = join(storage, self.name, optuna.samplers.TPESampler(seed=options.seed), options.label,
                       space.name, fingerprint, tracker, self.reporter.note, script=options.argv is not None,
-                      warm_start=options.warm_start)
+                      warm_start=options.warm_start, horizon_h=options.horizon_h)
         self.study = joined.study
         self._owner = this_process()
         self._liveness = Liveness(self._owner["host"])
@@ -380,8 +381,10 @@ class StudyRunner:
 
 def _say_cost(row: TrialRow, recorded: bool, options: StudyOptions, reporter: Reporter) -> None:
     """Once the baseline (``row``, recorded by this tuner) has told the training's shape: what the
-    study's trials will cost."""
+    study's trials will cost, and where it runs whole, what they rank on (``objective_lines``)."""
     shape = shape_of(row) if row.kind is Kind.BASELINE and recorded else None
     if shape is not None:
         trials = max(0, options.trials - 1)  # (its re-runs: of the top configs there can be, and of it)
         reporter.note(cost_line(shape, options.budget, trials, options.confirm * (min(CONFIRM_TOP, trials) + 1)))
+    for line in objective_lines(row.metrics, options.horizon_h) if shape is not None and row.run_s else ():
+        reporter.note(line)

@@ -33,7 +33,7 @@ from autotune.core._config import ConfigError
 from autotune.core._kinds import baseline_request
 from autotune.stores._optuna_io import set_system_attr, system_attrs
 from autotune.tuner._queue import write
-from autotune.stores._records import ATTR_HEARTBEAT, ATTR_OWNER, ATTR_PARENT, ATTR_WORKER, OBJECTIVE
+from autotune.stores._records import ATTR_HEARTBEAT, ATTR_HORIZON, ATTR_OWNER, ATTR_PARENT, ATTR_WORKER, OBJECTIVE
 
 if TYPE_CHECKING:
     import optuna
@@ -145,17 +145,19 @@ class Joined:
 
 
 def join(storage, name: str, sampler, target: str, space: str, fingerprint: Fingerprint, tracker: Tracker,
-         say: Callable[[str], None], script: bool = False, warm_start: bool = False) -> Joined:
+         say: Callable[[str], None], script: bool = False, warm_start: bool = False,
+         horizon_h: float | None = None) -> Joined:
     """Found study ``name`` or join it; the founder sets it up (``set_up``), a joiner waits for
     that, and does it itself if the founder died first (its baseline is then asked for by the
-    first tuner that finds none).
+    first tuner that finds none). ``horizon_h``: the founder's ``--horizon``, the study's for good
+    (every tuner, ``show`` and ``export`` rank its whole runs alike).
 
     Raises:
         ConfigError: the study tunes another target.
     """
     study, founder = found_or_join(storage, name, sampler)
     if founder:
-        set_up(study, target, space, fingerprint, tracker, baseline=True, script=script)
+        set_up(study, target, space, fingerprint, tracker, baseline=True, script=script, horizon_h=horizon_h)
         if warm_start:
             from autotune.tuner._warm_start import find_source
 
@@ -170,7 +172,8 @@ def join(storage, name: str, sampler, target: str, space: str, fingerprint: Fing
             if time.monotonic() > deadline:
                 say(f"study {name}: the tuner that created it did not set it up within {SETUP_WAIT_S:.0f} s; "
                     "setting it up here")
-                set_up(study, target, space, fingerprint, tracker, baseline=False, script=script)
+                set_up(study, target, space, fingerprint, tracker, baseline=False, script=script,
+                       horizon_h=horizon_h)
                 break
             time.sleep(0.5)
     known = study.user_attrs.get("target")
@@ -181,7 +184,7 @@ def join(storage, name: str, sampler, target: str, space: str, fingerprint: Fing
 
 
 def set_up(study: optuna.Study, target: str, space: str, fingerprint: Fingerprint, tracker: Tracker,
-           baseline: bool, script: bool = False) -> None:
+           baseline: bool, script: bool = False, horizon_h: float | None = None) -> None:
     """Record what the study tunes (``target``, and ``script``: whether it is an unmodified script,
     which production runs with ``autotune exec``), ask for its baseline, start its MLflow parent run.
 
@@ -192,6 +195,8 @@ def set_up(study: optuna.Study, target: str, space: str, fingerprint: Fingerprin
 
     study.set_user_attr("target", target)
     study.set_user_attr(ATTR_SCRIPT, script)
+    if horizon_h is not None:
+        study.set_user_attr(ATTR_HORIZON, horizon_h)
     study.set_user_attr("space", space)
     study.set_user_attr("fingerprint", {**dataclasses.asdict(fingerprint), "summary": fingerprint.summary()})
     with warnings.catch_warnings():  # "experimental" since Optuna 3.2, and only ours to know

@@ -3,6 +3,7 @@ training (autotune.core._whole_runs, applied by autotune.tuner._standing): on ha
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,11 @@ from standings import standing, trial
 
 from autotune.core._kinds import Kind
 from autotune.core._outcome import Outcome
-from autotune.core._whole_runs import other_training
+from autotune.core._bounds import check
+from autotune.core._config import ConfigError
+from autotune.core._whole_runs import HORIZON_H, objective_lines, other_training
 from autotune.tuner._confirm import plan
+from autotune.tuner._options import StudyOptions
 from autotune.tuner._standing import findings
 from autotune.tuner._watch import TrialResult
 from autotune.worker._streams import same_training
@@ -94,3 +98,70 @@ def test_a_trial_of_other_samples_is_recorded_as_another_training_not_only_ranke
     # a loader's distortion is said first
     duplicated = result_of(Outcome.COMPLETE, 51_200, 256, {"repeat_share": 0.75})
     assert same_training(duplicated, base).reason.startswith("distorted: 75% of the rows")
+
+
+def timed(number: int, loop: float, startup_s: float, run_s: float, compile_s: float | None = None, **sampled):
+    """A complete whole run of the baseline's 992 samples whose loop ran ``loop`` samples/s."""
+    row = whole(number, run_s, 992, **sampled)
+    extra = {"compile_s": compile_s} if compile_s is not None else {}
+    return dataclasses.replace(row, metrics={**row.metrics, "samples_per_s": loop, "startup_s": startup_s, **extra})
+
+
+def test_with_a_horizon_whole_runs_rank_on_their_projected_production_time() -> None:
+    # A short run: fewer workers start sooner and win its wall time; compiled, the loop runs twice as fast.
+    base = timed(0, 400.0, 2.0, 10.0)
+    lean = timed(1, 300.0, 1.0, 8.0, num_workers=0)  # 8 s against 10 s: 1.25x as given
+    fast = timed(2, 800.0, 5.0, 11.0, 3.0, compile="default")  # 11 s: slower as given
+    given = standing(base, lean, fast)
+    assert given.decision.winner.first.number == 1 and given.horizon_h is None
+    # 2 h of the baseline's loop: 2,880,000 samples. The baseline takes 2 + 7,200 s; lean 1 + 9,600;
+    # fast 5 + 3 + 3,600: 7,202 / 3,608 = 2.00x, and lean 7,202 / 9,601 = 0.75x
+    found = standing(base, lean, fast, horizon_h=2.0)
+    assert found.decision.winner.first.number == 2 and found.horizon_h == 2.0
+    assert [round(r.speedup, 3) for r in found.rows] == [1.0, round(7202 / 9601, 3), round(7202 / 3608, 3)]
+    assert findings(found)[0].startswith("trial 2, 2.00x the baseline (in 2 h of production (--horizon): start-up "
+                                         "+ compile + the loop at 800 vs 400 samples/s; your script's whole run "
+                                         "in 11.0 s against 10.0 s as written")
+    # another training is still not ranked, whatever the horizon
+    wide = whole(3, 6.0, 7_936, 256, batch_size="8x")
+    assert standing(base, wide, horizon_h=2.0).rows[1].outcome == "distorted"
+
+
+def test_a_study_with_a_run_it_cannot_project_ranks_on_wall_time() -> None:
+    base, old = timed(0, 400.0, 2.0, 10.0), whole(1, 8.0, 992, num_workers=2)
+    old = dataclasses.replace(old, metrics={k: v for k, v in old.metrics.items() if k != "startup_s"})
+    # (a study recorded before start-up was: every run on its wall time, never two units in one ranking)
+    found = standing(base, old, horizon_h=2.0)
+    assert found.rows[1].speedup == pytest.approx(10.0 / 8.0) and found.horizon_h is None
+
+
+def test_the_objective_is_said_and_a_start_up_heavy_run_without_a_horizon_is_told_to_pass_one() -> None:
+    assert objective_lines({"run_s": 16.0, "startup_s": 4.0}, None) == [  # 25%: not over a quarter
+        "objective: your script's whole run as given (the production run): whole runs rank on its wall time"]
+    heavy = objective_lines({"run_s": 16.0, "startup_s": 4.5}, None)
+    assert len(heavy) == 2 and heavy[1].startswith("start-up is 28% of your script's whole run (4.5 s of 16.0 s)")
+    assert "--horizon HOURS" in heavy[1]
+    assert objective_lines({"run_s": 16.0, "startup_s": 8.0}, 0.5) == [
+        "objective: a production run of 0.5 h of the baseline's training (--horizon 0.5): whole runs rank on "
+        "start-up + compile + the loop's projected time for it"]
+
+
+def test_without_a_horizon_compile_still_pays_back_within_an_hour_and_none_is_allowed() -> None:
+    assert StudyOptions("t.py").hold_limits[2] == HORIZON_H == 1.0
+    assert StudyOptions("t.py", horizon_h=8.0).hold_limits[2] == 8.0
+    check("horizon", None)
+    with pytest.raises(ConfigError, match=r"horizon=0: must be a number > 0"):
+        check("horizon", 0)
+
+
+def test_the_study_keeps_its_horizon_for_every_reader_of_its_standing() -> None:
+    # (show, export and every tuner of it rank its whole runs alike: the founder's --horizon, in its user attrs)
+    import optuna
+
+    from autotune.stores._records import ATTR_HORIZON
+    from autotune.tuner._standing import standing as read
+
+    study = optuna.create_study(direction="maximize")
+    assert read(study).horizon_h is None
+    study.set_user_attr(ATTR_HORIZON, 2.0)
+    assert read(study).horizon_h == 2.0
