@@ -74,11 +74,14 @@ def _startup(env: dict) -> dict:
 
 def forkable(argv, *, env=None, stdin=None, **kwargs) -> bool:
     """Whether ``argv`` (``helpers.cli``'s) can run as a fork of the template: the ``autotune``
-    module with no prefix, nothing on stdin, no terminal on its streams, only ``cwd``/``env``/
+    module with no prefix, not ``exec`` (the script it runs exits as Python exits, which a fork of
+    the template cannot), nothing on stdin, no terminal on its streams, only ``cwd``/``env``/
     ``stdout``/``stderr``/``text`` given, an environment the template's agrees with at start."""
     if os.environ.get("AUTOTUNE_TEST_FORK") == "0":
         return False
     if list(argv[:3]) != [sys.executable, "-m", "autotune"] or stdin not in (None, subprocess.DEVNULL):
+        return False
+    if "exec" in argv[3:4]:  # the user's script ends through the interpreter's shutdown, which a fork ends by os._exit
         return False
     if set(kwargs) - {"cwd", "stdout", "stderr", "text"}:
         return False

@@ -69,7 +69,7 @@ def test_a_short_script_runs_whole_in_every_trial_and_exec_holds_its_run_against
     ran = autotune("exec", str(export), str(SCRIPT), *ARGS, cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
     last = ran.stderr.strip().splitlines()[-1]
-    assert re.fullmatch(r"autotune: ran \S+ -- .* in [\d.]+ s \(process start to the script's end\); as written it "
+    assert re.fullmatch(r"autotune: ran \S+ -- .* in [\d.]+ s \(process start to its exit\); as written it "
                         r"ran [\d.]+ s in the study on this machine: [\d.]+x \(the study's runs of this config: "
                         r"[\d.]+ s\)", last), last
 
