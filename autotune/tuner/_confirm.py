@@ -16,6 +16,7 @@ import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from autotune.core._guard import blew_up
 from autotune.machine._noise import is_noisy
 from autotune.core._outcome import RUNNING, WAITING, Outcome
 
@@ -124,13 +125,42 @@ def beats(a: Group, b: Group) -> bool:
     return a.confirmed and b.confirmed and min(a.ranked) > max(b.ranked)
 
 
+#: The metrics that rank a run on its time to the baseline's loss (``TrialRow.to_loss``).
+_TO_LOSS = ("to_loss_ratio", "to_loss_beyond", "to_loss_flat")
+
+
+def noisy_loss(rows: Sequence[TrialRow]) -> TrialRow | None:
+    """The first re-run of the code as written whose loss disagreed with its first run's past the
+    tolerance (``loss_noise``, ``autotune.core._loss_signal.self_disagreement``), or None."""
+    return next((r for r in rows if r.baseline and "loss_noise" in r.metrics), None)
+
+
+def speed_only(rows: Sequence[TrialRow]) -> list[TrialRow]:
+    """``rows`` as they rank where the loss is no signal (``noisy_loss``): on speed of the same
+    training. A run judged diverged on a finite loss is complete (its verdict came from a loss the
+    code as written misses by as much), and none ranks on its time to the baseline's loss; a nan
+    or inf loss stays diverged. Unchanged where the loss is a signal."""
+    if noisy_loss(rows) is None:
+        return list(rows)
+    out = []
+    for row in rows:
+        metrics = {k: v for k, v in row.metrics.items() if k not in _TO_LOSS}
+        if row.outcome == Outcome.DIVERGED.value and blew_up(row.losses, row.curve) is None:
+            row = dataclasses.replace(row, outcome=Outcome.COMPLETE.value,
+                                      reason=f"not diverged: the loss is no signal for this script ({row.reason})")
+        out.append(dataclasses.replace(row, metrics=metrics))
+    return out
+
+
 def group_runs(rows: Sequence[TrialRow]) -> list[Group]:
     """The study's trials grouped by config (by first trial number, in order).
 
     A config is one group however it came to run again: a re-run names its first
     trial (``of``), and a sampled trial that drew a config already run joins
-    that config's group, so that each config has one answer.
+    that config's group, so that each config has one answer. Where the loss is no
+    signal, the runs are as they rank then (``speed_only``).
     """
+    rows = speed_only(rows)
     firsts: dict[int, list[TrialRow]] = {}
     seen: dict[str, int] = {}  # sampled config -> its first trial
     alias: dict[int, int] = {}  # a trial that drew a config again -> that config's first
@@ -207,6 +237,12 @@ def _only_noisy(group: Group) -> bool:
     return not group.rates and bool(ended) and all(r.measured and is_noisy(r.doubt) for r in ended)
 
 
+def _diverged_on_loss(group: Group, than: float) -> bool:
+    """One of its runs ran faster than ``than`` and was judged diverged on a finite loss (not a nan or inf)."""
+    return any(r.outcome == Outcome.DIVERGED.value and (r.rate or 0) > than and blew_up(r.losses, r.curve) is None
+               for r in group.runs)
+
+
 def _rank(group: Group) -> float:
     """Its median, or for a config with noisy runs only, their best: a lower bound, mostly
     (others slow a run down more often than they speed it up)."""
@@ -223,8 +259,10 @@ def plan(groups: Sequence[Group], runs: int, top: int = CONFIRM_TOP) -> list[int
     base = baseline_group(groups)
     ranked = sorted((g for g in groups if (g.feasible or _only_noisy(g)) and g is not base),
                     key=_rank, reverse=True)[:top]
-    if not ranked:  # nothing to compare the baseline with
-        return []
+    if not ranked:  # nothing to compare the baseline with; but a faster config judged diverged on
+        # a finite loss may be one the loss's own noise condemned: one re-run of the baseline tells
+        return [base.first.number] if runs and base is not None and len(base.runs) == 1 and base.feasible \
+            and any(_diverged_on_loss(g, base.median) for g in groups) else []
     targets = ranked + ([base] if base is not None and (base.feasible or _only_noisy(base)) else [])
     need = {g.first.number: max(0, 1 + runs - len(g.rates) - g.pending) for g in targets}
     order = []

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from autotune.tuner._confirm import UNFINISHED, plan
+from autotune.tuner._confirm import UNFINISHED, noisy_loss, plan
 from autotune.core._guard import blew_up, flat_reference, learned_share, lr_retry
 from autotune.core._kinds import Kind, Line, Request, baseline_request
 from autotune.core._knobs import batch_of
@@ -95,7 +95,17 @@ def after_trial(row: TrialRow, found: Standing, settings: Settings) -> list[Deci
         decisions.append(climb(row, found, settings.space, settings.cpus))
     if row.kind is Kind.BASELINE and row.measured:
         decisions.append(baseline_curve(row, settings.tolerance, settings.windows))
+    decisions.append(loss_unit(row))
     return [d for d in decisions if d is not None]
+
+
+def loss_unit(row: TrialRow) -> Line | None:
+    """The line that says the loss is no signal for this script (``row`` re-ran the code as written
+    and its loss disagreed with the first run's), or that a loss summed over the batch is compared
+    per sample (``row`` was found so); each said once (``Line.once``)."""
+    said = "no signal" if noisy_loss([row]) is row else "per sample" if "loss_per_sample" in row.metrics else None
+    return next((Line(f"trial {row.number}: {ln}", f"loss-{said}") for ln in row.reason.splitlines()
+                 if said and said in ln), None)
 
 
 def owed_again(row: TrialRow, found: Standing) -> Request | None:

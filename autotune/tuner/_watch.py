@@ -36,6 +36,7 @@ from autotune.core._guard import (
 from autotune.machine._launch import Budget, TrialSpec, launch
 from autotune.machine._monitor import Monitor, nvml_handle
 from autotune.core._outcome import Outcome, classify
+from autotune.core._loss_signal import noise_line, per_sample, per_sample_factor, per_sample_line, self_disagreement
 from autotune.stores._records import changes_batch
 from autotune.core._to_loss import loss_fall, to_loss
 from autotune.machine._reap import kill_group, kill_processes
@@ -240,22 +241,35 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     losses = loss_history(events.get("warmup"), windows)
     curve = judged_curve(events.get("warmup"), windows)
     memory_low = metrics.get("available_min", float("inf")) < 2 * monitor.floor
+    # The code as written run again (a re-run of the baseline) is never diverged from itself: a gap
+    # past the tolerance says its loss is noise (autotune.core._loss_signal); only nan/inf is judged.
+    own = not spec.config.set_values() and bool(reference or reference_curve)
+    factor = 1.0 if own else per_sample_factor(reference, losses, reference_curve, curve)
+    history, judged_c = per_sample(losses, curve, factor)  # (a summed loss, per sample)
     outcome, reason = classify(proc.returncode, killed[0] if killed else None, events.get("error"),
-                               windows, stderr_tail, history=losses, reference=reference,
+                               windows, stderr_tail, history=history, reference=() if own else reference,
                                tolerance=tolerance, memory_low=memory_low,
                                # (the worker says whether it ran out before its measure was done)
                                expected_windows=len(windows) + 1 if end.get("short") and not ended else 0,
-                               reference_curve=reference_curve, curve=curve,
+                               reference_curve=() if own else reference_curve, curve=judged_c,
                                batches=events["end"].get("steps") if "end" in events else None)
     if monitor.problems and not killed:
         reason = "\n".join(filter(None, [reason, *monitor.problems]))
     # Kept for the trials the verdict judged (those that ran to their end), not for one stopped
     # early (pruned, timed out, crashed), whose partial loss was never held against the tolerance.
-    judged = judge_loss(reference, losses, reference_curve, curve) \
+    judged = judge_loss(reference, history, reference_curve, judged_c) \
         if (reference or reference_curve) and outcome in (Outcome.COMPLETE, Outcome.DIVERGED) else None
+    noise = self_disagreement(reference, history, reference_curve, judged_c, tolerance) \
+        if own and outcome is Outcome.COMPLETE else None
+    if noise is not None:
+        metrics["loss_noise"] = abs(noise.excess)
+    if factor != 1.0 and judged is not None:
+        metrics["loss_per_sample"] = factor
+    reason = "\n".join(filter(None, [reason, noise and noise_line(noise, tolerance),
+                                     factor != 1.0 and judged is not None and per_sample_line(factor)]))
     if judged is not None and math.isfinite(judged.excess):
         metrics.update(loss_excess=judged.excess, loss_tolerance=tolerance)
-        reached, fall = to_loss(reference_curve, curve), loss_fall(reference_curve)
+        reached, fall = to_loss(reference_curve, judged_c), loss_fall(reference_curve)
         if reached is not None and fall is not None and not fall.falls:  # (flat after its warmup: noise)
             if changes_batch(end.get("config", {}).get("batch_size"), end.get("base_batch_size")):
                 metrics.update(to_loss_flat=1.0, to_loss_target=reached.target, to_loss_start=fall.start)
