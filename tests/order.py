@@ -25,6 +25,8 @@ LONG: tuple[tuple[tuple[str, ...], float], ...] = (
     (("test_outages",), 88),
     (("test_frameworks",), 83),
     (("test_watch",), 82),
+    (("test_corpus",), 80),
+    (("test_do_no_harm",), 60),
     (("test_ddp",), 74),
     (("test_e2e",), 64),
     (("test_margin",), 59),
