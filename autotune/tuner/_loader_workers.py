@@ -34,6 +34,14 @@ epoch: a worker makes whole batches, so past one per batch the rest sit idle
 (``Run.dataloader`` clamps them). At each trial's batch size the search draws no
 more workers than that (``useful_workers``), so it does not spend trials on
 configs that run as another.
+
+On several ranks (``--nproc-per-node``) no ceilings are measured, and ``num_workers`` is each
+rank's: the same rule runs per rank on each trial's own figures (``ranked``), on the rank's
+share of the CPUs. Its RAM share needs no change: a trial's RAM peak is the whole job's, so
+what it adds over one without workers, per worker drawn, is what one more worker on every rank
+costs, and the budget over that is workers a rank. Without this, a DDP study of a script that
+read 1 ms an item kept to 1-2 workers a rank, waited on data 88% of its time and never
+climbed (2.18x, where one process climbed to 18-62 workers and 17x).
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ from typing import Any
 from autotune.core._ceilings import Ceilings
 from autotune.core._knobs import KNOBS, Part, batch_of, show_value
 from autotune.core._outcome import Outcome
+from autotune.core._rank_loaders import rank_loader, read_cpu
 
 #: Share of the CPUs its workers could use (at most one each) under which a loader
 #: counts as waiting: more workers than cores then help.
@@ -68,13 +77,14 @@ SPARE_PROCESSES = 64
 
 @dataclasses.dataclass(frozen=True)
 class Evidence:
-    """What one measured loader says about workers."""
+    """What one measured loader says about workers (on a trial of several ranks, each rank's)."""
 
     trial: int
     workers: int
     loader: float  # samples/s of the loader alone
     cpus_used: float  # CPUs the loader alone kept busy
     wanted: float  # samples/s the model takes (its compute ceiling)
+    ranks: int = 1  # (over 1: read from the trial's own figures, ``autotune.core._rank_loaders``)
 
     @property
     def waiting(self) -> float:
@@ -88,7 +98,9 @@ class Evidence:
 
 
 def evidence(rows: Iterable[Any], ceilings: Ceilings, cpus: int) -> list[Evidence]:
-    """Each measured config whose loader alone waits and is slower than its model."""
+    """Each measured config whose loader alone waits and is slower than its model: from its
+    ceilings, or on several ranks (which measure none) from each rank's figures (``ranked``)."""
+    rows = list(rows)
     found: dict[str, Evidence] = {}
     for row in rows:
         config = row.config
@@ -102,7 +114,37 @@ def evidence(rows: Iterable[Any], ceilings: Ceilings, cpus: int) -> list[Evidenc
             continue  # the workers keep the CPUs busy: more than the cores cannot help
         seen = Evidence(row.number, workers, loader, used, wanted)
         found.setdefault(f"{workers}:{loader:.0f}", seen)
+    for seen in ranked(rows, cpus):
+        found.setdefault(f"{seen.workers}:{seen.loader:.0f}", seen)
     return list(found.values())
+
+
+def ranks_of(row: Any) -> int:
+    """The ranks a trial ran on, as its loader saw them (1: one process, or a loader that
+    could not tell: a stream's)."""
+    return int(row.dataset.get("ranks") or 1)
+
+
+def ranked(rows: Iterable[Any], cpus: int) -> list[Evidence]:
+    """The single-process rule per rank, for the trials on several ranks: each rank's loader
+    and model as its figures give them (``autotune.core._rank_loaders.rank_loader``), on its share
+    of the ``cpus`` (the job's). A loader counts as waiting only once a trial without workers
+    bounded what a sample costs to read (``read_cpu``): the busy share of its main thread,
+    which read and stepped, over what it read."""
+    read = [(row, rank_loader(row.metrics.get("samples_per_s"), row.metrics.get("data_wait_frac"),
+                              row.metrics.get("main_thread_busy"), row.config.get("num_workers"), ranks_of(row)))
+            for row in rows if ranks_of(row) > 1 and isinstance(row.config.get("num_workers"), int)]
+    cost = read_cpu(r for _, r in read)
+    found = []
+    for row, rank in read:
+        if rank is None or cost is None or rank.loader >= rank.wanted:
+            continue
+        share = max(1, cpus // ranks_of(row))
+        if rank.cpus_used(cost) >= WAITING_BELOW * min(max(1, rank.workers), share):
+            continue  # (as above, on the rank's share of the CPUs)
+        found.append(Evidence(row.number, rank.workers, rank.loader, rank.cpus_used(cost), rank.wanted,
+                              ranks_of(row)))
+    return found
 
 
 def _ram_peaks(rows: Iterable[Any]) -> list[tuple[int, float, bool]]:
@@ -300,8 +342,10 @@ def widened_range(high: int, low: int, rows: Iterable[Any], ceilings: Ceilings, 
     if most.needed > high:
         new = most.needed
         who = f"{most.workers} workers" if most.workers else "the main process (no workers)"
-        why.append(f"workers wait {most.waiting:.0%} of their time (trial {most.trial}'s loader alone: "
-                   f"{most.loader:,.0f} samples/s from {who}, using {most.cpus_used:.1f} of {cpus} CPUs; "
+        alone, of = ("loader alone", f"{cpus} CPUs") if most.ranks == 1 else \
+            (f"loader on each of {most.ranks} ranks", f"the rank's {max(1, cpus // most.ranks)} CPUs")
+        why.append(f"workers wait {most.waiting:.0%} of their time (trial {most.trial}'s {alone}: "
+                   f"{most.loader:,.0f} samples/s from {who}, using {most.cpus_used:.1f} of {of}; "
                    f"its model takes {most.wanted:,.0f})")
     # (against the range each drew from, as Optuna recorded it: a leader's verdict never changes)
     topped = [(r, behind) for r, behind in leads(rows)
