@@ -9,6 +9,7 @@ import subprocess
 import forked_cli
 from helpers import FIXTURES, autotune, cli, cli_env, load_study
 
+from autotune.core._kinds import Kind
 from autotune.tuner._standing import standing
 
 SCRIPT = FIXTURES / "scripts" / "ddp_style.py"
@@ -51,6 +52,27 @@ def test_a_ddp_script_is_tuned_on_two_ranks_and_run_in_production_on_two(tmp_pat
     assert "autotune: 2 ranks, each running" in ran.stderr and f"num_workers={workers}" in ran.stderr, ran.stderr
     assert "measured on another machine" not in ran.stderr, ran.stderr
     assert "epoch 1: loss" in ran.stdout  # both ranks ran to the end (rank 0 prints after the last all-reduce)
+
+
+def test_a_ddp_study_whose_ranks_wait_on_reads_climbs_past_the_cores(tmp_path) -> None:
+    # 1 ms an item, no workers as written: each rank waits on its reads most of its time, and its
+    # main thread, sleeping, is hardly busy. Each rank's range widens past its 1 CPU by Little's
+    # law on the baseline's own figures, and the leader runs again with twice its workers
+    space = tmp_path / "workers.yaml"
+    space.write_text("knobs:\n  num_workers: {low: 1, high: auto}\n  persistent_workers: [true]\n")
+    # (figures believed under the suite's load: what is checked is what the study asks, not how fast)
+    done = autotune("run", str(SCRIPT), "--nproc-per-node", "2", "--trials", "3", "--store", "st",
+                    "--space", str(space), *TRIALS, "--max-load", "1", "--max-spread", "1000", "--",
+                    "--epochs", "1000", "--read-ms", "1", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    said = done.stdout + done.stderr
+    assert "trial 0's loader on each of 2 ranks" in said, said
+    rows = standing(load_study(tmp_path / "st", "ddp_style")).rows
+    assert [r.kind for r in rows] == [Kind.BASELINE, Kind.SAMPLED, Kind.MORE_WORKERS], said
+    drawn, climbed = rows[1].config["num_workers"], rows[2].config["num_workers"]
+    assert rows[2].of == 1 and drawn < climbed <= 2 * drawn, (drawn, climbed)  # (twice, or the range's top)
+    assert rows[1].workers_high > 2 and rows[2].outcome == "complete", rows[2].reason  # past the 2 CPUs; it ran
+    assert f"trial 1, the fastest then, drew num_workers={drawn}" in said, said
 
 
 def test_a_rank_that_raises_or_hangs_ends_its_trial_and_a_run_handle_function_trains_on_two(tmp_path) -> None:
