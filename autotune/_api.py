@@ -7,6 +7,7 @@ checks, the same study.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import sys
@@ -20,14 +21,13 @@ from autotune.core._config import ConfigError
 from autotune.core._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION
 from autotune.machine._launch import TRIAL_TAG_ENV, Budget
 from autotune.machine._noise import FOREIGN_LOAD_MAX, QUIET_WAIT_S, REMEASURES, SPREAD_MAX
-from autotune.tuner._options import DEFAULT_STORE
+from autotune.tuner._options import DEFAULT_STORE, LOGGER, Reporter
 from autotune._result import Result
 from autotune.training._script import check_script, is_script
 from autotune.tuner._shape import WHOLE_RUN_S
 from autotune.stores._stores import STORE_PATIENCE_S
 
 if TYPE_CHECKING:
-    from autotune.tuner._options import Reporter
     from autotune.tuner._space import Space
 
 #: Trials ``tune`` runs when not told (the baseline first, if the study has none).
@@ -98,8 +98,10 @@ def tune(target: str | Callable[..., Any], *, trials: int = TRIALS, space: str |
         >>> result.export("best.yaml")  # then, in production: train(autotune.load("best.yaml"))  # doctest: +SKIP
 
     Args:
-        progress: Print the live progress and the summary on the terminal, as ``run`` does;
-            or a ``Reporter`` of your own, which receives the progress (nothing is printed).
+        progress: Print the live progress and the summary on the terminal, as ``run`` does.
+            False: print nothing; the notes, each trial's end and the summary go to the ``autotune``
+            logger at INFO (``logging.getLogger("autotune")``: silent until given a handler). Or a
+            ``Reporter`` of your own, which receives the progress (nothing is printed).
         nproc_per_node: Ranks per trial: over 1, each trial runs through PyTorch's launcher
             (``torch.distributed.run --nproc-per-node N``), each rank on its share of the CPUs (on
             CUDA, its own GPU); samples/s is the job's, summed over the ranks.
@@ -138,15 +140,38 @@ def tune(target: str | Callable[..., Any], *, trials: int = TRIALS, space: str |
                           f"-m package.module), not the function {target!r}")
     target = target_of(target)
     argv = tuple(args or ()) if is_script(target) else None
-    return _run(target, given, argv=argv, trials=trials, space=str(space), study=study, storage=storage,
-                store=Path(store), tracking_uri=tracking_uri, device=device, jobs=jobs, timeout=timeout,
-                ram_budget=ram_budget, seed=seed, progress=progress)
+    reporter = progress
+    if progress is True:  # the terminal, as `autotune run` draws it
+        from autotune._terminal import Progress
+
+        reporter = Progress()
+    with _shown(reporter):
+        result = _run(target, given, argv=argv, trials=trials, space=str(space), study=study, storage=storage,
+                      store=Path(store), tracking_uri=tracking_uri, device=device, jobs=jobs, timeout=timeout,
+                      ram_budget=ram_budget, seed=seed, reporter=reporter or Reporter())
+    from autotune._terminal import print_summary, summary_lines
+
+    if progress is True:
+        print_summary(result.study, result._found, Path(store))
+    elif not progress:  # to the logger, as the notes (a Reporter of the caller's own: `run` prints it)
+        for line in summary_lines(result.study, result._found, Path(store)):
+            LOGGER.info(line)
+    return result
+
+
+def _shown(reporter: Any) -> contextlib.AbstractContextManager[None]:
+    """Where a live view draws the study (``autotune._terminal.Progress``: ``autotune run``'s,
+    ``tune(progress=True)``'s), the ``autotune`` logger's notes printed on its console meanwhile;
+    else they go to the handlers the application gave that logger, if any."""
+    from autotune._terminal import Progress, notes_on
+
+    return notes_on(reporter.console) if isinstance(reporter, Progress) else contextlib.nullcontext()
 
 
 def _run(target: str, limits: Mapping[str, Any], *, argv: tuple[str, ...] | None, trials: int, space: str, study: str | None,
          storage: str | None, store: Path, tracking_uri: str | None, device: str, jobs: int,
          timeout: float | None, ram_budget: float | None, seed: int | None,
-         progress: bool | Reporter) -> Result:
+         reporter: Reporter) -> Result:
     from autotune.machine._launch import new_tag
     from autotune.machine._probe import usable_cpus
     from autotune.training._ranks import check_ranks
@@ -172,7 +197,7 @@ def _run(target: str, limits: Mapping[str, Any], *, argv: tuple[str, ...] | None
     try:
         return _study(target, argv, target_notes, loaded, limits, warm, cpus, trials=trials, study=study, storage=storage,
                       store=store, tracking_uri=tracking_uri, device=device, jobs=jobs, timeout=timeout,
-                      ram_budget=ram_budget, seed=seed, progress=progress)
+                      ram_budget=ram_budget, seed=seed, reporter=reporter)
     finally:
         for worker in warm.values():
             worker.close()
@@ -181,11 +206,11 @@ def _run(target: str, limits: Mapping[str, Any], *, argv: tuple[str, ...] | None
 def _study(target: str, argv: tuple[str, ...] | None, target_notes: list[str], loaded: Space, limits: Mapping[str, Any], warm: Mapping[int, Any],
            cpus: list[int], *, trials: int, study: str | None, storage: str | None, store: Path,
            tracking_uri: str | None, device: str, jobs: int, timeout: float | None, ram_budget: float | None,
-           seed: int | None, progress: bool | Reporter) -> Result:
+           seed: int | None, reporter: Reporter) -> Result:
     import signal
 
     from autotune.tuner._finish import discard
-    from autotune.tuner._options import BaselineFailed, Reporter, StudyOptions  # noqa: F811
+    from autotune.tuner._options import BaselineFailed, StudyOptions
     from autotune.machine._probe import probe_forked
     from autotune.machine._slots import devices_of, plan_slots
     from autotune.stores._stores import open_storage
@@ -215,12 +240,6 @@ def _study(target: str, argv: tuple[str, ...] | None, target_notes: list[str], l
                               f"and this machine shows {torch.cuda.device_count()}")
     slots = plan_slots(jobs, cpus, devices)
     restricted, notes = loaded.restrict(fingerprint)
-    if progress is True:
-        from autotune._terminal import Progress
-
-        reporter: Reporter = Progress()
-    else:
-        reporter = progress or Reporter()
     for line in [*target_notes, *notes]:
         reporter.note(line)
     ranks = limits["nproc_per_node"]
@@ -256,12 +275,7 @@ def _study(target: str, argv: tuple[str, ...] | None, target_notes: list[str], l
         if hasattr(reporter, "stop"):
             reporter.stop()
     stopped = signal.Signals(runner.interrupted_by).name if runner.interrupted_by else None
-    result = Result.of(runner.study, stopped, found)
-    if progress is True:
-        from autotune._terminal import print_summary
-
-        print_summary(runner.name, found, store)
-    return result
+    return Result.of(runner.study, stopped, found)
 
 
 def _import_stores() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import logging
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +12,7 @@ from autotune.core._kinds import Kind
 from autotune.core._knobs import show_value
 from autotune.core._outcome import Outcome, headline
 from autotune.stores._records import signed_share
+from autotune.tuner._options import LOGGER, Reporter
 
 
 def console(stderr: bool = False):
@@ -23,27 +26,70 @@ def console(stderr: bool = False):
     return found
 
 
-def print_summary(name: str, found, store: Path) -> None:
-    from rich.markup import escape
-
+def summary_lines(name: str, found, store: Path) -> list[str]:
+    """The summary a study ends with: its findings (the first, ``best: ...``, or what stopped
+    every figure from ranking), the data wait, the winner's config, the export and what next."""
     from autotune.tuner._standing import findings
 
-    out = console()
     best = found.best
     first, *rest = findings(found)
     if best is None:  # nothing complete, or nothing believed: findings says which
-        out.print(f"[red]study {name}: {escape(first)}[/red]")
-        return
-    out.print(f"\n[bold]best: {escape(first)}[/bold]")
-    for line in rest:
-        out.print(escape(line))
+        return [f"study {name}: {first}"]
+    lines = [f"best: {first}", *rest]
     base = found.base.first if found.base else None
     if base:
-        out.print(f"data wait: {base.metrics.get('data_wait_frac', 0):.0%} of the baseline's "
-                      f"step time -> {best.metrics.get('data_wait_frac', 0):.0%}")
-    out.print(f"config: {escape(changed(best.config, base.config if base else {}))}")
-    out.print(f"exported: {store / 'exports' / (name + '.yaml')}  (autotune export -o best.yaml)")
-    out.print("trials: autotune show   |   MLflow UI: autotune ui")
+        lines.append(f"data wait: {base.metrics.get('data_wait_frac', 0):.0%} of the baseline's "
+                     f"step time -> {best.metrics.get('data_wait_frac', 0):.0%}")
+    return [*lines, f"config: {changed(best.config, base.config if base else {})}",
+            f"exported: {store / 'exports' / (name + '.yaml')}  (autotune export -o best.yaml)",
+            "trials: autotune show   |   MLflow UI: autotune ui"]
+
+
+def print_summary(name: str, found, store: Path) -> None:
+    from rich.markup import escape
+
+    out = console()
+    first, *rest = summary_lines(name, found, store)
+    if found.best is None:
+        out.print(f"[red]{escape(first)}[/red]")
+        return
+    out.print(f"\n[bold]{escape(first)}[/bold]")
+    for line in rest:
+        out.print(escape(line))
+
+
+class _ConsoleHandler(logging.Handler):
+    """Prints the ``autotune`` logger's records dim on a rich console, as the notes always were."""
+
+    def __init__(self, console) -> None:
+        super().__init__(logging.INFO)
+        self.console = console
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from rich.markup import escape
+
+        try:
+            self.console.print(f"[dim]{escape(record.getMessage())}[/dim]")
+        except Exception:  # noqa: BLE001 (logging's rule: a handler reports its failure, never raises)
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def notes_on(out) -> Iterator[None]:
+    """The ``autotune`` logger's notes printed on the rich console ``out`` while the block runs
+    (``autotune run``'s terminal, ``tune(progress=True)``'s), and only there: not propagated to
+    the root logger, whose handlers an application set would print each line again."""
+    handler = _ConsoleHandler(out)
+    level, propagate = LOGGER.level, LOGGER.propagate
+    LOGGER.addHandler(handler)
+    LOGGER.setLevel(logging.INFO)
+    LOGGER.propagate = False
+    try:
+        yield
+    finally:
+        LOGGER.removeHandler(handler)
+        LOGGER.setLevel(level)
+        LOGGER.propagate = propagate
 
 
 def changed(config: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
@@ -51,11 +97,12 @@ def changed(config: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={show_value(v)}" for k, v in diff.items()) or "(the baseline's)"
 
 
-class Progress:
+class Progress(Reporter):
     """Live progress on the terminal: trial n of N, each running trial's windows, best, time left.
 
     With ``--jobs`` several trials run at once: the live status has a line for each,
-    and a finished trial's lines are printed whole, never interleaved.
+    and a finished trial's lines are printed whole, never interleaved. Its notes go through the
+    ``autotune`` logger, which ``notes_on`` prints on its console.
     """
 
     def __init__(self, verbose: bool = False) -> None:
@@ -68,9 +115,6 @@ class Progress:
         self._heads: dict[int, str] = {}  # running trial -> its head line
         self._states: dict[int, str] = {}
         self._lock = threading.Lock()  # slots report from their own threads
-
-    def note(self, line: str) -> None:
-        self.console.print(f"[dim]{line}[/dim]")
 
     def _draw(self) -> None:
         text = "\n".join(f"{head} {self._states.get(n, '')}" for n, head in self._heads.items())

@@ -4,6 +4,7 @@ how it stops when the user's code as written does not run (``BaselineFailed``)."
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,11 @@ if TYPE_CHECKING:
 #: Default store folder (relative to where autotune runs): the Optuna journal,
 #: the MLflow database and artifacts, and the trials' logs.
 DEFAULT_STORE = Path("mlflow")
+#: Where a study's notes and each trial's end go (named as the package, as ``optuna`` and
+#: ``lightning.pytorch`` name theirs): silent until the application gives it a handler; ``autotune
+#: run`` and ``tune(progress=True)`` print it on their terminal (``autotune._terminal.notes_on``).
+LOGGER = logging.getLogger("autotune")
+LOGGER.addHandler(logging.NullHandler())  # (else logging's last resort prints a warning to stderr)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,10 +85,12 @@ class StudyOptions:
 
 
 class Reporter:
-    """Receives a study's progress (the CLI draws it; the default ignores it)."""
+    """Receives a study's progress (the CLI draws it; the default logs each note and each trial's
+    end to the ``autotune`` logger, ``LOGGER``, at INFO)."""
 
     def note(self, line: str) -> None:
         """A line worth showing once (capability drops, paths)."""
+        LOGGER.info(line)
 
     def trial_started(self, number: int, index: int, total: int, config: Config,  # type: ignore[valid-type]
                       share: str | None = None, kind: Kind = Kind.SAMPLED, of: int | None = None) -> None:
@@ -95,6 +103,9 @@ class Reporter:
 
     def trial_done(self, row: TrialRow, found: Standing, seconds_left: float) -> None:
         """A trial ended; ``found`` is the study's standing with it (its winner so far)."""
+        figures = [f"{row.samples_per_s:,.1f} samples/s" if row.samples_per_s else "",
+                   f"{row.speedup:.2f}x the baseline" if row.speedup else "", headline(row.doubt or row.reason)]
+        LOGGER.info(", ".join([f"trial {row.number} {row.outcome}", *filter(None, figures)]))
 
 
 class BaselineFailed(RuntimeError):

@@ -104,3 +104,23 @@ def test_the_cli_has_tunes_options_and_defaults() -> None:
 
     bounds = {p.name: (p.type.min, p.type.max) for p in run.params if p.name in LIMITS}
     assert bounds == {name: (low and low[0], high and high[0]) for name, (low, high) in LIMITS.items()}
+
+
+def test_tune_without_progress_prints_nothing_and_logs_to_the_autotune_logger(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+    """``progress=False``: not a character on stdout or stderr (the trials' processes' included:
+    captured at the file descriptors); the notes, each trial's end and the summary reach
+    ``logging.getLogger("autotune")``, as Optuna's reach ``optuna``'s (issue 59)."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="autotune")
+    result = autotune.tune(f"{FIXTURE}:train", trials=2, space="loader", seed=0, store=tmp_path / "store",
+                           progress=False, profile=False, warm_start=False, **QUICK)
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")
+    said = [record.getMessage() for record in caplog.records if record.name == "autotune"]
+    assert any(line.startswith(f"study {result.study} on ") for line in said), said  # a note
+    ends = [line for line in said if line.startswith(("trial 0 ", "trial 1 "))]
+    assert [line.split()[:2] for line in ends] == [["trial", "0"], ["trial", "1"]], said  # each trial's end
+    assert ends[0].startswith("trial 0 complete, ") and "samples/s" in ends[0], said
+    assert said[-1] == "trials: autotune show   |   MLflow UI: autotune ui", said  # the summary's last
