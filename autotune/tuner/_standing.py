@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from autotune.core._ceilings import Ceilings, Verdict
-from autotune.tuner._confirm import UNFINISHED, Decision, Group, baseline_group, decide, group_runs
+from autotune.tuner._confirm import UNFINISHED, Decision, Group, baseline_group, decide, group_runs, speed_only
 from autotune.core._knobs import KNOBS, show_value
 from autotune.core._outcome import Outcome, headline
 from autotune.core._whole_runs import horizon_rate, other_training, wall_rate
@@ -81,8 +81,9 @@ def standing(study: optuna.Study) -> Standing:
 def standing_of(rows: Sequence[TrialRow], ceilings: Ceilings, horizon_h: float | None = None) -> Standing:
     """The standing of ``rows`` (in trial order) and the study's ``ceilings``: each row's
     speedup filled in, the groups, the decision; whole runs ranked for ``horizon_h`` hours of
-    production where given (``--horizon``), else on their wall time."""
-    rows = list(rows)
+    production where given (``--horizon``), else on their wall time; where the loss is no signal
+    for the code, as its runs judged diverged on a finite loss rank (``speed_only``)."""
+    rows = speed_only(rows)
     groups = group_runs(rows)
     base = baseline_group(groups)
     if base is not None and base.first.run_s and base.first.shape.get("samples"):  # whole runs: on wall time

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from autotune.tuner._ceiling_run import with_ceilings
 from autotune.core._config import Config
-from autotune.tuner._confirm import CONFIRM_TOP
+from autotune.tuner._confirm import CONFIRM_TOP, noisy_loss
 from autotune.tuner._finish import finish, leave
 from autotune.core._kinds import Kind, Line, Request
 from autotune.machine._launch import TrialSpec, new_tag
@@ -323,7 +323,7 @@ class StudyRunner:
         is judged against its curve), and where it ran whole its ceilings run after it."""
         kind = kind_of(trial.user_attrs)
         config, holding = self._config(trial, kind, found)
-        base = found.base.first if found.base else None
+        base, judged = found.base.first if found.base else None, noisy_loss(found.rows) is None  # (else: nan/inf only)
         seed = found.seed(self.options.seed)
         tags = {"autotune.fingerprint": self.fingerprint.summary(),
                 **{f"autotune.held.{knob}": why for knob, why in holding.items()}}  # (the MLflow UI shows why)
@@ -346,8 +346,8 @@ class StudyRunner:
                 result = run_trial(spec, self.recorder.log_path(trial.number), self.ram_budget,
                                    self.recorder.watcher(trial, prune_below, self.options.prune, self.options.max_load,
                                                          self.reporter.event, self.options.budget.window_s),
-                                   interrupt=interrupt, reference=base.losses if base else (), tolerance=self.options.tolerance,
-                                   reference_curve=base.curve if base else (), warm=self._warm.get(slot.index))
+                                   interrupt=interrupt, reference=base.losses if base and judged else (), tolerance=self.options.tolerance,
+                                   reference_curve=base.curve if base and judged else (), warm=self._warm.get(slot.index))
                 result = with_ceilings(spec, result, self.recorder.log_path(trial.number), lambda again, log: run_trial(
                     again, log, self.ram_budget, interrupt=interrupt, warm=self._warm.get(slot.index)))
         except BaseException as exc:  # a second Ctrl-C, or our own bug: close both records, go on raising
