@@ -290,7 +290,14 @@ class Hooks:
             # the script's own GradScaler scaled it (``OutsideLoop``'s patch of ``GradScaler.scale``)
             hooks._loss = getattr(tensor, "_autotune_unscaled", tensor)
             hooks.run._edge("backward")
-            return hooks.loop.backward(original, tensor, *args, **kwargs)
+            out = hooks.loop.backward(original, tensor, *args, **kwargs)
+            if hooks.measure and hooks.training is None and not hooks.loop._optimizers \
+                    and (hooks.last_fetched is None or hooks.run.loaderless):
+                # no optimizer at all (word_language_model, pytorch/examples' regression update their
+                # parameters by hand): each backward() is a step of the loop's clock
+                hooks.steps += 1
+                hooks.run._loaderless_step(hooks._loss)
+            return out
         return backward
 
     def _stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:

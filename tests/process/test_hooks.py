@@ -124,3 +124,44 @@ def test_a_profile_run_of_a_script_times_its_steps_by_part_and_traces_them(tmp_p
     assert parts["copy"] == 0  # the script copies its own batches (inside forward)
     names = {e.get("name") for e in trace_events(trace)}
     assert {f"autotune.{p}" for p in PARTS if p != "copy"} <= names
+
+
+def sliced(update: str) -> None:
+    """A loop without a DataLoader (nanoGPT's get_batch), its parameters updated by an optimizer or by
+    hand (pytorch/examples' word_language_model and regression have none), an evaluation each 5 steps."""
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1) if update == "optimizer" else None
+    x, y = DATA.tensors
+    for step in range(100_000):
+        i = (step * 32) % 224
+        loss = F.cross_entropy(model(x[i:i + 32]), y[i:i + 32])
+        model.zero_grad()
+        loss.backward()
+        if opt is not None:
+            opt.step()
+        else:
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= 0.1 * p.grad
+        if step % 5 == 0:
+            with torch.no_grad():
+                model(x[:64])
+
+
+@pytest.mark.parametrize("update", ["optimizer", "by hand"])
+def test_a_loop_without_a_dataloader_is_measured_in_steps(update: str) -> None:
+    events: list[tuple[str, dict]] = []
+    run = ScriptTrial(Config(), "cpu", lambda kind, **e: events.append((kind, e)), warmup_steps=2, warmup_s=0.0,
+                      window_s=0.05, min_window_steps=2, windows=3)
+    run.hooks.install()
+    try:
+        with pytest.raises(BudgetSpent):
+            sliced(update)
+    finally:
+        run.hooks.remove()
+    windows = [e for kind, e in events if kind == "window"]
+    assert run.loaderless and len(windows) == 3
+    assert all(w["samples"] == w["steps"] >= 2 and w["data_wait"] == 0.0 for w in windows)  # a step a sample
+    assert all(w["loss"] is not None and 0 < w["loss"] < 10 for w in windows)
+    resolved = next(e for kind, e in events if kind == "resolved")
+    assert resolved["dataset"]["loaderless"] is True
