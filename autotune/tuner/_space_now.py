@@ -147,24 +147,11 @@ def holds(found: Standing, space: Space, settled_by: int | None, max_load: float
         lines.append(Line(precision_why, f"precision-{precision['amp']}"))
     held = {**model, **fused, **order, **loader, **no_loader, **precision}
     why = {"amp": precision_why} if precision_why else {}
-    for knob, (value, line) in _broke_holds(found, space).items():
-        if knob not in held:  # (a hold above says its own reason)
-            held[knob], why[knob] = value, line
-            lines.append(Line(line, f"broke-{knob}"))
     for knob, (value, line) in _loss_holds(found, space, max_load, max_spread).items():
         if knob not in held:  # (a hold above says its own reason)
             held[knob], why[knob] = value, line
             lines.append(Line(line, f"lost-{knob}-{show_value(value)}"))
     return Holds(held, why, tuple(lines), settled)
-
-
-def _broke_holds(found: Standing, space: Space) -> dict[str, tuple[Any, str]]:
-    """Knobs held at the code's own after a value of theirs broke it (``autotune.tuner._broke``)."""
-    from autotune.tuner._broke import broke_holds, broken
-
-    if found.base is None:
-        return {}
-    return broke_holds(broken(found.rows, space.domains, found.base.first.config))
 
 
 def _loss_holds(found: Standing, space: Space, max_load: float, max_spread: float) -> dict[str, tuple[Any, str]]:
