@@ -25,6 +25,11 @@ def trial_id_of(trial: optuna.Trial | optuna.trial.FrozenTrial) -> int:
     return trial._trial_id
 
 
+def fixed_params(trial: optuna.Trial) -> dict[str, Any]:
+    """The values a trial was enqueued with (``Study.enqueue_trial``): its suggestions return them."""
+    return dict(trial._fixed_params)
+
+
 def trial_id(study: optuna.Study, number: int) -> int:
     return study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Union
 from autotune.core._config import Config, ConfigError, read_yaml
 from autotune.core._knobs import KNOBS, parse_relative, unknown_knob_message
 from autotune.machine._probe import usable_cpus
+from autotune.stores._optuna_io import fixed_params
 
 if TYPE_CHECKING:
     import optuna
@@ -135,10 +136,13 @@ class Space:
                cap: Cap | None = None) -> Config:  # type: ignore[valid-type]
         """Draw a config define-by-run, skipping knobs whose condition fails.
 
-        Knobs in ``held`` take its value (None: the user's own) and are not sampled; an
-        int range is drawn up to ``cap(name, values drawn so far)`` where that is lower.
+        Knobs in ``held`` take its value (None: the user's own) and are not sampled, but for
+        those the trial was enqueued with (a fixed value: whoever enqueued it asked for that
+        config, e.g. a climb's or a test's); an int range is drawn up to
+        ``cap(name, values drawn so far)`` where that is lower.
         """
-        held = held or {}
+        fixed = fixed_params(trial)
+        held = {k: v for k, v in (held or {}).items() if k not in fixed}
         values: dict[str, Any] = {}
         for name, domain in self.domains.items():
             if KNOBS[name].is_active(values):

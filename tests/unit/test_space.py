@@ -370,3 +370,23 @@ def test_sample_holds_knobs_without_suggesting_them(held: dict, expected_params:
         assert getattr(config, name) == value
     if held["num_workers"] == 0:
         assert config.prefetch_factor is None  # inactive without workers, held or not
+
+
+def test_an_enqueued_trial_keeps_its_fixed_values_over_holds() -> None:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space = Space("s", {"num_workers": IntRange(0, 4), "prefetch_factor": IntRange(1, 8),
+                        "amp": Choice(("off", "bf16"))})
+    study = optuna.create_study()
+    # whoever enqueued it (a climb, a test's fault study) asked for num_workers=3: a hold of
+    # num_workers at the code's own does not run 0 in its place; amp, not enqueued, stays held
+    study.enqueue_trial({"num_workers": 3})
+    trial = study.ask()
+    config = space.sample(trial, {"num_workers": None, "amp": "off"})
+    assert config.num_workers == 3 and config.amp == "off"
+    assert set(trial.params) == {"num_workers", "prefetch_factor"}
+    # a trial asked without fixed values is held as before
+    trial = study.ask()
+    assert space.sample(trial, {"num_workers": None, "amp": "off"}).num_workers is None
+    assert set(trial.params) == {"prefetch_factor"}
