@@ -6,8 +6,9 @@ can use, and holds knobs that measuring has settled: the loader knobs once the b
 is compute-bound at high efficiency, the model knobs when the function never hands its
 model to ``run.model``, ``fused_optimizer`` when no optimizer of the code takes ``fused=``, ``amp`` and ``compile`` where
 the script sets its own, ``amp`` at the one precision this machine does not run far
-slower than another (``autotune.tuner._precision``), and a knob at its one value left once each
-other lost clearly in a trial (``autotune.tuner._one_loss``). Pure functions of the standing; each
+slower than another (``autotune.tuner._precision``), a knob at its one value left once each
+other lost clearly in a trial (``autotune.tuner._one_loss``), and a knob at the code's own once a
+value of it broke the code (``autotune.tuner._broke``). Pure functions of the standing; each
 returns what it decided and the line that says so (``Line``).
 """
 
@@ -125,10 +126,11 @@ class Holds:
 
 
 def holds(found: Standing, space: Space, settled_by: int | None, max_load: float, max_spread: float,
-          horizon_h: float = HORIZON_H) -> Holds:
+          horizon_h: float = HORIZON_H, learnt: Mapping[str, str] | None = None) -> Holds:
     """The holds of the space now (see the module): the model knobs, the loader knobs and
     ``amp``. ``settled_by``: the trial whose loader hold was last said (None: none);
-    ``horizon_h``: the hours production trains for (compile must pay back within them)."""
+    ``horizon_h``: the hours production trains for (compile must pay back within them);
+    ``learnt``: knob -> line, knobs an earlier study found to break the code (a warm start's)."""
     model, model_line = _model_hold(found, space)
     if not model:
         model, model_line = _own_compile_hold(found, space)
@@ -147,11 +149,25 @@ def holds(found: Standing, space: Space, settled_by: int | None, max_load: float
         lines.append(Line(precision_why, f"precision-{precision['amp']}"))
     held = {**model, **fused, **order, **loader, **no_loader, **precision}
     why = {"amp": precision_why} if precision_why else {}
+    for knob, (value, line) in _broke_holds(found, space, learnt).items():
+        if knob not in held:  # (a hold above says its own reason)
+            held[knob], why[knob] = value, line
+            lines.append(Line(line, f"broke-{knob}"))
     for knob, (value, line) in _loss_holds(found, space, max_load, max_spread).items():
         if knob not in held:  # (a hold above says its own reason)
             held[knob], why[knob] = value, line
             lines.append(Line(line, f"lost-{knob}-{show_value(value)}"))
     return Holds(held, why, tuple(lines), settled)
+
+
+def _broke_holds(found: Standing, space: Space, learnt: Mapping[str, str] | None) -> dict[str, tuple[Any, str]]:
+    """Knobs held at the code's own after a value of theirs broke it (``autotune.tuner._broke``)."""
+    from autotune.tuner._broke import broke_holds, broken
+
+    if found.base is None:
+        return {}
+    learnt = {k: v for k, v in (learnt or {}).items() if k in space.domains}
+    return broke_holds(broken(found.rows, space.domains, found.base.first.config), learnt)
 
 
 def _loss_holds(found: Standing, space: Space, max_load: float, max_spread: float) -> dict[str, tuple[Any, str]]:

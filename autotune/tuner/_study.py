@@ -47,6 +47,7 @@ from autotune.stores._records import ATTR_BASELINE, ATTR_OF, ATTR_OWNER, ATTR_SA
 from autotune.tuner._scheduler import Heartbeat, Scheduler
 from autotune.tuner._shape import cost_line, shape_of, trial_budget
 from autotune.machine._slots import Slot
+from autotune.tuner._broke import BROKE_ATTR
 from autotune.tuner._space_now import draw_caps, holds, space_now
 from autotune.tuner._standing import Standing, standing
 from autotune.worker._streams import same_training
@@ -307,7 +308,8 @@ class StudyRunner:
             return Config(**trial.user_attrs.get(ATTR_SAMPLED, {})), {}
         space = self._space_now(found)
         with self._holding:
-            held = holds(found, self.space, self._settled_by, *self.options.hold_limits)
+            held = holds(found, self.space, self._settled_by, *self.options.hold_limits,
+                         learnt=self.study.user_attrs.get(BROKE_ATTR))  # (a warm start's: autotune.tuner._broke)
             self._settled_by = held.settled_by
         for line in held.lines:
             self.scheduler.say(line)

@@ -159,11 +159,14 @@ def join(storage, name: str, sampler, target: str, space: str, fingerprint: Fing
     if founder:
         set_up(study, target, space, fingerprint, tracker, baseline=True, script=script, horizon_h=horizon_h)
         if warm_start:
+            from autotune.tuner._broke import BROKE_ATTR
             from autotune.tuner._warm_start import find_source
 
             source = find_source(storage, name, target, study.user_attrs["fingerprint"])
             for request in source.requests() if source else ():
                 write(study, request)
+            if source and source.broke:  # (held from the start: autotune.tuner._broke)
+                study.set_user_attr(BROKE_ATTR, source.broke)
             if source:
                 say(source.line())
     else:

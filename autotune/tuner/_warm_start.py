@@ -8,7 +8,9 @@ on the same machine (else the most recent on another), and enqueues that study's
 (those that beat its baseline, best first in what they ranked on) right after the baseline, as
 trials of their own kind (``warm_start``). Nothing is copied: each runs and is measured here,
 and the sampler learns from it as from a draw. A source measured on another machine (other CPUs,
-GPU or torch) orders the first draws only, and the line says so.
+GPU or torch) orders the first draws only, and the line says so. What the source learnt breaks
+the code (``autotune.tuner._broke``: a knob held at the code's own after a crash) is held in the
+new study from its start, with the source's line.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class Source:
     configs: list[dict[str, Any]]  # as the space writes them ("2x"), best first
     speedups: list[float]  # each one's speedup there
     same_machine: bool
+    #: Knob -> line: the knobs the source study found to break the code (``learnt``).
+    broke: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def requests(self) -> list[Request]:
         """One enqueued trial per config (its params fixed for the sampler)."""
@@ -43,12 +47,16 @@ class Source:
 
     def line(self) -> str:
         """What the warm start does, in one line."""
+        held = (f"{', '.join(self.broke)} held at your code's own, as study {self.name} found a value of "
+                f"{'each' if len(self.broke) > 1 else 'it'} breaks your code") if self.broke else ""
+        if not self.configs:
+            return f"warm start: {held} (--warm-start off skips this)"
         shown = ", ".join(f"{s:.2f}x" for s in self.speedups)
         where = ("the same target on this machine" if self.same_machine else
                  "the same target on another machine: they set the order of the first draws only, "
                  "their figures are not used")
         return (f"warm start: the {len(self.configs)} top config(s) of study {self.name} ({shown} there) run "
-                f"first, measured here ({where}; --warm-start off skips this)")
+                f"first, measured here ({where}; --warm-start off skips this){'; ' + held if held else ''}")
 
 
 def same_machine(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
@@ -83,6 +91,18 @@ def top_configs(found: Standing, top: int = TOP) -> tuple[list[dict[str, Any]], 
     return configs, speedups
 
 
+def learnt(found: Standing, carried: Mapping[str, str]) -> dict[str, str]:
+    """Knob -> line for each knob the finished study ``found`` held because a value of it broke
+    the code: its own crashes', and what its own warm start ``carried``."""
+    from autotune.tuner._broke import broke_holds, broken
+
+    if found.base is None:
+        return dict(carried)
+    knobs = {k for r in found.rows for k in r.sampled}
+    return {k: line for k, (_, line) in broke_holds(broken(found.rows, knobs, found.base.first.config),
+                                                     carried).items()}
+
+
 def pick(candidates: Sequence[tuple[str, Mapping[str, Any], float]], fingerprint: Mapping[str, Any]) -> list[str]:
     """The candidate studies (name, fingerprint, start time) in the order to try them as a source:
     the same machine first, the most recent first.
@@ -98,6 +118,7 @@ def find_source(storage: Any, name: str, target: str, fingerprint: Mapping[str, 
     """The earlier study of ``target`` in ``storage`` a new study ``name`` starts from, or None."""
     import optuna
 
+    from autotune.tuner._broke import BROKE_ATTR
     from autotune.tuner._queue import is_marker
     from autotune.tuner._standing import standing
 
@@ -110,7 +131,12 @@ def find_source(storage: Any, name: str, target: str, fingerprint: Mapping[str, 
         candidates.append((summary.study_name, attrs.get("fingerprint") or {}, started))
     known = {n: fp for n, fp, _ in candidates}
     for source in pick(candidates, fingerprint):
-        configs, speedups = top_configs(standing(optuna.load_study(study_name=source, storage=storage)), top)
-        if configs:
-            return Source(source, configs, speedups, same_machine(known[source], fingerprint))
+        study = optuna.load_study(study_name=source, storage=storage)
+        found = standing(study)
+        configs, speedups = top_configs(found, top)
+        carried = study.user_attrs.get(BROKE_ATTR) or {}
+        broke = {k: line if line.startswith("study ") else f"study {source} learnt: {line}"
+                 for k, line in learnt(found, carried).items()}
+        if configs or broke:
+            return Source(source, configs, speedups, same_machine(known[source], fingerprint), broke)
     return None

@@ -154,6 +154,8 @@ def test_the_space_now_never_raises_and_holds_only_for_a_believed_best(found, wo
     assert now.domains["num_workers"].high >= SPACE.domains["num_workers"].high
     held = holds(found, SPACE, data.draw(st.sampled_from([None, 0, 3])), 0.2, 1.0)
     loader = {k for k in held.values if k in ("num_workers", "persistent_workers", "prefetch_factor")}
+    # (or a value of it broke the code where the baseline ran: autotune.tuner._broke)
+    loader -= {k for k in loader if "crashed where the baseline ran" in held.why.get(k, "")}
     if loader:
         assert found.best is not None and found.best.reliable and found.best.bottleneck.settled
     cap = draw_caps(found, now, lambda line: None)

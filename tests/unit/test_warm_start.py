@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from standings import standing, trial
 
 from autotune.core._kinds import Kind
-from autotune.tuner._warm_start import Source, pick, same_machine, top_configs
+from autotune.tuner._warm_start import Source, learnt, pick, same_machine, top_configs
 
 NOISY = "noisy: other processes used 48% of its CPUs while it measured (over 20%)"
 
@@ -50,3 +52,21 @@ def test_the_requests_and_the_line() -> None:
     other = Source("first", [{"num_workers": 4}], [1.95], same_machine=False)
     assert "on another machine: they set the order of the first draws only, their figures are not used" \
         in other.line()
+
+
+def test_what_the_source_learnt_breaks_the_code_is_carried_and_said() -> None:
+    crash = "RuntimeError: shape '[128, 1, 28, 28]' is invalid\n  File \"/x/main.py\", line 9, in f\n    x.view(128, 1)"
+    rows = [trial(0, 1000.0, config={"batch_size": 128}),
+            dataclasses.replace(trial(1, None, "crashed", sampled={"batch_size": "2x"}), reason=crash),
+            trial(2, 1500.0, sampled={"num_workers": 2})]
+    carried = {"amp": "study first learnt: your code breaks with amp=bf16 ..."}
+    broke = learnt(standing(*rows), carried)
+    assert broke["batch_size"].startswith("your code shapes a batch with its own batch size at main.py:9")
+    assert broke["amp"] == carried["amp"]  # what the source's own warm start carried, carried on
+    assert learnt(standing(*rows[::2]), {}) == {}  # nothing crashed: nothing learnt
+    source = Source("vae", [{"num_workers": 2}], [1.5], True, {"batch_size": broke["batch_size"]})
+    assert source.line().endswith("; batch_size held at your code's own, as study vae found a value of it "
+                                  "breaks your code")
+    assert Source("vae", [], [], True, broke).line() == (
+        "warm start: batch_size, amp held at your code's own, as study vae found a value of each breaks your code "
+        "(--warm-start off skips this)")
