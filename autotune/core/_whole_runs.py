@@ -52,6 +52,21 @@ def other_training(shape: Mapping[str, Any], batch: Any, base_shape: Mapping[str
             "another training, whose wall time is no speedup of the baseline's")
 
 
+def loss_cost(ratio: float | None) -> float | None:
+    """What a whole run's samples to the baseline's loss, over the baseline's (``ratio``), count
+    for in its ranking: only a cost. The production run is the script as given, and it trains all
+    its samples whatever loss it passes on the way, so a run on another batch that reaches the
+    baseline's loss early ranks on its wall time alone (its whole run, not an early stop the
+    script never makes); one that needs more samples than the baseline for it (``ratio`` over 1,
+    or a bound: not there by its end) ranks on its wall time for that many, as production must
+    train that much longer for the same loss. None where it costs nothing.
+
+    >>> loss_cost(0.75), loss_cost(1.0), loss_cost(None), loss_cost(1.3)
+    (None, None, None, 1.3)
+    """
+    return ratio if ratio is not None and ratio > 1.0 else None
+
+
 #: The hours of production that compile must pay back within where ``--horizon`` is not given (whole
 #: runs then rank on the script's wall time as given: it is the production run).
 HORIZON_H = 1.0

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.core._ceilings import CEILING_NOISE, Bottleneck, Ceilings, bottleneck, cpu_roof
 from autotune.core._kinds import Kind
 from autotune.core._outcome import RUNNING, Outcome, headline
+from autotune.core._whole_runs import loss_cost
 
 if TYPE_CHECKING:
     import optuna
@@ -136,10 +137,19 @@ def changes_batch(batch: Any, base_batch: int | None) -> bool:
 def batch_to_loss(metrics: Mapping[str, float], batch: Any, base_batch: int | None) -> float | None:
     """Where a run trained on another batch size than the code's: the samples it took to the
     baseline's loss over the baseline's (``to_loss_ratio``; a lower bound, ``to_loss_beyond``,
-    where it did not get there); None on the code's batch size, or where nothing was compared."""
+    where it did not get there); None on the code's batch size, or where nothing was compared.
+    A whole run (``run_s``) counts it only as a cost (``autotune.core._whole_runs.loss_cost``): it
+    ranks on the wall time of the production run, which trains all its samples.
+
+    >>> batch_to_loss({"to_loss_ratio": 0.75}, 128, 32), batch_to_loss({"to_loss_ratio": 0.75, "run_s": 9.0}, 128, 32)
+    (0.75, None)
+    >>> batch_to_loss({"to_loss_beyond": 1.4, "run_s": 9.0}, 128, 32)
+    1.4
+    """
     if not changes_batch(batch, base_batch):
         return None
-    return metrics.get("to_loss_ratio") or metrics.get("to_loss_beyond")
+    ratio = metrics.get("to_loss_ratio") or metrics.get("to_loss_beyond")
+    return loss_cost(ratio) if metrics.get("run_s") else ratio
 
 
 def rate_of(metrics: Mapping[str, float]) -> float | None:

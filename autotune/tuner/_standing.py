@@ -14,7 +14,8 @@ from autotune.tuner._confirm import UNFINISHED, Decision, Group, baseline_group,
 from autotune.core._knobs import KNOBS, show_value
 from autotune.core._outcome import Outcome, headline
 from autotune.core._whole_runs import horizon_rate, other_training, wall_rate
-from autotune.stores._records import ATTR_CEILINGS, ATTR_HORIZON, TrialRow, loss_against_baseline, row_of
+from autotune.stores._records import ATTR_CEILINGS, ATTR_HORIZON, TrialRow, row_of
+from autotune.tuner._loss_lines import to_loss_clause, to_loss_of, winner_loss_line
 from autotune.tuner._shape import flat_runs, run_time_line
 
 if TYPE_CHECKING:
@@ -271,34 +272,6 @@ def _figure(group: Group) -> str:
     """A config's figure as it ranks: its whole run's wall time (a study of whole runs) or its
     loop's samples/s; medians of its believed runs."""
     return f"{group.run_s:.1f} s a whole run" if group.run_s else f"{group.median:,.0f} samples/s"
-
-
-def winner_loss_line(win: Group) -> str | None:
-    """The winner's loss against the baseline's on the same samples (the median of its judged
-    runs, ``Group.loss_excess``) as a findings line; None when no run of it was judged."""
-    if win.loss_excess is None:
-        return None
-    tolerance = next((r.metrics["loss_tolerance"] for r in win.runs if "loss_tolerance" in r.metrics), None)
-    return f"loss: {loss_against_baseline(win.loss_excess, tolerance, win.losses)}"
-
-
-def to_loss_of(group: Group) -> float | None:
-    """For a config on another batch size than the code's: the median over its believed runs of
-    the samples it took to the baseline's loss over the baseline's (``TrialRow.to_loss``); None
-    for one on the code's batch size, or where none was compared."""
-    ratios = [r.to_loss for r in group.runs if r.reliable and r.to_loss]
-    return statistics.median(ratios) if ratios else None
-
-
-def to_loss_clause(win: Group) -> str:
-    """For a winner on another batch size: the loss it was ranked on reaching (the baseline's
-    over its judged span, ``autotune.core._guard.to_loss``), else nothing."""
-    ratio = to_loss_of(win)
-    if ratio is None:
-        return ""
-    target = next(r.metrics["to_loss_target"] for r in win.runs if r.metrics.get("to_loss_target"))
-    return (f"; ranked on its time to the baseline's loss ({target:.3g}), for which it took {ratio:.2f}x "
-            "the baseline's samples")
 
 
 def fetch_hint(lead: TrialRow) -> str | None:

@@ -43,6 +43,36 @@ def test_whole_runs_rank_on_wall_time_not_on_the_samples_each_counted() -> None:
                                          "10.0 s as written")
 
 
+def test_a_whole_run_on_another_batch_ranks_on_its_wall_time_and_its_loss_only_costs() -> None:
+    # The README quickstart's case: 4x the batch ran the whole script 1.15x as fast and passed the
+    # baseline's loss on 0.65x its samples; the production run trains all of them, so 1.15x, not
+    # the 1.77x of an early stop the script never makes.
+    def judged(number: int, run_s: float, **loss: float) -> object:
+        row = whole(number, run_s, 768, 128, batch_size="4x")
+        return dataclasses.replace(row, metrics={**row.metrics, "loss_excess": -0.1, "loss_tolerance": 0.5,
+                                                 "to_loss_target": 0.42, **loss})
+
+    early = standing(whole(0, 11.5, 992), judged(1, 10.0, to_loss_ratio=0.65))
+    assert found_speedup(early) == pytest.approx(1.15)
+    lines = findings(early)
+    assert lines[0].startswith("trial 1, 1.15x the baseline (your script's whole run in 10.0 s against 11.5 s")
+    assert next(line for line in lines if line.startswith("loss: ")).endswith(
+        "; it reached the baseline's loss (0.42) on 0.65x the baseline's samples: not counted, as your run "
+        "trains all of them")
+    # needing more samples than the baseline for its loss (or not there by its end) costs: production
+    # trains that much longer for the same loss
+    for key in ("to_loss_ratio", "to_loss_beyond"):
+        late = standing(whole(0, 11.5, 992), judged(1, 10.0, **{key: 1.4}))
+        assert found_speedup(late, number=1) == pytest.approx(1.15 / 1.4)
+
+
+def found_speedup(found: object, number: int | None = None) -> float:
+    """The speedup of the winner (or of trial ``number``'s config) in ``found``."""
+    group = (found.decision.winner if number is None
+             else next(g for g in found.groups if g.first.number == number))
+    return found.speedup(group)
+
+
 def test_a_whole_run_that_trained_other_samples_never_ranks_as_faster() -> None:
     # A script that stops after 200 steps: 8x the batch trains 8x the samples. 51,200 in 14 s is 3,657/s
     # against 6,400 in 10 s, 640/s: "5.71x" on samples over run time, while its run took 1.4x as long.
