@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from autotune.core._knobs import KNOBS
 
@@ -79,13 +79,24 @@ def _set_values(self) -> dict[str, Any]:
     return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
-# The fields come from the registry, so a new knob needs no edit here.
-Config = dataclasses.make_dataclass(
-    "Config",
-    [(name, Any, dataclasses.field(default=None)) for name in KNOBS],
-    frozen=True,
-    namespace={"as_dict": _as_dict, "set_values": _set_values},
-)
+if TYPE_CHECKING:
+    # What the type checker sees: the fields are made at run time from the registry, so a knob
+    # reads as Any here rather than being listed a second time.
+    class Config:
+        __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
+        def __init__(self, **knobs: Any) -> None: ...
+        def __getattr__(self, name: str) -> Any: ...
+        def as_dict(self) -> dict[str, Any]: ...
+        def set_values(self) -> dict[str, Any]: ...
+else:
+    # The fields come from the registry, so a new knob needs no edit here.
+    Config = dataclasses.make_dataclass(
+        "Config",
+        [(name, Any, dataclasses.field(default=None)) for name in KNOBS],
+        frozen=True,
+        namespace={"as_dict": _as_dict, "set_values": _set_values},
+    )
 Config.__doc__ = """The frozen value of every knob for one run.
 
 A field left ``None`` keeps what the user's code passes (or PyTorch's default):

@@ -116,7 +116,7 @@ class TrialSpec:
     """Everything the worker needs; pure data."""
 
     target: str
-    config: Config  # type: ignore[valid-type]
+    config: Config
     device: str = "cpu"
     budget: Budget = Budget()
     seed: int = 0

@@ -29,7 +29,7 @@ class Recipe(Run):
         origin: Where it came from (an export's path and what the study found there).
     """
 
-    def __init__(self, config: Config, device: Any = "auto",  # type: ignore[valid-type]
+    def __init__(self, config: Config, device: Any = "auto",
                  base_batch_size: int | None = None, *, origin: str | None = None,
                  report_every: float | None = None, quiet: bool = False, adapt: bool = False,
                  tracking_uri: str | None = None, ram_budget: float | None = None,

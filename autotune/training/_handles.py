@@ -48,7 +48,7 @@ class Run:
     #: through a handle, so it has no transfer, autocast or model stage (``autotune.training._script``).
     stages: frozenset[Stage] | None = None
 
-    def __init__(self, config: Config, device: Any = "auto") -> None:  # type: ignore[valid-type]
+    def __init__(self, config: Config, device: Any = "auto") -> None:
         import torch
 
         from autotune.machine._probe import resolve_device

@@ -97,7 +97,7 @@ class Recorder:
     def log_path(self, number: int) -> Path:
         return self.log_dir / f"trial-{number}.log"
 
-    def begin(self, trial: optuna.Trial, owner: Mapping[str, Any], config: Config, slot: Slot,  # type: ignore[valid-type]
+    def begin(self, trial: optuna.Trial, owner: Mapping[str, Any], config: Config, slot: Slot,
               seed: int, tags: Mapping[str, str]) -> str:
         """Record a claimed trial as started: who runs it, its kind, what it runs, where, from
         which seed; start its MLflow child run (its id kept with the trial); return that id.

@@ -133,7 +133,7 @@ class Space:
                                                   name: dataclasses.replace(self.domains[name], high=high)})
 
     def sample(self, trial: optuna.Trial, held: Mapping[str, Any] | None = None,
-               cap: Cap | None = None) -> Config:  # type: ignore[valid-type]
+               cap: Cap | None = None) -> Config:
         """Draw a config define-by-run, skipping knobs whose condition fails.
 
         Knobs in ``held`` take its value (None: the user's own) and are not sampled, but for
