@@ -116,7 +116,7 @@ def flat_reference(reference: Sequence[Point], curve: Sequence[Chunk],
     """
     span = judged_span(curve)
     loss = mean_over(curve, *span) if span else None
-    if not reference or loss is None or not math.isfinite(loss):
+    if not reference or span is None or loss is None or not math.isfinite(loss):
         return None
     first = reference[0][1]
     share = learned_share(tolerance)
@@ -143,7 +143,7 @@ def judged_curve(warmup: Mapping[str, Any] | None, windows: Sequence[Mapping[str
     return loss_curve([warmup, *windows] if warmup else windows)
 
 
-def judged_span(curve: Sequence[Chunk]) -> tuple[float, float] | None:
+def judged_span(curve: Sequence[Sequence[float]]) -> tuple[float, float] | None:
     """The samples a study judges divergence on: from half to all of the largest power of two
     of samples the baseline's measured windows reached (not before its first window).
 
@@ -161,7 +161,7 @@ def judged_span(curve: Sequence[Chunk]) -> tuple[float, float] | None:
     return max(first, end / 2), end  # (not before the windows: the warmup's loss is no reference)
 
 
-def mean_over(curve: Sequence[Chunk], start: float, end: float) -> float | None:
+def mean_over(curve: Sequence[Sequence[float]], start: float, end: float) -> float | None:
     """Mean loss of the steps whose pieces lie in ``[start, end]`` (by the piece's middle),
     weighted by steps; None when none does."""
     inside = [c for c in curve if start <= (c[0] + c[1]) / 2 <= end]

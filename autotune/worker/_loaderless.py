@@ -13,8 +13,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from autotune.worker._trial_state import TrialState
 
-class LoaderlessSteps:
+
+class LoaderlessSteps(TrialState):
     """The part of ``autotune.worker._trial.Trial`` that measures a loop without a DataLoader (a
     mixin: the window state is the trial's own)."""
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.core._memline import MemoryLine, memory_path
+from autotune.worker._trial_state import TrialState
 
 #: A step's parts, in the order a step passes them. ``copy``: the batch's copy to the device
 #: on the loop's thread (0 where a prefetcher copies on its own thread or stream: overlapped);
@@ -153,7 +154,7 @@ def changed(base: Mapping[str, float], winner: Mapping[str, float]) -> str:
     ...         {"data_wait": 0.001, "forward": 0.004, "step": 0.005, "samples": 128})
     'step 2.0 ms (32 samples) -> 5.0 ms (128 samples), 62.5 -> 39.1 us a sample; data wait 31.2 -> 7.8 us a sample (50% -> 20% of the step)'
     """
-    n0, n1 = base.get("samples"), winner.get("samples")
+    n0, n1 = base.get("samples", 0.0), winner.get("samples", 0.0)
     per_sample = bool(n0 and n1 and abs(n0 - n1) > 0.01 * n0)  # another batch: a step is not the same work
     scale0, scale1, unit = (1e6 / n0, 1e6 / n1, "us a sample") if per_sample else (1e3, 1e3, "ms")
     moved = sorted((part for part in PARTS if base.get(part, 0.0) or winner.get(part, 0.0)),
@@ -170,7 +171,7 @@ def changed(base: Mapping[str, float], winner: Mapping[str, float]) -> str:
     return "; ".join([step, *parts])
 
 
-class ProfilePhase:
+class ProfilePhase(TrialState):
     """The profile phase of a ``Trial`` (a mixin, as ``CeilingPhases``): with a trace path, the
     step's parts are timed from the warmup's end (``StepParts``), and after the windows a few
     steps are recorded under torch.profiler; then the ``profile`` event ends the run."""
@@ -199,7 +200,7 @@ class ProfilePhase:
 
     def _start_recording(self) -> bool:
         """After the windows: start torch.profiler; False where this is no profile run."""
-        if self._parts is None:
+        if self._parts is None or self._trace is None:  # (a profile run has both)
             return False
         steps = max(1, self._step - self._parts_from)
         self._timed = {**breakdown(self._parts.seconds, steps), "samples": (self._seen - self._parts_seen) / steps}
@@ -223,7 +224,7 @@ class ProfilePhase:
 
     def _end_recording(self) -> None:
         """Stop the profiler, write its trace, say what the steps cost (``profile``)."""
-        if self._recording is None:
+        if self._recording is None or self._trace is None:  # (recording: a profile run, with its trace)
             return
         recording, self._recording = self._recording, None
         self._edge(None)

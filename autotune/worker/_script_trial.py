@@ -25,7 +25,9 @@ class ScriptTrial(Trial):
     def facts(self) -> dict[str, Any]:
         from autotune.training._frameworks import detect
 
-        found = {**super().facts(), **self.hooks.loop.facts(), **({"loaderless": True} if self.loaderless else {})}
+        loop = self.hooks.loop
+        assert loop is not None  # installed with measure=True, before the script runs
+        found = {**super().facts(), **loop.facts(), **({"loaderless": True} if self.loaderless else {})}
         framework = detect()
         return {**found, "framework": framework} if framework else found
 
@@ -46,7 +48,9 @@ class ScriptTrial(Trial):
         import torch
 
         values = super().resolved()
-        values.update({k: v for k, v in self.hooks.loop.observed().items() if k in values})
+        loop = self.hooks.loop
+        assert loop is not None  # installed with measure=True, before the script runs
+        values.update({k: v for k, v in loop.observed().items() if k in values})
         # What is in force now: a script that sets a flag itself after the config did wins, and says so here.
         values["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
         values["tf32"] = torch.get_float32_matmul_precision() != "highest"

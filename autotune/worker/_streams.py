@@ -152,7 +152,7 @@ def distortion(metrics: Mapping[str, Any], config: Mapping[str, Any], base_metri
     size = _number(config.get("batch_size"))
     # an epoch's last batch is partial where its rows are no multiple of it (only counts say so: a
     # batch_size or an epoch under one row divided by zero, and tells nothing)
-    if base_share and (rows or 0) >= 1 and (size or 0) >= 1:
+    if base_share and rows is not None and rows >= 1 and size is not None and size >= 1:
         base_share = min(base_share, rows / (size * math.ceil(rows / size)))
     if share and base_share and share < FILL_MARGIN * base_share:
         return (f"{SMALLER}: the model saw batches of {metrics['samples_per_step']:.1f} samples on "

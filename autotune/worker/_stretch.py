@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from autotune.core._guard import LARGER_BATCH, judged_span, mean_over
-from autotune.worker._trial_phases import Phase
+from autotune.worker._trial_state import Phase, TrialState
 
 #: Where an epoch lasts at most this many windows, the warmup and every window end on an
 #: epoch's last batch (a window: once it has lasted ``window_s``, or reached its mark), so
@@ -72,7 +72,7 @@ def marks_reached(marks: Sequence[int], seen: int, start: int = 0) -> int:
     return i
 
 
-class Stretches:
+class Stretches(TrialState):
     """When the warmup and the windows of a ``Trial`` end (see the module's docstring)."""
 
     def _start_stretches(self, marks: Sequence[int], whole: bool, whole_s: float, step_samples: float) -> None:

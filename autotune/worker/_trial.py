@@ -21,7 +21,8 @@ from autotune.worker._profile import ProfilePhase
 from autotune.machine._proctree import tree_cpu_s
 from autotune.worker._stretch import Stretches, marks_reached
 from autotune.worker._streams import Repeats
-from autotune.worker._trial_phases import BudgetSpent, CeilingPhases, Phase
+from autotune.worker._trial_phases import BudgetSpent, CeilingPhases
+from autotune.worker._trial_state import Phase
 from autotune.worker._window import Window, compile_s
 
 #: Seconds between a trial's ``progress`` events: the parent's stall detector
@@ -61,7 +62,7 @@ class Trial(Stretches, CeilingPhases, ProfilePhase, LoaderlessSteps, Run):
     file (``autotune.worker._profile.ProfilePhase``).
     """
 
-    def __init__(self, config: Config, device: Any, emit: Callable[..., None], *,  # type: ignore[valid-type]
+    def __init__(self, config: Config, device: Any, emit: Callable[..., None], *,
                  warmup_steps: int, warmup_s: float, window_s: float, windows: int,
                  min_window_steps: int = 2, ceiling_windows: int = 0, learn_windows: int = 0,
                  learn_to: float = 0.0, known_ceilings: Mapping[str, Sequence[str]] | None = None,

@@ -1,4 +1,4 @@
-"""A trial's phases, and the two ceiling phases a ``Trial`` measures after its windows.
+"""The two ceiling phases a ``Trial`` measures after its windows (its ``Phase``: ``_trial_state``).
 
 After its measured windows a trial may measure the two ceilings (``autotune.core._ceilings``):
 the compute ceiling (the same loop fed its last few batches again from the device) and
@@ -8,7 +8,6 @@ that part of ``autotune.worker._trial.Trial``: it reads and moves the trial's wi
 
 from __future__ import annotations
 
-import enum
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -17,26 +16,10 @@ from autotune.core._ceilings import ceiling_key
 from autotune.core._knobs import Part
 from autotune.core._loaders import batch_len, close_epoch
 from autotune.machine._proctree import tree_cpu_s
+from autotune.worker._trial_state import Phase, TrialState
 
 #: Batches after which a loader ceiling window may close at a quarter of its length.
 QUICK_LOADER_BATCHES = 32
-
-
-class Phase(enum.Enum):
-    """Where a trial is: warming up, measuring its windows, measuring a ceiling, recording a
-    profile, done."""
-
-    WARMUP = "warmup"
-    MEASURE = "measure"
-    COMPUTE = Part.COMPUTE.value  # the compute ceiling's windows
-    LOADER = Part.LOADER.value  # the loader ceiling's windows
-    PROFILE = "profile"  # a profile run's steps under torch.profiler (autotune.worker._profile)
-    DONE = "done"
-
-    @property
-    def ceiling(self) -> Part | None:
-        """The part whose ceiling this phase measures, or None."""
-        return Part(self.value) if self in (Phase.COMPUTE, Phase.LOADER) else None
 
 
 class BudgetSpent(BaseException):
@@ -47,7 +30,7 @@ class BudgetSpent(BaseException):
     """
 
 
-class CeilingPhases:
+class CeilingPhases(TrialState):
     """The ceiling phases of a ``Trial`` (a mixin: the trial's window state is its own)."""
 
     def _wants(self, part: Part) -> bool:
@@ -73,6 +56,7 @@ class CeilingPhases:
 
         self._sync()
         now = time.perf_counter()
+        assert self._win.cpu is not None  # a ceiling's window counts its CPU (Trial._reset_window)
         self._emit("ceiling", part=part.value, key=ceiling_key(part, self.resolved()),
                    index=self._ceiling_index, steps=self._win.steps, samples=self._win.samples,
                    seconds=now - self._win.start, cpu_s=tree_cpu_s() - self._win.cpu, cpus=usable_cpus(),

@@ -284,7 +284,7 @@ def _shut_down() -> None:
     import gc
     import threading
 
-    threading._shutdown()  # type: ignore[attr-defined]  (what Py_FinalizeEx calls first)
+    threading._shutdown()  # type: ignore[attr-defined]  # private: what Py_FinalizeEx calls first
     atexit._run_exitfuncs()
     gc.collect()
 
