@@ -153,14 +153,18 @@ def batch_to_loss(metrics: Mapping[str, float], batch: Any, base_batch: int | No
 
 
 def rate_of(metrics: Mapping[str, float]) -> float | None:
-    """What a run ranks on before time to loss: ``run_samples_per_s`` where it ran whole (what
-    the user waits for: a config's start-up costs, more workers or compiling, count), else its
-    loop's ``samples_per_s``.
+    """What a run ranks on before time to loss: under ``--horizon``, a whole run's projected
+    production figure (``production_samples_per_s``: ``autotune.core._whole_runs.with_production_rate``);
+    else ``run_samples_per_s`` where it ran whole (what the user waits for: a config's start-up
+    costs, more workers or compiling, count), else its loop's ``samples_per_s``.
 
     >>> rate_of({"samples_per_s": 900.0, "run_samples_per_s": 300.0}), rate_of({"samples_per_s": 900.0})
     (300.0, 900.0)
+    >>> rate_of({"samples_per_s": 900.0, "run_samples_per_s": 300.0, "production_samples_per_s": 850.0})
+    850.0
     """
-    return metrics.get("run_samples_per_s") or metrics.get("samples_per_s")
+    return (metrics.get("production_samples_per_s") or metrics.get("run_samples_per_s")
+            or metrics.get("samples_per_s"))
 
 
 def ranked_rate(metrics: Mapping[str, float], batch: Any, base_batch: int | None) -> float | None:

@@ -13,6 +13,7 @@ and the finish exports the winner and closes the parent run.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import os
 import threading
@@ -29,7 +30,7 @@ from autotune.machine._launch import TrialSpec, new_tag
 from autotune.stores._optuna_io import frozen_trial
 from autotune.tuner._options import RAM_BUDGET_FRACTION, Reporter, StudyOptions, baseline_failed, default_study_name
 from autotune.core._outcome import Outcome
-from autotune.core._whole_runs import objective_lines
+from autotune.core._whole_runs import objective_lines, with_production_rate
 from autotune.tuner._planner import (
     Failed,
     Settings,
@@ -356,7 +357,9 @@ class StudyRunner:
             self.recorder.abandon(trial, run_id, exc)
             raise
         base_rate = found.base.loop_median if found.base else None
-        return trial.number, self.recorder.end(trial, run_id, same_training(result, base), found.ceilings, base_rate)
+        result = same_training(result, base)  # (under --horizon, Optuna learns the projection it ranks on)
+        result = dataclasses.replace(result, metrics=with_production_rate(result.metrics, base_rate, found.horizon_h))
+        return trial.number, self.recorder.end(trial, run_id, result, found.ceilings, base_rate)
 
     def recover(self) -> list[int]:
         """Close the trials that gone tuners left RUNNING; return their numbers.

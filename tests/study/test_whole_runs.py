@@ -95,3 +95,28 @@ def test_code_that_runs_past_whole_run_is_measured_at_the_baselines_marks(tmp_pa
     assert not base.run_s and not base.shape.get("ended") and len(base.shape["marks"]) >= 3
     assert later.outcome == "complete" and later.doubt is None, later.reason
     assert later.shape["marks"] == base.shape["marks"][:3]  # the same samples, whatever its speed
+
+
+def test_under_a_horizon_optunas_sampler_learns_the_projection_the_study_ranks_on(tmp_path) -> None:
+    """Under --horizon whole runs rank on start-up + compile + the loop's projected time for the
+    production run; Optuna's value for each is that figure (``production_samples_per_s``, in MLflow
+    too), not the short run's own samples over its wall time, which weighs start-up as the
+    horizon does not."""
+    space = tmp_path / "workers.yaml"
+    space.write_text("knobs:\n  num_workers: [2]\n")
+    args = ["--", "--epochs", "2", "--train-size", "128", "--test-size", "32", "--batch-size", "32", "--read-ms", "2"]
+    done = autotune("run", str(SCRIPT), "--trials", "2", "--store", "st", "--space", str(space), "--horizon", "2",
+                    *TRIALS[:-2], "--confirm", "0", *args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "objective: a production run of 2 h of the baseline's training (--horizon 2)" in done.stderr + done.stdout
+    study = load_study(tmp_path / "st", "mnist_style")
+    for trial in study.trials:
+        metrics = trial.user_attrs["metrics"]
+        if trial.user_attrs.get("outcome") != "complete":
+            continue
+        assert metrics["run_s"] > 0 and trial.value == metrics["production_samples_per_s"], (trial.number, metrics)
+        assert trial.value != metrics["run_samples_per_s"]
+    found = standing(study)
+    assert found.horizon_h == 2 and all(r.wall_rate for r in found.rows if r.outcome == "complete")
+    _, runs = mlflow_runs(tmp_path / "st", "mnist_style")
+    assert all("production_samples_per_s" in r.data.metrics for r in runs if "autotune.trial" in r.data.tags)
