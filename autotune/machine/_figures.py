@@ -54,6 +54,8 @@ def summarize(windows: Sequence[Mapping[str, Any]], monitor: Monitor, started: f
         metrics["warmup_s"] = events["warmup"]["seconds"]
         if "compile_s" in events["warmup"]:  # torch.compile's cost, kept out of the windows
             metrics["compile_s"] = events["warmup"]["compile_s"]
+        if "compile_warm" in events["warmup"]:  # 1: its graphs were in the study's Inductor cache
+            metrics["compile_warm"] = events["warmup"]["compile_warm"]
         if "repeat_share" in events["warmup"]:  # rows seen again in its first batches (autotune.worker._streams)
             metrics["repeat_share"] = events["warmup"]["repeat_share"]
     if not windows:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from autotune.core._ceilings import Ceilings, Verdict
+from autotune.core._compile_cost import cold_and_warm, compile_line, paid_compile
 from autotune.tuner._confirm import UNFINISHED, Decision, Group, baseline_group, decide, group_runs, speed_only
 from autotune.core._knobs import KNOBS, show_value
 from autotune.core._outcome import Outcome, headline
@@ -92,7 +92,8 @@ def standing_of(rows: Sequence[TrialRow], ceilings: Ceilings, horizon_h: float |
         if production and any(horizon_rate(r.metrics, *production) is None for r in rows
                               if r.outcome == Outcome.COMPLETE.value and r.run_s):
             production = horizon_h = None  # (a run without the figures: all on wall time, one unit for all)
-        rows = [on_wall_time(r, base.first, production) for r in rows]
+        cold = {r.number: cold_and_warm(x.metrics for x in g.runs)[0] for g in groups for r in g.runs}
+        rows = [on_wall_time(r, base.first, production, cold.get(r.number)) for r in rows]
         groups = group_runs(rows)
         base = baseline_group(groups)
     if base is not None and base.rates:
@@ -111,18 +112,23 @@ def standing_of(rows: Sequence[TrialRow], ceilings: Ceilings, horizon_h: float |
     return Standing(rows, groups, decide(groups), ceilings, horizon_h)
 
 
-def on_wall_time(row: TrialRow, base: TrialRow, production: tuple[float | None, float] | None = None) -> TrialRow:
+def on_wall_time(row: TrialRow, base: TrialRow, production: tuple[float | None, float] | None = None,
+                 cold_compile: float | None = None) -> TrialRow:
     """A complete whole run as it ranks against the baseline's (``base``: its first run): on its
     wall time (``TrialRow.wall_rate``), or on its projected time for ``production`` (the baseline's
     loop samples/s and the hours: ``autotune.core._whole_runs.horizon_rate``), or, where it trained
     other samples, as another training (``distorted``, never ranked, the reason said:
-    ``autotune.core._whole_runs.other_training``)."""
+    ``autotune.core._whole_runs.other_training``). A warm run of a compiled config counts its
+    config's ``cold_compile`` instead of its own, as production's first run pays it
+    (``autotune.core._compile_cost.paid_compile``)."""
     if row.outcome != Outcome.COMPLETE.value or not row.run_s:
         return row
     why = other_training(row.shape, row.config.get("batch_size"), base.shape, base.config.get("batch_size"))
     if why is not None:
         return dataclasses.replace(row, outcome=Outcome.DISTORTED.value, reason=why)
-    rate = horizon_rate(row.metrics, *production) if production else wall_rate(base.shape["samples"], row.run_s)
+    extra = paid_compile(row.metrics, cold_compile)
+    metrics = {**row.metrics, "compile_s": row.metrics["compile_s"] + extra} if extra else row.metrics
+    rate = horizon_rate(metrics, *production) if production else wall_rate(base.shape["samples"], row.run_s + extra)
     return dataclasses.replace(row, wall_rate=rate)
 
 
@@ -300,13 +306,14 @@ def rank_hint(lead: TrialRow) -> str | None:
 
 
 def compile_payback(win: Group, base: Group | None) -> str | None:
-    """For a winner that compiles its model: what compiling cost, and after how many steps
-    production has won it back against the baseline's speed (at the winner's batch size)."""
-    costs = [r.metrics["compile_s"] for r in win.runs if r.reliable and "compile_s" in r.metrics]
-    if not costs:
+    """For a winner that compiles its model: what compiling cost, cold and warm
+    (``autotune.core._compile_cost``), and after how many steps production has won the cold cost
+    back against the baseline's speed (at the winner's batch size)."""
+    cold, warm = cold_and_warm(r.metrics for r in win.runs if r.reliable)
+    if cold is None and warm is None:
         return None
-    cost = statistics.median(costs)
-    line = f"compile: torch.compile took {cost:.1f} s before the first step (kept out of the figures)"
+    cost = cold if cold is not None else warm  # (a user pays cold once a machine)
+    line = compile_line(cold, warm, bool(win.run_s))
     batch = win.lead.config.get("batch_size")
     loops = (base.loop_median, win.loop_median) if base is not None else (None, None)
     saved = 1 / loops[0] - 1 / loops[1] if all(loops) else 0.0  # s per sample

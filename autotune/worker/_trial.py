@@ -23,7 +23,7 @@ from autotune.worker._stretch import Stretches, marks_reached
 from autotune.worker._streams import Repeats
 from autotune.worker._trial_phases import BudgetSpent, CeilingPhases
 from autotune.worker._trial_state import Phase
-from autotune.worker._window import Window, compile_s
+from autotune.worker._window import Window, compile_s, compile_warm
 
 #: Seconds between a trial's ``progress`` events: the parent's stall detector
 #: (``Budget.stall_s``) needs a sign of life, and a clock read per step costs nothing.
@@ -230,7 +230,8 @@ class Trial(Stretches, CeilingPhases, ProfilePhase, LoaderlessSteps, Run):
         seconds = time.perf_counter() - self._started
         # at most the warmup's own time: the first step's time counts its wait for the first
         # batch, which came before the warmup's clock started
-        cost = {"compile_s": min(seconds, compile_s(self._win.step_times))} if self._compiling else {}
+        cost = {"compile_s": min(seconds, compile_s(self._win.step_times)), **_compile_cache()} \
+            if self._compiling else {}
         repeats = {"repeat_share": self._repeats.share} if self._repeats.share is not None else {}
         self._said_warmup = {**cost, **repeats}  # (said again if the code's end makes it the whole run)
         self._warmup_win = self._win
@@ -305,4 +306,15 @@ class Trial(Stretches, CeilingPhases, ProfilePhase, LoaderlessSteps, Run):
             import torch
 
             torch.cuda.synchronize(self.device)
+
+
+def _compile_cache() -> dict[str, float]:
+    """``compile_warm`` for the compile just done (``autotune.worker._window.compile_warm``), read from
+    torch's counters of its Inductor and AOTAutograd caches; nothing where they counted neither."""
+    from torch._dynamo.utils import counters
+
+    hits = counters["inductor"]["fxgraph_cache_hit"] + counters["aot_autograd"]["autograd_cache_hit"]
+    misses = counters["inductor"]["fxgraph_cache_miss"] + counters["aot_autograd"]["autograd_cache_miss"]
+    warm = compile_warm(hits, misses)
+    return {} if warm is None else {"compile_warm": warm}
 

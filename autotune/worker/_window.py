@@ -45,6 +45,19 @@ def compile_s(step_times: Sequence[float]) -> float:
     return max(0.0, sum(times) - len(times) * times[len(times) // 2]) if times else 0.0
 
 
+def compile_warm(hits: int, misses: int) -> float | None:
+    """Whether a run's compile found every graph in the Inductor cache (1.0: warm, as a second run
+    on the same machine compiles) or built some (0.0: cold, as a machine's first run of this
+    config, what production pays once); None where the cache counted neither (bypassed).
+
+    >>> compile_warm(3, 0), compile_warm(2, 1), compile_warm(0, 0)
+    (1.0, 0.0, None)
+    """
+    if misses:
+        return 0.0
+    return 1.0 if hits else None
+
+
 class Window:
     """What the loop did from ``start`` (``time.perf_counter()``) on.
 

@@ -51,6 +51,18 @@ def test_a_compiled_model_keeps_compiling_out_of_the_windows_and_reports_its_cos
     assert "s of it compiling" in result.log_path.read_text()
 
 
+def test_a_compile_says_whether_it_found_the_studys_inductor_cache(tmp_path: Path) -> None:
+    # The study's own cache (TrialSpec.compile_cache): the first run builds the graphs (cold, as
+    # production's first run on a machine), the second finds them (warm) and compiles faster.
+    budget = Budget(warmup_s=0.2, window_s=0.3, windows=2, ceiling_windows=0, stall_s=1)
+    spec = TrialSpec(f"{FIXTURE}:train", Config(compile="default"), "cpu", budget,
+                     compile_cache=str(tmp_path / "inductor"))
+    cold, warm = (run_trial(spec, tmp_path / f"{i}.log") for i in range(2))
+    assert cold.outcome is warm.outcome is Outcome.COMPLETE, (cold.reason, warm.reason)
+    assert (cold.metrics["compile_warm"], warm.metrics["compile_warm"]) == (0.0, 1.0)
+    assert warm.metrics["compile_s"] < cold.metrics["compile_s"]
+
+
 def test_a_compile_past_its_timeout_is_killed_and_says_which_limit(tmp_path: Path, warm) -> None:
     # The compile above takes over 1 s (it asserts so); here 1 s is all it may take. The
     # start-up's 60 s, which a compile used to get, would have let it finish.

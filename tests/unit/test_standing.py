@@ -214,6 +214,13 @@ def test_a_compiled_winner_says_what_compiling_cost_and_when_it_pays_back() -> N
     # per sample it saves 1/100 - 1/200 = 0.005 s: 30 s back after 6,000 samples, 93.75 steps of 64
     assert lines[-1] == ("compile: torch.compile took 30.0 s before the first step (kept out of the figures); "
                          "it pays back after 94 steps of 64 samples")
+    # a re-run that found the study's Inductor cache: both said, the cold one paid back
+    again = dataclasses.replace(row(2, 200, confirms=1), metrics={**win.metrics, "compile_s": 3.0, "compile_warm": 1.0},
+                                config=win.config)
+    lines = findings(standing_of(row(0, 100, baseline=True), win, again))
+    assert lines[-1] == ("compile: torch.compile took 30.0 s cold (a first run on a machine: kept out of the "
+                         "figures) and 3.0 s warm (a later run that finds its cache); it pays back after 94 steps "
+                         "of 64 samples")
 
 
 def test_findings_of_a_confirmed_winner_in_a_study_whose_baseline_never_measured() -> None:

@@ -66,6 +66,20 @@ def test_a_whole_run_on_another_batch_ranks_on_its_wall_time_and_its_loss_only_c
         assert found_speedup(late, number=1) == pytest.approx(1.15 / 1.4)
 
 
+def test_a_warm_compiled_rerun_ranks_with_the_cold_compile_a_user_pays() -> None:
+    # Trial 1 compiled cold in 6 s of its 8 s run; its re-run found the study's Inductor cache and
+    # compiled in 1 s (a 3 s run). Production's first run compiles cold: the config's runs count 8 s.
+    def compiled(number: int, run_s: float, compile_s: float, warm: float, **kw: object) -> object:
+        row = whole(number, run_s, 992, compile="default", **kw)
+        return dataclasses.replace(row, metrics={**row.metrics, "compile_s": compile_s, "compile_warm": warm})
+
+    found = standing(whole(0, 10.0, 992), compiled(1, 8.0, 6.0, 0.0),
+                     compiled(2, 3.0, 1.0, 1.0, kind=Kind.CONFIRM, of=1))
+    assert [round(r.speedup, 2) for r in found.rows] == [1.0, 1.25, 1.25]  # not 10 / 3 for the re-run
+    assert any(line.startswith("compile: torch.compile took 6.0 s cold (a first run on a machine: what its whole "
+                               "run counts) and 1.0 s warm") for line in findings(found))
+
+
 def found_speedup(found: object, number: int | None = None) -> float:
     """The speedup of the winner (or of trial ``number``'s config) in ``found``."""
     group = (found.decision.winner if number is None
