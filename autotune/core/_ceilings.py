@@ -242,10 +242,10 @@ def bottleneck(samples_per_s: float, data_wait: float, compute: float | None,
             if efficiency is not None else "no compute ceiling measured")
     waits = f"waits on data {data_wait:.0%} of the time"
     shared = ""
-    if lowest and lowest[0] == "cpu":
+    if lowest and lowest[0] == "cpu" and cpu:  # (lowest_bound names only a measured bound)
         shared = (f"; loading and compute share the CPUs, which allow {cpu:,.0f} samples/s for both: "
                   f"{min(1.0, samples_per_s / cpu):.0%} of that")
-    elif lowest and lowest[0] == "main":
+    elif lowest and lowest[0] == "main" and main:
         shared = (f"; the loop's main thread is busy {min(1.0, samples_per_s / main):.0%} of the time, which allows "
                   f"{main:,.0f} samples/s: it is the limit (each step's Python, collating, unpickling and pinning "
                   "on that one thread)")

@@ -79,10 +79,11 @@ def per_sample_factor(reference: Sequence[Point], history: Sequence[Point], refe
                           [(a / theirs, b / theirs, loss, n) for a, b, loss, n in reference_curve],
                           [(a / ours, b / ours, loss, n) for a, b, loss, n in curve])
     ratios = [_ratio(history[0][1], reference[0][1]), at_steps and _ratio(at_steps.loss, at_steps.reference)]
-    if any(r is None for r in ratios):
+    known = [r for r in ratios if r is not None]
+    if len(known) < len(ratios):
         return 1.0
     # nearer the batch ratio than 1 on a log scale: past half of log(batch) the same way
-    return batch if all(math.log(r) / math.log(batch) > 0.5 for r in ratios) else 1.0
+    return batch if all(math.log(r) / math.log(batch) > 0.5 for r in known) else 1.0
 
 
 def per_sample(history: Sequence[Point], curve: Sequence[Chunk], factor: float) -> tuple[list[Point], list[Chunk]]:

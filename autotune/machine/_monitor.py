@@ -247,7 +247,7 @@ class Monitor(Background):
                 spent = time.thread_time()
                 tree = read_known(known) if known and now - last_walk < WALK_EVERY and not under_floor else None
                 walked = tree is None
-                if walked:
+                if tree is None:
                     tree, last_walk = read_tree(self._pid), now
                     known = tree.pids
                 rss = tree.rss
@@ -257,7 +257,7 @@ class Monitor(Background):
                 lowest = None
                 tree_every, last_tree = max(INTERVAL, (time.thread_time() - spent) / MONITOR_SHARE), now
                 climbed = rss > (1 + PSS_GROWTH) * pss_rss and now - last_pss >= PSS_EVERY
-                if (bool(self._budget) and rss > self._budget) or under_floor or climbed \
+                if (self._budget and rss > self._budget) or under_floor or climbed \
                         or now - last_pss >= pss_every:
                     spent = time.thread_time()
                     sample = dataclasses.replace(sample, ram=tree_memory(tree.pids))
@@ -281,7 +281,7 @@ class Monitor(Background):
         start = next((s for s in reversed(self.samples) if s.wall <= since and s.cpu), None)
         if start is None:
             start = next((s for s in self.samples if s.cpu), None)
-        if start is None:
+        if start is None or start.cpu is None:  # (a sample with a reading, or none)
             return None
         now = time.time()
         return foreign_cpu(start.cpu, self._cpu_reading(), now - start.wall, len(self.cpus))
@@ -366,9 +366,11 @@ class Monitor(Background):
             out["ram_peak"] = float(max(exact))
         if window:
             out["available_min"] = float(min(s.available for s in window))
-        gpu = [s for s in window if s.gpu_util is not None]
+        # (a reading sets all three: _gpu_reading)
+        gpu = [(s.gpu_util, s.gpu_mem, s.pcie_rx) for s in window
+               if s.gpu_util is not None and s.gpu_mem is not None and s.pcie_rx is not None]
         if gpu:
-            out["gpu_util_mean"] = statistics.fmean(s.gpu_util for s in gpu)
-            out["gpu_mem_peak"] = float(max(s.gpu_mem for s in gpu))
-            out["pcie_rx_mean"] = statistics.fmean(s.pcie_rx for s in gpu)
+            out["gpu_util_mean"] = statistics.fmean(util for util, _, _ in gpu)
+            out["gpu_mem_peak"] = float(max(mem for _, mem, _ in gpu))
+            out["pcie_rx_mean"] = statistics.fmean(rx for _, _, rx in gpu)
         return out

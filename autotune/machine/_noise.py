@@ -65,7 +65,7 @@ def doubt(metrics: Mapping[str, float], reason: str, max_load: float = FOREIGN_L
 
 def is_noisy(why: str | None) -> bool:
     """Whether a doubt (see ``doubt``) is one that measuring again may lift."""
-    return bool(why) and why.startswith(NOISY)
+    return why is not None and why.startswith(NOISY)
 
 
 def ceiling_doubt(entry: Mapping[str, float], max_load: float = FOREIGN_LOAD_MAX) -> str | None:

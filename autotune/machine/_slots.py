@@ -56,7 +56,8 @@ class Slot:
 
 def cpu_list(cpus: Sequence[int]) -> str:
     """``[0, 1, 2, 5]`` -> ``0-2,5``."""
-    parts, run = [], []
+    parts: list[list[int]] = []
+    run: list[int] = []
     for cpu in sorted(cpus):
         if run and cpu != run[-1] + 1:
             parts.append(run)
