@@ -29,6 +29,10 @@ _moved.install()  # (the modules' paths before the subpackages keep importing, w
 __version__ = "0.1.0"
 
 
+#: The groups ``tune(options=...)`` takes: ``Options`` holds the others.
+_OPTION_GROUPS = ("Options", "Measure", "Limits", "Noise", "Judge", "Stores")
+
+
 def __getattr__(name: str):
     # Loaded on use: production never loads the worker's measuring side, nor the study
     if name == "Trial":
@@ -39,6 +43,10 @@ def __getattr__(name: str):
         from autotune import _api
 
         return getattr(_api, name)
+    if name in _OPTION_GROUPS:  # each option's one definition: its default, bounds and help
+        from autotune.tuner import _option_groups
+
+        return getattr(_option_groups, name)
     if name in ("BaselineFailed", "Reporter"):
         from autotune.tuner import _options
 
@@ -55,7 +63,12 @@ __all__ = [
     "Capability",
     "Config",
     "ConfigError",
+    "Judge",
     "Knob",
+    "Limits",
+    "Measure",
+    "Noise",
+    "Options",
     "Outcome",
     "Recipe",
     "Reporter",
@@ -63,6 +76,7 @@ __all__ = [
     "Run",
     "Stage",
     "StoreDown",
+    "Stores",
     "Trial",
     "load",
     "tune",

@@ -7,6 +7,7 @@ that ``autotune --help`` stays fast.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
 import signal
 import sys
@@ -16,31 +17,22 @@ from typing import Any
 
 import click
 
-from autotune._api import DEFAULTS as D
-from autotune.core._bounds import INTEGERS, LIMITS
+from autotune.core._bounds import RAM_BUDGET
 from autotune.core._config import ConfigError
-from autotune.tuner._confirm import CONFIRM_TOP
 from autotune.core._knobs import KNOBS, show_value
-from autotune.core._whole_runs import HORIZON_HELP
-from autotune.training._script import command_line
-from autotune.tuner._space import SPACES_DIR
 from autotune.stores._exits import Group
-
-_STORE_HELP = "Store folder: Optuna journal, MLflow database, artifacts, trial logs."
+from autotune.training._script import command_line
+from autotune.tuner._option_fields import from_flat
+from autotune.tuner._option_flags import flags, ranged
+from autotune.tuner._option_groups import Basics, Options, Stores
 
 
 #: Set by ``exec``: this process ran the user's script, and ends as Python ends it (``main``).
 _ran_users_code = False
 
 
-def _store_options(fn):
-    fn = click.option("--store", type=click.Path(path_type=Path), default=D["store"],
-                      show_default=True, envvar="AUTOTUNE_STORE", help=_STORE_HELP)(fn)
-    fn = click.option("--storage", metavar="URL",
-                      help="Optuna storage: an RDB URL (e.g. postgresql://...) or a journal file; "
-                           "default: STORE/optuna.journal.")(fn)
-    return click.option("--study", metavar="NAME", help="Study name (default: from the target; "
-                        "for show/export: the most recent study).")(fn)
+#: The flags of the commands that read a study: which, in which storage, in which store folder.
+_store_options = flags(Stores, Basics, only=("study", "storage", "store"))
 
 
 def main(args: Sequence[str] | None = None) -> None:
@@ -87,105 +79,15 @@ def cli() -> None:
     """
 
 
-def _bounded(name: str) -> click.ParamType:
-    """The click type of option ``name``, with ``tune``'s bounds (``LIMITS``): one source for both."""
-    low, high = LIMITS[name]
-    bounds: dict[str, Any] = {}
-    if low:
-        bounds.update(min=low[0], min_open=not low[1])
-    if high:
-        bounds.update(max=high[0], max_open=not high[1])
-    return (click.IntRange if name in INTEGERS else click.FloatRange)(**bounds)
-
-
-def _spaces() -> str:
-    return ", ".join(sorted(p.stem for p in SPACES_DIR.glob("*.yaml")))
-
-
 @cli.command(epilog=f"Knobs: {', '.join(KNOBS)}.")
 @click.argument("target", required=False)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.option("-m", "module", metavar="MODULE", help="Tune a module run as a script (python -m MODULE ARGS).")
-@click.option("--trials", "-n", type=_bounded("trials"), default=D["trials"], show_default=True,
-              help="Trials to run now (the baseline first, if the study has none).")
-@click.option("--space", default=D["space"], show_default=True,
-              help=f"Search space: a shipped name ({_spaces()}) or a YAML file.")
-@_store_options
-@click.option("--tracking-uri", metavar="URI", help="MLflow tracking URI "
-              "(default: $MLFLOW_TRACKING_URI, else sqlite in the store folder).")
-@click.option("--device", default=D["device"], show_default=True,
-              help="auto, cpu, cuda:N, or with --jobs a list (cuda:0,cuda:1) or cuda (every visible GPU).")
-@click.option("--jobs", "-j", type=_bounded("jobs"), default=D["jobs"], show_default=True,
-              help="Trials at once on this host, each on its own share: a disjoint set of the CPUs, "
-                   "1/N of the RAM budget and, with several GPUs, a GPU of its own.")
-@click.option("--nproc-per-node", type=_bounded("nproc_per_node"), default=D["nproc_per_node"], show_default=True,
-              help="Ranks per trial: each trial runs through torch.distributed.run (torchrun), each rank on "
-                   "its share of the CPUs (on CUDA, its own GPU); samples/s is summed over the ranks.")
-@click.option("--whole-run", type=_bounded("whole_run"), default=D["whole_run"], show_default=True, metavar="SECONDS",
-              help="Code whose baseline returns within this many seconds runs whole in every trial, ranked on its "
-                   "wall time; longer code is measured at the baseline's windows, in samples (0: never whole).")
-@click.option("--warmup", type=_bounded("warmup"), default=D["warmup"], show_default=True,
-              help="Seconds of the baseline's warmup before measuring (later trials: the same samples).")
-@click.option("--window", type=_bounded("window"), default=D["window"], show_default=True,
-              help="Seconds per baseline window (later trials: the same samples).")
-@click.option("--windows", type=_bounded("windows"), default=D["windows"], show_default=True,
-              help="Measured windows per trial (samples/s is their median).")
-@click.option("--timeout", type=_bounded("timeout"), default=None,
-              help="Seconds a trial may run in all (default: the startup timeout + 5x its "
-                   "measuring time).")
-@click.option("--startup-timeout", type=_bounded("startup_timeout"), default=D["startup_timeout"], show_default=True,
-              help="Seconds from a trial's start to its first batch (imports, dataset, workers).")
-@click.option("--stall-timeout", type=_bounded("stall_timeout"), default=D["stall_timeout"], show_default=True,
-              help="Seconds without a finished step before a trial counts as hung.")
-@click.option("--compile-timeout", type=_bounded("compile_timeout"), default=D["compile_timeout"],
-              show_default=True,
-              help="Seconds torch.compile may take at a trial's first step (with compile in the space).")
-@click.option("--horizon", type=_bounded("horizon"), default=D["horizon"], metavar="HOURS", help=HORIZON_HELP)
-@click.option("--profile", type=click.Choice(["on", "off"]), default="on", show_default=True,
-              callback=lambda _ctx, _param, value: value == "on",
-              help="After the confirmation, run the baseline and the winner once more with each step "
-                   "timed by part (data wait, copy, forward, backward, optimizer step) and a few steps "
-                   "traced by torch.profiler: the traces go to the MLflow parent run (traces/), the "
-                   "parts to the report and the summary.")
-@click.option("--warm-start", type=click.Choice(["on", "off"]), default="on", show_default=True,
-              callback=lambda _ctx, _param, value: value == "on",
-              help="A new study of a target that an earlier study in the same storage tuned runs that "
-                   "study's top configs first (each measured here, not copied).")
-@click.option("--ram-budget", type=_bounded("ram_budget"), default=None, metavar="GIB",
-              help="GiB one trial's processes may use (default: 75% of the RAM available at start).")
-@click.option("--divergence-tolerance", type=_bounded("divergence_tolerance"),
-              default=D["divergence_tolerance"], show_default=True,
-              help="How much worse than the baseline's loss, at matched samples, a trial's may be "
-                   "(0.5 = 50%) before it is diverged.")
-@click.option("--prune", type=_bounded("prune"), default=D["prune"], show_default=True,
-              help="Stop a trial whose windows all run under this share of the best's samples/s "
-                   "(0: never).")
-@click.option("--confirm", type=_bounded("confirm"), default=D["confirm"], show_default=True,
-              help=f"Re-runs of each of the top {CONFIRM_TOP} configs and of the baseline after the "
-                   "trials; the winner is chosen on the median of its runs (0: none).")
-@click.option("--ceiling-windows", type=_bounded("ceiling_windows"), default=D["ceiling_windows"], show_default=True,
-              help="Windows per ceiling (compute: the loop on batches already on the device; "
-                   "loader: the loader alone), measured once per distinct config (0: none).")
-@click.option("--max-load", type=_bounded("max_load"), default=D["max_load"], show_default=True,
-              help="Share of a trial's CPUs (or GPU) other processes may use while it measures; above it "
-                   "the trial is noisy: shown, never ranked, and measured again once the machine is "
-                   "quiet (1: never noisy by load).")
-@click.option("--max-spread", type=_bounded("max_spread"), default=D["max_spread"], show_default=True,
-              help="(highest - lowest) / median of a trial's window rates above which it is noisy, "
-                   "as above (a large value: never noisy by spread).")
-@click.option("--remeasure", type=_bounded("remeasure"), default=D["remeasure"], show_default=True,
-              help="Times a noisy trial is measured again at most (0: never).")
-@click.option("--quiet-wait", type=_bounded("quiet_wait"), default=D["quiet_wait"], show_default=True,
-              metavar="SECONDS", help="How long to wait for a quiet machine before measuring a noisy "
-                                      "trial again.")
-@click.option("--seed", type=int, default=None, help="Seed for the sampler and the trials: every trial trains from the "
-                                                             "baseline's seed (a tuner joining a study takes it).")
-@click.option("--store-patience", type=_bounded("store_patience"), default=D["store_patience"], show_default=True,
-              metavar="SECONDS", help="How long the study database or tracking store may keep failing "
-                                      "(a restart, a full disk) before the tuner stops with exit status 3; "
-                                      "finished results wait in the store folder meanwhile.")
+@flags(Basics, Options)
 @click.option("-q", "--quiet", is_flag=True, help="Print only the summary (and errors), no progress.")
-@click.option("-v", "--verbose", is_flag=True, help="Also print a line per measured window.")
+@click.option("-v", "--verbose", is_flag=True, help="Every trial's full lines, every note, the whole summary and "
+              "a line per measured window (on a terminal the live table shows a row per config; a pipe or a "
+              "log gets the full lines without -v).")
 def run(target: str | None, args: tuple[str, ...], module: str | None, quiet: bool, verbose: bool,
         **options: Any) -> None:
     """Tune TARGET: a script as it is (train.py -- ARGS, or -m package.module -- ARGS), or a
@@ -198,7 +100,7 @@ def run(target: str | None, args: tuple[str, ...], module: str | None, quiet: bo
     After the trials, the top configs and the baseline are re-run (--confirm) and
     the winner is chosen on the median of its runs. Ctrl-C stops the running trial, records it,
     exports the best so far and exits 130; running the same command again resumes the study.
-    From Python: autotune.tune(TARGET, trials=..., ...) with the same options.
+    From Python: autotune.tune(TARGET, trials=..., options=autotune.Options(...)), the same options.
     """
     from autotune._api import tune
     from autotune.tuner._options import BaselineFailed, Reporter
@@ -208,11 +110,13 @@ def run(target: str | None, args: tuple[str, ...], module: str | None, quiet: bo
         raise ConfigError("-q/--quiet, -v/--verbose: pick one")
     target, script_args = command_line(target, args, module)
     try:
-        result = tune(target, progress=Reporter() if quiet else Progress(verbose), args=script_args, **options)
+        basics = {field.name: options[field.name] for field in dataclasses.fields(Basics)}  # (tune's flat ones)
+        result = tune(target, progress=Reporter() if quiet else Progress(verbose), args=script_args, **basics,
+                      options=from_flat(Options, options))
     except BaselineFailed as exc:  # 2: the input's fault, in one line; 1: the code's, with its traceback
         click.echo(f"autotune: {'error: ' if exc.status == 2 else ''}{exc}", err=True)
         sys.exit(exc.status)
-    print_summary(result.study, result._found, options["store"])
+    print_summary(result.study, result._found, options["store"], verbose)
     if result.interrupted_by:
         click.echo(f"autotune: stopped by {result.interrupted_by}; run the same command to resume study "
                    f"{result.study}", err=True)
@@ -229,10 +133,10 @@ def run(target: str | None, args: tuple[str, ...], module: str | None, quiet: bo
               help="Run it on N ranks through torch.distributed.run (torchrun), each on its share of the CPUs.")
 @click.option("--adapt", is_flag=True, help="Adapt num_workers, prefetch_factor as autotune.load(path, adapt=True).")
 @click.option("--tracking-uri", help="With --adapt: log each epoch and the values in force to an MLflow run there.")
-@click.option("--ram-budget", type=_bounded("ram_budget"), metavar="GIB", help="With --adapt: "
+@click.option("--ram-budget", type=ranged(RAM_BUDGET), metavar="GIB", help="With --adapt: "
               "the RAM the job may hold [default: its memory cgroup's limit, else 75% of what is available].")
 def exec_(export_yaml: Path, target: str | None, args: tuple[str, ...], module: str | None, device: str,
-          nproc: int, adapt: bool, tracking_uri: str | None, ram_budget: float | None) -> None:
+          nproc: int, **adapting: Any) -> None:
     """Run a script unmodified with an exported config: EXPORT.yaml train.py -- ARGS (or -m MODULE -- ARGS).
 
     The DataLoaders and optimizers the script builds get the export's values, as in the study;
@@ -248,7 +152,7 @@ def exec_(export_yaml: Path, target: str | None, args: tuple[str, ...], module: 
                           "takes the Run loads the export itself: train(autotune.load('best.yaml'))")
     global _ran_users_code
     _ran_users_code = True
-    sys.exit(exec_script(export_yaml, target, script_args or [], device, nproc, adapt, tracking_uri, ram_budget))
+    sys.exit(exec_script(export_yaml, target, script_args or [], device, nproc, **adapting))  # (--adapt's three)
 
 
 def _open_study(store: Path, storage: str | None, name: str | None):
@@ -339,8 +243,7 @@ def report(study: str | None, storage: str | None, store: Path, output: Path | N
 
 
 @cli.command()
-@click.option("--store", type=click.Path(path_type=Path), default=D["store"], show_default=True,
-              envvar="AUTOTUNE_STORE", help=_STORE_HELP)
+@flags(Basics, only=("store",))
 @click.option("--tracking-uri", metavar="URI", help="Serve this store instead.")
 @click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True)
 def ui(store: Path, tracking_uri: str | None, port: int) -> None:

@@ -1,8 +1,9 @@
-"""Each numeric option's bounds, one source for ``tune``, the CLI (``autotune._cli._bounded``) and
-``autotune.load``: ``LIMITS``, and the rule that reads them (``allowed``, ``check``)."""
+"""A numeric option's bounds (``Bound``) and the rule that reads them: one rule for ``tune``'s
+options (``autotune.tuner._option_fields``), the CLI's ranges and ``autotune.load``."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -10,46 +11,70 @@ from autotune.core._config import ConfigError
 
 #: The least RAM budget, in GiB, that a study or a recipe takes (less holds no Python process).
 RAM_BUDGET_LEAST = 0.01
-#: (least, inclusive?), (most, inclusive?) of each option.
-LIMITS: dict[str, tuple[tuple[float, bool] | None, tuple[float, bool] | None]] = {
-    "trials": ((1, True), None), "jobs": ((1, True), None), "warmup": ((0, True), None),
-    "window": ((0.05, True), None), "windows": ((1, True), None), "timeout": ((1, True), None),
-    "startup_timeout": ((1, True), None), "stall_timeout": ((0.5, True), None),
-    "compile_timeout": ((1, True), None),
-    "ram_budget": ((RAM_BUDGET_LEAST, True), None), "divergence_tolerance": ((0, False), None),
-    "prune": ((0, True), (1, True)), "confirm": ((0, True), None), "ceiling_windows": ((0, True), None),
-    "max_load": ((0, True), (1, True)), "max_spread": ((0, True), None), "remeasure": ((0, True), None),
-    "quiet_wait": ((0, True), None), "store_patience": ((0, True), None), "nproc_per_node": ((1, True), None),
-    "horizon": ((0, False), None), "whole_run": ((0, True), None),
-}
-INTEGERS = frozenset({"trials", "jobs", "windows", "confirm", "ceiling_windows", "remeasure", "nproc_per_node"})
 
 
-def _wrong_type(name: str, value: Any) -> bool:
-    return isinstance(value, bool) or not isinstance(value, int if name in INTEGERS else (int, float))
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """Where a numeric option may lie: ``low`` and ``high`` (None: unbounded), each included
+    unless ``low_open`` / ``high_open``; ``integer``: whole numbers only; ``optional``: None
+    allowed (it means the option's computed default)."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    integer: bool = False
+    optional: bool = False
+
+    def words(self) -> str:
+        """``>= 0 and <= 1``: the bounds as the error says them."""
+        said = []
+        if self.low is not None:
+            said.append(f"{'>' if self.low_open else '>='} {self.low:g}")
+        if self.high is not None:
+            said.append(f"{'<' if self.high_open else '<='} {self.high:g}")
+        return " and ".join(said)
 
 
-def allowed(name: str, value: Any) -> bool:
-    """Whether ``value`` is allowed for option ``name``: its type, finite (nan passes every
-    comparison), within its bounds.
+#: ``ram_budget``'s bound: a study's (``Limits.ram_budget``) and ``autotune.load``'s.
+RAM_BUDGET = Bound(low=RAM_BUDGET_LEAST, optional=True)
 
-    >>> allowed("ram_budget", 0.5), allowed("ram_budget", 0.001), allowed("window", float("nan"))
+
+def _wrong_type(value: Any, bound: Bound) -> bool:
+    return isinstance(value, bool) or not isinstance(value, int if bound.integer else (int, float))
+
+
+def allowed(value: Any, bound: Bound) -> bool:
+    """Whether ``value`` is allowed: its type, finite (nan passes every comparison), within ``bound``.
+
+    >>> allowed(0.5, RAM_BUDGET), allowed(0.001, RAM_BUDGET), allowed(float("nan"), Bound(low=0.05))
     (True, False, False)
     """
-    if _wrong_type(name, value) or not math.isfinite(value):
+    if _wrong_type(value, bound) or not math.isfinite(value):
         return False
-    low, high = LIMITS[name]
-    return not ((low and (value < low[0] if low[1] else value <= low[0]))
-                or (high and (value > high[0] if high[1] else value >= high[0])))
+    low, high = bound.low, bound.high
+    return not (
+        (low is not None and (value <= low if bound.low_open else value < low))
+        or (high is not None and (value >= high if bound.high_open else value > high))
+    )
 
 
-def check(name: str, value: Any) -> None:
-    """Raise ConfigError unless ``value`` is allowed for option ``name`` (None: its default)."""
-    if (value is None and name in ("timeout", "ram_budget", "horizon")) or allowed(name, value):
-        return
-    low, high = LIMITS[name]
-    kind = "an integer" if name in INTEGERS else "a number"
-    bounds = " and ".join(filter(None, [
-        low and f"{'>=' if low[1] else '>'} {low[0]}", high and f"{'<=' if high[1] else '<'} {high[0]}"]))
-    finite = "a finite number" if not _wrong_type(name, value) and not math.isfinite(value) else kind
-    raise ConfigError(f"{name}={value!r}: must be {finite} {bounds}")
+def problem(name: str, value: Any, bound: Bound) -> str | None:
+    """What is wrong with ``value`` for option ``name``, as the CLI and ``tune`` say it; None: nothing.
+
+    >>> problem("prune", 1.5, Bound(low=0, high=1))
+    'prune=1.5: must be a number >= 0 and <= 1'
+    """
+    if (value is None and bound.optional) or allowed(value, bound):
+        return None
+    kind = "an integer" if bound.integer else "a number"
+    if not _wrong_type(value, bound) and not math.isfinite(value):
+        kind = "a finite number"
+    return f"{name}={value!r}: must be {kind} {bound.words()}".rstrip()
+
+
+def check(name: str, value: Any, bound: Bound) -> None:
+    """Raise ConfigError unless ``value`` is allowed for option ``name`` (None: where ``optional``)."""
+    said = problem(name, value, bound)
+    if said:
+        raise ConfigError(said)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from autotune.core._bounds import RAM_BUDGET_LEAST, allowed
+from autotune.core._bounds import RAM_BUDGET, RAM_BUDGET_LEAST, allowed
 from autotune.core._config import Config, ConfigError, read_yaml
 from autotune.core._knobs import KNOBS, Stage, show_value, unknown_knob_message
 from autotune.production._recipe import Recipe
@@ -117,7 +117,7 @@ def load(path: str | Path | None = None, device: Any = "auto", *, check: bool = 
     Raises:
         ConfigError: the file, the key, the value and what is allowed.
     """
-    if ram_budget is not None and not allowed("ram_budget", ram_budget):
+    if ram_budget is not None and not allowed(ram_budget, RAM_BUDGET):
         raise ConfigError(f"load(ram_budget={ram_budget!r}): must be a finite number of GiB >= {RAM_BUDGET_LEAST} "
                           "(as a study's --ram-budget)")
     extra = {"adapt": adapt, "tracking_uri": tracking_uri, "ram_budget": ram_budget} if adapt else {}

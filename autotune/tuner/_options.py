@@ -9,24 +9,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.core._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION
 from autotune.core._kinds import Kind
-from autotune.machine._launch import Budget
-from autotune.machine._margin import RAM_BUDGET_FRACTION  # (re-exported: the share of RAM a trial may use)
-from autotune.machine._noise import FOREIGN_LOAD_MAX, QUIET_WAIT_S, REMEASURES, SPREAD_MAX
 from autotune.core._outcome import headline
 from autotune.core._whole_runs import HORIZON_H
+from autotune.machine._launch import Budget
+from autotune.machine._margin import (
+    RAM_BUDGET_FRACTION,  # (re-exported: the share of RAM a trial may use)
+)
 from autotune.training._script import BAD_INPUT, NPROC, is_script, label, study_name
-from autotune.stores._stores import STORE_PATIENCE_S
+from autotune.tuner._option_groups import Basics, Judge, Noise, Options, Stores
 
 if TYPE_CHECKING:
     from autotune.core._config import Config
     from autotune.stores._records import TrialRow
     from autotune.tuner._standing import Standing
 
-#: Default store folder (relative to where autotune runs): the Optuna journal,
-#: the MLflow database and artifacts, and the trials' logs.
-DEFAULT_STORE = Path("mlflow")
 #: Where a study's notes and each trial's end go (named as the package, as ``optuna`` and
 #: ``lightning.pytorch`` name theirs): silent until the application gives it a handler; ``autotune
 #: run`` and ``tune(progress=True)`` print it on their terminal (``autotune._terminal.notes_on``).
@@ -36,52 +33,75 @@ LOGGER.addHandler(logging.NullHandler())  # (else logging's last resort prints a
 
 @dataclasses.dataclass(frozen=True)
 class StudyOptions:
-    """What ``autotune run`` was asked to do."""
+    """What ``autotune run`` was asked to do: the target, and every option as the user gave it
+    (``Basics``, ``Options``: each option's one definition, read here by its own name)."""
 
     target: str
-    trials: int = 12
-    study: str | None = None
-    storage: str | None = None
-    tracking_uri: str | None = None
-    store: Path = DEFAULT_STORE
-    device: str = "auto"
-    budget: Budget = Budget()
-    ram_budget: int | None = None
-    seed: int | None = None
-    tolerance: float = DIVERGENCE_TOLERANCE
-    prune: float = PRUNE_FRACTION
-    confirm: int = 2
-    store_patience: float = STORE_PATIENCE_S
-    max_load: float = FOREIGN_LOAD_MAX
-    remeasure: int = REMEASURES
-    quiet_wait: float = QUIET_WAIT_S
-    max_spread: float = SPREAD_MAX
+    basics: Basics = Basics()
+    options: Options = Options()
     #: A script target's command line (None: the target is a function that takes the Run).
     argv: tuple[str, ...] | None = None
-    #: Ranks per trial (``--nproc-per-node``): over 1, each trial runs through torchrun (``autotune.training._ranks``).
-    nproc: int = 1
-    #: Hours the exported config will train for (``--horizon``; None: the script's whole run as given
-    #: is the production run): whole runs rank on their projected time for them
-    #: (``autotune.core._whole_runs.horizon_rate``), and compile is held where its cost would not pay
-    #: back within them (``autotune.tuner._space_now``; within ``HORIZON_H`` where none is given).
-    horizon_h: float | None = None
-    #: Profile runs of the baseline and the winner after the confirmation (``--profile``).
-    profile: bool = True
-    #: A new study runs an earlier study's top configs of the same target first (``--warm-start``).
-    warm_start: bool = True
+
+    @property
+    def trials(self) -> int:
+        return self.basics.trials
+
+    @property
+    def store(self) -> Path:
+        return self.basics.store
+
+    @property
+    def seed(self) -> int | None:
+        return self.options.seed
+
+    @property
+    def nproc_per_node(self) -> int:
+        """Ranks per trial: over 1, each trial runs through torchrun (``autotune.training._ranks``)."""
+        return self.options.nproc_per_node
+
+    @property
+    def profile(self) -> bool:
+        return self.options.profile
+
+    @property
+    def warm_start(self) -> bool:
+        return self.options.warm_start
+
+    @property
+    def judge(self) -> Judge:
+        return self.options.judge
+
+    @property
+    def noise(self) -> Noise:
+        return self.options.noise
+
+    @property
+    def stores(self) -> Stores:
+        return self.options.stores
+
+    @property
+    def budget(self) -> Budget:
+        """A trial's budget, from ``Measure`` and ``Limits``; no ceilings on several ranks (a part
+        measured alone on one rank would wait on the others' collectives)."""
+        measure, limits = self.options.measure, self.options.limits
+        return Budget(warmup_s=measure.warmup, window_s=measure.window, windows=measure.windows,
+                      ceiling_windows=0 if self.nproc_per_node > 1 else measure.ceiling_windows,
+                      startup_s=limits.startup_timeout, stall_s=limits.stall_timeout,
+                      compile_s=limits.compile_timeout, timeout_s=limits.timeout, whole_s=measure.whole_run)
 
     @property
     def hold_limits(self) -> tuple[float, float, float]:
         """What ``autotune.tuner._space_now.holds`` takes after the study's settled trial: the load and
-        spread a believed figure may have, and the production horizon in hours."""
-        return self.max_load, self.max_spread, self.horizon_h or HORIZON_H
+        spread a believed figure may have, and the production horizon in hours (``Judge.horizon``:
+        compile is held where its cost would not pay back within it; ``HORIZON_H`` where none is given)."""
+        return self.noise.max_load, self.noise.max_spread, self.judge.horizon or HORIZON_H
 
     @property
     def label(self) -> str:
         """What the study tunes, as a command line for a script (``train.py -- --epochs 3``), after
         ``--nproc-per-node N`` for a job on several ranks (another training: another study)."""
         what = self.target if self.argv is None else label(self.target, self.argv)
-        return what if self.nproc == 1 else f"{NPROC} {self.nproc} {what}"
+        return what if self.nproc_per_node == 1 else f"{NPROC} {self.nproc_per_node} {what}"
 
 
 class Reporter:
@@ -92,7 +112,7 @@ class Reporter:
         """A line worth showing once (capability drops, paths)."""
         LOGGER.info(line)
 
-    def trial_started(self, number: int, index: int, total: int, config: Config,  # type: ignore[valid-type]
+    def trial_started(self, number: int, index: int, total: int, config: Config,
                       share: str | None = None, kind: Kind = Kind.SAMPLED, of: int | None = None) -> None:
         """Trial ``index`` of ``total`` of this invocation is starting, of ``kind`` (its ``of``:
         the trial whose config it runs again or starts from); on ``share`` of the host, with

@@ -78,7 +78,7 @@ def run_profiles(runner: Any, found: Standing) -> dict[str, Any]:
         # were it the first by identity, leave the profile runs to it; nobody would run them.
         runner.registry.enter(TunerPhase.DONE)
         return {}
-    plan, why = profile_plan(found, runner.options.nproc)
+    plan, why = profile_plan(found, runner.options.nproc_per_node)
     if why:
         runner.reporter.note(why)
         return {}

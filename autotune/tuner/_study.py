@@ -90,13 +90,13 @@ class StudyRunner:
 
         self.options, self.fingerprint, self.space = options, fingerprint, space
         self.reporter = reporter or Reporter()
-        self.name = options.study or default_study_name(options.target)
-        storage = storage or open_storage(options.store, options.storage, options.store_patience,
+        self.name = options.stores.study or default_study_name(options.target)
+        storage = storage or open_storage(options.store, options.stores.storage, options.stores.store_patience,
                                           self.reporter.note)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         joined = join(storage, self.name, optuna.samplers.TPESampler(seed=options.seed), options.label,
                       space.name, fingerprint, tracker, self.reporter.note, script=options.argv is not None,
-                      warm_start=options.warm_start, horizon_h=options.horizon_h)
+                      warm_start=options.warm_start, horizon_h=options.judge.horizon)
         self.study = joined.study
         self._owner = this_process()
         self._liveness = Liveness(self._owner["host"])
@@ -106,14 +106,14 @@ class StudyRunner:
         self.host = HostRegistry()
         neighbours = self.host.join(self._owner, self.name, "; ".join(s.share() for s in self.slots))
         # The default budget is shared with the other tuners on this host, and split over --jobs slots.
-        self.ram_budget = (options.ram_budget or int(
+        self.ram_budget = (int((options.options.limits.ram_budget or 0) * 2**30) or int(
             fingerprint.ram_available_gib * 2**30 * RAM_BUDGET_FRACTION) // (1 + len(neighbours))) // len(self.slots)
         if neighbours:
             self.reporter.note(neighbours_line(neighbours))
         self.scheduler = Scheduler(self.slots, options.trials, self.reporter.note)
         self.recorder = Recorder(self.study, tracker, joined.experiment_id, joined.parent_id,
                                  Spool(options.store / "pending", self.name), space, self.reporter.note,
-                                 options.store / "trials" / self.name, options.max_load, options.max_spread)
+                                 options.store / "trials" / self.name, options.noise.max_load, options.noise.max_spread)
         self._warm = dict(warm or {})  # slot index -> its warm worker (autotune.worker._warm), started early
         self._started = 0.0
         self._holding = threading.Lock()  # the slots' threads draw configs at once
@@ -131,7 +131,7 @@ class StudyRunner:
         for the one another tuner runs. After ``options.trials`` trials of its own,
         the last tuner still sampling plans the confirmation: the top ``CONFIRM_TOP``
         feasible configs and the baseline are re-run until each has ``1 +
-        options.confirm`` runs, enqueued so that each re-run is claimed by one tuner;
+        options.judge.confirm`` runs, enqueued so that each re-run is claimed by one tuner;
         the winner is chosen on the medians (``autotune.tuner._confirm``).
 
         The first SIGINT or SIGTERM stops the running trial, which is recorded as
@@ -195,8 +195,8 @@ class StudyRunner:
         if sampling:
             self.reporter.note(f"this tuner's trials are done; {describe(sampling)} still run trials "
                                f"of study {self.name}: the last one to finish plans the confirmation")
-        elif self.options.confirm:
-            round_ = confirmation(standing(self.study), self.options.confirm)
+        elif self.options.judge.confirm:
+            round_ = confirmation(standing(self.study), self.options.judge.confirm)
             if claim(self.study, round_.once):
                 for request in round_.requests:
                     write(self.study, request)
@@ -268,8 +268,8 @@ class StudyRunner:
         left = (time.monotonic() - started) / (index + 1) * (total - index - 1)
         self.reporter.trial_done(row, found, left)
         if recorded:  # (else another tuner closed it, and owes what it owed)
-            settings = Settings(self._space_now(found), self.fingerprint.cpus, self.options.tolerance,
-                                self.options.budget.windows, self.options.remeasure, self.scheduler.trials_left())
+            settings = Settings(self._space_now(found), self.fingerprint.cpus, self.options.judge.divergence_tolerance,
+                                self.options.budget.windows, self.options.noise.remeasure, self.scheduler.trials_left())
             for decision in after_trial(row, found, settings):
                 self._act(decision, slot)
         if row.kind is Kind.BASELINE and row.outcome not in (Outcome.COMPLETE.value, Outcome.INTERRUPTED.value):
@@ -282,11 +282,11 @@ class StudyRunner:
         if isinstance(decision, Request) and decision.kind is Kind.REMEASURE:
             if self.scheduler.interrupt.is_set():
                 return
-            quiet, load, waited = self.scheduler.wait_quiet(slot.runs_on, self.options.max_load,
-                                                            self.options.quiet_wait)
+            quiet, load, waited = self.scheduler.wait_quiet(slot.runs_on, self.options.noise.max_load,
+                                                            self.options.noise.quiet_wait)
             if self.scheduler.interrupt.is_set():
                 return
-            decision = after_quiet_wait(decision, quiet, load, waited, self.options.remeasure)
+            decision = after_quiet_wait(decision, quiet, load, waited, self.options.noise.remeasure)
         if isinstance(decision, Line):
             self.scheduler.say(decision)
         elif write(self.study, decision) and decision.why:
@@ -333,9 +333,9 @@ class StudyRunner:
         run_id = self.recorder.begin(trial, self._owner, config, slot, seed, tags)
         self.reporter.trial_started(trial.number, index, total, config, slot.share() if len(self.slots) > 1 else None,
                                     kind, trial.user_attrs.get(ATTR_OF))
-        budget = trial_budget(self.options.budget, kind, shape_of(base), self.options.tolerance, batch_size=config.batch_size)
+        budget = trial_budget(self.options.budget, kind, shape_of(base), self.options.judge.divergence_tolerance, batch_size=config.batch_size)
         spec = TrialSpec(self.options.target, config, slot.device, budget, seed, {} if kind.repeats else found.ceilings.known(),
-                         slot.cpus, self.options.argv, self.options.nproc, compile_cache=str(self.options.store / "inductor" / self.name))
+                         slot.cpus, self.options.argv, self.options.nproc_per_node, compile_cache=str(self.options.store / "inductor" / self.name))
         # (its windows' samples/s against the winner's loop's: a whole run ranks with its start-up)
         prune_below = found.decision.winner.loop_median if found.decision.winner and kind.explores else None
         beats = itertools.count(1)
@@ -347,9 +347,9 @@ class StudyRunner:
                                    f"(tuner pid {os.getpid()})", lambda line: self.scheduler.say(Line(line, "turn")),
                                    interrupt):
                 result = run_trial(spec, self.recorder.log_path(trial.number), self.ram_budget,
-                                   self.recorder.watcher(trial, prune_below, self.options.prune, self.options.max_load,
+                                   self.recorder.watcher(trial, prune_below, self.options.judge.prune, self.options.noise.max_load,
                                                          self.reporter.event, self.options.budget.window_s),
-                                   interrupt=interrupt, reference=base.losses if base and judged else (), tolerance=self.options.tolerance,
+                                   interrupt=interrupt, reference=base.losses if base and judged else (), tolerance=self.options.judge.divergence_tolerance,
                                    reference_curve=base.curve if base and judged else (), warm=self._warm.get(slot.index))
                 result = with_ceilings(spec, result, self.recorder.log_path(trial.number), lambda again, log: run_trial(
                     again, log, self.ram_budget, interrupt=interrupt, warm=self._warm.get(slot.index)))
@@ -390,6 +390,6 @@ def _say_cost(row: TrialRow, recorded: bool, options: StudyOptions, reporter: Re
     shape = shape_of(row) if row.kind is Kind.BASELINE and recorded else None
     if shape is not None:
         trials = max(0, options.trials - 1)  # (its re-runs: of the top configs there can be, and of it)
-        reporter.note(cost_line(shape, options.budget, trials, options.confirm * (min(CONFIRM_TOP, trials) + 1)))
-    for line in objective_lines(row.metrics, options.horizon_h) if shape is not None and row.run_s else ():
+        reporter.note(cost_line(shape, options.budget, trials, options.judge.confirm * (min(CONFIRM_TOP, trials) + 1)))
+    for line in objective_lines(row.metrics, options.judge.horizon) if shape is not None and row.run_s else ():
         reporter.note(line)

@@ -99,7 +99,7 @@ def test_the_last_tuner_to_finish_runs_the_profile_runs_and_one_of_two_that_fini
     planned: list[int] = []
 
     def finish(i: int) -> None:  # found=None: a tuner that gets to plan says "no profile", runs nothing
-        runner = SimpleNamespace(options=SimpleNamespace(profile=True, nproc=1), scheduler=SimpleNamespace(signum=None),
+        runner = SimpleNamespace(options=SimpleNamespace(profile=True, nproc_per_node=1), scheduler=SimpleNamespace(signum=None),
                                  registry=registries[i], _liveness=liveness, _owner=owners[i],
                                  reporter=SimpleNamespace(note=lambda line: planned.append(i)))
         assert run_profiles(runner, None) == {}

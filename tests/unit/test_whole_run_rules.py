@@ -11,7 +11,7 @@ from standings import standing, trial
 
 from autotune.core._kinds import Kind
 from autotune.core._outcome import Outcome
-from autotune.core._bounds import check
+from autotune.tuner._option_groups import Judge, Options, check
 from autotune.core._config import ConfigError
 from autotune.core._whole_runs import HORIZON_H, objective_lines, other_training
 from autotune.tuner._confirm import plan
@@ -192,7 +192,7 @@ def test_the_objective_is_said_and_a_start_up_heavy_run_without_a_horizon_is_tol
 
 def test_without_a_horizon_compile_still_pays_back_within_an_hour_and_none_is_allowed() -> None:
     assert StudyOptions("t.py").hold_limits[2] == HORIZON_H == 1.0
-    assert StudyOptions("t.py", horizon_h=8.0).hold_limits[2] == 8.0
+    assert StudyOptions("t.py", options=Options(judge=Judge(horizon=8.0))).hold_limits[2] == 8.0
     check("horizon", None)
     with pytest.raises(ConfigError, match=r"horizon=0: must be a number > 0"):
         check("horizon", 0)
