@@ -204,3 +204,14 @@ def test_the_parameter_count_sees_methods_keyword_only_and_not_self(tmp_path: Pa
     (tmp_path / "m.py").write_text(source.replace(", j", ""))
     assert parameter_counts(tmp_path) == {}
 
+
+def test_the_contributing_guides_example_is_the_real_code() -> None:
+    """docs/contributing.md shows adding an option on ``quiet_wait``: its field and its reader, as they are."""
+    root = Path(autotune.__file__).parent
+    guide = (root.parent / "docs" / "contributing.md").read_text().split("## Adding an option")[1].split("\n## ")[0]
+    blocks = re.findall(r"```python\n(.*?)```", guide, re.DOTALL)
+    assert len(blocks) == 2
+    assert blocks[0] in (root / "tuner" / "_option_groups.py").read_text()
+    assert blocks[1] in (root / "tuner" / "_study.py").read_text()
+    with pytest.raises(ConfigError, match=re.escape("quiet_wait=-1.0: must be a number >= 0")):
+        Noise(quiet_wait=-1.0)
