@@ -6,12 +6,14 @@ from __future__ import annotations
 import atexit
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from autotune.core._config import ConfigError
 from autotune.core._knobs import show_value
+from autotune.production._exit_clock import start_watcher
 from autotune.training._script import SCRIPT_STAGES, ScriptExited, check_script, label, module_of, run_script
 
 
@@ -62,10 +64,15 @@ def exec_script(export: Path, target: str, argv: Sequence[str], device: str = "a
               file=sys.stderr, flush=True)
     ended: list[bool] = []
     if ranked is None or ranked[0] == 0:
-        # Said once the script's own exit is done: registered before it runs, so that its threads are
-        # joined and its own atexit handlers run first (atexit runs the last registered first).
-        atexit.register(lambda: ended and print(f"autotune: {wall_line(export, label(target, argv), device)}",
-                                                file=sys.stderr, flush=True))
+        # Said once the process has exited (``autotune.production._exit_clock``), else once its own
+        # exit handlers ran: registered before it runs, so that its threads are joined and its own
+        # atexit handlers run first (atexit runs the last registered first).
+        what = label(target, argv)
+        arm = start_watcher(lambda facts, seconds: f"autotune: {wall_line(facts, seconds, 'exit')}")
+        atexit.register(lambda: ended and (
+            arm(measured_facts(export, what, device)) if arm is not None else
+            print(f"autotune: {wall_line(measured_facts(export, what, device), process_age(), 'exit handlers')}",
+                  file=sys.stderr, flush=True)))
     hooks = Hooks(recipe).install()
     try:
         run_script(target, argv)
@@ -97,31 +104,45 @@ def script_frames(tb: TracebackType | None, target: str) -> TracebackType | None
     return tb
 
 
-def wall_line(export: Path, what: str, device: str) -> str:
-    """The line ``exec`` ends with, once the script's threads are joined and its exit handlers ran:
-    its own wall time from process start, and where the study measured the script's whole run as
-    written on this machine (process start to exit), the ratio. Only the interpreter's teardown
-    after this line (freeing modules: a few tenths of a second with torch loaded) is not in it."""
-    took = process_age()
-    line = f"ran {what} in {took:.1f} s (process start to its exit)"
+def measured_facts(export: Path, what: str, device: str) -> dict[str, Any]:
+    """What ``wall_line`` compares ``exec``'s run with: where the study measured the script's whole
+    run as written on this machine (process start to exit), its wall time and the winner's; else
+    why there is nothing to compare with. Read in the script's process, as it ends."""
+    facts: dict[str, Any] = {"what": what}
     try:
         from autotune.core._config import read_yaml
-        from autotune.production._export import MEASURED_SECTION, differences
         from autotune.machine._probe import probe
+        from autotune.production._export import MEASURED_SECTION, differences
         from autotune.training._ranks import job_cpus
 
         measured = read_yaml(export).get(MEASURED_SECTION) or {}
         base = measured.get("run_s")
         if not isinstance(base, (int, float)) or base <= 0:
-            return line + "; the study did not run it whole, so it has no whole run to compare with"
+            return {**facts, "none": "the study did not run it whole, so it has no whole run to compare with"}
         differs = differences(measured, probe(device, cpus=job_cpus()))
         if differs:
-            return line + f"; the study measured it on another machine ({'; '.join(differs)})"
-        winner = measured.get("winner_run_s")
-        return line + (f"; as written it ran {base:.1f} s in the study on this machine: {base / took:.2f}x"
-                       + (f" (the study's runs of this config: {winner:.1f} s)" if winner else ""))
+            return {**facts, "none": f"the study measured it on another machine ({'; '.join(differs)})"}
+        return {**facts, "base": base, "winner": measured.get("winner_run_s")}
     except Exception as exc:  # (the line is a report: a problem reading it must not fail the job)
-        return line + f"; no comparison ({exc})"
+        return {**facts, "none": f"no comparison ({exc})"}
+
+
+def wall_line(facts: Mapping[str, Any], took: float, until: str) -> str:
+    """The line ``exec`` ends with: the script's wall time from process start to its ``until``
+    (its exit, or its exit handlers where its exit cannot be watched), and against the study's
+    whole run of the script as written on this machine (``measured_facts``), the ratio.
+
+    >>> wall_line({"what": "train.py", "base": 12.0, "winner": 9.5}, 10.0, "exit")
+    "ran train.py in 10.0 s (process start to its exit); as written it ran 12.0 s in the study on this machine: 1.20x (the study's runs of this config: 9.5 s)"
+    >>> wall_line({"what": "train.py", "none": "no comparison (x)"}, 10.0, "exit handlers")
+    'ran train.py in 10.0 s (process start to its exit handlers); no comparison (x)'
+    """
+    line = f"ran {facts['what']} in {took:.1f} s (process start to its {until})"
+    if "none" in facts:
+        return f"{line}; {facts['none']}"
+    base, winner = facts["base"], facts.get("winner")
+    return line + (f"; as written it ran {base:.1f} s in the study on this machine: {base / took:.2f}x"
+                   + (f" (the study's runs of this config: {winner:.1f} s)" if winner else ""))
 
 
 def process_age() -> float:
