@@ -13,6 +13,7 @@ otherwise run whole before its trial found no optimizer step in it. Two signs, e
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import traceback
@@ -67,7 +68,7 @@ class ChildWatch:
         for owner in (tmp, sys.modules["torch.multiprocessing.spawn"]):
             if getattr(owner, "start_processes", None) is original:
                 setattr(owner, "start_processes", start_processes)
-                self._undo.append(lambda owner=owner: setattr(owner, "start_processes", original))
+                self._undo.append(functools.partial(setattr, owner, "start_processes", original))
         return self
 
     def remove(self) -> None:

@@ -53,7 +53,7 @@ class FrameworkKnobs:
 
     def install(self, patch: Patch) -> None:
         self._patch = patch
-        wanted = {name: self._trainer for name in _TRAINERS}
+        wanted: dict[str, Callable[[Any], None]] = {name: self._trainer for name in _TRAINERS}
         wanted[_TRAINING_ARGUMENTS] = self._training_arguments
         for name, then in list(wanted.items()):
             if name in sys.modules:
@@ -85,6 +85,7 @@ class FrameworkKnobs:
                 return original(*bound.args, **bound.kwargs)
             return __init__
 
+        assert knobs._patch is not None  # (set by install, before any framework module is seen)
         knobs._patch(module.Trainer, "__init__", make)
 
     def _training_arguments(self, module: Any) -> None:
@@ -111,6 +112,7 @@ class FrameworkKnobs:
                 original(args)
             return __post_init__
 
+        assert self._patch is not None  # (set by install, before any framework module is seen)
         self._patch(module.TrainingArguments, "__post_init__", make)
 
 

@@ -63,7 +63,7 @@ class Run:
         self._dataset: dict[str, Any] = {}
         #: The optimizers built, by class name: whether each takes ``fused=`` (``facts``).
         self._optimizers: dict[str, bool] = {}
-        self._scaler = None
+        self._scaler: Any = None  # a torch.amp.GradScaler, made at the first fp16 step
         self._micro: dict[int, int] = {}  # id of an optimizer -> run.step calls on it (accumulation)
         self.lr: float | None = None
 

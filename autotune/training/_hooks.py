@@ -52,7 +52,7 @@ class Hooks:
     """
 
     def __init__(self, run: Run, measure: bool = False) -> None:
-        self.run = run
+        self.run: Any = run  # (a ScriptTrial or a script Recipe: each has attributes the other lacks)
         self.measure = measure
         self.training: Any = None
         self.optimizers: list[str] = []
@@ -116,6 +116,7 @@ class Hooks:
 
     def source(self, loader: Any) -> Iterator[Any]:
         """An epoch of ``loader`` as the script would get it, unmeasured (the loader ceiling's)."""
+        assert self._original_iter is not None  # (install patched DataLoader.__iter__ for a trial)
         return self._original_iter(loader)
 
     def _patch(self, owner: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
@@ -276,6 +277,7 @@ class Hooks:
         """``Optimizer.__init__``, which every optimizer class calls: the loop learns of each one once
         its parameter groups are made (the rest of a subclass's ``__init__`` runs after)."""
         loop = self.loop
+        assert loop is not None  # (patched only where the loop knobs are: install)
 
         def __init__(opt: Any, *args: Any, **kwargs: Any) -> None:
             original(opt, *args, **kwargs)
@@ -283,15 +285,16 @@ class Hooks:
         return __init__
 
     def _backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        hooks = self
+        hooks, loop = self, self.loop
+        assert loop is not None  # (patched only where the loop knobs are: install)
 
         def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
             # (read at window edges only: ``Trial._after_step`` keeps it on the device); unscaled where
             # the script's own GradScaler scaled it (``OutsideLoop``'s patch of ``GradScaler.scale``)
             hooks._loss = getattr(tensor, "_autotune_unscaled", tensor)
             hooks.run._edge("backward")
-            out = hooks.loop.backward(original, tensor, *args, **kwargs)
-            if hooks.measure and hooks.training is None and not hooks.loop._optimizers \
+            out = loop.backward(original, tensor, *args, **kwargs)
+            if hooks.measure and hooks.training is None and not loop._optimizers \
                     and (hooks.last_fetched is None or hooks.run.loaderless):
                 # no optimizer at all (word_language_model, pytorch/examples' regression update their
                 # parameters by hand): each backward() is a step of the loop's clock

@@ -148,7 +148,7 @@ class OutsideAmp:
             import torch
 
             ctx = torch.autocast(amp._device_type(), dtype=getattr(torch, DTYPES[amp.value]))
-            ctx._autotune = True
+            ctx._autotune = True  # type: ignore[attr-defined]  # our mark on torch's object (read by getattr)
             with ctx:
                 amp._ctx = ctx
                 try:

@@ -26,7 +26,8 @@ def map_tensors(batch: Any, fn, only: Collection[tuple] | None = None, path: tup
         return {k: map_tensors(v, fn, only, (*path, k)) for k, v in batch.items()}
     if isinstance(batch, Mapping):
         try:
-            return type(batch)({k: map_tensors(v, fn, only, (*path, k)) for k, v in batch.items()})
+            make: Any = type(batch)  # (a Mapping subclass: made from a dict where it can be)
+            return make({k: map_tensors(v, fn, only, (*path, k)) for k, v in batch.items()})
         except TypeError:  # (a mapping that is not made from a dict: left as it is)
             return batch
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
@@ -70,8 +71,13 @@ def paths_of(batch: Any) -> list[tuple[tuple, Any]]:
 
 def count_tensors(batch: Any) -> int:
     """The tensors ``map_tensors`` reaches in ``batch`` (0: nothing it could move)."""
-    found = []
-    map_tensors(batch, lambda t: found.append(t) or t)
+    found: list[Any] = []
+
+    def keep(tensor: Any) -> Any:
+        found.append(tensor)
+        return tensor
+
+    map_tensors(batch, keep)
     return len(found)
 
 

@@ -162,7 +162,7 @@ def _host_syncs(node: ast.AST, module: str) -> list[str]:
     notes = []
     for loop in ast.walk(node):
         over = over_batches(loop)
-        if over is None:
+        if over is None or not isinstance(loop, (ast.For, ast.AsyncFor, ast.While)):  # (over: one of them)
             continue
         for n in every_step(loop.body):
             if isinstance(n.func, ast.Attribute) and n.func.attr in HOST_SYNCS and not n.args:
