@@ -118,9 +118,10 @@ def run_script_measured(run: Any, target: str, argv: list[str], emit: Any) -> No
     hooks, why = run.hooks, None
     if hooks.training is None and not run.loaderless:
         why = ("stepped no torch.optim optimizer after taking a batch" if hooks.last_fetched is not None
-               else "took no batch from the DataLoader it built" if hooks.built_loader
-               else "built no torch.utils.data.DataLoader")
-        why += " (autotune measures the DataLoader whose batches an optimizer.step() follows)"
+               else "took no batch from the DataLoader it built" if hooks.built_loader else None)
+        why = (f"{why} (autotune measures the DataLoader whose batches an optimizer.step() follows)" if why else
+               "has no training loop: it built no DataLoader, stepped no optimizer and called no backward() "
+               "(autotune measures a loop of optimizer steps, with or without a DataLoader)")
     else:
         run.finish(ended=True)
         why = run.too_short(hooks.steps)  # (its optimizer steps: the first batch came before the loader was known)

@@ -34,6 +34,7 @@ def test_a_script_with_nothing_to_tune_stops_at_its_baseline_in_one_line_with_st
     done = run_all({
         "bogus": [MNIST, "--", "--bogus", "3"],
         "no_step": [str(SCRIPTS / "no_step.py")],
+        "inference": [str(SCRIPTS / "inference_only.py")],
         "early": [MNIST, "--", "--epochs", "1", "--train-size", "128", "--read-ms", "0"],
         # trains to its end (run whole: measured in windows it may be stopped first), then fails a check
         # of its own: the code as written fails, said as such
@@ -47,12 +48,15 @@ def test_a_script_with_nothing_to_tune_stops_at_its_baseline_in_one_line_with_st
         assert len(said[name]) == 1 and "Traceback" not in d.stderr, (name, d.stderr)
     assert "exited with status 2" in said["bogus"][0] and "unrecognized arguments: --bogus 3" in said["bogus"][0]
     assert "no_step.py stepped no torch.optim optimizer after taking a batch" in said["no_step"][0]
+    # no loop at all (an evaluation script): said as such, not as a missing DataLoader
+    assert "inference_only.py has no training loop: it built no DataLoader, stepped no optimizer and called no " \
+           "backward()" in said["inference"][0] and "its last lines: accuracy 0." in said["inference"][0]
     # (too few steps for any measure: said with its numbers and what a measure needs)
     assert "ended after 2 training steps, before one measured window: a measure needs a warmup " \
            "(at least 5 steps and 0.2 s" in said["early"][0]
     assert "shorten --warmup" in said["early"][0] and "Test set: Average loss" in said["early"][0]
     assert "exited with status 3" in said["fails_after"][0] and "Test set: Average loss" in said["fails_after"][0]
-    for name in ("bogus", "no_step"):
+    for name in ("bogus", "no_step", "inference"):
         assert not (tmp_path / name / "st").exists(), name  # the run made the store: removed
     assert kept.read_text() == "mine"
     assert not (kept.parent / "trials" / "mnist_style").exists()

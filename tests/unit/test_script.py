@@ -68,7 +68,7 @@ def test_a_baseline_the_input_failed_is_bad_input_in_one_line_and_one_the_code_f
 
     from autotune.tuner._options import baseline_failed
 
-    said = "train.py built no torch.utils.data.DataLoader (autotune measures ...); its last lines: done"
+    said = "train.py has no training loop: it built no DataLoader, ... (autotune measures ...); its last lines: done"
     row = dataclasses.replace(trial(0, None, "crashed"), reason=f"NotTunable: {said}\nTraceback (most recent ...")
     bad = baseline_failed(row)
     assert bad.status == 2 and str(bad) == said  # the traceback is autotune's, not news to the user
