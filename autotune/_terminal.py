@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,7 @@ from autotune.core._kinds import Kind
 from autotune.core._knobs import show_value
 from autotune.core._outcome import Outcome, headline
 from autotune.stores._records import signed_share
+from autotune.tuner._live import Board, Notes, changed
 from autotune.tuner._options import LOGGER, Reporter
 
 
@@ -40,16 +41,21 @@ def summary_lines(name: str, found, store: Path) -> list[str]:
     if base:
         lines.append(f"data wait: {base.metrics.get('data_wait_frac', 0):.0%} of the baseline's "
                      f"step time -> {best.metrics.get('data_wait_frac', 0):.0%}")
-    return [*lines, f"config: {changed(best.config, base.config if base else {})}",
+    return [*lines, "config: " + (changed(best.config, base.config if base else {}) or "(the baseline's)"),
             f"exported: {store / 'exports' / (name + '.yaml')}  (autotune export -o best.yaml)",
             "trials: autotune show   |   MLflow UI: autotune ui"]
 
 
-def print_summary(name: str, found, store: Path) -> None:
+def print_summary(name: str, found, store: Path, verbose: bool = False) -> None:
+    """The summary on stdout: about a dozen lines on a terminal (``autotune.tuner._live.short_summary``),
+    every line with ``verbose`` (``run -v``) or without a terminal (a pipe, a log, CI)."""
     from rich.markup import escape
 
+    from autotune.tuner._live import short_summary
+
     out = console()
-    first, *rest = summary_lines(name, found, store)
+    brief = out.is_terminal and not verbose
+    first, *rest = (short_summary if brief else summary_lines)(name, found, store)
     if found.best is None:
         out.print(f"[red]{escape(first)}[/red]")
         return
@@ -61,25 +67,28 @@ def print_summary(name: str, found, store: Path) -> None:
 class _ConsoleHandler(logging.Handler):
     """Prints the ``autotune`` logger's records dim on a rich console, as the notes always were."""
 
-    def __init__(self, console) -> None:
+    def __init__(self, console, shown: Callable[[str], list[str]] | None = None) -> None:
         super().__init__(logging.INFO)
         self.console = console
+        self.shown = shown or (lambda line: [line])
 
     def emit(self, record: logging.LogRecord) -> None:
         from rich.markup import escape
 
         try:
-            self.console.print(f"[dim]{escape(record.getMessage())}[/dim]")
+            for line in self.shown(record.getMessage()):
+                self.console.print(f"[dim]{escape(line)}[/dim]")
         except Exception:  # noqa: BLE001 (logging's rule: a handler reports its failure, never raises)
             self.handleError(record)
 
 
 @contextlib.contextmanager
-def notes_on(out) -> Iterator[None]:
+def notes_on(out, shown: Callable[[str], list[str]] | None = None) -> Iterator[None]:
     """The ``autotune`` logger's notes printed on the rich console ``out`` while the block runs
     (``autotune run``'s terminal, ``tune(progress=True)``'s), and only there: not propagated to
-    the root logger, whose handlers an application set would print each line again."""
-    handler = _ConsoleHandler(out)
+    the root logger, whose handlers an application set would print each line again. ``shown``:
+    the lines to print for a note (``Progress.shown``: the live view prints each kind once)."""
+    handler = _ConsoleHandler(out, shown)
     level, propagate = LOGGER.level, LOGGER.propagate
     LOGGER.addHandler(handler)
     LOGGER.setLevel(logging.INFO)
@@ -92,29 +101,52 @@ def notes_on(out) -> Iterator[None]:
         LOGGER.propagate = propagate
 
 
-def changed(config: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
-    diff = {k: v for k, v in config.items() if baseline.get(k) != v}
-    return " ".join(f"{k}={show_value(v)}" for k, v in diff.items()) or "(the baseline's)"
-
-
 class Progress(Reporter):
-    """Live progress on the terminal: trial n of N, each running trial's windows, best, time left.
+    """Progress on the terminal. On a terminal, a live table (``autotune.tuner._live.Board``):
+    a row per config, each kind of note once. With ``verbose`` (``run -v``) or without a
+    terminal (a pipe, a log, CI): every trial's full lines, as plain text.
 
-    With ``--jobs`` several trials run at once: the live status has a line for each,
-    and a finished trial's lines are printed whole, never interleaved. Its notes go through the
-    ``autotune`` logger, which ``notes_on`` prints on its console.
+    The full lines: trial n of N, each running trial's windows, best, time left. With ``--jobs``
+    several trials run at once: the live status has a line for each, and a finished trial's lines
+    are printed whole, never interleaved. Its notes go through the ``autotune`` logger, which
+    ``notes_on`` prints on its console.
     """
 
     def __init__(self, verbose: bool = False) -> None:
-        """``verbose``: also print a line per measured window (``run -v``)."""
+        """``verbose``: every trial's full lines, and a line per measured window (``run -v``)."""
         import threading
 
         self.console = console(stderr=True)
         self._verbose = verbose
-        self._status = None
+        self._status: Any = None  # (a rich Status while trials run, in the full lines' view)
         self._heads: dict[int, str] = {}  # running trial -> its head line
         self._states: dict[int, str] = {}
         self._lock = threading.Lock()  # slots report from their own threads
+        self._board: Board | None = Board() if self.console.is_terminal and not verbose else None
+        self._notes = Notes()
+        self._live: Any = None  # (a rich Live, once the first trial starts)
+
+    def shown(self, note: str) -> list[str]:
+        """The lines to print for ``note``: in the live table's view, each kind once."""
+        return self._notes.admit(note) if self._board is not None else [note]
+
+    def _redraw(self) -> None:
+        """The live table, cut to the terminal's height and width (called with the lock held)."""
+        from rich.console import Group
+        from rich.live import Live
+        from rich.text import Text
+
+        board = self._board
+        if board is None:
+            return
+        width, height = self.console.size
+        lines = [Text(line, style="bold" if best else "") for line, best in board.table(width, height - 4)]
+        view = Group(*lines, Text(board.status(width), style="dim"))
+        if self._live is None:
+            self._live = Live(view, console=self.console, auto_refresh=False, transient=True,
+                              redirect_stdout=False, redirect_stderr=False)
+            self._live.start()
+        self._live.update(view, refresh=True)
 
     def _draw(self) -> None:
         text = "\n".join(f"{head} {self._states.get(n, '')}" for n, head in self._heads.items())
@@ -136,6 +168,12 @@ class Progress(Reporter):
             what = f"trial {number} ({kind.label} of {of})"
         where = f" [{share}]" if share else ""
         with self._lock:
+            if self._board is not None:
+                for line in self._notes.flush():
+                    self.console.print(f"[dim]{escape(line)}[/dim]")
+                self._board.started(number, kind, of, config.set_values(), index, total)
+                self._redraw()
+                return
             self._heads[number] = escape(f"[{kind.value + ' ' if kind.repeats else ''}{index + 1}/{total}] "
                                          f"{what}{where}: {knobs}")
             self._states[number] = "(starting)"
@@ -144,6 +182,11 @@ class Progress(Reporter):
     def event(self, event: Mapping[str, Any]) -> None:
         with self._lock:
             number = event.get("trial")
+            if self._board is not None:
+                if event["event"] == "window" and number is not None:
+                    self._board.window(number, event["index"])
+                    self._redraw()
+                return
             if number not in self._heads:
                 return
             if event["event"] == "warmup":
@@ -165,6 +208,11 @@ class Progress(Reporter):
     def trial_done(self, row, found, seconds_left: float) -> None:
         from rich.markup import escape
 
+        if self._board is not None:
+            with self._lock:
+                self._board.done(row, found, seconds_left)
+                self._redraw()
+            return
         sps = f"{row.samples_per_s:10,.1f} samples/s" if row.samples_per_s else " " * 20
         if row.run_s:  # a whole run: what it ranks on is its wall time
             sps = f"{row.run_s:6.1f} s whole run, " + sps.strip()
@@ -206,6 +254,22 @@ class Progress(Reporter):
                 self._draw()
 
     def stop(self) -> None:
+        """Ends the live view: the whole table stays on the terminal, each row cut to its width."""
+        from rich.markup import escape
+
         if self._status is not None:
             self._status.stop()
             self._status = None
+        with self._lock:
+            if self._live is None or self._board is None:
+                return
+            self._live.stop()
+            self._live = None
+            width = self.console.size.width
+            for line, best in self._board.table(width):
+                self.console.print(line, style="bold" if best else None, markup=False, highlight=False)
+            for line in self._notes.flush():
+                self.console.print(f"[dim]{escape(line)}[/dim]")
+            if self._notes.held:
+                self.console.print(f"[dim]({self._notes.held} more notes of the kinds above: "
+                                   "autotune run -v prints each)[/dim]")

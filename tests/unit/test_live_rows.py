@@ -1,0 +1,103 @@
+"""The live view's rules (autotune.tuner._live): a row per config, each kind of note once, rows cut
+to the width, a summary of at most a dozen lines."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from standings import standing, trial
+
+from autotune.core._kinds import Kind
+from autotune.tuner._live import (
+    SUMMARY_LINES,
+    Board,
+    Notes,
+    fit,
+    note_kind,
+    short_summary,
+)
+
+BASE = {"batch_size": "1x", "num_workers": 0, "pin_memory": False, "prefetch": "none"}
+FAST = {**BASE, "num_workers": 4, "prefetch": "thread"}
+
+
+def test_notes_of_one_kind_print_once_and_drops_print_as_one_line() -> None:
+    notes = Notes()
+    assert notes.admit("pin_memory: dropped true (needs CUDA; torch.cuda.is_available() is False)") == []
+    assert notes.admit("prefetch: dropped 'cuda_stream' (needs CUDA)") == []
+    shown = notes.admit("trial 2: noisy: other processes used 30% of its CPUs while it measured (over 20%)")
+    assert shown == ["not on this machine (autotune doctor says why): pin_memory=true, prefetch=cuda_stream",
+                     "trial 2: noisy: other processes used 30% of its CPUs while it measured (over 20%)"]
+    assert notes.admit("trial 13: noisy: other processes used 88% of its CPUs while it measured (over 20%)") == []
+    assert notes.admit("confirming: 4 re-runs of trials 1, 3") == ["confirming: 4 re-runs of trials 1, 3"]
+    assert notes.held == 1 and notes.flush() == []
+
+
+def test_a_note_kind_leaves_out_figures_and_trial_numbers() -> None:
+    assert note_kind("trial 1 took 2.1x the baseline's samples") == note_kind("trial 12 took 1.5x the baseline's samples")
+    assert note_kind("trial 1: noisy: others") != note_kind("trial 1: short: its windows")
+
+
+def test_a_rerun_updates_its_trials_row_and_rows_show_only_changed_knobs() -> None:
+    board = Board()
+    board.started(0, Kind.BASELINE, None, {}, 0, 2)
+    base = trial(0, 1000.0, config=BASE)
+    board.done(base, standing(base), 60.0)
+    board.started(1, Kind.SAMPLED, None, FAST, 1, 2)
+    assert board.lines[1].knobs == "num_workers=4 prefetch=thread"  # against the baseline's config
+    board.window(1, 0)
+    assert board.lines[1].outcome == "window 1"
+    fast = trial(1, 2000.0, config=FAST)
+    board.done(fast, standing(base, fast), 30.0)
+    board.started(2, Kind.CONFIRM, 1, FAST, 0, 2)
+    assert list(board.lines) == [0, 1] and board.lines[1].outcome == "confirm 1/2"
+    again = trial(2, 2200.0, kind=Kind.CONFIRM, of=1, config=FAST)
+    board.done(again, standing(base, fast, again), 0.0)
+    rows = [line.cells() for line in board.lines.values()]
+    # median of 2,000 and 2,200 over the baseline's 1,000
+    assert rows == [("0", "complete", "1.00x", "compute-bound", "(baseline)"),  # (no ceiling measured)
+                    ("1 x2", "complete", "2.10x", "compute-bound", "num_workers=4 prefetch=thread")]
+    assert board.lines[1].best and board.status(80) == "best 2.10x (trial 1)"
+
+
+def test_a_noisy_run_shows_its_own_figure_marked_and_a_failure_its_reason() -> None:
+    board = Board()
+    base = trial(0, 1000.0, config=BASE)
+    noisy = trial(1, 1500.0, config=FAST, doubt="noisy: other processes used 57% of its CPUs")
+    board.done(base, standing(base))
+    board.done(noisy, standing(base, noisy))
+    assert board.lines[1].outcome == "noisy" and board.lines[1].speedup == "(1.50x)"
+    crashed = dataclasses.replace(trial(2, None, "crashed", config=FAST), reason="oom_host: killed at 7.1 GiB\n...")
+    board.done(crashed, standing(base, noisy, crashed))
+    assert board.lines[2].cells()[1:4] == ("crashed", "", "oom_host")
+
+
+def test_the_table_fits_the_width_and_the_height() -> None:
+    board = Board()
+    base = trial(0, 1000.0, config=BASE)
+    board.done(base, standing(base))
+    rows = [base]
+    for n in range(1, 30):
+        row = trial(n, 1000.0 + n, config={**FAST, "num_workers": n, "prefetch_factor": 2, "persistent_workers": True})
+        rows.append(row)
+        board.done(row, standing(*rows))
+    table = board.table(60)
+    assert len(table) == 31 and max(len(line) for line, _ in table) == 60
+    assert table[1][0].endswith("(baseline)") and table[2][0].endswith("…")
+    cut = board.table(80, last=10)
+    assert len(cut) == 11 and cut[1][0].startswith("... 21 more above") and cut[-1][0].startswith("29 ")
+    assert fit("abc", 3) == "abc" and fit("abcd", 3) == "ab…"
+
+
+def test_the_summary_says_the_winner_its_time_and_what_next_in_a_dozen_lines() -> None:
+    base, base2 = trial(0, 1000.0, config=BASE), trial(2, 1010.0, kind=Kind.CONFIRM, of=0, config=BASE)
+    fast, fast2 = trial(1, 2000.0, config=FAST), trial(3, 2040.0, kind=Kind.CONFIRM, of=1, config=FAST)
+    lines = short_summary("io", standing(base, fast, base2, fast2), Path("mlflow"))
+    assert len(lines) <= SUMMARY_LINES
+    # 2,020 / 1,005: the same samples in half the time
+    assert lines[0].startswith("best: trial 1, 2.01x the baseline, ±") and "in 50% of the time" in lines[0], lines
+    assert "config: num_workers=4 prefetch=thread" in lines
+    assert f"exported: {Path('mlflow') / 'exports' / 'io.yaml'}" in lines
+    assert lines[-2].startswith("next: autotune export -o best.yaml")
+    assert short_summary("io", standing(trial(0, None, "crashed")), Path("m"))[0].startswith("study io: ")
