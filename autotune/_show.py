@@ -159,7 +159,7 @@ def show_table(result, wide: bool) -> None:
     if widths is None:
         knobs_below, heads = bool(keys), heads[:-1] if keys else heads
         widths = _widths(heads, cells, console.width, keys)
-    if wide:  # as wide as it needs: for a wide terminal, or `less -S`
+    if wide and widths is not None:  # as wide as it needs: for a wide terminal, or `less -S`
         console = Console(width=max(console.width, sum(widths) + GAP * (len(widths) - 1)))
     with console.capture() as captured:
         if widths is None:  # too narrow even for the figures: a line per trial, at its spaces

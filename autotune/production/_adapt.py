@@ -130,8 +130,8 @@ class AdaptiveLoaders:
         kw = state["kwargs"]
         cpu_ended, own_ended = cpu_seconds(), self._footprint.cpu()
         busy = (cpu_ended[0] - cpu_began[0]) / (wall * cpu_ended[1]) if cpu_began and cpu_ended else None
-        own = (own_ended - own_began) / (wall * cpu_ended[1]) if None not in (own_began, own_ended, cpu_ended) \
-            else None
+        own = (own_ended - own_began) / (wall * cpu_ended[1]) \
+            if own_began is not None and own_ended is not None and cpu_ended is not None else None
         epoch = Epoch(waited / wall, samples / wall, int(kw.get("num_workers", 0) or 0), kw.get("prefetch_factor"),
                       busy, own, unmade / wall)
         state["epochs"].append(epoch)

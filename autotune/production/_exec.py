@@ -45,7 +45,7 @@ def exec_script(export: Path, target: str, argv: Sequence[str], device: str = "a
         check_ranks(nproc)
         load(export, device, quiet=True)  # (bad input said once, here, not by every rank)
         script = ["-m", module_of(target)] if module_of(target) else [target]
-        adapting = ["--adapt"] * adapt + ["--tracking-uri", tracking_uri] * bool(tracking_uri) \
+        adapting = ["--adapt"] * adapt + ["--tracking-uri", str(tracking_uri)] * bool(tracking_uri) \
             + ["--ram-budget", str(ram_budget)] * bool(ram_budget)
         command = torchrun(nproc, ["autotune", "exec", str(export), "--device", device, *adapting, *script,
                                    "--", *argv])
@@ -59,8 +59,8 @@ def exec_script(export: Path, target: str, argv: Sequence[str], device: str = "a
         or "nothing (the code as written)"
     if ranked is None or ranked[0] == 0:  # (rank 0 says it for all)
         running = f"{ranked[1]} ranks, each running" if ranked else "running"
-        adapting = recipe._adapting() if recipe.adaptive is not None else ""
-        print(f"autotune: {running} {label(target, argv)} with {recipe.origin or export}: {knobs}{adapting}",
+        adapts = recipe._adapting() if recipe.adaptive is not None else ""
+        print(f"autotune: {running} {label(target, argv)} with {recipe.origin or export}: {knobs}{adapts}",
               file=sys.stderr, flush=True)
     ended: list[bool] = []
     if ranked is None or ranked[0] == 0:

@@ -32,7 +32,7 @@ class ProductionLog:
     force (as metrics, and as the tag ``autotune.adapt`` when they change), queued for the
     writer thread. ``write(metrics, tags)`` is the store's ``log_batch`` for the run."""
 
-    def __init__(self, write: Callable[[list, list], None], run_id: str,
+    def __init__(self, write: Callable[[list, list], object], run_id: str,
                  say: Callable[[str], None] | None = None) -> None:
         self.run_id = run_id
         self._write = write

@@ -105,13 +105,13 @@ class Recipe(Run):
     def _adapting(self) -> str:
         from autotune.production._adapt import adapting_line
 
-        return adapting_line(self.adaptive)
+        return adapting_line(self.adaptive) if self.adaptive is not None else ""
 
     def _apply_alloc_conf(self) -> None:
         """Set ``cuda_alloc_conf`` for the CUDA allocator, or say it is too late for it."""
         value = self.config.cuda_alloc_conf
         knob = KNOBS["cuda_alloc_conf"]
-        if value is None or value == knob.default:
+        if value is None or value == knob.default or knob.env_var is None:  # (the registry gives it one)
             return
         if os.environ.get(knob.env_var) == value:
             return

@@ -142,7 +142,9 @@ class Tracker:
         except MlflowException as exc:
             if exc.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise
-            return self._call(self.client.get_experiment_by_name, name).experiment_id
+            found = self._call(self.client.get_experiment_by_name, name)
+            assert found is not None  # (creating it said it exists)
+            return found.experiment_id
 
     def parent_run(self, experiment_id: str, run_id: str | None, tags: Mapping[str, str]) -> str:
         """Reopen the study's parent run, or start it."""
