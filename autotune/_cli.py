@@ -152,7 +152,7 @@ def exec_(export_yaml: Path, target: str | None, args: tuple[str, ...], module: 
                           "takes the Run loads the export itself: train(autotune.load('best.yaml'))")
     global _ran_users_code
     _ran_users_code = True
-    sys.exit(exec_script(export_yaml, target, script_args or [], device, nproc, **adapting))  # (--adapt's three)
+    raise SystemExit(exec_script(export_yaml, target, script_args or [], device, nproc, **adapting))  # (as passed)
 
 
 def _open_study(store: Path, storage: str | None, name: str | None):

@@ -31,8 +31,10 @@ def option(
 ) -> Any:
     """A field of an option group: its ``default``, its ``help`` (the CLI's and the docstring's),
     its ``bound`` (numeric options), and how its flag reads (``metavar``, a ``short`` alias, an
-    ``envvar`` that sets it)."""
+    ``envvar`` that sets it). A group's class as ``default``: a field holding that group."""
     meta = {"help": help, "bound": bound, "metavar": metavar, "short": short, "envvar": envvar}
+    if is_group(default):  # a group of options: its own defaults
+        return dataclasses.field(default_factory=default, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -63,7 +65,9 @@ def is_group(value: Any) -> bool:
     return isinstance(value, type) and issubclass(value, OptionGroup)
 
 
-def fields_of(cls: type[OptionGroup], path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], dataclasses.Field[Any]]]:
+def fields_of(
+    cls: type[OptionGroup], path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], dataclasses.Field[Any]]]:
     """Every option of group ``cls`` and of the groups it holds: (the path of groups to it, its field)."""
     hints = typing.get_type_hints(cls)
     for field in dataclasses.fields(cls):
@@ -87,7 +91,7 @@ def place_of(cls: type[OptionGroup], name: str) -> str:
             for attr in path:
                 kinds.append(typing.get_type_hints(kinds[-1])[attr])
             inner = f"{name}=..."
-            for attr, kind in reversed(list(zip(path, kinds[1:]))):
+            for attr, kind in reversed(list(zip(path, kinds[1:], strict=True))):
                 inner = f"{attr}={kind.__name__}({inner})"
             return f"options={cls.__name__}({inner})"
     raise KeyError(name)

@@ -43,10 +43,11 @@ class Basics(OptionGroup):
     """The everyday options: ``autotune.tune`` takes them flat, ``autotune run`` as flags."""
 
     trials: int = option(
-        12, "Trials to run now (the baseline first, if the study has none).", bound=Bound(low=1, integer=True), short="-n"
+        12, "Trials to run now (the baseline first, if the study has none).", bound=Bound(low=1, integer=True),
+        short="-n",
     )
     space: str = option("default", f"Search space: a shipped name ({_SPACES}) or a YAML file.")
-    store: Path = option(
+    store: Path = option(  # noqa: RUF009 (a Path is immutable)
         DEFAULT_STORE, "Store folder: Optuna journal, MLflow database, artifacts, trial logs.", envvar="AUTOTUNE_STORE"
     )
     device: str = option(
@@ -235,11 +236,11 @@ class Options(OptionGroup):
         "A new study of a target that an earlier study in the same storage tuned runs that study's top "
         "configs first (each measured here, not copied).",
     )
-    measure: Measure = option(Measure(), "How a trial is measured (``Measure``).")
-    limits: Limits = option(Limits(), "How long and how much a trial may take (``Limits``).")
-    noise: Noise = option(Noise(), "When a trial's figure is believed (``Noise``).")
-    judge: Judge = option(Judge(), "How trials are judged and the winner chosen (``Judge``).")
-    stores: Stores = option(Stores(), "Where the study is kept, under what name (``Stores``).")
+    measure: Measure = option(Measure, "How a trial is measured (``Measure``).")
+    limits: Limits = option(Limits, "How long and how much a trial may take (``Limits``).")
+    noise: Noise = option(Noise, "When a trial's figure is believed (``Noise``).")
+    judge: Judge = option(Judge, "How trials are judged and the winner chosen (``Judge``).")
+    stores: Stores = option(Stores, "Where the study is kept, under what name (``Stores``).")
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -37,8 +37,8 @@ class StudyOptions:
     (``Basics``, ``Options``: each option's one definition, read here by its own name)."""
 
     target: str
-    basics: Basics = Basics()
-    options: Options = Options()
+    basics: Basics = dataclasses.field(default_factory=Basics)
+    options: Options = dataclasses.field(default_factory=Options)
     #: A script target's command line (None: the target is a function that takes the Run).
     argv: tuple[str, ...] | None = None
 
