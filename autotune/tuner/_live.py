@@ -110,7 +110,7 @@ class Board:
     """The live table's rows: a trial that runs a config again (a confirmation, a re-measure)
     updates its first trial's row instead of adding one."""
 
-    HEADS = ("trial", "outcome", "speedup", "limit", "knobs that differ from the baseline")
+    HEADS = ("trial", "outcome", "speedup", "limit", "knobs (vs baseline)")
     _RIGHT = 2  # the speedup column, aligned on its figures
 
     def __init__(self) -> None:
@@ -157,7 +157,8 @@ class Board:
         bound = (group.lead if group is not None else row).bottleneck or row.bottleneck
         line.limit = bound.verdict if bound is not None else ""
         if row.outcome != Outcome.COMPLETE.value and row.outcome not in (Outcome.PRUNED.value,):
-            line.limit = headline(row.reason).partition(":")[0][:24] or line.limit
+            said = headline(row.reason).partition(":")[0]  # its kind, where the reason names one (oom_host: ...)
+            line.limit = said if said and " " not in said else ""
         if base is not None and key == row.number:
             line.knobs = changed(row.config, base.config) if key != base.number else ""
         win = found.decision.winner

@@ -8,6 +8,7 @@ import fcntl
 import os
 import re
 import select
+import signal
 import struct
 import subprocess
 import termios
@@ -23,8 +24,9 @@ FAST = ("--warmup", "0.3", "--window", "0.4", "--windows", "2", "--ceiling-windo
 _CONTROL = re.compile(r"\x1b(\[[?\d;]*[A-Za-z]|\][^\x07]*\x07)")
 
 
-def in_terminal(*args: str, cwd: Path, timeout: float = 300) -> tuple[int, str]:
-    """The real CLI under a pseudo-terminal of ``WIDTH`` x ``HEIGHT``: its exit status and all it wrote."""
+def in_terminal(*args: str, cwd: Path, timeout: float = 300, interrupt_on: bytes | None = None) -> tuple[int, str]:
+    """The real CLI under a pseudo-terminal of ``WIDTH`` x ``HEIGHT``: its exit status and all it
+    wrote; ``interrupt_on``: Ctrl-C (SIGINT) once it wrote that."""
     import pty
 
     master, slave = pty.openpty()
@@ -46,6 +48,9 @@ def in_terminal(*args: str, cwd: Path, timeout: float = 300) -> tuple[int, str]:
                 if not chunk:
                     break
                 said += chunk
+                if interrupt_on is not None and interrupt_on in said:
+                    proc.send_signal(signal.SIGINT)
+                    interrupt_on = None
             elif proc.poll() is not None:
                 break
         else:
@@ -93,7 +98,7 @@ def test_the_live_view_fits_80_columns_a_row_per_config_and_a_short_summary(tmp_
     # no line wraps: every stretch written between line ends fits the width (rich cut it, not the terminal)
     written = re.split(r"\r\n|\n|\r", _CONTROL.sub("", raw))
     assert max(len(part) for part in written) <= WIDTH, [part for part in written if len(part) > WIDTH]
-    head = max(i for i, line in enumerate(shown) if line.startswith("trial ") and "knobs that differ" in line)
+    head = max(i for i, line in enumerate(shown) if line.startswith("trial ") and "knobs (vs baseline)" in line)
     rows = []
     for line in shown[head + 1:]:
         if not line[:1].isdigit():
@@ -128,3 +133,12 @@ def test_a_pipe_gets_plain_full_lines(tmp_path: Path) -> None:
     assert "\x1b" not in done.stdout + done.stderr
     assert "[1/1] trial 0: baseline" in done.stderr and "    complete " in done.stderr, done.stderr
     assert done.stdout.startswith("\nbest: ") and "trials: autotune show" in done.stdout, done.stdout
+
+
+def test_ctrl_c_in_the_live_view_leaves_the_table_the_cursor_and_a_whole_last_line(tmp_path: Path) -> None:
+    status, raw = in_terminal("run", TARGET, "--trials", "5", *FAST, cwd=tmp_path, interrupt_on=b"window 1")
+    shown = screen(raw)
+    assert status == 130, "\n".join(shown)  # the shell's convention, as documented
+    assert raw.endswith("\n") and "\x1b[?25h" in raw  # (rich's live view hides the cursor while it draws)
+    assert shown[-1].startswith("autotune: stopped by SIGINT; run the same command to resume"), shown
+    assert any(line.startswith("0 ") for line in shown), shown  # the table stays, with the baseline's row
