@@ -1,0 +1,365 @@
+"""Sweep: a default study of a latency-bound training function against a hand sweep of the same
+training as a plain PyTorch loop. Writes the section ``Sweep (DATE)`` of
+``benchmarks/results/sweep.md``, and the raw figures to ``benchmarks/data/sweep/sweep.json``.
+
+The training: ``tests/fixtures/io_train.py``'s (4,096 items, each read waits 1 ms like a network
+read; ``Linear(16, 2)``, SGD, batch 16 as written). Three parts:
+
+1. **sweep**: the plain loop (``_io_loop.py``: PyTorch's DataLoader and loop, no autotune code)
+   at every point of a grid, by default batch 64/128/256 x 32/64 persistent workers x
+   prefetch_factor 2/4; each point ``--repeats`` times, a process each, the grid in a new random
+   order each round; each measure ``--samples`` samples after a warmup of ``--warmup-samples``.
+   The sweep's best: the best median.
+2. **study**: ``autotune run tests/fixtures/io_train.py:train --trials 16`` (default space and
+   budget) on a store of its own in a temporary folder; its winner, from its export, in the
+   plain loop's terms (batch, workers, persistence, prefetch_factor, in_order, the transfer
+   thread, amp, fused SGD, malloc_retain, the lr its scaling gives).
+3. **turns**: the plain loop at the sweep's best point and at the study's winner, ``--turns``
+   times in turns (which goes first alternates), so that the machine's drift falls on both.
+   *share*: the winner's median over the sweep's best's. Goal: 95% or more.
+
+The host's load (``/proc/loadavg``) is read before every measure and at each part's ends; a
+1-minute load above the usable CPUs marks the figures provisional.
+
+    python benchmarks/sweep.py                      # about 25 minutes on a loaded 2-core CPU
+    python benchmarks/sweep.py --quick              # a smoke run: one point, a 2-trial study
+    python benchmarks/sweep.py --batches 64 128 --workers 16 32 64 --prefetch-factors 2 4 8
+    python benchmarks/sweep.py --from-json benchmarks/data/sweep/sweep.json   # the page again
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import itertools
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _results import ROOT, data_path, spread, write_section
+
+TOPIC = "sweep"
+LOOP = Path(__file__).resolve().parent / "_io_loop.py"
+TARGET = f"{ROOT / 'tests' / 'fixtures' / 'io_train.py'}:train"
+#: io_train.py's batch and lr as written (``_io_loop.CODE_BATCH``, ``CODE_LR``; kept here too so
+#: that this module imports no torch).
+CODE_BATCH, CODE_LR = 16, 0.1
+GOAL = 0.95
+#: The two contenders of the turns.
+BEST, WINNER = "sweep's best", "study winner"
+#: ``--quick``: one point, one run of each, a 2-trial study, short runs (a smoke run; no page).
+QUICK = {"batches": [64], "workers": [4], "prefetch_factors": [2], "repeats": 1, "turns": 1, "trials": 2,
+         "samples": 2048, "warmup_samples": 512}
+#: The export's keys the plain loop takes as they are, beside the DataLoader's.
+LOOP_KNOBS = {"prefetch", "amp", "fused_optimizer", "malloc_retain", "lr_scaling"}
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+
+
+def load() -> float:
+    """The host's 1-minute load average."""
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def usable_cpus() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def scaled_lr(batch: int, rule: str = "linear", base: int = CODE_BATCH) -> float:
+    """The code's lr (written for batch ``base``) at ``batch`` by ``rule`` (the study's
+    ``lr_scaling``); the plain loop's speed does not depend on it, its training does."""
+    ratio = batch / base
+    return CODE_LR * {"linear": ratio, "sqrt": math.sqrt(ratio), "none": 1.0}[rule]
+
+
+def point(batch: int, workers: int, prefetch_factor: int) -> dict[str, Any]:
+    """One grid point: the plain loop's settings (persistent workers, linear lr)."""
+    return {"loader": {"batch_size": batch, "num_workers": workers, "persistent_workers": True,
+                       "prefetch_factor": prefetch_factor}, "lr": scaled_lr(batch)}
+
+
+def grid(batches: list[int], workers: list[int], factors: list[int]) -> list[dict[str, Any]]:
+    return [point(b, w, f) for b, w, f in itertools.product(batches, workers, factors)]
+
+
+def label(settings: dict[str, Any]) -> str:
+    """A plain loop's settings in a few words."""
+    loader = settings["loader"]
+    words = [f"batch {loader['batch_size']}", f"{loader.get('num_workers', 0)} workers"]
+    if loader.get("num_workers"):
+        words += ["persistent" if loader.get("persistent_workers") else "not persistent",
+                  f"prefetch_factor {loader.get('prefetch_factor', 2)}"]
+        if loader.get("in_order") is False:
+            words.append("in_order=False")
+    if loader.get("pin_memory"):
+        words.append("pin_memory")
+    extras = settings.get("extras", {})
+    words += [f"{k}={v}" for k, v in extras.items()]
+    return ", ".join(words)
+
+
+def plain_terms(export: dict[str, Any]) -> dict[str, Any]:
+    """The study's export (parsed YAML) as the plain loop's settings: the DataLoader's kwargs,
+    the lr its scaling gives, the loop's other settings, and the knobs the plain loop cannot take
+    (``untranslated``: set away from PyTorch's default), which the page names."""
+    from autotune.core._knobs import KNOBS
+
+    values = {key: value for section, body in export.items() if section != "measured_on"
+              for key, value in body.items()}
+    base = values.pop("base_batch_size", CODE_BATCH)
+    loader, extras, untranslated = {}, {}, []
+    for key, value in values.items():
+        knob = KNOBS[key]
+        if knob.dataloader_kwarg:
+            loader[knob.dataloader_kwarg] = value
+        elif key in LOOP_KNOBS:
+            if value != knob.default and key != "lr_scaling":
+                extras[key] = value
+        elif value != knob.default:
+            untranslated.append(f"{key}={value}")
+    batch = loader.setdefault("batch_size", base)
+    rule = values.get("lr_scaling", "none")
+    return {"loader": loader, "lr": scaled_lr(batch, rule, base), "extras": extras, "untranslated": untranslated}
+
+
+def loop_argv(settings: dict[str, Any], samples: int, warmup: int) -> list[str]:
+    extras = settings.get("extras", {})
+    argv = [sys.executable, str(LOOP), "--loader", json.dumps(settings["loader"]), "--lr", repr(settings["lr"]),
+            "--samples", str(samples), "--warmup-samples", str(warmup)]
+    if extras.get("amp", "off") != "off":
+        argv += ["--amp", extras["amp"]]
+    if extras.get("fused_optimizer"):
+        argv.append("--fused")
+    if extras.get("prefetch", "none") != "none":
+        argv += ["--prefetch", extras["prefetch"]]
+    if extras.get("malloc_retain"):
+        argv.append("--malloc-retain")
+    return argv
+
+
+def measure(settings: dict[str, Any], samples: int, warmup: int) -> dict[str, Any]:
+    """One run of the plain loop in a process of its own: its figures, and the load before it."""
+    before = load()
+    done = subprocess.run(loop_argv(settings, samples, warmup), check=False, capture_output=True, text=True, env=env())
+    if done.returncode:
+        raise RuntimeError(f"{label(settings)}: exit {done.returncode}\n{done.stderr[-2000:]}")
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "load_before": before}
+
+
+def sweep(points: list[dict[str, Any]], repeats: int, samples: int, warmup: int,
+          seed: int = 0) -> list[dict[str, Any]]:
+    """Every point ``repeats`` times; each round the points in a new random order."""
+    runs: list[list[dict[str, Any]]] = [[] for _ in points]
+    order = random.Random(seed)
+    for round_ in range(repeats):
+        for i in order.sample(range(len(points)), len(points)):
+            runs[i].append(measure(points[i], samples, warmup))
+            print(f"sweep round {round_ + 1}: {label(points[i])}: {runs[i][-1]['samples_per_s']:,.0f} samples/s",
+                  file=sys.stderr, flush=True)
+    return [{**p, "runs": r} for p, r in zip(points, runs)]
+
+
+def best_point(swept: list[dict[str, Any]]) -> dict[str, Any]:
+    """The point with the best median samples/s."""
+    return max(swept, key=lambda p: statistics.median(r["samples_per_s"] for r in p["runs"]))
+
+
+def study(trials: int, folder: Path) -> dict[str, Any]:
+    """A default study of the fixture on a store of its own: what ``show --json`` says of it."""
+    store = folder / "store"
+    name = f"sweep-io-{datetime.datetime.now():%Y%m%d-%H%M}"
+    began = time.monotonic()
+    with open(folder / "study.log", "w") as log:
+        done = subprocess.run([sys.executable, "-m", "autotune", "run", TARGET, "--trials", str(trials), "--study",
+                               name, "--store", str(store)], check=False, cwd=folder, env=env(),
+                              stdout=log, stderr=subprocess.STDOUT)
+    wall = time.monotonic() - began
+    printed = (folder / "study.log").read_text()
+    if done.returncode:
+        raise RuntimeError(f"the study failed ({done.returncode}):\n{printed[-3000:]}")
+    shown = subprocess.run([sys.executable, "-m", "autotune", "show", "--store", str(store), "--study", name,
+                            "--json"], cwd=folder, env=env(), capture_output=True, text=True, check=True)
+    return {"name": name, "wall_s": wall, "printed_tail": printed.splitlines()[-40:], **json.loads(shown.stdout)}
+
+
+def in_turns(contenders: dict[str, dict[str, Any]], turns: int, samples: int, warmup: int) -> dict[str, list]:
+    """Each contender once a turn, the order alternating."""
+    runs: dict[str, list] = {name: [] for name in contenders}
+    names = list(contenders)
+    for turn in range(turns):
+        for name in names if turn % 2 == 0 else names[::-1]:
+            runs[name].append(measure(contenders[name], samples, warmup))
+            print(f"turn {turn + 1}: {name}: {runs[name][-1]['samples_per_s']:,.0f} samples/s", file=sys.stderr,
+                  flush=True)
+    return runs
+
+
+def share(runs: dict[str, list], winner: str = WINNER, best: str = BEST) -> dict[str, float]:
+    """The winner's median over the best's, and the geometric mean of the turns' own ratios."""
+    rate = {k: [r["samples_per_s"] for r in v] for k, v in runs.items()}
+    ratios = [w / b for w, b in zip(rate[winner], rate[best])]
+    return {"share": statistics.median(rate[winner]) / statistics.median(rate[best]),
+            "per_turn_geomean": math.exp(statistics.fmean(math.log(r) for r in ratios))}
+
+
+def command(a: dict[str, Any]) -> str:
+    """The command line that reproduces a run (indented: a code block on the page)."""
+    return (f"    python benchmarks/sweep.py --batches {' '.join(map(str, a['batches']))} "
+            f"--workers {' '.join(map(str, a['workers']))} "
+            f"--prefetch-factors {' '.join(map(str, a['prefetch_factors']))} --repeats {a['repeats']} "
+            f"--turns {a['turns']} --trials {a['trials']} --samples {a['samples']} "
+            f"--warmup-samples {a['warmup_samples']}")
+
+
+def readings(raw: dict[str, Any]) -> list[float]:
+    """Every load reading of a run: each part's ends, and before each measure."""
+    ends = [x for part in raw["load"].values() for x in part]
+    runs = [r["load_before"] for p in raw["sweep"] for r in p["runs"]]
+    return ends + runs + [r["load_before"] for v in raw["turns"].values() for r in v]
+
+
+def rate(runs: list[dict[str, Any]]) -> list[float]:
+    return [r["samples_per_s"] for r in runs]
+
+
+def render(raw: dict[str, Any]) -> str:
+    """The page's section of one run."""
+    a, st = raw["args"], raw["study"]
+    loaded = max(readings(raw)) > raw["cpus"]
+    ends = ", ".join(f"{part} {v[0]:.1f} -> {v[-1]:.1f}" for part, v in raw["load"].items())
+    sweep_loads = [r["load_before"] for p in raw["sweep"] for r in p["runs"]]
+    changed = raw["autotune_changed"]
+    lines = [f"Machine: {raw['machine']}. Commit {raw['commit']}"
+             + (f", with {len(changed)} files under autotune/ changed in the working tree by others at the time"
+                if changed else "") + f". Whole run {raw['wall_s'] / 60:.1f} min.", "",
+             f"Host load (1-minute load average, {raw['cpus']} usable CPUs), at each part's start and end: {ends}; "
+             f"before the sweep's runs {min(sweep_loads):.1f}..{max(sweep_loads):.1f}."
+             + (" **Provisional: the host was loaded** (other engineers' tests and benchmarks on the same 2 cores): "
+                "every figure here was taken under that load." if loaded else " The host was quiet."), "",
+             command(a), "",
+             (f"**Sweep** of the plain loop (`benchmarks/_io_loop.py`: PyTorch's DataLoader and loop over "
+             f"`io_train.py`'s `SlowReads`, `Linear(16, 2)`, SGD, lr scaled linearly from batch {CODE_BATCH}); "
+             f"each point {a['repeats']} runs, a process each, {a['samples']:,} samples timed after "
+             f"{a['warmup_samples']:,}; samples/s median (min..max); {raw['sweep_wall_s'] / 60:.1f} min."), "",
+             "| batch | workers (persistent) | prefetch_factor | samples/s |", "|---|---|---|---|"]
+    best = best_point(raw["sweep"])
+    for p in raw["sweep"]:
+        loader, cell = p["loader"], spread(rate(p["runs"]), ",.0f")
+        lines.append(f"| {loader['batch_size']} | {loader['num_workers']} | {loader['prefetch_factor']} | "
+                     + (f"**{cell}** (best)" if p is best else cell) + " |")
+    winner = raw["contenders"][WINNER]
+    lines += ["", f"**Study** `{st['name']}`: `autotune run tests/fixtures/io_train.py:train --trials {a['trials']}` "
+              f"(default space and budget, a store of its own), {st['wall_s'] / 60:.1f} min. Its winner, trial "
+              f"{st['winner']}, by its own figure {st['samples_per_s'] or 0:,.0f} samples/s "
+              f"({st['speedup'] or 0:.2f}x the code as written)"
+              + ("; it exported no winner, so the turns run the code as written" if winner.get("no_export") else "")
+              + f"; in the plain loop's terms: {label(winner)}, "
+              f"lr {winner['lr']:g}"
+              + (f"; not carried to the plain loop: {', '.join(winner['untranslated'])}" if winner["untranslated"]
+                 else "") + ". It said:", ""]
+    lines += [f"- {line}" for line in st["findings"]]
+    lines += ["", "Its trials (knobs as sampled; samples/s as the study measured them):", "",
+              "| trial | kind | knobs | samples/s | outcome |", "|---|---|---|---|---|"]
+    for row in st["trials"]:
+        knobs = ", ".join(f"{k}={v}" for k, v in row["config"].items()) or "(the code as written)"
+        lines.append(f"| {row['number']} | {row['kind']} | {knobs} | {row['samples_per_s'] or 0:,.0f} | "
+                     f"{row['outcome']} |")
+    lines += ["", f"**In turns**: each {a['turns']} runs, alternating which goes first; samples/s median (min..max).",
+              "", "| config | plain loop | samples/s | share of the sweep's best |", "|---|---|---|---|"]
+    medians = {k: statistics.median(rate(v)) for k, v in raw["turns"].items()}
+    for name, runs in raw["turns"].items():
+        lines.append(f"| {name} | {label(raw['contenders'][name])} | {spread(rate(runs), ',.0f')} | "
+                     f"{medians[name] / medians[BEST]:.0%} |")
+    verdict = "met" if raw["share"] >= GOAL else "NOT met"
+    lines += ["", f"**Share: {raw['share']:.0%}** of the sweep's best (the turns' own ratios: geometric mean "
+              f"{raw['per_turn_geomean']:.0%}); goal {GOAL:.0%}: {verdict}" + (" (provisional: loaded host)."
+                                                                              if loaded else ".")]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batches", type=int, nargs="+", default=[64, 128, 256])
+    parser.add_argument("--workers", type=int, nargs="+", default=[32, 64])
+    parser.add_argument("--prefetch-factors", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each sweep point")
+    parser.add_argument("--turns", type=int, default=7, help="runs of each of the two, in turns")
+    parser.add_argument("--trials", type=int, default=16)
+    parser.add_argument("--samples", type=int, default=8 * 4096, help="timed samples of a run (8 epochs)")
+    parser.add_argument("--warmup-samples", type=int, default=4096, help="untimed samples first (1 epoch)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: one point (batch 64, 4 workers), 1 repeat, a 2-trial study, 1 turn, "
+                             "short runs; writes no page")
+    parser.add_argument("--from-json", type=Path, help="render the page's section again from a run's raw figures")
+    args = parser.parse_args()
+    if args.from_json:
+        raw = json.loads(args.from_json.read_text())
+        write_section(TOPIC, f"Sweep ({raw['date']})", render(raw))
+        return
+    if args.quick:
+        vars(args).update(QUICK)
+    raw = run(args)
+    save(raw, args)  # (first: a page that fails to render is made again with --from-json)
+    body = render(raw)
+    print(body)
+    if not args.quick:
+        write_section(TOPIC, f"Sweep ({raw['date']})", body)
+
+
+def save(raw: dict[str, Any], args: argparse.Namespace) -> None:
+    """The raw figures so far (after each part: a run that fails later keeps what it measured)."""
+    if not args.quick:
+        data_path(TOPIC, "sweep", ".json").write_text(json.dumps(raw, indent=1, default=str) + "\n")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from _results import machine
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False, cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "autotune"], check=False, cwd=ROOT, capture_output=True, text=True)
+    raw: dict[str, Any] = {"date": datetime.date.today().isoformat(), "machine": machine(),
+                           "commit": commit.stdout.strip(), "autotune_changed": dirty.stdout.split("\n")[:-1],
+                           "cpus": usable_cpus(), "args": {k: v for k, v in vars(args).items() if k != "from_json"},
+                           "load": {}}
+    began = time.monotonic()
+    raw["load"]["sweep"] = [load()]
+    raw["sweep"] = sweep(grid(args.batches, args.workers, args.prefetch_factors), args.repeats, args.samples,
+                         args.warmup_samples)
+    raw["load"]["sweep"].append(load())
+    raw["sweep_wall_s"] = time.monotonic() - began
+    save(raw, args)
+    raw["load"]["study"] = [load()]
+    with tempfile.TemporaryDirectory(prefix="sweep-study-") as tmp:
+        raw["study"] = study(args.trials, Path(tmp))
+    raw["load"]["study"].append(load())
+    import yaml
+
+    save(raw, args)
+    export = raw["study"].get("export")
+    # (no winner to export: the user keeps the code as written, and so do the turns)
+    winner = plain_terms(yaml.safe_load(export)) if export else {**point(CODE_BATCH, 0, 2), "extras": {},
+                                                                  "untranslated": [], "no_export": True}
+    if not export:
+        winner["loader"] = {"batch_size": CODE_BATCH}
+    best = best_point(raw["sweep"])
+    raw["contenders"] = {BEST: {k: best[k] for k in ("loader", "lr")}, WINNER: winner}
+    raw["load"]["turns"] = [load()]
+    raw["turns"] = in_turns(raw["contenders"], args.turns, args.samples, args.warmup_samples)
+    raw["load"]["turns"].append(load())
+    raw.update(share(raw["turns"]))
+    raw["wall_s"] = time.monotonic() - began
+    return raw
+
+
+if __name__ == "__main__":
+    main()
