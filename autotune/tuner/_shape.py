@@ -163,21 +163,29 @@ def cost_line(shape: Shape, budget: Budget, trials: int, reruns: int) -> str:
     each trial runs your script whole: about 16 s as written; 7 trials and 8 confirmation runs: about 4.0 min
     """
     runs = f"{trials} trial{'s' * (trials != 1)}" + (f" and {reruns} confirmation runs" if reruns else "")
+    total = duration(cost_s(shape, budget, trials + reruns))
     if shape.whole and shape.run_s:
-        return (f"each trial runs your script whole: about {shape.run_s:.0f} s as written; {runs}: about "
-                f"{_duration((trials + reruns) * shape.run_s)}")
+        return f"each trial runs your script whole: about {shape.run_s:.0f} s as written; {runs}: about {total}"
     marks, at = extended(shape, budget.windows)
-    each = (shape.startup_s or 0.0) + at
     ceilings = 2 * budget.ceiling_windows * budget.window_s
     why = (f"your code runs past the {budget.whole_s:.0f} s a trial may run whole (--whole-run)" if budget.whole_s
            else "no trial runs your code whole (--whole-run 0)")
     return (f"{why}: each trial "
             f"measures the same {marks[-1] - marks[0]:,} samples after a warmup of {marks[0]:,} (about "
-            f"{each:.0f} s with its start-up at the baseline's speed, plus up to {ceilings:.0f} s of ceilings); "
-            f"{runs}: about {_duration((trials + reruns) * (each + ceilings / 2))}")
+            f"{(shape.startup_s or 0.0) + at:.0f} s with its start-up at the baseline's speed, plus up to "
+            f"{ceilings:.0f} s of ceilings); {runs}: about {total}")
 
 
-def _duration(seconds: float) -> str:
+def cost_s(shape: Shape, budget: Budget, runs: int) -> float:
+    """The seconds ``cost_line`` says ``runs`` runs take: each as long as the baseline's whole run,
+    or its start-up and measure at its speed, with half of the ceilings' windows."""
+    if shape.whole and shape.run_s:
+        return runs * shape.run_s
+    _, at = extended(shape, budget.windows)
+    return runs * ((shape.startup_s or 0.0) + at + budget.ceiling_windows * budget.window_s)
+
+
+def duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min" if seconds < 5400 else \
         f"{seconds / 3600:.1f} h"
 

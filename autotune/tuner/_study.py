@@ -18,19 +18,20 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from autotune.tuner._ceiling_run import with_ceilings
 from autotune.core._config import Config
-from autotune.tuner._confirm import CONFIRM_TOP, noisy_loss
+from autotune.tuner._confirm import noisy_loss
+from autotune.tuner._pace import CostWatch
 from autotune.tuner._finish import finish, leave
 from autotune.core._kinds import Kind, Line, Request
 from autotune.machine._launch import TrialSpec, new_tag
 from autotune.stores._optuna_io import frozen_trial
 from autotune.tuner._options import RAM_BUDGET_FRACTION, Reporter, StudyOptions, baseline_failed, default_study_name
 from autotune.core._outcome import Outcome
-from autotune.core._whole_runs import objective_lines, with_production_rate
+from autotune.core._whole_runs import with_production_rate
 from autotune.tuner._planner import (
     Failed,
     Settings,
@@ -46,7 +47,7 @@ from autotune.machine._reap import sweep_orphans
 from autotune.tuner._recorder import Recorder
 from autotune.stores._records import ATTR_BASELINE, ATTR_OF, ATTR_OWNER, ATTR_SAMPLED, kind_of
 from autotune.tuner._scheduler import Heartbeat, Scheduler
-from autotune.tuner._shape import cost_line, shape_of, trial_budget
+from autotune.tuner._shape import shape_of, trial_budget
 from autotune.machine._slots import Slot
 from autotune.tuner._broke import BROKE_ATTR
 from autotune.tuner._space_now import draw_caps, holds, space_now
@@ -71,7 +72,6 @@ if TYPE_CHECKING:
 
     from autotune.machine._launch import Launcher
     from autotune.machine._probe import Fingerprint
-    from autotune.stores._records import TrialRow
     from autotune.tuner._space import Space
     from autotune.stores._tracking import Tracker
 
@@ -118,6 +118,7 @@ class StudyRunner:
         self._started = 0.0
         self._holding = threading.Lock()  # the slots' threads draw configs at once
         self._settled_by: int | None = None  # the trial whose loader knobs are held, once said
+        self._cost = CostWatch(options, self.reporter.note)  # the cost it says, then its pace
 
     @property
     def interrupted_by(self) -> int | None:
@@ -274,7 +275,7 @@ class StudyRunner:
                 self._act(decision, slot)
         if row.kind is Kind.BASELINE and row.outcome not in (Outcome.COMPLETE.value, Outcome.INTERRUPTED.value):
             raise baseline_failed(row)
-        _say_cost(row, recorded, self.options, self.reporter)
+        self._cost.after(row, recorded)
         return found
 
     def _act(self, decision: Request | Line, slot: Slot) -> None:
@@ -362,34 +363,28 @@ class StudyRunner:
         return trial.number, self.recorder.end(trial, run_id, result, found.ceilings, base_rate)
 
     def recover(self) -> list[int]:
-        """Close the trials that gone tuners left RUNNING; return their numbers.
-
-        On this host a trial is stale when its tuner process is gone; elsewhere,
-        when its heartbeat has not moved for ``STALE_AFTER_S`` while this tuner
-        watched (``Liveness``: no two hosts' clocks are compared). A stale trial's
-        worker processes are killed if they still run here, and the recorder closes
-        it as ``interrupted`` (``Recorder.close_stale``); the tuner whose close lands
-        (one: a trial is finished once) asks again for the baseline or re-run it owed.
-        """
-        closed = []
-        for frozen, reason in stale_trials(self.study, self._liveness):
-            if not self.recorder.close_stale(frozen, reason):
-                continue  # another tuner closed it first, and owes what it owed
-            self.reporter.note(f"trial {frozen.number}: {reason}")
-            closed.append(frozen.number)
-            found = standing(self.study)
-            owed = owed_again(next(r for r in found.rows if r.number == frozen.number), found)
-            if owed is not None:
-                write(self.study, owed)
-        return closed
+        """Close the trials that gone tuners left RUNNING (``recover``); return their numbers."""
+        return recover(self.study, self._liveness, self.recorder, self.reporter.note)
 
 
-def _say_cost(row: TrialRow, recorded: bool, options: StudyOptions, reporter: Reporter) -> None:
-    """Once the baseline (``row``, recorded by this tuner) has told the training's shape: what the
-    study's trials will cost, and where it runs whole, what they rank on (``objective_lines``)."""
-    shape = shape_of(row) if row.kind is Kind.BASELINE and recorded else None
-    if shape is not None:
-        trials = max(0, options.trials - 1)  # (its re-runs: of the top configs there can be, and of it)
-        reporter.note(cost_line(shape, options.budget, trials, options.judge.confirm * (min(CONFIRM_TOP, trials) + 1)))
-    for line in objective_lines(row.metrics, options.judge.horizon) if shape is not None and row.run_s else ():
-        reporter.note(line)
+def recover(study: optuna.Study, liveness: Liveness, recorder: Recorder, note: Callable[[str], None]) -> list[int]:
+    """Close the trials that gone tuners left RUNNING; return their numbers.
+
+    On this host a trial is stale when its tuner process is gone; elsewhere,
+    when its heartbeat has not moved for ``STALE_AFTER_S`` while this tuner
+    watched (``Liveness``: no two hosts' clocks are compared). A stale trial's
+    worker processes are killed if they still run here, and the recorder closes
+    it as ``interrupted`` (``Recorder.close_stale``); the tuner whose close lands
+    (one: a trial is finished once) asks again for the baseline or re-run it owed.
+    """
+    closed = []
+    for frozen, reason in stale_trials(study, liveness):
+        if not recorder.close_stale(frozen, reason):
+            continue  # another tuner closed it first, and owes what it owed
+        note(f"trial {frozen.number}: {reason}")
+        closed.append(frozen.number)
+        found = standing(study)
+        owed = owed_again(next(r for r in found.rows if r.number == frozen.number), found)
+        if owed is not None:
+            write(study, owed)
+    return closed
