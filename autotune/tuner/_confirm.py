@@ -47,7 +47,7 @@ class Group:
         """What each complete run whose figure is believed (``TrialRow.reliable``) ran at
         (``TrialRow.rate``: its whole run's samples/s where it ran whole, else its loop's): a
         noisy run or a short measure never ranks a config."""
-        return [r.rate for r in self.runs if r.reliable]
+        return [rate for r in self.runs if r.reliable and (rate := r.rate) is not None]  # (reliable: it has one)
 
     @property
     def loop_median(self) -> float | None:
@@ -65,7 +65,7 @@ class Group:
     def ranked(self) -> list[float]:
         """What each believed run ranks on (``TrialRow.ranked_rate``): :attr:`rates`, or where the
         config trains on another batch size, its time to the baseline's loss as a rate."""
-        return [r.ranked_rate for r in self.runs if r.reliable]
+        return [rate for r in self.runs if r.reliable and (rate := r.ranked_rate) is not None]  # (as rates)
 
     @property
     def ranked_median(self) -> float:
@@ -166,6 +166,8 @@ def group_runs(rows: Sequence[TrialRow]) -> list[Group]:
     alias: dict[int, int] = {}  # a trial that drew a config again -> that config's first
     for row in rows:
         if row.kind.repeats:
+            if row.of is None:  # (a re-run that names no first trial: in no group)
+                continue
             key = alias.get(row.of, row.of)
         elif row.sampled and row.outcome not in UNFINISHED:  # an enqueued trial has drawn nothing yet
             key = seen.setdefault(json.dumps(row.sampled, sort_keys=True), row.number)
@@ -224,7 +226,7 @@ def decide(groups: Sequence[Group]) -> Decision:
         return Decision(None, base, None, ())
     fastest = max(feasible, key=lambda g: g.ranked_median)
     judged = base is not None and base.confirmed  # (a baseline with no believed figure is not)
-    contenders = [g for g in feasible if g is base or not judged or beats(g, base)]
+    contenders = [g for g in feasible if g is base or not judged or (base is not None and beats(g, base))]
     winner = max(contenders, key=lambda g: g.ranked_median)
     ties = tuple(g for g in feasible if g is not winner and g.confirmed and winner.confirmed
                  and not beats(winner, g))
@@ -246,7 +248,8 @@ def _diverged_on_loss(group: Group, than: float) -> bool:
 def _rank(group: Group) -> float:
     """Its median, or for a config with noisy runs only, their best: a lower bound, mostly
     (others slow a run down more often than they speed it up)."""
-    return group.ranked_median if group.rates else max(r.ranked_rate for r in group.doubted)
+    return group.ranked_median if group.rates else max(rate for r in group.doubted
+                                                       if (rate := r.ranked_rate) is not None)  # (measured: all)
 
 
 def plan(groups: Sequence[Group], runs: int, top: int = CONFIRM_TOP) -> list[int]:

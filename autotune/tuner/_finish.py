@@ -112,13 +112,15 @@ def parent_record(study: optuna.Study, found: Standing, ended: str, tuners: int,
             "mlflow.note.content": f"Study {name}: " + "\n\n".join(lines)}
     if best is not None:
         win = found.decision.winner
+        assert win is not None  # (best is its lead)
         artifacts["best.yaml"] = export_text(study, found)
         metrics.update(best_samples_per_s=win.median, best_trial=float(best.number),
                        best_runs=float(len(win.rates)), best_spread=win.spread)
-        if found.base is not None and found.base.rates:  # (none when every baseline run was noisy)
-            metrics.update(best_speedup=found.speedup(win), baseline_samples_per_s=found.base.median,
+        speedup = found.speedup(win)  # (None when every baseline run was noisy)
+        if found.base is not None and found.base.rates and speedup is not None:
+            metrics.update(best_speedup=speedup, baseline_samples_per_s=found.base.median,
                            baseline_spread=found.base.spread)
-            tags["mlflow.runName"] = f"{name}: trial {best.number} wins, {found.speedup(win):.2f}x"
+            tags["mlflow.runName"] = f"{name}: trial {best.number} wins, {speedup:.2f}x"
         if win.run_s and found.base is not None and found.base.run_s:  # whole runs: the answer in wall time
             metrics.update(best_run_s=win.run_s, baseline_run_s=found.base.run_s)
         run_line = next((line for line in lines if line.startswith("run time")), None)

@@ -8,7 +8,7 @@ the pending file, then Optuna, then MLflow).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from autotune.core._ceilings import Ceilings, ceiling_key
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 
 def checked_ceilings(number: int, outcome: Outcome, reason: str, metrics: Mapping[str, float],
-                     resolved: Mapping[str, Any], measured: list[Mapping[str, Any]], ceilings: Ceilings,
+                     resolved: Mapping[str, Any], measured: Sequence[Mapping[str, Any]], ceilings: Ceilings,
                      max_load: float, max_spread: float) -> list[dict[str, Any]]:
     """The trial's own ceiling entries, each marked with a ``doubt`` when others loaded the
     CPUs while it was measured or the trial ran past it beyond the noise; and a
@@ -66,6 +66,7 @@ def checked_ceilings(number: int, outcome: Outcome, reason: str, metrics: Mappin
             mine[part]["doubt"] = f"trial {number} ran at {sps / mine[part]['samples_per_s']:.0%} of it"
         else:
             value = ceilings.get(Part(part), resolved)
+            assert value is not None  # (ran past: the study's figure it was compared with)
             own.append({"part": part, "key": ceiling_key(Part(part), resolved),
                         "distrust": f"trial {number} ran at {sps / value:.0%} of the {value:,.0f} "
                                     "other trials measured"})
@@ -144,6 +145,7 @@ def optuna_params(first: optuna.trial.FrozenTrial | None, sampled: Mapping[str, 
         return {name: [to_json(first.distributions[name]), sampled.get(name, value)]
                 for name, value in first.params.items()}
     params = {}
+    dist: optuna.distributions.BaseDistribution
     for name, domain in domains.items():
         value = resolved.get(name)
         if name == "batch_size" and value is not None and value == base_batch_size:

@@ -103,7 +103,9 @@ def standing_of(rows: Sequence[TrialRow], ceilings: Ceilings, horizon_h: float |
 
         def speedup(row: TrialRow) -> float:  # (on another batch: in time to the baseline's loss)
             mine = medians.get(row.number) if row.reliable else None
-            return (mine or row.ranked_rate) / base.ranked_median
+            rate = mine or row.ranked_rate
+            assert rate is not None  # (only rows with a rate get a speedup)
+            return rate / base.ranked_median
 
         # (none for a distorted one: its figure is another training's, autotune.worker._streams)
         rows = [dataclasses.replace(r, speedup=speedup(r))
@@ -159,7 +161,7 @@ def throughput_figure(name: str, found: Standing):
              "diverged": ("tab:red", [r for r in done if not r.measured and r.outcome not in (PRUNED, DISTORTED)])}
     for label, (color, those) in kinds.items():
         if those:
-            ax.scatter([r.number for r in those], [r.samples_per_s for r in those], c=color, s=20, zorder=3,
+            ax.scatter([r.number for r in those], [r.samples_per_s or 0.0 for r in those], c=color, s=20, zorder=3,
                        label=label)
     failed = [r for r in finished if not r.samples_per_s]
     if failed:
@@ -169,7 +171,7 @@ def throughput_figure(name: str, found: Standing):
     runs: dict[int, list[float]] = {}
     xs, best = [], []
     for r in finished:
-        if r.reliable:
+        if r.reliable and r.samples_per_s is not None:  # (a believed run has its windows' figure)
             runs.setdefault(group_of.get(r.number, r.number), []).append(r.samples_per_s)
         xs.append(r.number)
         best.append(max((statistics.median(v) for v in runs.values()), default=float("nan")))
@@ -199,7 +201,7 @@ def _doubts(rows: list[TrialRow], numbers: bool = False, most: int = 4) -> str:
     parts = []
     for kind, those in kinds.items():
         which = ", ".join(str(r.number) for r in those[:most]) + (", ..." if len(those) > most else "")
-        parts.append(f"{kind} (trial {which}: {those[0].doubt.partition(': ')[2] or those[0].doubt})"
+        parts.append(f"{kind} (trial {which}: {(those[0].doubt or '').partition(': ')[2] or those[0].doubt})"
                      if numbers or len(kinds) == 1 else f"{kind} ({len(those)})")
     return "; ".join(parts)
 
@@ -226,7 +228,7 @@ def findings(found: Standing) -> list[str]:
                  f"unreliable baseline, every run of it was {_doubts(base.doubted)}"]
     elif base is not None and win is not base and to_loss_of(win):
         measured = (f"its whole run {base.run_s / win.run_s:.2f}x as fast ({win.run_s:.1f} s against "
-                    f"{base.run_s:.1f} s as written" if whole else
+                    f"{base.run_s:.1f} s as written" if whole and base.run_s and win.run_s else
                     f"{win.median / base.median:.2f}x its samples/s ({win.median:,.0f} vs {base.median:,.0f}")
         lines = [f"trial {win.first.number}, {found.speedup(win):.2f}x the baseline in time to its loss: "
                  f"{measured}, ±{spread / 2:.0%}) at {to_loss_of(win):.2f}x the samples for the baseline's loss "
@@ -241,7 +243,7 @@ def findings(found: Standing) -> list[str]:
     else:
         lines = [f"trial {win.first.number} (the baseline: your code as written), "
                  f"{_figure(win)}, ±{spread / 2:.0%}"]
-    if decision.no_win:
+    if decision.no_win and decision.fastest is not None:  # (a winner: there is a fastest)
         fastest = decision.fastest
         lines.append(f"no config beat the baseline beyond the run-to-run noise: the fastest, trial "
                      f"{fastest.first.number} ({found.speedup(fastest):.2f}x, {_runs(fastest)}), "
@@ -310,13 +312,13 @@ def compile_payback(win: Group, base: Group | None) -> str | None:
     (``autotune.core._compile_cost``), and after how many steps production has won the cold cost
     back against the baseline's speed (at the winner's batch size)."""
     cold, warm = cold_and_warm(r.metrics for r in win.runs if r.reliable)
-    if cold is None and warm is None:
-        return None
     cost = cold if cold is not None else warm  # (a user pays cold once a machine)
+    if cost is None:
+        return None
     line = compile_line(cold, warm, bool(win.run_s))
     batch = win.lead.config.get("batch_size")
-    loops = (base.loop_median, win.loop_median) if base is not None else (None, None)
-    saved = 1 / loops[0] - 1 / loops[1] if all(loops) else 0.0  # s per sample
+    base_loop, win_loop = base.loop_median if base is not None else None, win.loop_median
+    saved = 1 / base_loop - 1 / win_loop if base_loop and win_loop else 0.0  # s per sample
     if saved <= 0 or not batch:  # (a winner is faster than the baseline, unless it is one)
         return line
     return line + f"; it pays back after {math.ceil(cost / saved / batch):,} steps of {batch} samples"
@@ -327,7 +329,8 @@ def export_text(study: optuna.Study, found: Standing) -> str:
     from autotune.production._export import MEASURED_ON, render
     from autotune.training._frameworks import own_settings
 
-    best = found.best
+    best, win = found.best, found.decision.winner
+    assert best is not None and win is not None  # (every caller exports a study with a winner)
     fingerprint = study.user_attrs.get("fingerprint", {})
     first, *rest = findings(found)
     # A config tuned on a --jobs slot is tuned for that share of the host.
@@ -346,8 +349,8 @@ def export_text(study: optuna.Study, found: Standing) -> str:
     if best.slot.get("cpus"):
         machine["cpus"] = len(best.slot["cpus"])
     machine.update(memory)
-    if found.base is not None and found.base.run_s and found.decision.winner.run_s:  # for `autotune exec`'s line
-        machine.update(run_s=round(found.base.run_s, 2), winner_run_s=round(found.decision.winner.run_s, 2))
+    if found.base is not None and found.base.run_s and win.run_s:  # for `autotune exec`'s line
+        machine.update(run_s=round(found.base.run_s, 2), winner_run_s=round(win.run_s, 2))
     return render(best.config, best.base_batch_size, header, machine,
                   f"study {study.study_name}: {first.split(' (')[0]}")
 

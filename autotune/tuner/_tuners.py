@@ -283,7 +283,7 @@ def neighbours_line(neighbours: Sequence[Mapping[str, Any]]) -> str:
             "trials at once, each on CPUs of its own")
 
 
-def describe(tuners: list[Mapping[str, Any]]) -> str:
+def describe(tuners: Sequence[Mapping[str, Any]]) -> str:
     """``pid 12 on a, pid 40 on b``."""
     return ", ".join(f"pid {t['pid']} on {t['host']}" for t in tuners)
 
@@ -358,7 +358,7 @@ class HostRegistry:
         try:
             for cpu in sorted(set(cpus)):
                 lock = open(self.folder / f"cpu-{cpu}.lock", "a+")  # noqa: SIM115 - held past this loop
-                told = False
+                told = stopped = False
                 while True:
                     try:
                         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -366,7 +366,7 @@ class HostRegistry:
                     except BlockingIOError:
                         if stop is not None and stop.is_set():
                             lock.close()
-                            lock = None
+                            stopped = True
                             break
                         if not told and on_wait:
                             told = True
@@ -374,7 +374,7 @@ class HostRegistry:
                             on_wait(f"waiting for CPU {cpu}: {lock.read().strip() or 'another trial'} runs on it "
                                     "(trials on this host take turns on a CPU, so none measures another)")
                         time.sleep(0.2)
-                if lock is None:
+                if stopped:
                     break
                 lock.seek(0)
                 lock.truncate()
