@@ -27,6 +27,17 @@ def console(stderr: bool = False):
     return found
 
 
+def interactive(out) -> bool:
+    """Whether ``out`` draws for a person at a terminal: the live table and the short summary. Not a
+    pipe, a log or CI, even with ``FORCE_COLOR`` set (colours there, but no cursor moves), nor a dumb
+    terminal or ``TTY_INTERACTIVE=0`` (rich's ``is_interactive``)."""
+    isatty = getattr(out.file, "isatty", None)
+    try:
+        return bool(out.is_interactive and isatty is not None and isatty())
+    except ValueError:  # (a closed stream)
+        return False
+
+
 def summary_lines(name: str, found, store: Path) -> list[str]:
     """The summary a study ends with: its findings (the first, ``best: ...``, or what stopped
     every figure from ranking), the data wait, the winner's config, the export and what next."""
@@ -54,7 +65,7 @@ def print_summary(name: str, found, store: Path, verbose: bool = False) -> None:
     from autotune.tuner._live import short_summary
 
     out = console()
-    brief = out.is_terminal and not verbose
+    brief = interactive(out) and not verbose
     first, *rest = (short_summary if brief else summary_lines)(name, found, store)
     if found.best is None:
         out.print(f"[red]{escape(first)}[/red]")
@@ -122,7 +133,7 @@ class Progress(Reporter):
         self._heads: dict[int, str] = {}  # running trial -> its head line
         self._states: dict[int, str] = {}
         self._lock = threading.Lock()  # slots report from their own threads
-        self._board: Board | None = Board() if self.console.is_terminal and not verbose else None
+        self._board: Board | None = Board() if interactive(self.console) and not verbose else None
         self._notes = Notes()
         self._live: Any = None  # (a rich Live, once the first trial starts)
 

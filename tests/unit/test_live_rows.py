@@ -101,3 +101,25 @@ def test_the_summary_says_the_winner_its_time_and_what_next_in_a_dozen_lines() -
     assert f"exported: {Path('mlflow') / 'exports' / 'io.yaml'}" in lines
     assert lines[-2].startswith("next: autotune export -o best.yaml")
     assert short_summary("io", standing(trial(0, None, "crashed")), Path("m"))[0].startswith("study io: ")
+
+
+def test_only_a_real_terminal_gets_the_live_view(monkeypatch) -> None:
+    import io
+    import os
+    import pty
+
+    from rich.console import Console
+
+    from autotune._terminal import interactive
+
+    monkeypatch.setenv("TERM", "xterm")
+    for name in ("TTY_INTERACTIVE", "TTY_COMPATIBLE", "FORCE_COLOR", "NO_COLOR"):
+        monkeypatch.delenv(name, raising=False)
+    # FORCE_COLOR in CI makes rich call a log a terminal: colours, but no live table in it
+    assert not interactive(Console(file=io.StringIO(), force_terminal=True))
+    master, slave = pty.openpty()
+    with os.fdopen(slave, "w") as tty:
+        assert interactive(Console(file=tty))
+        monkeypatch.setenv("TTY_INTERACTIVE", "0")  # (rich's own switch, honoured)
+        assert not interactive(Console(file=tty))
+    os.close(master)
