@@ -10,6 +10,12 @@ whose batch was the last one fetched when an optimizer stepped. From then on its
 batches go through the trial's windows (``Trial._measured``), and the loss it reads is
 the tensor ``backward()`` was last called on; a validation or test loader is never
 measured as training. A loader built by a framework's subclass is a DataLoader too.
+
+The batch knob is the training loader's: once the first step tells it apart, each other loader
+built so far (an evaluation loader, often built from the same arguments) is built again with the
+script's own batch size, under tuning and in production alike. pytorch/examples' vae shapes its
+test batch with its own ``args.batch_size``, and every trial on another batch crashed in its test
+pass. A loader built after the first step keeps the knob (a training loader built anew each epoch).
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ class Hooks:
         self._stepped_at = -1
         self._undo: list[Callable[[], None]] = []
         self._original_iter: Callable[[Any], Iterator[Any]] | None = None
+        self._loader_original: Callable[..., Any] | None = None  # DataLoader.__init__ as torch has it
         #: The loop knobs (amp, prefetch, the model's): always under tuning (the baseline learns
         #: whether the script has a model, its own precision), in production where one is on.
         self.loop: OutsideLoop | None = None
@@ -88,7 +95,16 @@ class Hooks:
             self.loop = loop
             loop.install(self._patch)
             self._undo.append(loop.remove)
-        if self.loop is not None:
+        # production with another batch and no loop knob: the first step still tells the training loader
+        # apart (``_batch_to_training``)
+        told_apart = self.loop is None and getattr(self.run.config, "batch_size", None) is not None
+        if told_apart:
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+
+            self._original_iter = DataLoader.__iter__
+            self._patch(DataLoader, "__iter__", self._loader_iter)
+            self._undo.append(register_optimizer_step_post_hook(self._stepped).remove)
+        elif self.loop is not None:
             self._original_iter = DataLoader.__iter__
             self._patch(DataLoader, "__iter__", self._loader_iter)
             self._patch(torch.Tensor, "backward", self._backward)
@@ -139,6 +155,7 @@ class Hooks:
     def _loader_init(self, original: Callable[..., Any]) -> Callable[..., Any]:
         signature = inspect.signature(original)
         hooks = self
+        self._loader_original = original
 
         def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
             if hooks._ours():
@@ -241,6 +258,23 @@ class Hooks:
         self.run._loader_built(loader, dataset, kw)
         print(f"autotune: measuring the loader of {type(dataset).__name__} (batch_size {kw.get('batch_size')}): "
               "its batches are the ones optimizer.step() follows", flush=True)
+        self._batch_to_training(loader)
+
+    def _batch_to_training(self, training: Any) -> None:
+        """Each loader built before the first step but ``training``, with a batch size the knob
+        changed, built again with the script's own (see the module); one that holds live workers
+        (persistent, iterated before the first step) is left as it is."""
+        for loader, (dataset, kw, base) in list(self._built.items()):
+            if loader is training or base is None or kw.get("batch_size") in (None, base) \
+                    or getattr(loader, "_iterator", None) is not None:
+                continue
+            own = {**kw, "batch_size": base}
+            loader._DataLoader__initialized = False  # (DataLoader refuses a new batch_size once built)
+            self._call_ours(functools.partial(self._loader_original, loader, dataset, **own))
+            self._built[loader] = (dataset, own, base)
+            line = (f"autotune: the loader of {type(dataset).__name__} keeps your batch_size {base}: the batch "
+                    "knob applies to the training loader only")
+            print(line, flush=True, file=sys.stdout if self.measure else sys.stderr)
 
     # -- optimizers, backward ------------------------------------------------------------
 
@@ -317,6 +351,7 @@ class Hooks:
                 self.loop.training_found()
             if not self.measure:  # production: the loop knobs' loader, nothing to report
                 self.training = self.last_fetched
+                self._batch_to_training(self.training)
                 return
             self._identify(self.last_fetched)
         if not self.measure:
