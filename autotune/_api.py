@@ -132,6 +132,8 @@ def tune(
         raise RuntimeError("autotune.tune() was called inside one of its own trials: the trial imported "
                            "the script that calls it. Guard that call with `if __name__ == \"__main__\":`")
     basics = Basics(trials=trials, space=str(space), store=Path(store), device=device)  # (bad values raise here)
+    if options is not None and not isinstance(options, Options):
+        raise ConfigError(f"options={options!r}: must be an autotune.Options (its groups hold the rest)")
     options = _moved_in(options or Options(), moved)
     if args is not None and not (isinstance(target, str) and is_script(target)):
         raise ConfigError(f"args={list(args)!r}: a command line is for a script target (train.py or "

@@ -128,6 +128,8 @@ def test_an_old_keyword_with_a_bad_value_is_refused_before_anything_starts(tmp_p
         warnings.simplefilter("ignore", DeprecationWarning)
         autotune.tune("x.py:train", store=tmp_path / "store", prune=2)
     assert not (tmp_path / "store").exists()
+    with pytest.raises(ConfigError, match=re.escape("options={'jobs': 2}: must be an autotune.Options")):
+        autotune.tune("x.py:train", store=tmp_path / "store", options={"jobs": 2})  # type: ignore[arg-type]
 
 
 def test_a_studys_budget_is_its_measure_and_limits() -> None:
