@@ -12,7 +12,7 @@ from autotune.core._kinds import Kind
 from autotune.core._knobs import show_value
 from autotune.core._outcome import Outcome, headline
 from autotune.stores._records import signed_share
-from autotune.tuner._live import Board, Notes, changed
+from autotune.tuner._live import Board, Notes, changed, status_line
 from autotune.tuner._options import LOGGER, Reporter
 
 
@@ -112,6 +112,24 @@ def notes_on(out, shown: Callable[[str], list[str]] | None = None) -> Iterator[N
         LOGGER.propagate = propagate
 
 
+class _View:
+    """One frame of the live table: its rows as drawn, and a status line whose seconds are read
+    when rich draws it (from its own thread: nothing here changes after it is built)."""
+
+    def __init__(self, lines: list, board: Board, width: int) -> None:
+        self.lines, self.width = lines, width
+        self.best, self.left, self.since = board.best, board.left, dict(board.since)
+
+    def __rich__(self):
+        import time
+
+        from rich.console import Group
+        from rich.text import Text
+
+        said = status_line(self.best, self.left, self.since, time.monotonic(), self.width)
+        return Group(*self.lines, Text(said, style="dim"))
+
+
 class Progress(Reporter):
     """Progress on the terminal. On a terminal, a live table (``autotune.tuner._live.Board``):
     a row per config, each kind of note once. With ``verbose`` (``run -v``) or without a
@@ -143,7 +161,6 @@ class Progress(Reporter):
 
     def _redraw(self) -> None:
         """The live table, cut to the terminal's height and width (called with the lock held)."""
-        from rich.console import Group
         from rich.live import Live
         from rich.text import Text
 
@@ -152,9 +169,9 @@ class Progress(Reporter):
             return
         width, height = self.console.size
         lines = [Text(line, style="bold" if best else "") for line, best in board.table(width, height - 4)]
-        view = Group(*lines, Text(board.status(width), style="dim"))
-        if self._live is None:
-            self._live = Live(view, console=self.console, auto_refresh=False, transient=True,
+        view = _View(lines, board, width)
+        if self._live is None:  # (redrawn each second too: the running trials' seconds move)
+            self._live = Live(view, console=self.console, refresh_per_second=1, transient=True,
                               redirect_stdout=False, redirect_stderr=False)
             self._live.start()
         self._live.update(view, refresh=True)
@@ -281,6 +298,7 @@ class Progress(Reporter):
                 self.console.print(line, style="bold" if best else None, markup=False, highlight=False)
             for line in self._notes.flush():
                 self.console.print(f"[dim]{escape(line)}[/dim]")
-            if self._notes.held:
-                self.console.print(f"[dim]({self._notes.held} more notes of the kinds above: "
-                                   "autotune run -v prints each)[/dim]")
+            held = self._notes.held
+            if held:
+                self.console.print(f"({held} more note{'s' if held > 1 else ''} of the kinds above: "
+                                   "autotune run -v prints each)", style="dim", markup=False, highlight=False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -116,6 +117,7 @@ class Board:
     def __init__(self) -> None:
         self.lines: dict[int, Line] = {}
         self._row_of: dict[int, int] = {}  # trial -> the row that shows it
+        self.since: dict[int, float] = {}  # running trial -> when it started (time.monotonic)
         self._base: dict[str, Any] | None = None  # the baseline's config, once it ended
         self.best = ""  # "best 2.01x (trial 4)"
         self.left = ""
@@ -124,6 +126,7 @@ class Board:
                 index: int, total: int) -> None:
         key = of if kind.repeats and of is not None else number
         self._row_of[number] = key
+        self.since[number] = time.monotonic()
         line = self.lines.setdefault(key, Line(key))
         if key == number:
             line.why = "baseline" if kind is Kind.BASELINE else "" if kind is Kind.SAMPLED else f"{kind.label} of {of}"
@@ -138,6 +141,7 @@ class Board:
 
     def done(self, row: TrialRow, found: Standing, seconds_left: float = 0.0) -> None:
         key = self._row_of.pop(row.number, row.number)
+        self.since.pop(row.number, None)
         self.left = f"~{int(seconds_left // 60)}m{int(seconds_left % 60):02d}s left" if seconds_left else ""
         line = self.lines.setdefault(key, Line(key))
         base = found.base.first if found.base else None
@@ -185,9 +189,20 @@ class Board:
                      *shown[-(last - 1):]]
         return shown
 
-    def status(self, width: int) -> str:
-        """The line under the table: the best so far and the time left."""
-        return fit("   ".join(filter(None, [self.best, self.left])), width)
+    def status(self, width: int, now: float | None = None) -> str:
+        """The line under the table (see ``status_line``), at ``now`` (time.monotonic)."""
+        return status_line(self.best, self.left, self.since, time.monotonic() if now is None else now, width)
+
+
+def status_line(best: str, left: str, since: Mapping[int, float], now: float, width: int) -> str:
+    """Each running trial's seconds so far (``since``: when each started, on the clock of
+    ``now``), the best so far and the time left, in ``width`` characters.
+
+    >>> status_line("best 2.01x (trial 4)", "~1m05s left", {5: 100.0}, 112.4, 80)
+    'running: trial 5 12 s   best 2.01x (trial 4)   ~1m05s left'
+    """
+    running = ", ".join(f"trial {n} {now - at:.0f} s" for n, at in since.items())
+    return fit("   ".join(filter(None, [f"running: {running}" if running else "", best, left])), width)
 
 
 def fit(line: str, width: int) -> str:
