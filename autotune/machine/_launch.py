@@ -211,9 +211,14 @@ class Launcher(Protocol):
     """Something that can start a trial's worker faster than a new interpreter (a warm worker)."""
 
     tag: str
-    pid: int
-    #: The environment its workers start from (``worker_environ``).
-    environ: Mapping[str, str]
+
+    @property
+    def pid(self) -> int:
+        """Its process id (read only: a warm worker's is its process's)."""
+
+    @property
+    def environ(self) -> Mapping[str, str]:
+        """The environment its workers start from (``worker_environ``)."""
 
     def takes(self, env: Mapping[str, str]) -> bool:
         """Whether it can start a worker with this environment."""

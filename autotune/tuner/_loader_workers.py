@@ -368,7 +368,7 @@ def widened_range(high: int, low: int, rows: Iterable[Any], ceilings: Ceilings, 
     if new <= high:
         return None
     line = "; ".join(why) + f": num_workers range {low}-{new}"
-    if new < wanted:
+    if new < wanted and bound:  # (bound: what made it less)
         asked = "would feed the model" if len(why) == 1 and most.needed > high else "asked"
         line += f" ({wanted} {asked}; {bound[0]} allows {bound[1]})"
     return WorkerRange(new, line)

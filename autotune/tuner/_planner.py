@@ -225,7 +225,7 @@ def climb(row: TrialRow, found: Standing, space: Space, cpus: int) -> Request | 
     if more is None:
         return None
     # (an epoch's batches at the batch size it runs at: its own, or the smaller one)
-    params = climbed(row.sampled, more, useful if more.batch_size is None else smaller[1])
+    params = climbed(row.sampled, more, useful if more.batch_size is None or smaller is None else smaller[1])
     if any(r.sampled == params for r in found.rows):
         return None  # drawn already
     kind = Kind.MORE_WORKERS if more.batch_size is None else Kind.SMALLER_BATCH
@@ -238,8 +238,8 @@ def smaller_batch(drawn: Any, base: int | None, domain: Any) -> Any:
     size = batch_of(drawn, base) if drawn is not None else None
     if not isinstance(domain, Choice) or size is None:
         return None
-    below = [(batch_of(c, base), c) for c in domain.choices]
-    below = [(n, c) for n, c in below if n is not None and n < size]
+    sizes = [(batch_of(c, base), c) for c in domain.choices]
+    below = [(n, c) for n, c in sizes if n is not None and n < size]
     return max(below, key=lambda nc: nc[0])[1] if below else None
 
 

@@ -44,7 +44,7 @@ def profile_plan(found: Standing, nproc: int = 1) -> tuple[list[tuple[str, int, 
     if nproc > 1:
         return [], (f"no profile on {nproc} ranks: each rank would trace itself into one file "
                     "(profile a single rank's run with --nproc-per-node 1)")
-    plan = [("baseline", found.base.first.number, {})]
+    plan: list[tuple[str, int, dict[str, Any]]] = [("baseline", found.base.first.number, {})]
     winner = found.decision.winner
     if winner is not None and winner is not found.base and found.best is not None:
         plan.append(("winner", found.best.number, dict(found.best.sampled)))
@@ -160,6 +160,7 @@ def summary_line(kept: Mapping[str, Any], folder: Path) -> str:
         said = changed(base["parts"], win["parts"])
     else:
         one = base or win
+        assert one is not None  # (kept: the baseline's run or the winner's, at least)
         big = sorted(((share, p) for p, share in shares(one["parts"]).items() if share >= 0.05), reverse=True)
         said = f"the {'baseline' if base else 'winner'}'s step {one['parts']['step'] * 1e3:.1f} ms: " + \
             ", ".join(f"{LABELS[p]} {share:.0%}" for share, p in big)

@@ -129,8 +129,9 @@ class Space:
 
     def with_high(self, name: str, high: int) -> Space:
         """This space with the int range of ``name`` reaching ``high``."""
-        return dataclasses.replace(self, domains={**self.domains,
-                                                  name: dataclasses.replace(self.domains[name], high=high)})
+        domain = self.domains[name]
+        assert isinstance(domain, IntRange)  # (only an int range is widened)
+        return dataclasses.replace(self, domains={**self.domains, name: dataclasses.replace(domain, high=high)})
 
     def sample(self, trial: optuna.Trial, held: Mapping[str, Any] | None = None,
                cap: Cap | None = None) -> Config:

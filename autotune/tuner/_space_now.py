@@ -56,8 +56,9 @@ def space_now(space: Space, found: Standing, cpus: int, ram_budget: int | None) 
     samples, base = epoch_samples(found.rows), base_batch_size(found)
     sizes = space.domains.get("batch_size")
     counts = {b: useful_workers(b, base, samples) for b in (sizes.values() if sizes else (None,))}
-    if all(counts.values()):
-        size, most = max(counts.items(), key=lambda kv: kv[1])
+    known = {b: n for b, n in counts.items() if n}
+    if len(known) == len(counts):  # (every size's count known)
+        size, most = max(known.items(), key=lambda kv: kv[1])
         epoch[f"an epoch's {most} batches at batch size {batch_of(size, base)}"] = most
     wider = widened_range(domain.high, domain.low, [r for r in found.rows if r.measured], found.ceilings,
                           found.ceilings.cpus or cpus, ram_budget, also=epoch)
@@ -244,17 +245,18 @@ def _compile_hold(found: Standing, space: Space, horizon_h: float) -> tuple[dict
     if stuck is not None:
         why = f"compiling ran past --compile-timeout in trial {stuck.number}"
     else:
-        ran = [r for r in compiled if r.reliable and r.metrics.get("compile_s")]
+        ran = [r for r in compiled if r.reliable and r.metrics.get("compile_s") and r.samples_per_s]
         if not ran:
             return {}, None
-        best = max(ran, key=lambda r: r.samples_per_s)
-        saved = 1 - base / best.samples_per_s  # production seconds saved per second
+        best = max(ran, key=lambda r: r.samples_per_s or 0.0)
+        rate = best.samples_per_s or 0.0  # (ran: each has one)
+        saved = 1 - base / rate  # production seconds saved per second
         # (the cold compile a user pays, where a warm re-run of its config is the faster run)
         cost = cold_and_warm(r.metrics for r in ran if r.config == best.config)[0] or best.metrics["compile_s"]
         if saved > 0 and cost / saved <= horizon_h * 3600:
             return {}, None
         pays = f"pays back after {cost / saved / 3600:.1f} h of training" if saved > 0 else "never pays back"
-        why = (f"trial {best.number} compiled in {cost:.0f} s and runs {best.samples_per_s / base:.2f}x "
+        why = (f"trial {best.number} compiled in {cost:.0f} s and runs {rate / base:.2f}x "
                f"the baseline, so compiling {pays}, past the {horizon_h:g} h horizon (--horizon)")
     return {"compile": "off"}, Line(f"compile held at off: {why}", "compile-hold")
 
@@ -299,7 +301,7 @@ def _loader_hold(found: Standing, space: Space, settled_by: int | None) -> tuple
     efficiency (``held_loader_knobs``); the line when the hold starts, moves or is lifted."""
     best = found.best
     held = held_loader_knobs(best, space.domains)
-    if held and best.number != settled_by:
+    if held and best is not None and best.bottleneck is not None and best.number != settled_by:  # (held: both)
         knobs = ", ".join(f"{k}={'as in your code' if v is None else show_value(v)}" for k, v in held.items())
         return held, best.number, Line(f"loader knobs held at trial {best.number}'s ({knobs}): it is "
                                        f"compute-bound at {best.bottleneck.efficiency:.0%} of its data-on-device "

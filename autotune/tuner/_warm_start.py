@@ -67,7 +67,9 @@ def same_machine(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bo
     >>> same_machine({"cpus": 2}, {"cpus": 16})
     False
     """
-    return bool(a) and bool(b) and all(a.get(k) == b.get(k) for k in MACHINE_KEYS)
+    if not a or not b:
+        return False
+    return all(a.get(k) == b.get(k) for k in MACHINE_KEYS)
 
 
 def top_configs(found: Standing, top: int = TOP) -> tuple[list[dict[str, Any]], list[float]]:

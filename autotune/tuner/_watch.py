@@ -217,8 +217,8 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
         # those that left the group; the group's dying members are waited for
         kill_processes((), tag, spare=warm.pid if warm is not None else None)
     if monitor.problems:  # handled, and said: in the log and the reason
-        with open(log_path, "a") as log:
-            log.writelines(f"autotune: {line}\n" for line in monitor.problems)
+        with open(log_path, "a") as text_log:
+            text_log.writelines(f"autotune: {line}\n" for line in monitor.problems)
     stderr_tail = log_tail(log_path.read_text(errors="replace"))
     end = events.get("end") or {}
     # A run that goes on to the code's end (a whole run; the baseline, which may be one) is timed
@@ -266,7 +266,7 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     if factor != 1.0 and judged is not None:
         metrics["loss_per_sample"] = factor
     reason = "\n".join(filter(None, [reason, noise and noise_line(noise, tolerance),
-                                     factor != 1.0 and judged is not None and per_sample_line(factor)]))
+                                     per_sample_line(factor) if factor != 1.0 and judged is not None else None]))
     if judged is not None and math.isfinite(judged.excess):
         metrics.update(loss_excess=judged.excess, loss_tolerance=tolerance)
         reached, fall = to_loss(reference_curve, judged_c), loss_fall(reference_curve)
