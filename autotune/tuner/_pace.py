@@ -92,7 +92,7 @@ class CostWatch:
         if self.said_s is None or self.told:
             return
         self.done.append(row)
-        line = pace_line(self.said_s, self.runs, time.monotonic() - self.since, self.done, self.base_s)
-        if line is not None:
+        paced = pace_line(self.said_s, self.runs, time.monotonic() - self.since, self.done, self.base_s)
+        if paced is not None:
             self.told = True
-            self.note(line)
+            self.note(paced)

@@ -13,46 +13,36 @@ and the finish exports the winner and closes the parent run.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import itertools
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from autotune.tuner._ceiling_run import with_ceilings
-from autotune.core._config import Config
-from autotune.tuner._confirm import noisy_loss
 from autotune.tuner._pace import CostWatch
+from autotune.tuner._trial_steps import TrialSteps, recover
 from autotune.tuner._finish import finish, leave
 from autotune.core._kinds import Kind, Line, Request
-from autotune.machine._launch import TrialSpec, new_tag
+from autotune.machine._launch import new_tag
 from autotune.stores._optuna_io import frozen_trial
 from autotune.tuner._options import RAM_BUDGET_FRACTION, Reporter, StudyOptions, baseline_failed, default_study_name
 from autotune.core._outcome import Outcome
-from autotune.core._whole_runs import with_production_rate
 from autotune.tuner._planner import (
     Failed,
     Settings,
     after_quiet_wait,
     after_trial,
     confirmation,
-    owed_again,
     without_baseline,
 )
 from autotune.tuner._profiling import run_profiles
 from autotune.tuner._queue import claim, claim_waiting, write
 from autotune.machine._reap import sweep_orphans
 from autotune.tuner._recorder import Recorder
-from autotune.stores._records import ATTR_BASELINE, ATTR_OF, ATTR_OWNER, ATTR_SAMPLED, kind_of
+from autotune.stores._records import ATTR_BASELINE, ATTR_OWNER, kind_of
 from autotune.tuner._scheduler import Heartbeat, Scheduler
-from autotune.tuner._shape import shape_of, trial_budget
 from autotune.machine._slots import Slot
-from autotune.tuner._broke import BROKE_ATTR
-from autotune.tuner._space_now import draw_caps, holds, space_now
 from autotune.tuner._standing import Standing, standing
-from autotune.worker._streams import same_training
 from autotune.stores._stores import Spool, open_storage
 from autotune.tuner._tuners import (
     HostRegistry,
@@ -62,10 +52,8 @@ from autotune.tuner._tuners import (
     describe,
     join,
     neighbours_line,
-    stale_trials,
     this_process,
 )
-from autotune.tuner._watch import run_trial
 
 if TYPE_CHECKING:
     import optuna
@@ -79,7 +67,7 @@ if TYPE_CHECKING:
 POLL_S = 2.0
 
 
-class StudyRunner:
+class StudyRunner(TrialSteps):
     """Runs ``options.trials`` trials of one study, beside any number of other tuners on the
     same study (``autotune.tuner._tuners``)."""
 
@@ -293,98 +281,6 @@ class StudyRunner:
         elif write(self.study, decision) and decision.why:
             self.reporter.note(decision.why)
 
-    def _space_now(self, found: Standing) -> Space:
-        space, line = space_now(self.space, found, self.fingerprint.cpus, self.ram_budget)
-        if line is not None:
-            self.scheduler.say(line)
-        return space
-
-    def _config(self, trial: optuna.Trial, kind: Kind, found: Standing) -> tuple[Config, dict[str, str]]:
-        """What a claimed trial runs, by its kind, and why knobs were held (for its tags): the
-        code's own (the baseline), the config it repeats or retries, or a draw from the
-        space as of now under its holds and caps (a climb's config is enqueued as the draw's
-        fixed values)."""
-        if kind is Kind.BASELINE:
-            return Config(), {}
-        if kind.repeats or kind is Kind.RETRY:
-            return Config(**trial.user_attrs.get(ATTR_SAMPLED, {})), {}
-        space = self._space_now(found)
-        with self._holding:
-            held = holds(found, self.space, self._settled_by, *self.options.hold_limits,
-                         learnt=self.study.user_attrs.get(BROKE_ATTR))  # (a warm start's: autotune.tuner._broke)
-            self._settled_by = held.settled_by
-        for line in held.lines:
-            self.scheduler.say(line)
-        return space.sample(trial, held.values, draw_caps(found, space, self.scheduler.say)), held.why
-
-    def _one_trial(self, trial: optuna.Trial, slot: Slot, index: int, total: int,
-                   found: Standing) -> tuple[int, bool]:
-        """Run one claimed trial to its end in both stores; return its number, and whether
-        this tuner recorded it (False: another tuner closed it as stale meanwhile).
-
-        A repeat runs unpruned and measures its own ceilings (the winner's efficiency is then
-        paired in every run); the baseline measures until it learns (every trial's divergence
-        is judged against its curve), and where it ran whole its ceilings run after it."""
-        kind = kind_of(trial.user_attrs)
-        config, holding = self._config(trial, kind, found)
-        base, judged = found.base.first if found.base else None, noisy_loss(found.rows) is None  # (else: nan/inf only)
-        seed = found.seed(self.options.seed)
-        tags = {"autotune.fingerprint": self.fingerprint.summary(),
-                **{f"autotune.held.{knob}": why for knob, why in holding.items()}}  # (the MLflow UI shows why)
-        run_id = self.recorder.begin(trial, self._owner, config, slot, seed, tags)
-        self.reporter.trial_started(trial.number, index, total, config, slot.share() if len(self.slots) > 1 else None,
-                                    kind, trial.user_attrs.get(ATTR_OF))
-        budget = trial_budget(self.options.budget, kind, shape_of(base), self.options.judge.divergence_tolerance, batch_size=config.batch_size)
-        spec = TrialSpec(self.options.target, config, slot.device, budget, seed, {} if kind.repeats else found.ceilings.known(),
-                         slot.cpus, self.options.argv, self.options.nproc_per_node, compile_cache=str(self.options.store / "inductor" / self.name))
-        # (its windows' samples/s against the winner's loop's: a whole run ranks with its start-up)
-        prune_below = found.decision.winner.loop_median if found.decision.winner and kind.explores else None
-        beats = itertools.count(1)
-        interrupt = self.scheduler.interrupt
-        try:
-            with Heartbeat(lambda: self.recorder.beat(trial, next(beats)), f"trial {trial.number}",
-                           self.reporter.note), \
-                    self.host.turn(slot.runs_on, f"trial {trial.number} of study {self.name} "
-                                   f"(tuner pid {os.getpid()})", lambda line: self.scheduler.say(Line(line, "turn")),
-                                   interrupt):
-                result = run_trial(spec, self.recorder.log_path(trial.number), self.ram_budget,
-                                   self.recorder.watcher(trial, prune_below, self.options.judge.prune, self.options.noise.max_load,
-                                                         self.reporter.event, self.options.budget.window_s),
-                                   interrupt=interrupt, reference=base.losses if base and judged else (), tolerance=self.options.judge.divergence_tolerance,
-                                   reference_curve=base.curve if base and judged else (), warm=self._warm.get(slot.index))
-                result = with_ceilings(spec, result, self.recorder.log_path(trial.number), lambda again, log: run_trial(
-                    again, log, self.ram_budget, interrupt=interrupt, warm=self._warm.get(slot.index)))
-        except BaseException as exc:  # a second Ctrl-C, or our own bug: close both records, go on raising
-            self.recorder.abandon(trial, run_id, exc)
-            raise
-        base_rate = found.base.loop_median if found.base else None
-        result = same_training(result, base)  # (under --horizon, Optuna learns the projection it ranks on)
-        result = dataclasses.replace(result, metrics=with_production_rate(result.metrics, base_rate, found.horizon_h))
-        return trial.number, self.recorder.end(trial, run_id, result, found.ceilings, base_rate)
-
     def recover(self) -> list[int]:
         """Close the trials that gone tuners left RUNNING (``recover``); return their numbers."""
         return recover(self.study, self._liveness, self.recorder, self.reporter.note)
-
-
-def recover(study: optuna.Study, liveness: Liveness, recorder: Recorder, note: Callable[[str], None]) -> list[int]:
-    """Close the trials that gone tuners left RUNNING; return their numbers.
-
-    On this host a trial is stale when its tuner process is gone; elsewhere,
-    when its heartbeat has not moved for ``STALE_AFTER_S`` while this tuner
-    watched (``Liveness``: no two hosts' clocks are compared). A stale trial's
-    worker processes are killed if they still run here, and the recorder closes
-    it as ``interrupted`` (``Recorder.close_stale``); the tuner whose close lands
-    (one: a trial is finished once) asks again for the baseline or re-run it owed.
-    """
-    closed = []
-    for frozen, reason in stale_trials(study, liveness):
-        if not recorder.close_stale(frozen, reason):
-            continue  # another tuner closed it first, and owes what it owed
-        note(f"trial {frozen.number}: {reason}")
-        closed.append(frozen.number)
-        found = standing(study)
-        owed = owed_again(next(r for r in found.rows if r.number == frozen.number), found)
-        if owed is not None:
-            write(study, owed)
-    return closed
