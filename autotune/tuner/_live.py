@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.core._kinds import Kind
 from autotune.core._knobs import show_value
 from autotune.core._outcome import Outcome, headline
+from autotune.tuner._confirm import UNFINISHED
 
 if TYPE_CHECKING:
     from autotune.stores._records import TrialRow
@@ -104,7 +105,8 @@ class Line:
         """The row as the table's columns: trial (and its runs), outcome, speedup, limit, knobs."""
         runs = f" x{self.runs}" if self.runs > 1 else ""
         knobs = f"({self.why}) {self.knobs}".strip() if self.why and self.why != "baseline" else self.knobs
-        return f"{self.number}{runs}", self.outcome, self.speedup, self.limit, knobs or "(baseline)"
+        same = "(baseline)" if self.why == "baseline" else "(the baseline's values)"
+        return f"{self.number}{runs}", self.outcome, self.speedup, self.limit, knobs or same
 
 
 class Board:
@@ -127,9 +129,12 @@ class Board:
         key = of if kind.repeats and of is not None else number
         self._row_of[number] = key
         self.since[number] = time.monotonic()
+        new = key not in self.lines  # (a re-run of a trial an earlier invocation ran: its row too)
         line = self.lines.setdefault(key, Line(key))
         if key == number:
-            line.why = "baseline" if kind is Kind.BASELINE else "" if kind is Kind.SAMPLED else f"{kind.label} of {of}"
+            line.why = ("baseline" if kind is Kind.BASELINE else "" if kind is Kind.SAMPLED
+                        else f"{kind.label} of {of}" if of is not None else kind.label)
+        if key == number or new:
             line.knobs = changed(knobs, self._base) if self._base is not None else \
                 " ".join(f"{k}={show_value(v)}" for k, v in knobs.items())
         line.outcome = (f"{kind.value} {index + 1}/{total}" if kind.repeats else "starting")
@@ -147,9 +152,10 @@ class Board:
         base = found.base.first if found.base else None
         if base is not None:
             self._base = base.config
-        line.runs += 1
         line.outcome = outcome_of(row)
         group = next((g for g in found.groups if g.first.number == key), None)
+        # its runs that ended, earlier invocations' included (a resumed study's)
+        line.runs = sum(1 for r in group.runs if r.outcome not in UNFINISHED) if group else line.runs + 1
         speedup = found.speedup(group) if group is not None and group.rates else None
         if speedup is None:  # not believed (yet): its own figure (over the baseline's median), marked
             own = next((r.speedup for r in found.rows if r.number == row.number), None) or row.speedup
@@ -163,8 +169,9 @@ class Board:
         if row.outcome != Outcome.COMPLETE.value and row.outcome not in (Outcome.PRUNED.value,):
             said = headline(row.reason).partition(":")[0]  # its kind, where the reason names one (oom_host: ...)
             line.limit = said if said and " " not in said else ""
-        if base is not None and key == row.number:
+        if base is not None:  # (a re-run runs its trial's config unchanged: the same knobs)
             line.knobs = changed(row.config, base.config) if key != base.number else ""
+            line.why = "baseline" if key == base.number else line.why
         win = found.decision.winner
         for each in self.lines.values():
             each.best = win is not None and each.number == win.first.number

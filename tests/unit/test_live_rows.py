@@ -123,3 +123,15 @@ def test_only_a_real_terminal_gets_the_live_view(monkeypatch) -> None:
         monkeypatch.setenv("TTY_INTERACTIVE", "0")  # (rich's own switch, honoured)
         assert not interactive(Console(file=tty))
     os.close(master)
+
+
+def test_a_resumed_studys_rerun_shows_its_earlier_trials_config_and_every_run() -> None:
+    board = Board()  # this invocation saw neither trial 0 nor trial 1 run
+    base, fast = trial(0, 1000.0, config=BASE), trial(1, 2000.0, config=FAST)
+    board.started(2, Kind.CONFIRM, 1, FAST, 0, 1)
+    again = trial(2, 2000.0, kind=Kind.CONFIRM, of=1, config=FAST)
+    board.done(again, standing(base, fast, again))
+    assert board.lines[1].cells()[0] == "1 x2" and board.lines[1].knobs == "num_workers=4 prefetch=thread"
+    same = trial(3, 1000.0, config=BASE)  # a draw that landed on the baseline's values
+    board.done(same, standing(base, fast, again, same))
+    assert board.lines[3].cells()[-1] == "(the baseline's values)"
