@@ -26,7 +26,8 @@ from autotune.machine._noise import is_noisy
 from autotune.core._outcome import Outcome
 from autotune.tuner._space import Choice, IntRange, Space
 from autotune.tuner._space_now import base_batch_size
-from autotune.tuner._loader_workers import climbed, epoch_samples, more_workers, useful_workers
+from autotune.tuner._loader_workers import epoch_samples, useful_workers
+from autotune.tuner._worker_climb import climbed, more_workers
 from autotune.worker._streams import duplicating
 
 if TYPE_CHECKING:
@@ -206,7 +207,7 @@ def retry_lr(row: TrialRow, found: Standing, space: Space, trials_left: bool) ->
 
 def climb(row: TrialRow, found: Standing, space: Space, cpus: int) -> Request | None:
     """A leading trial that still waits on data with fewer workers than could help: its
-    config again with more (``autotune.tuner._loader_workers.more_workers``), or at the next smaller
+    config again with more (``autotune.tuner._worker_climb.more_workers``), or at the next smaller
     batch size where it has a worker per batch already; once per trial, however many
     tuners see it (``Request.once``). None when the result was drawn already."""
     domains = space.domains

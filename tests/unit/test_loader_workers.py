@@ -20,12 +20,12 @@ from autotune.tuner._loader_workers import (
     evidence,
     leads,
     limits,
-    more_workers,
     useful_workers,
     widened_range,
     worker_ram,
 )
 from autotune.stores._records import TrialRow
+from autotune.tuner._worker_climb import more_workers
 from autotune.tuner._space import IntRange, load_space
 
 NO_LIMITS: dict[str, int] = {}
@@ -338,7 +338,7 @@ def test_a_leader_with_a_worker_per_batch_runs_again_at_a_smaller_batch_with_twi
 
 
 def test_a_climbed_config_drops_what_no_longer_applies() -> None:
-    from autotune.tuner._loader_workers import MoreWorkers, climbed
+    from autotune.tuner._worker_climb import MoreWorkers, climbed
     from autotune.tuner._planner import smaller_batch
     from autotune.tuner._space import Choice
 

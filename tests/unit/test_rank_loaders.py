@@ -10,7 +10,8 @@ from standings import standing, trial
 from autotune.core._ceilings import Ceilings
 from autotune.core._kinds import Kind, Request
 from autotune.core._rank_loaders import RankLoader, rank_loader, read_cpu
-from autotune.tuner._loader_workers import evidence, limits, more_workers, widened_range, worker_ram
+from autotune.tuner._loader_workers import evidence, limits, widened_range, worker_ram
+from autotune.tuner._worker_climb import more_workers
 from autotune.tuner._planner import climb
 from autotune.tuner._space import Choice, IntRange, Space
 
