@@ -15,7 +15,8 @@ from typing import Any
 
 from autotune.core._bounds import RAM_BUDGET, Bound
 from autotune.core._bounds import check as check_bound
-from autotune.core._guard import DIVERGENCE_TOLERANCE, PRUNE_FRACTION
+from autotune.core._guard import DIVERGENCE_TOLERANCE
+from autotune.core._prune import PRUNE_FRACTION
 from autotune.core._whole_runs import HORIZON_HELP
 from autotune.machine._launch import Budget
 from autotune.machine._noise import (

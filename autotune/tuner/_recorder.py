@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.core._ceilings import Ceilings
-from autotune.core._guard import PRUNE_MIN_WINDOWS, prune_reason, prune_so_far
+from autotune.core._prune import PRUNE_MIN_WINDOWS, prune_reason, prune_so_far
 from autotune.tuner._judge import optuna_params, optuna_state, result_record
 from autotune.core._kinds import Kind
 from autotune.stores._optuna_io import frozen_by_id, frozen_trial, handle, set_param, trial_id_of
@@ -135,7 +135,7 @@ class Recorder:
         """The running trial's event handler: relays each event (the progress on the terminal),
         records its worker process (what a tuner that resumes kills if it outlived us) and
         each window's samples/s (Optuna's intermediate values), and stops it when the pruning
-        rule says so (``autotune.core._guard.prune_reason``; against ``best``, the winner's loop
+        rule says so (``autotune.core._prune.prune_reason``; against ``best``, the winner's loop
         median), or its measure so far, once it has lasted ``PRUNE_MIN_WINDOWS`` times
         ``window_s`` (``prune_so_far``)."""
         rates: list[float] = []

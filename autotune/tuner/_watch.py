@@ -232,7 +232,7 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     if ended:
         metrics.update(run_figures(end, arrived))
     if not windows and so_far.get("seconds") and killed and killed[0][0] is Outcome.PRUNED:
-        # pruned on its measure so far (autotune.core._guard.prune_so_far): that is its figure
+        # pruned on its measure so far (autotune.core._prune.prune_so_far): that is its figure
         metrics.update(samples_per_s=so_far["samples"] / so_far["seconds"], samples_per_s_spread=0.0,
                        measured_samples=float(so_far["samples"]))
     if compiling is not None:  # stopped while torch.compile compiled: how long it had been at it

@@ -16,9 +16,9 @@ from autotune.core._guard import (
     loss_history,
     lr_retry,
     judge_loss,
-    prune_reason,
     same_steps,
 )
+from autotune.core._prune import prune_reason
 from autotune.core._to_loss import samples_to, to_loss
 
 NAN, INF = math.nan, math.inf
