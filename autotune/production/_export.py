@@ -106,13 +106,13 @@ def load(path: str | Path | None = None, device: Any = "auto", *, check: bool = 
         quiet: Do not print the line saying what the recipe trains with.
         adapt: Keep measuring the loop's data wait and, between epochs, move ``num_workers``
             and ``prefetch_factor`` when it rises or falls past thresholds, each move printed
-            once (``autotune.production._adapt``); nothing that changes the math moves.
+            once (docs/production.md says how); nothing that changes the math moves.
         tracking_uri: With ``adapt``, log the production job's epochs and the loader values in
             force to an MLflow run there (experiment ``autotune-production``).
         ram_budget: With ``adapt``, the GiB of host RAM the training process and its workers
             may hold (default: 75% of what this machine has available, as a study's trial);
             past 85% of it, ``num_workers`` and ``prefetch_factor`` step down to what fits
-            (``autotune.machine._margin``), each step printed, instead of the job being killed.
+            (the memory margin of docs/production.md), each step printed, instead of the job being killed.
 
     Raises:
         ConfigError: the file, the key, the value and what is allowed.

@@ -36,14 +36,14 @@ class Trial(Stretches, CeilingPhases, ProfilePhase, LoaderlessSteps, Run):
     ``windows`` windows of at least ``window_s`` seconds, which end on an epoch's
     last batch once an epoch lasts ``EPOCH_WINDOWS`` windows or less. With ``marks``
     (every trial after the baseline), the warmup and the windows end instead where
-    the baseline's did, in samples since the first batch (``autotune.worker._stretch``);
+    the baseline's did, in samples since the first batch;
     ``whole`` runs the code to its end, ``whole_s`` (the baseline) measures on past
     its windows until the code ends or that many seconds have passed. The device is
     synchronised only at window edges; the loss is summed on the device and read
     once per window.
 
     Each window also reports its loss curve: the step losses (kept on the device,
-    read with the window's) in ``CURVE_CHUNKS`` pieces (``autotune.worker._window``), each
+    read with the window's) in ``CURVE_CHUNKS`` pieces, each
     with the samples it spans, so that divergence is judged on the same samples for
     every config. The warmup reports its curve too: a config several times the
     baseline's speed can pass the samples the baseline's windows reached while it
@@ -52,14 +52,14 @@ class Trial(Stretches, CeilingPhases, ProfilePhase, LoaderlessSteps, Run):
     With ``learn_windows`` (the baseline), it measures up to that many windows more
     while its loss over its judged span is above ``learn_to`` times its warmup's.
 
-    Then, with ``ceiling_windows``, the two ceilings (``autotune.core._ceilings``), each
+    Then, with ``ceiling_windows``, the two ceilings (docs/ceilings.md), each
     over that many windows and skipped when ``known_ceilings`` has its key: the
     same loop fed its last few batches again from the device (compute), then the
     loader iterated alone with the transfer (loader).
 
-    With ``trace`` (a profile run, ``autotune.tuner._profiling``), each step's parts are timed
+    With ``trace`` (a profile run, ``autotune run --profile``), each step's parts are timed
     over the windows and a few steps after them are recorded by torch.profiler into that
-    file (``autotune.worker._profile.ProfilePhase``).
+    file.
     """
 
     def __init__(self, config: Config, device: Any, emit: Callable[..., None], *,
