@@ -13,6 +13,8 @@ import sys
 import warnings
 from typing import Any
 
+from autotune.tuner._option_fields import REMOVED_IN
+
 MOVED = {
     "autotune._adapt": "autotune.production._adapt",
     "autotune._adapt_rule": "autotune.production._adapt_rule",
@@ -99,7 +101,8 @@ class _Moved(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec: Any) -> Any:
         new = MOVED[spec.name]
-        warnings.warn(f"{spec.name} has moved to {new}; import it from there", DeprecationWarning, stacklevel=2)
+        warnings.warn(f"{spec.name} has moved to {new}; import it from there (the old path is removed in "
+                      f"{REMOVED_IN})", DeprecationWarning, stacklevel=2)
         return importlib.import_module(new)
 
     def exec_module(self, module: Any) -> None:

@@ -96,6 +96,6 @@ def test_an_old_module_path_still_imports_the_module_with_a_warning() -> None:
     import sys
 
     sys.modules.pop("autotune._watch", None)
-    with pytest.warns(DeprecationWarning, match="autotune._watch has moved to autotune.tuner._watch"):
+    with pytest.warns(DeprecationWarning, match=r"autotune._watch has moved to autotune.tuner._watch; import it from there \(the old path is removed in 0\.2\.0\)"):
         old = importlib.import_module("autotune._watch")
     assert old is importlib.import_module("autotune.tuner._watch")
