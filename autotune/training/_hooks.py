@@ -72,7 +72,6 @@ class Hooks:
         self._stepped_at = -1
         self._undo: list[Callable[[], None]] = []
         self._original_iter: Callable[[Any], Iterator[Any]] | None = None
-        self._loader_original: Callable[..., Any] | None = None  # DataLoader.__init__ as torch has it
         #: The loop knobs (amp, prefetch, the model's): always under tuning (the baseline learns
         #: whether the script has a model, its own precision), in production where one is on.
         self.loop: OutsideLoop | None = None
@@ -95,30 +94,23 @@ class Hooks:
             self.loop = loop
             loop.install(self._patch)
             self._undo.append(loop.remove)
-        # production with another batch and no loop knob: the first step still tells the training loader
-        # apart (``_batch_to_training``)
+        # (production, another batch, no loop knob: the first step finds the training loader all the same)
         told_apart = self.loop is None and getattr(self.run.config, "batch_size", None) is not None
-        if told_apart:
-            from torch.optim.optimizer import register_optimizer_step_post_hook
+        if self.loop is not None or told_apart:
+            from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
             self._original_iter = DataLoader.__iter__
             self._patch(DataLoader, "__iter__", self._loader_iter)
             self._undo.append(register_optimizer_step_post_hook(self._stepped).remove)
-        elif self.loop is not None:
-            self._original_iter = DataLoader.__iter__
-            self._patch(DataLoader, "__iter__", self._loader_iter)
+        if self.loop is not None:
             self._patch(torch.Tensor, "backward", self._backward)
             # every Optimizer subclass (a script's own, bitsandbytes', timm's) reaches the loop, as
             # torch's global step hooks see them all: fp16's scaler must route each one's step
             self._patch(torch.optim.Optimizer, "__init__", self._any_optimizer_init)
-            from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-
-            handle = register_optimizer_step_post_hook(self._stepped)
-            self._undo.append(handle.remove)
             if self.measure:
                 before = register_optimizer_step_pre_hook(lambda *_: self.run._edge("optimizer"))
                 self._undo.append(before.remove)
-        elif getattr(self.run, "adaptive", None) is not None:  # production with adapt: every loader built
+        elif not told_apart and getattr(self.run, "adaptive", None) is not None:  # production, adapt: every loader
             self._original_iter = DataLoader.__iter__
             self._patch(DataLoader, "__iter__", self._adapted_iter)
         if getattr(self.run, "adaptive", None) is not None:
@@ -155,7 +147,6 @@ class Hooks:
     def _loader_init(self, original: Callable[..., Any]) -> Callable[..., Any]:
         signature = inspect.signature(original)
         hooks = self
-        self._loader_original = original
 
         def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
             if hooks._ours():
@@ -261,20 +252,8 @@ class Hooks:
         self._batch_to_training(loader)
 
     def _batch_to_training(self, training: Any) -> None:
-        """Each loader built before the first step but ``training``, with a batch size the knob
-        changed, built again with the script's own (see the module); one that holds live workers
-        (persistent, iterated before the first step) is left as it is."""
-        for loader, (dataset, kw, base) in list(self._built.items()):
-            if loader is training or base is None or kw.get("batch_size") in (None, base) \
-                    or getattr(loader, "_iterator", None) is not None:
-                continue
-            own = {**kw, "batch_size": base}
-            loader._DataLoader__initialized = False  # (DataLoader refuses a new batch_size once built)
-            self._call_ours(functools.partial(self._loader_original, loader, dataset, **own))
-            self._built[loader] = (dataset, own, base)
-            line = (f"autotune: the loader of {type(dataset).__name__} keeps your batch_size {base}: the batch "
-                    "knob applies to the training loader only")
-            print(line, flush=True, file=sys.stdout if self.measure else sys.stderr)
+        from torch.utils.data import DataLoader  # (its __init__, ours, is torch's own under _call_ours)
+        own_batch_elsewhere(self._built, training, DataLoader.__init__, self._call_ours, sys.stderr)
 
     # -- optimizers, backward ------------------------------------------------------------
 
@@ -362,3 +341,20 @@ class Hooks:
             self._stepped_at = run._step
             run._after_step(self._loss)
 
+
+def own_batch_elsewhere(built: Any, training: Any, init: Callable[..., Any], call: Callable[[Callable[[], Any]], Any],
+                        out: Any) -> None:
+    """Each loader in ``built`` (loader -> its dataset, kwargs and the script's batch size) but
+    ``training``, built with a batch size the knob changed, built again by ``init``
+    (``DataLoader.__init__``, run through ``call``) with the script's own, said on ``out``; one that
+    holds live workers (persistent, iterated before the first step) is left as it is."""
+    for loader, (dataset, kw, base) in list(built.items()):
+        if loader is training or base is None or kw.get("batch_size") in (None, base) \
+                or getattr(loader, "_iterator", None) is not None:
+            continue
+        own = {**kw, "batch_size": base}
+        loader._DataLoader__initialized = False  # (DataLoader refuses a new batch_size once built)
+        call(functools.partial(init, loader, dataset, **own))
+        built[loader] = (dataset, own, base)
+        print(f"autotune: the loader of {type(dataset).__name__} keeps your batch_size {base}: the batch knob "
+              "applies to the training loader only", flush=True, file=out)

