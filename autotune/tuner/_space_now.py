@@ -115,7 +115,7 @@ class Holds:
     Attributes:
         values: Knob to the value it is held at (None: the user's own).
         why: Knob to why, for the trial's MLflow tags (``autotune.held.<knob>``): the
-            precision hold's and a clear loss's (the others are said in the terminal).
+            precision hold's, a clear loss's and a broken value's (the others are said in the terminal).
         lines: What to say about them (each once per its key).
         settled_by: The trial whose loader knobs are held (None: none are), which the
             next call takes as ``settled_by``: holding and lifting are said once each.
