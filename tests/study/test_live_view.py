@@ -24,14 +24,15 @@ FAST = ("--warmup", "0.3", "--window", "0.4", "--windows", "2", "--ceiling-windo
 _CONTROL = re.compile(r"\x1b(\[[?\d;]*[A-Za-z]|\][^\x07]*\x07)")
 
 
-def in_terminal(*args: str, cwd: Path, timeout: float = 300, interrupt_on: bytes | None = None) -> tuple[int, str]:
+def in_terminal(*args: str, cwd: Path, timeout: float = 300, interrupt_on: bytes | None = None,
+                env: dict | None = None) -> tuple[int, str]:
     """The real CLI under a pseudo-terminal of ``WIDTH`` x ``HEIGHT``: its exit status and all it
     wrote; ``interrupt_on``: Ctrl-C (SIGINT) once it wrote that."""
     import pty
 
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", HEIGHT, WIDTH, 0, 0))
-    env = cli_env({"TERM": "xterm-256color", "COLUMNS": str(WIDTH), "LINES": str(HEIGHT)})
+    env = cli_env({"TERM": "xterm-256color", "COLUMNS": str(WIDTH), "LINES": str(HEIGHT), **(env or {})})
     for name in ("NO_COLOR", "FORCE_COLOR", "TERM_PROGRAM"):
         env.pop(name, None)
     proc = subprocess.Popen(cli(*args), stdin=slave, stdout=slave, stderr=slave, cwd=cwd, env=env)
@@ -142,3 +143,13 @@ def test_ctrl_c_in_the_live_view_leaves_the_table_the_cursor_and_a_whole_last_li
     assert raw.endswith("\n") and "\x1b[?25h" in raw  # (rich's live view hides the cursor while it draws)
     assert shown[-1].startswith("autotune: stopped by SIGINT; run the same command to resume"), shown
     assert any(line.startswith("0 ") for line in shown), shown  # the table stays, with the baseline's row
+
+
+def test_a_failing_baseline_in_the_live_view_says_why_and_ends_its_line(tmp_path: Path) -> None:
+    target = f"{FIXTURES / 'cli_train.py'}:train"
+    status, raw = in_terminal("run", target, "--trials", "3", *FAST, cwd=tmp_path, env={"FAIL_BASELINE": "1"})
+    shown = screen(raw)
+    assert status == 1, "\n".join(shown)  # the code as written failed: its traceback follows
+    assert raw.endswith("\n") and "\x1b[?25h" in raw
+    assert any(line.startswith("0 ") and "crashed" in line for line in shown), shown
+    assert "ValueError: the user's own bug" in " ".join(shown)
