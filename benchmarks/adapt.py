@@ -30,6 +30,7 @@ from pathlib import Path
 from _results import ROOT, data_path, machine, spread, write_section
 
 sys.path.insert(0, str(ROOT / "tests" / "process"))
+sys.path.insert(0, str(ROOT / "tests" / "lib"))
 TOPIC = "production"
 
 

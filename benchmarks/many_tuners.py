@@ -2,7 +2,7 @@
 "Many tuners" section of ``benchmarks/results/many-tuners.md``.
 
 Everything is real: ``autotune run`` processes on the MNIST runner, a PostgreSQL database
-per study and an ``mlflow server`` backed by PostgreSQL (``tests/servers.py``).
+per study and an ``mlflow server`` backed by PostgreSQL (``tests/lib/servers.py``).
 
 1. One study size (``2K`` trials, then the confirmation re-runs) three ways, each on a
    fresh database and server: one tuner; two independent tuners started together with
@@ -42,7 +42,7 @@ from _results import ROOT, machine, spread, write_section
 
 from autotune.core._kinds import Kind
 
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "lib"))
 from servers import (
     PG_HOST,
     PG_PORT,

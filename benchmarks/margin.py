@@ -25,7 +25,7 @@ from pathlib import Path
 from _results import ROOT, data_path, machine, spread, write_section
 
 sys.path.insert(0, str(ROOT / "tests" / "process"))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "lib"))
 TOPIC = "production"
 #: A limit far past anything the job holds: the fixed export's own peak, read by its cgroup.
 NO_LIMIT = 64 << 30

@@ -17,7 +17,7 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the collection
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Order the tests (tests/order.py: the long files dealt out to the pytest-xdist processes),
+    """Order the tests (tests/lib/order.py: the long files dealt out to the pytest-xdist processes),
     and skip ``@pytest.mark.gpu`` tests cleanly when torch sees no CUDA device."""
     from order import deal
 
@@ -115,7 +115,7 @@ def warm():
     machine, about 3 s of CPU for each trial that started cold). It starts without this test's
     tag, so that it is no test's leftover; tests of what a trial leaves behind, and of the warm
     worker itself, start their own (its trials share its tag). It is itself forked from the
-    suite's template of warm workers (tests/forked_cli.py) where it can be."""
+    suite's template of warm workers (tests/lib/forked_cli.py) where it can be."""
     import forked_cli
 
     from autotune.machine._launch import new_tag

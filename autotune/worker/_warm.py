@@ -80,7 +80,7 @@ class WarmWorker:
         """Start ``python -m autotune.worker._warm FD CPUS`` with ``self.environ``, the socket ``fd`` passed.
 
         What the tuner uses of the process: ``pid``, ``wait(timeout)``, ``kill()`` (the suite's
-        tuners fork it from a template that has done the imports: tests/forked_cli.py)."""
+        tuners fork it from a template that has done the imports: tests/lib/forked_cli.py)."""
         return subprocess.Popen(
             [sys.executable, "-m", "autotune.worker._warm", str(fd), ",".join(map(str, cpus))], env=self.environ,
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

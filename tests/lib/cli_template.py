@@ -1,4 +1,4 @@
-"""The template processes of tests/forked_cli.py: ``python tests/cli_template.py SOCKET ROLE``.
+"""The template processes of tests/lib/forked_cli.py: ``python tests/lib/cli_template.py SOCKET ROLE``.
 
 A template imports what its commands import (``PRELOAD[ROLE]``), listens on the Unix socket
 ``SOCKET``, and for each request (its length, then JSON: ``module``, ``args``, ``cwd``, ``env``,

@@ -268,7 +268,7 @@ class ForkedCLI:
 
 
 class _Template:
-    """A template process (tests/cli_template.py, in ``role``) and its folder: the Unix socket it
+    """A template process (tests/lib/cli_template.py, in ``role``) and its folder: the Unix socket it
     listens on, ``env.json`` (its environment), ``pid`` (written before anyone can read the
     folder's name) and ``ready`` (once it listens)."""
 

@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 
 #: The tests' folder, their fixtures (real training functions) and the repository.
-TESTS = Path(__file__).resolve().parent
+#: This folder: the suite's helpers (a test run puts it on sys.path: pyproject.toml, pythonpath).
+LIB = Path(__file__).resolve().parent
+TESTS = LIB.parent
 FIXTURES = TESTS / "fixtures"
 ROOT = TESTS.parent
 
@@ -64,7 +66,7 @@ def built_once(tmp_path_factory, name: str, build) -> Path:
 
 def autotune(*args: str, cwd: Path, env: dict | None = None, timeout: float = 240):
     """Run the real CLI in a process of its own (see ``cli``), as a user would: forked from a template
-    that has done its imports, where that cannot differ from a new interpreter (tests/forked_cli.py)."""
+    that has done its imports, where that cannot differ from a new interpreter (tests/lib/forked_cli.py)."""
     import forked_cli
 
     return forked_cli.run(cli(*args), cwd=cwd, env=cli_env(env), capture_output=True, text=True, timeout=timeout)

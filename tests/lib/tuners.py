@@ -19,7 +19,7 @@ TARGET = f"{FIXTURES / 'team_train.py'}:train"
 
 class Tuner:
     """``autotune run`` in a process of its own (forked from the template where it can be:
-    tests/forked_cli.py), its output in a file (a pipe could fill and block it)."""
+    tests/lib/forked_cli.py), its output in a file (a pipe could fill and block it)."""
 
     def __init__(self, cwd: Path, *args: str, env: dict | None = None, prefix: list[str] | None = None,
                  target: str = TARGET) -> None:

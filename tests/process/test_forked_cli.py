@@ -1,4 +1,4 @@
-"""The tests' forked ``autotune`` commands (tests/forked_cli.py) behave as new interpreters do."""
+"""The tests' forked ``autotune`` commands (tests/lib/forked_cli.py) behave as new interpreters do."""
 
 from __future__ import annotations
 

@@ -16,7 +16,8 @@ from fixtures.heap_rounds import PAGES
 
 from helpers import FIXTURES
 
-from autotune import Config, Recipe, _malloc
+from autotune import Config, Recipe
+from autotune.machine import _malloc
 
 
 

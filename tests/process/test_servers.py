@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from conftest import tagged
-from helpers import TESTS
+from helpers import LIB
 from servers import PrivateCluster, fresh_database
 
 
@@ -108,7 +108,7 @@ def test_mlflow_server_restarts_with_its_stores(own_mlflow_server, tmp_path,
 def _start_child(program: str, *, env=None, timeout: float = 60.0) -> tuple[subprocess.Popen, dict]:
     """Run ``program`` in a child python (as a test process would) and return it with the JSON
     object it prints on its first line of output once it has started what it starts."""
-    child = subprocess.Popen([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(TESTS)!r})\n"
+    child = subprocess.Popen([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(LIB)!r})\n"
                               + program], stdout=subprocess.PIPE, text=True, env=env)
     ready, _, _ = select.select([child.stdout], [], [], timeout)
     line = child.stdout.readline() if ready else ""
@@ -223,7 +223,7 @@ def test_a_watched_server_dies_with_all_it_started_when_the_test_process_is_kill
         killed, no_process_left_behind):
     program = _TEST_PROCESS
     if killed == "xdist controller":  # the test process is an xdist worker that lingers on
-        worker = f"import sys; sys.path.insert(0, {str(TESTS)!r})\n" + _TEST_PROCESS
+        worker = f"import sys; sys.path.insert(0, {str(LIB)!r})\n" + _TEST_PROCESS
         program = f"""
 import os, subprocess, sys, time
 subprocess.Popen([sys.executable, "-c", {worker!r}],

@@ -1,4 +1,4 @@
-"""The suite's own run order (tests/order.py): every test once, the long files at the fronts of the shares."""
+"""The suite's own run order (tests/lib/order.py): every test once, the long files at the fronts of the shares."""
 
 from __future__ import annotations
 
