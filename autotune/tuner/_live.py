@@ -190,7 +190,8 @@ class Board:
             said.append(fit("  ".join([*cells, row[-1]]).rstrip(), width))
         marks = [False, *(line.best for line in lines)]
         shown = list(zip(said, marks))
-        if last is not None and len(shown) > last + 1:
+        if last is not None and len(shown) > max(last, 2) + 1:  # (a very short terminal: still the last row)
+            last = max(last, 2)
             hidden = len(shown) - last
             shown = [shown[0], (fit(f"... {hidden} more above (all of them at the end)", width), False),
                      *shown[-(last - 1):]]

@@ -87,6 +87,8 @@ def test_the_table_fits_the_width_and_the_height() -> None:
     assert table[1][0].endswith("(baseline)") and table[2][0].endswith("…")
     cut = board.table(80, last=10)
     assert len(cut) == 11 and cut[1][0].startswith("... 21 more above") and cut[-1][0].startswith("29 ")
+    tiny = board.table(80, last=-3)  # a terminal a few lines high: the header, the cut, the last row
+    assert len(tiny) == 3 and tiny[-1][0].startswith("29 ")
     assert fit("abc", 3) == "abc" and fit("abcd", 3) == "ab…"
 
 
