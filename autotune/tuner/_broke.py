@@ -12,9 +12,11 @@ that crashes where the baseline ran blames the value it changed that nothing els
 - a crash that is not the code's (killed from outside, out of memory, a refusal) blames nothing.
 
 The knob is then held at the code's own value for the rest of the study, with one line quoting
-the line of the script that broke, unless another value of it than the code's ran to a figure
-(then the code takes the knob, and only the value broke it: the sampler learns from the failed
-trial). A warm start carries the lines to the next study of the same target
+the line of the script that broke, unless another value of it than the code's ran to a figure:
+then the code takes the knob and only the value broke it. An int knob (workers, prefetch) is then
+drawn only below the value that broke, where a smaller one ran (more workers, more memory: a
+``/dev/shm`` or a descriptor limit breaks at some count and past it); another kind is left to the
+sampler, which learns from the failed trial. A warm start carries the lines to the next study of the same target
 (``autotune.tuner._warm_start``). Pure functions of the rows, so every tuner on a study agrees.
 """
 
@@ -126,6 +128,29 @@ def broken(rows: Sequence[Any], knobs: Iterable[str], base_config: Mapping[str, 
         for knob, _ in suspects[:1]:
             alone = not any(k == knob for k, _ in ran - own)
             out.append(Broke(knob, value_of(row, knob), row.number, users_line(reason), first, alone))
+    return out
+
+
+def broke_caps(found: Sequence[Broke], rows: Sequence[Any], ints: Iterable[str]) -> dict[str, tuple[int, str]]:
+    """Knob -> (the highest value to draw, the line that says why) for each of the int knobs ``ints``
+    a value of which broke the code where a smaller value than it ran to a figure and no larger one did.
+
+    >>> from types import SimpleNamespace as Row
+    >>> ran = Row(number=1, sampled={"num_workers": 1}, config={}, outcome="complete", kind=None)
+    >>> broke_caps([Broke("num_workers", 3, 2, "data.py:12 (x)", "RuntimeError: x", False)], [ran], ["num_workers"])
+    {'num_workers': (2, 'your code breaks with num_workers=3 at data.py:12 (x): num_workers drawn below 3 for the rest of the study, where 1 ran (trial 2 with num_workers=3 crashed where the baseline ran: RuntimeError: x)')}
+    """
+    ints = set(ints)
+    out: dict[str, tuple[int, str]] = {}
+    for b in found:
+        if b.alone or b.knob not in ints or not isinstance(b.value, int):
+            continue
+        ran = [v for r in rows if r.outcome in _RAN and isinstance(v := value_of(r, b.knob), int)]
+        below = [v for v in ran if v < b.value]
+        if below and max(ran) < b.value and (b.knob not in out or b.value - 1 < out[b.knob][0]):
+            held = f"{b.knob} held at your code's own for the rest of the study"
+            out[b.knob] = (b.value - 1, b.line().replace(held, f"{b.knob} drawn below {b.value} for the rest of the "
+                                                                f"study, where {max(below)} ran"))
     return out
 
 

@@ -75,10 +75,22 @@ def draw_caps(found: Standing, space: Space, say: Callable[[Line], None]) -> Cap
     bites, as a line to say once. None before any trial reported its epoch."""
     samples, base = epoch_samples(found.rows), base_batch_size(found)
     duplicated = duplicating(found.rows)
-    if samples is None and duplicated is None:
+    broke = _broke_caps(found, space)
+    if samples is None and duplicated is None and not broke:
         return None
 
     def cap(name: str, values: Mapping[str, Any]) -> int | None:
+        most = epoch_cap(name, values)
+        if name in broke:
+            high, line = broke[name]
+            if most is None or high < most:
+                say(Line(line, f"broke-{name}-{high}"))
+                return high
+        return most
+
+    def epoch_cap(name: str, values: Mapping[str, Any]) -> int | None:
+        if samples is None and duplicated is None:
+            return None
         batches = useful_workers(values.get("batch_size"), base, samples)  # an epoch's, at this size
         workers = values.get("num_workers")
         domain = space.domains.get(name)  # (as widened)
@@ -170,6 +182,16 @@ def _broke_holds(found: Standing, space: Space, learnt: Mapping[str, str] | None
         return {}
     learnt = {k: v for k, v in (learnt or {}).items() if k in space.domains}
     return broke_holds(broken(found.rows, space.domains, found.base.first.config), learnt)
+
+
+def _broke_caps(found: Standing, space: Space) -> dict[str, tuple[int, str]]:
+    """Int knobs drawn below a value that broke the code (``autotune.tuner._broke.broke_caps``)."""
+    from autotune.tuner._broke import broke_caps, broken
+
+    ints = [name for name, domain in space.domains.items() if isinstance(domain, IntRange)]
+    if found.base is None or not ints:
+        return {}
+    return broke_caps(broken(found.rows, space.domains, found.base.first.config), found.rows, ints)
 
 
 def _loss_holds(found: Standing, space: Space, max_load: float, max_spread: float) -> dict[str, tuple[Any, str]]:

@@ -109,3 +109,20 @@ def test_what_an_earlier_study_learnt_is_held_from_the_start() -> None:
     # this study's own crash says its own line over the carried one
     own = broken([trial(0, 100.0, config=BASE), crashed(1, VAE_CRASH, batch_size="2x")], SPACE.domains, BASE)
     assert broke_holds(own, learnt)["batch_size"][1].startswith("your code shapes a batch")
+
+
+def test_an_int_knob_is_drawn_below_a_value_that_broke_where_a_smaller_one_ran() -> None:
+    from autotune.tuner._space_now import draw_caps
+
+    said = []
+    # 1 worker ran, then 3 broke the dataset: workers are still drawn, below 3 (the fault study's case)
+    rows = [trial(0, 100.0, config=BASE), trial(1, 120.0, sampled={"num_workers": 1}),
+            crashed(2, WORKER_CRASH, num_workers=3)]
+    cap = draw_caps(standing(*rows), SPACE, said.append)
+    assert cap("num_workers", {}) == 2
+    assert said[-1].once == "broke-num_workers-2"
+    assert said[-1].text.startswith("your code breaks with num_workers=3 at data.py:12 (") and \
+        "num_workers drawn below 3 for the rest of the study, where 1 ran (trial 2 with num_workers=3" in said[-1].text
+    # a larger value that ran says the count is not what breaks it: no cap
+    ran_above = [*rows, trial(3, 110.0, sampled={"num_workers": 4})]
+    assert draw_caps(standing(*ran_above), SPACE, said.append) is None
