@@ -118,7 +118,7 @@ class _View:
 
     def __init__(self, lines: list, board: Board, width: int) -> None:
         self.lines, self.width = lines, width
-        self.best, self.left, self.since = board.best, board.left, dict(board.since)
+        self.best, self.ends, self.since = board.best, board.ends, dict(board.since)
 
     def __rich__(self):
         import time
@@ -126,7 +126,7 @@ class _View:
         from rich.console import Group
         from rich.text import Text
 
-        said = status_line(self.best, self.left, self.since, time.monotonic(), self.width)
+        said = status_line(self.best, self.ends, self.since, time.monotonic(), self.width)
         return Group(*self.lines, Text(said, style="dim"))
 
 
@@ -211,8 +211,8 @@ class Progress(Reporter):
         with self._lock:
             number = event.get("trial")
             if self._board is not None:
-                if event["event"] == "window" and number is not None:
-                    self._board.window(number, event["index"])
+                if event["event"] in ("warmup", "window") and number is not None:
+                    self._board.window(number, event.get("index") if event["event"] == "window" else None)
                     self._redraw()
                 return
             if number not in self._heads:

@@ -122,7 +122,7 @@ class Board:
         self.since: dict[int, float] = {}  # running trial -> when it started (time.monotonic)
         self._base: dict[str, Any] | None = None  # the baseline's config, once it ended
         self.best = ""  # "best 2.01x (trial 4)"
-        self.left = ""
+        self.ends: float | None = None  # when the study should end (time.monotonic), as last estimated
 
     def started(self, number: int, kind: Kind, of: int | None, knobs: Mapping[str, Any],
                 index: int, total: int) -> None:
@@ -139,15 +139,16 @@ class Board:
                 " ".join(f"{k}={show_value(v)}" for k, v in knobs.items())
         line.outcome = (f"{kind.value} {index + 1}/{total}" if kind.repeats else "starting")
 
-    def window(self, number: int, index: int) -> None:
+    def window(self, number: int, index: int | None) -> None:
+        """Trial ``number`` measured its window ``index`` (None: it is warming up)."""
         line = self.lines.get(self._row_of.get(number, -1))
         if line is not None:
-            line.outcome = f"window {index + 1}"
+            line.outcome = "warmup" if index is None else f"window {index + 1}"
 
     def done(self, row: TrialRow, found: Standing, seconds_left: float = 0.0) -> None:
         key = self._row_of.pop(row.number, row.number)
         self.since.pop(row.number, None)
-        self.left = f"~{int(seconds_left // 60)}m{int(seconds_left % 60):02d}s left" if seconds_left else ""
+        self.ends = time.monotonic() + seconds_left if seconds_left else None
         line = self.lines.setdefault(key, Line(key))
         base = found.base.first if found.base else None
         if base is not None:
@@ -199,18 +200,21 @@ class Board:
 
     def status(self, width: int, now: float | None = None) -> str:
         """The line under the table (see ``status_line``), at ``now`` (time.monotonic)."""
-        return status_line(self.best, self.left, self.since, time.monotonic() if now is None else now, width)
+        return status_line(self.best, self.ends, self.since, time.monotonic() if now is None else now, width)
 
 
-def status_line(best: str, left: str, since: Mapping[int, float], now: float, width: int) -> str:
+def status_line(best: str, ends: float | None, since: Mapping[int, float], now: float, width: int) -> str:
     """Each running trial's seconds so far (``since``: when each started, on the clock of
-    ``now``), the best so far and the time left, in ``width`` characters.
+    ``now``), the best so far and the time left until ``ends`` (none once past), in ``width``
+    characters.
 
-    >>> status_line("best 2.01x (trial 4)", "~1m05s left", {5: 100.0}, 112.4, 80)
+    >>> status_line("best 2.01x (trial 4)", 177.4, {5: 100.0}, 112.4, 80)
     'running: trial 5 12 s   best 2.01x (trial 4)   ~1m05s left'
     """
     running = ", ".join(f"trial {n} {now - at:.0f} s" for n, at in since.items())
-    return fit("   ".join(filter(None, [f"running: {running}" if running else "", best, left])), width)
+    left = ends - now if ends is not None else 0.0
+    said = f"~{int(left // 60)}m{int(left % 60):02d}s left" if left >= 1 else ""
+    return fit("   ".join(filter(None, [f"running: {running}" if running else "", best, said])), width)
 
 
 def fit(line: str, width: int) -> str:

@@ -46,6 +46,8 @@ def test_a_rerun_updates_its_trials_row_and_rows_show_only_changed_knobs() -> No
     board.done(base, standing(base), 60.0)
     board.started(1, Kind.SAMPLED, None, FAST, 1, 2)
     assert board.lines[1].knobs == "num_workers=4 prefetch=thread"  # against the baseline's config
+    board.window(1, None)
+    assert board.lines[1].outcome == "warmup"
     board.window(1, 0)
     assert board.lines[1].outcome == "window 1"
     fast = trial(1, 2000.0, config=FAST)
