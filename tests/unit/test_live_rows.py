@@ -139,3 +139,17 @@ def test_a_resumed_studys_rerun_shows_its_earlier_trials_config_and_every_run() 
     same = trial(3, 1000.0, config=BASE)  # a draw that landed on the baseline's values
     board.done(same, standing(base, fast, again, same))
     assert board.lines[3].cells()[-1] == "(the baseline's values)"
+
+
+def test_a_whole_run_studys_summary_says_the_gain_in_seconds() -> None:
+    shape = {"ended": True, "epochs": 4, "samples": 992, "steps": 31, "marks": [64, 512], "at": [1.0, 2.0]}
+
+    def whole(number: int, run_s: float, **config) -> object:
+        return trial(number, 400.0, config={**BASE, **config}, sampled=config, shape=shape, run_s=run_s,
+                     run_samples_per_s=992 / run_s, startup_s=2.0, loop_s=run_s - 3.0, outside_s=0.5, after_s=0.5)
+
+    lines = short_summary("s", standing(whole(0, 10.0), whole(1, 8.0, num_workers=4)), Path("m"))
+    # 10 s / 8 s: the script's whole run, start-up included, as the user waits for it
+    assert lines[0].startswith("best: trial 1, 1.25x the baseline, ±") and lines[0].endswith(
+        "its whole run in 8.0 s against 10.0 s as written"), lines
+    assert len(lines) <= SUMMARY_LINES
