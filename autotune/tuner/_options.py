@@ -13,9 +13,6 @@ from autotune.core._kinds import Kind
 from autotune.core._outcome import headline
 from autotune.core._whole_runs import HORIZON_H
 from autotune.machine._launch import Budget
-from autotune.machine._margin import (
-    RAM_BUDGET_FRACTION,  # (re-exported: the share of RAM a trial may use)
-)
 from autotune.training._script import BAD_INPUT, NPROC, is_script, label, study_name
 from autotune.tuner._option_groups import Basics, Judge, Noise, Options, Stores
 

@@ -25,7 +25,8 @@ from autotune.tuner._finish import finish, leave
 from autotune.core._kinds import Kind, Line, Request
 from autotune.machine._launch import new_tag
 from autotune.stores._optuna_io import frozen_trial
-from autotune.tuner._options import RAM_BUDGET_FRACTION, Reporter, StudyOptions, baseline_failed, default_study_name
+from autotune.machine._margin import RAM_BUDGET_FRACTION
+from autotune.tuner._options import Reporter, StudyOptions, baseline_failed, default_study_name
 from autotune.core._outcome import Outcome
 from autotune.tuner._planner import (
     Failed,
@@ -44,13 +45,13 @@ from autotune.tuner._scheduler import Heartbeat, Scheduler
 from autotune.machine._slots import Slot
 from autotune.tuner._standing import Standing, standing
 from autotune.stores._stores import Spool, open_storage
+from autotune.tuner._join import join
 from autotune.tuner._tuners import (
     HostRegistry,
     Liveness,
     Registry,
     TunerPhase,
     describe,
-    join,
     neighbours_line,
     this_process,
 )

@@ -164,7 +164,7 @@ OVER_8 = {
     "tuner/_judge.py:checked_ceilings": 9,
     "tuner/_judge.py:result_record": 10,
     "tuner/_recorder.py:Recorder.__init__": 10,
-    "tuner/_tuners.py:join": 11,
+    "tuner/_join.py:join": 11,
     "tuner/_watch.py:run_trial": 10,
     "worker/_trial.py:Trial.__init__": 17,
 }

@@ -16,8 +16,8 @@ from autotune.tuner._tuners import (
     Liveness,
     Registry,
     TunerPhase,
-    found_or_join,
 )
+from autotune.tuner._join import found_or_join
 
 HERE = "here"
 
