@@ -289,16 +289,16 @@ class Progress(Reporter):
             self._status.stop()
             self._status = None
         with self._lock:
-            if self._live is None or self._board is None:
+            if self._board is None:
                 return
-            self._live.stop()
-            self._live = None
-            width = self.console.size.width
-            for line, best in self._board.table(width):
-                self.console.print(line, style="bold" if best else None, markup=False, highlight=False)
-            for line in self._notes.flush():
+            if self._live is not None:
+                self._live.stop()
+                self._live = None
+                for line, best in self._board.table(self.console.size.width):
+                    self.console.print(line, style="bold" if best else None, markup=False, highlight=False)
+            for line in self._notes.flush():  # (drops held by a study that stopped before its first trial)
                 self.console.print(f"[dim]{escape(line)}[/dim]")
-            held = self._notes.held
+            held, self._notes.held = self._notes.held, 0
             if held:
                 self.console.print(f"({held} more note{'s' if held > 1 else ''} of the kinds above: "
                                    "autotune run -v prints each)", style="dim", markup=False, highlight=False)

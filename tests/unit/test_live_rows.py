@@ -153,3 +153,22 @@ def test_a_whole_run_studys_summary_says_the_gain_in_seconds() -> None:
     assert lines[0].startswith("best: trial 1, 1.25x the baseline, ±") and lines[0].endswith(
         "its whole run in 8.0 s against 10.0 s as written"), lines
     assert len(lines) <= SUMMARY_LINES
+
+
+def test_a_live_view_stopped_before_its_first_trial_still_prints_the_drops_it_held() -> None:
+    import io
+
+    from rich.console import Console
+
+    from autotune._terminal import Progress
+
+    shown = Progress()
+    out = io.StringIO()
+    shown.console, shown._board = Console(file=out, width=80), Board()  # (the live table's view, on a string)
+    assert shown.shown("amp: dropped 'fp16' (needs CUDA)") == []
+    assert shown.shown("study s on CPU") == ["not on this machine (autotune doctor says why): amp=fp16",
+                                             "study s on CPU"]
+    assert shown.shown("tf32: dropped true (needs CUDA)") == []
+    shown.stop()  # e.g. the tracking store failed before any trial
+    shown.stop()
+    assert out.getvalue() == "not on this machine (autotune doctor says why): tf32=true\n"
