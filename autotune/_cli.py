@@ -208,7 +208,8 @@ def show(study: str | None, storage: str | None, store: Path, as_json: bool, as_
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here (default: stdout).")
 def export(study: str | None, storage: str | None, store: Path, output: Path | None) -> None:
     """The best config as YAML; load it with autotune.load(path)."""
-    from autotune.tuner._standing import export_text, findings, standing
+    from autotune.tuner._export_text import export_text
+    from autotune.tuner._standing import findings, standing
 
     loaded = _open_study(store, storage, study)
     found = standing(loaded)

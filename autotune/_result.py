@@ -36,7 +36,8 @@ class Result:
     @classmethod
     def of(cls, study: optuna.Study, interrupted_by: str | None = None, found: Standing | None = None) -> Result:
         """The result of a study as its storage holds it now (or as ``found`` read it)."""
-        from autotune.tuner._standing import export_text, findings, standing
+        from autotune.tuner._export_text import export_text
+        from autotune.tuner._standing import findings, standing
 
         found = found or standing(study)
         text = export_text(study, found) if found.best is not None else None

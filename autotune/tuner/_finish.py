@@ -21,7 +21,8 @@ from autotune.machine._noise import is_noisy
 from autotune.tuner._profiling import PROFILE_ATTR, parent_figures
 from autotune.tuner._recorder import ParentRecord, Recorder
 from autotune.stores._records import kind_of, run_name
-from autotune.tuner._standing import Standing, export_text, findings, standing
+from autotune.tuner._export_text import export_text
+from autotune.tuner._standing import Standing, findings, standing
 from autotune.tuner._tuners import Liveness, Registry, TunerPhase, describe
 
 if TYPE_CHECKING:
