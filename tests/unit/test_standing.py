@@ -223,6 +223,14 @@ def test_a_compiled_winner_says_what_compiling_cost_and_when_it_pays_back() -> N
                          "of 64 samples")
 
 
+def test_a_compiled_winner_of_a_loop_without_a_loader_says_its_cost_without_steps() -> None:
+    # a loop without a DataLoader: its batch size is the knob's multiple ("1x"), not samples
+    win = dataclasses.replace(row(1, 200), metrics={**row(1, 200).metrics, "compile_s": 30.0},
+                              config={"batch_size": "1x", "compile": "default"})
+    lines = findings(standing_of(row(0, 100, baseline=True), win))
+    assert lines[-1] == "compile: torch.compile took 30.0 s before the first step (kept out of the figures)"
+
+
 def test_findings_of_a_confirmed_winner_in_a_study_whose_baseline_never_measured() -> None:
     # the baseline crashed (or every run of it was interrupted): no baseline group, and the
     # confirmed winner is said without one (this raised AttributeError; found by
