@@ -133,7 +133,7 @@ def knob_effects(rows: Sequence[TrialRow]) -> dict[str, list[tuple[str, float, i
     for knob in KNOBS:
         by_value: dict[str, list[float]] = {}
         for r in ranked:
-            if knob in r.config:
+            if knob in r.config and r.samples_per_s is not None:
                 by_value.setdefault(show_value(r.config[knob]), []).append(r.samples_per_s)
         if len(by_value) > 1:
             effects[knob] = sorted(((v, statistics.median(rates), len(rates)) for v, rates in by_value.items()),

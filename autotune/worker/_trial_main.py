@@ -37,6 +37,8 @@ def load_target(target: str):
         # DataLoader workers started with "spawn" can unpickle its classes.
         sys.path.insert(0, str(path.parent))
         spec = importlib.util.spec_from_file_location(path.stem, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load {path} as a module")
         module = importlib.util.module_from_spec(spec)
         sys.modules[path.stem] = module
         spec.loader.exec_module(module)
@@ -173,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     # DataLoader workers (which inherit the mask) stay on them.
     cpus = {int(c) for c in os.environ.get(CPUS_ENV, "").split(",") if c}
     if ranked is not None:  # a rank keeps to its share of the trial's CPUs
-        cpus = set(pin_rank(sorted(cpus) or None))
+        cpus = set(pin_rank(sorted(cpus) or None) or ())  # (a list inside a rank, which this is)
     if cpus:
         os.sched_setaffinity(0, cpus)
     try:
@@ -187,11 +189,12 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.manual_seed(spec["seed"])
         script = spec.get("argv") is not None
-        if script:
-            from autotune.worker._script_trial import ScriptTrial as Kind
-        else:
-            Kind = Trial
-        run = Kind(Config(**spec["config"]), spec["device"], emit, **spec["budget"],
+        kind: type[Trial] = Trial
+        if script:  # (its hooks imported for a script only)
+            from autotune.worker._script_trial import ScriptTrial
+
+            kind = ScriptTrial
+        run = kind(Config(**spec["config"]), spec["device"], emit, **spec["budget"],
                    known_ceilings=spec.get("known_ceilings"), trace=spec.get("trace"))
         run.apply_backends()  # before the user's code: its own later settings win, and are reported
         if script:
