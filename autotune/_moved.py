@@ -1,4 +1,4 @@
-"""The modules' old paths, before they moved into subpackages (2026-11-29): ``autotune._watch`` is
+"""The modules' old paths, before they moved into subpackages or were renamed: ``autotune._watch`` is
 ``autotune.tuner._watch`` now. Importing an old path gives the module at its new one, the same object,
 with a DeprecationWarning that names it; nothing stored in a study names a module, so only code that
 imported autotune's private modules sees this.
@@ -70,14 +70,16 @@ MOVED = {
     "autotune._schema": "autotune.stores._schema",
     "autotune._script": "autotune.training._script",
     "autotune._script_trial": "autotune.worker._script_trial",
-    "autotune._shape": "autotune.tuner._shape",
+    "autotune._shape": "autotune.tuner._training_shape",
+    "autotune.tuner._shape": "autotune.tuner._training_shape",
     "autotune._slots": "autotune.machine._slots",
     "autotune._space": "autotune.tuner._space",
     "autotune._space_now": "autotune.tuner._space_now",
     "autotune._standing": "autotune.tuner._standing",
     "autotune._stores": "autotune.stores._stores",
     "autotune._streams": "autotune.worker._streams",
-    "autotune._stretch": "autotune.worker._stretch",
+    "autotune._stretch": "autotune.worker._marks",
+    "autotune.worker._stretch": "autotune.worker._marks",
     "autotune._study": "autotune.tuner._study",
     "autotune._target": "autotune.training._target",
     "autotune._to_loss": "autotune.core._to_loss",

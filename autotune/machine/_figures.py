@@ -161,7 +161,7 @@ def run_figures(end: Mapping[str, Any], arrived: Mapping[str, float]) -> dict[st
 
 def marks_of(warmup: Mapping[str, Any] | None, windows: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
     """Where a run's warmup and windows ended (``samples_seen``) and the loop's seconds by then:
-    the baseline's are where every later trial's end (``autotune.worker._stretch``).
+    the baseline's are where every later trial's end (``autotune.worker._marks``).
 
     >>> marks_of({"samples_seen": 320, "seconds": 1.0}, [{"samples_seen": 960, "seconds": 1.5}])
     {'marks': [320, 960], 'at': [1.0, 2.5]}

@@ -59,12 +59,12 @@ class Budget:
             ``None`` derives one from the others.
         whole_s: The baseline's: after its windows it measures on until the code returns by
             itself or this many seconds have passed since its worker started; a code that
-            returned runs whole in every later trial (``autotune.tuner._shape``). 0: never.
+            returned runs whole in every later trial (``autotune.tuner._training_shape``). 0: never.
         whole: Run the code to its end, measuring all the way (a study of a short script).
         marks: Where the warmup and each window end, in samples since the first batch: the
-            baseline's (``autotune.worker._stretch``); empty: by ``warmup_s`` and ``window_s``.
+            baseline's (``autotune.worker._marks``); empty: by ``warmup_s`` and ``window_s``.
         step_samples: The baseline's samples per step: a trial on larger batches ends at the
-            marks times the ratio, the same steps (``autotune.worker._stretch``). 0: unknown.
+            marks times the ratio, the same steps (``autotune.worker._marks``). 0: unknown.
     """
 
     warmup_steps: int = 5

@@ -49,7 +49,7 @@ ATTR_DATASET = "dataset"
 #: numbers: the loss verdict then compares configs, not seeds).
 ATTR_SEED = "seed"
 #: Where a trial's warmup and windows ended in samples, and whether its code returned by itself
-#: (``autotune.tuner._watch.shape_of_run``): the baseline's set every later trial's (``autotune.tuner._shape``).
+#: (``autotune.tuner._watch.shape_of_run``): the baseline's set every later trial's (``autotune.tuner._training_shape``).
 ATTR_SHAPE = "shape"
 #: The study's production hours (``--horizon``; absent: the script's whole run as given), in its user attrs.
 ATTR_HORIZON = "horizon_h"
@@ -95,7 +95,7 @@ class TrialRow:
     @property
     def rate(self) -> float | None:
         """The figure it ranks on before time to loss (``ranked_rate``): for a run of the code
-        to its end (a study of a short script, ``autotune.tuner._shape``), its wall time, start-up
+        to its end (a study of a short script, ``autotune.tuner._training_shape``), its wall time, start-up
         included, as :attr:`wall_rate` (else, read without the baseline, the samples it trained
         over it); else its loop's samples/s."""
         return self.wall_rate or rate_of(self.metrics)

@@ -1,6 +1,6 @@
 """The ceilings of code that runs whole, measured in a run of their own.
 
-A trial that runs the code to its end (``autotune.tuner._shape``) measures no ceiling: after the
+A trial that runs the code to its end (``autotune.tuner._training_shape``) measures no ceiling: after the
 code returns there is no loop left to feed, and measuring one before would change the
 training it times (the compute ceiling trains the model on replayed batches; the loader's
 takes epochs of its own). Without ceilings a study knows no model rate, no loader rate and
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from autotune.machine._launch import TrialSpec
 from autotune.core._outcome import Outcome
-from autotune.tuner._shape import DEADLINE_FACTOR
+from autotune.tuner._training_shape import DEADLINE_FACTOR
 from autotune.tuner._watch import TrialResult
 
 

@@ -28,7 +28,7 @@ from autotune.machine._noise import (
 from autotune.stores._stores import STORE_PATIENCE_S
 from autotune.tuner._confirm import CONFIRM_TOP
 from autotune.tuner._option_fields import OptionGroup, fields_of, option
-from autotune.tuner._shape import WHOLE_RUN_S
+from autotune.tuner._training_shape import WHOLE_RUN_S
 from autotune.tuner._space import SPACES_DIR
 
 #: A trial's measuring defaults and limits (``Budget``'s, where each is explained).

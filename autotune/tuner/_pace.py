@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from autotune.core._kinds import Kind
 from autotune.core._whole_runs import objective_lines
 from autotune.tuner._confirm import CONFIRM_TOP
-from autotune.tuner._shape import cost_line, cost_s, duration, shape_of
+from autotune.tuner._training_shape import cost_line, cost_s, duration, shape_of
 
 if TYPE_CHECKING:
     from autotune.stores._records import TrialRow

@@ -16,7 +16,7 @@ from autotune.core._outcome import Outcome, headline
 from autotune.core._whole_runs import horizon_rate, other_training, wall_rate
 from autotune.stores._records import ATTR_CEILINGS, ATTR_HORIZON, TrialRow, row_of
 from autotune.tuner._loss_lines import to_loss_clause, to_loss_of, winner_loss_line
-from autotune.tuner._shape import flat_runs, run_time_line
+from autotune.tuner._training_shape import flat_runs, run_time_line
 
 if TYPE_CHECKING:
     import optuna

@@ -23,7 +23,7 @@ from autotune.tuner._planner import owed_again
 from autotune.tuner._queue import write
 from autotune.tuner._recorder import Recorder
 from autotune.tuner._scheduler import Heartbeat, Scheduler
-from autotune.tuner._shape import shape_of, trial_budget
+from autotune.tuner._training_shape import shape_of, trial_budget
 from autotune.tuner._space_now import draw_caps, holds, space_now
 from autotune.tuner._standing import Standing, standing
 from autotune.tuner._tuners import HostRegistry, Liveness, stale_trials

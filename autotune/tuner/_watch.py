@@ -72,7 +72,7 @@ class TrialResult:
     #: A profile run's ``profile`` event (``autotune.worker._profile``): its step's parts, its trace.
     profile: dict[str, Any] | None = None
     #: Where its warmup and windows ended (``autotune.machine._figures.marks_of``), and whether its code
-    #: returned by itself (``ended``): the baseline's set every later trial's (``autotune.tuner._shape``).
+    #: returned by itself (``ended``): the baseline's set every later trial's (``autotune.tuner._training_shape``).
     shape: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 

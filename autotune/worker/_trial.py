@@ -19,7 +19,7 @@ from autotune.core._loaders import batch_len, close_epoch
 from autotune.worker._loaderless import LoaderlessSteps
 from autotune.worker._profile import ProfilePhase
 from autotune.machine._proctree import tree_cpu_s
-from autotune.worker._stretch import Stretches, marks_reached
+from autotune.worker._marks import Stretches, marks_reached
 from autotune.worker._streams import Repeats
 from autotune.worker._trial_phases import BudgetSpent, CeilingPhases
 from autotune.worker._trial_state import Phase

@@ -300,7 +300,7 @@ def test_a_function_that_returns_by_itself_is_measured_whole(tmp_path: Path, war
 def test_time_to_the_baselines_loss_is_not_used_where_that_loss_does_not_fall(tmp_path: Path, warm) -> None:
     """Random labels: the baseline's loss holds at ln 2, and a 4x batch "reaches" it at once, which
     would rank as a speedup in time to the loss. The trial says the loss is flat instead, and ranks
-    on its samples/s (``to_loss_flat``, ``autotune.tuner._shape.flat_runs``)."""
+    on its samples/s (``to_loss_flat``, ``autotune.tuner._training_shape.flat_runs``)."""
     longer = dataclasses.replace(FAST, windows=6)
     base, _ = trial(tmp_path, "train_random_labels", budget=longer, warm=warm)
     assert base.outcome is Outcome.COMPLETE, base.reason

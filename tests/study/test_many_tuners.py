@@ -14,10 +14,10 @@ from tuners import Tuner, storage_of, study_exists, study_of, wait_until
 from autotune.tuner._queue import CLAIM_MARK
 from autotune.tuner._tuners import HOST_DIR_ENV, TUNER_KEY
 
-#: Windows of 0.15 s: every trial measures the baseline's samples (autotune.worker._stretch), and these
+#: Windows of 0.15 s: every trial measures the baseline's samples (autotune.worker._marks), and these
 #: tuners' trials run side by side on the 2 CPUs (the hosts of their own that the tests fake share
 #: them), their drawn loader configs at a seventh of the baseline's speed: at 0.3 s two tests took 80
-#: and 70 s instead of 16 and 28 (31 s now, with the slow windows' ceiling, autotune.worker._stretch.SLOW_WINDOWS).
+#: and 70 s instead of 16 and 28 (31 s now, with the slow windows' ceiling, autotune.worker._marks.SLOW_WINDOWS).
 FAST = ["--warmup", "0.2", "--window", "0.15", "--windows", "2", "--ceiling-windows", "0", "--seed", "0",
         "--prune", "0"]
 

@@ -1,4 +1,4 @@
-"""Short code runs whole (autotune.tuner._shape): every trial runs the script to its end and is ranked on
+"""Short code runs whole (autotune.tuner._training_shape): every trial runs the script to its end and is ranked on
 its wall time, none is a "short measure"; the study says up front what its trials will cost, and
 its answer in the wall time a user waits for, which ``autotune exec`` holds its own run against."""
 
@@ -46,7 +46,7 @@ def test_a_short_script_runs_whole_in_every_trial_and_exec_holds_its_run_against
     assert {e["part"] for e in ceilings} == {"compute", "loader"}, ceilings
     assert (tmp_path / "st" / "trials" / "mnist_style" / "trial-0-ceilings.log").exists()
     # later trials measured the same samples as the baseline: its marks (a window shorter than
-    # autotune.worker._stretch.MIN_WINDOW_S merged into the next), then the code's end
+    # autotune.worker._marks.MIN_WINDOW_S merged into the next), then the code's end
     for row in found.rows[1:]:
         assert row.shape["marks"][0] == base.shape["marks"][0], (row.number, row.shape, base.shape)
         assert set(row.shape["marks"][:-1]) <= set(base.shape["marks"]), (row.number, row.shape, base.shape)

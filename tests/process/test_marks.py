@@ -1,4 +1,4 @@
-"""A trial's warmup and windows end at the baseline's marks, in samples (autotune.worker._stretch): a
+"""A trial's warmup and windows end at the baseline's marks, in samples (autotune.worker._marks): a
 faster config is measured on the same stretch of the same training, never on fewer windows;
 a whole run goes on to the code's end; the baseline measures on past its windows."""
 
@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 from autotune.core._config import Config
-from autotune.worker._stretch import MIN_WINDOW_S
+from autotune.worker._marks import MIN_WINDOW_S
 
 #: 256 rows: an epoch of 32 batches at the code's batch size, 8.
 ROWS, BATCH = 256, 8
@@ -48,7 +48,7 @@ def stretches(events: list[dict]) -> list[int]:
 @pytest.fixture
 def no_floor(monkeypatch):
     """Windows a few microseconds long may close: the rule under test is the marks'."""
-    monkeypatch.setattr("autotune.worker._stretch.MIN_WINDOW_S", 0.0)
+    monkeypatch.setattr("autotune.worker._marks.MIN_WINDOW_S", 0.0)
 
 
 @pytest.mark.usefixtures("no_floor")

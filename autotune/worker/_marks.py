@@ -12,7 +12,7 @@ H200 every faster config of the quickstart was a "short measure" and none ranked
 A window still needs ``min_window_steps`` steps and ``MIN_WINDOW_S`` seconds: one shorter
 than that (a larger batch crosses two marks in a step) is merged into the next.
 
-Two more ways to end, for the whole run of a short script (``autotune.tuner._shape``):
+Two more ways to end, for the whole run of a short script (``autotune.tuner._training_shape``):
 
 - ``whole``: the trial never stops the code; after the marks its last window closes where
   the code returns, and the run is ranked on its whole wall time.

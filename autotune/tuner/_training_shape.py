@@ -11,7 +11,7 @@ within ``--whole-run`` seconds (default ``WHOLE_RUN_S``). Then:
   included. Its windows end at the baseline's marks and at the code's end; the re-runs of the
   confirmation give the spread.
 - **windowed**: a longer one is measured over the baseline's first marks (a warmup and
-  ``--windows`` windows), the same samples in every trial (``autotune.worker._stretch``), and its
+  ``--windows`` windows), the same samples in every trial (``autotune.worker._marks``), and its
   answer in wall time is projected from its loop's samples/s.
 
 Pure functions over a baseline's row, so that the rules are tested in milliseconds.

@@ -1,4 +1,4 @@
-"""What every trial measures of the training, from its baseline (autotune.tuner._shape), and the answer
+"""What every trial measures of the training, from its baseline (autotune.tuner._training_shape), and the answer
 in the wall time a user waits for: the rules, on hand-built rows."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from autotune.tuner._confirm import decide, group_runs
 from autotune.core._kinds import Kind
 from autotune.machine._launch import Budget
 from autotune.stores._records import TrialRow
-from autotune.tuner._shape import Shape, cost_line, flat_runs, run_time_line, shape_of, trial_budget
+from autotune.tuner._training_shape import Shape, cost_line, flat_runs, run_time_line, shape_of, trial_budget
 from autotune.tuner._standing import Standing, findings
 
 #: The baseline's marks: its warmup ended at 640 samples, then a window an epoch (640 rows).
