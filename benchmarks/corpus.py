@@ -268,7 +268,7 @@ def compare(entry: Entry, python: str, plain: Ran, other: Ran) -> list[str]:
                 note = ""
                 if path.endswith(WEIGHTS):
                     note = f" ({same_weights(python, plain.root / path, other.root / path)})"
-                size = lambda ran: (ran.root / path).stat().st_size  # noqa: E731
+                size = lambda ran, path=path: (ran.root / path).stat().st_size  # noqa: E731
                 diffs.append(f"{path}: bytes differ, {size(plain)} vs {size(other)} B{note}")
     return diffs
 

@@ -61,7 +61,7 @@ def main() -> None:
     parser.add_argument("--second-trials", type=int, default=3)
     args = parser.parse_args()
     runs = []
-    for i in range(args.repeats):
+    for _i in range(args.repeats):
         with tempfile.TemporaryDirectory() as tmp:
             store = Path(tmp)
             first = study(store, args.target, "first", args.first_trials, warm=False)

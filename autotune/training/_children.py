@@ -67,7 +67,7 @@ class ChildWatch:
         # (spawn() calls its module's own name; the package's name for that module is the function)
         for owner in (tmp, sys.modules["torch.multiprocessing.spawn"]):
             if getattr(owner, "start_processes", None) is original:
-                setattr(owner, "start_processes", start_processes)
+                setattr(owner, "start_processes", start_processes)  # noqa: B010 (mypy: a module without it)
                 self._undo.append(functools.partial(setattr, owner, "start_processes", original))
         return self
 

@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 from autotune.core._config import Config, ConfigError, read_yaml
 from autotune.core._knobs import KNOBS, parse_relative, unknown_knob_message
@@ -69,7 +69,7 @@ class IntRange:
         return (self.low, self.high)
 
 
-Domain = Union[Fixed, Choice, IntRange]
+Domain = Fixed | Choice | IntRange
 
 
 #: The most an int knob can usefully be, given the values drawn before it (None: no bound).

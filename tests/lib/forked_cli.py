@@ -241,7 +241,7 @@ class ForkedCLI:
                 reader = threading.Thread(target=lambda s=stream, b=box: b.append(s.read()), daemon=True)
                 reader.start()
                 self._output[name] = [reader, box]
-        for name, (reader, _) in self._output.items():
+        for reader, _ in self._output.values():
             reader.join(timeout)  # (a timeout per stream: the whole can take twice, as Popen's can)
             if reader.is_alive():
                 raise subprocess.TimeoutExpired(self.args, timeout)

@@ -510,7 +510,7 @@ def test_prefetch_moves_what_the_scripts_first_step_moved_and_leaves_the_rest_on
     try:
         model = Net()
         opt = torch.optim.SGD(model.parameters(), lr=0.5)
-        for x, y, lengths in DataLoader(lengths_data, batch_size=64):
+        for x, y, _lengths in DataLoader(lengths_data, batch_size=64):
             x.to("meta")  # (what a CUDA script does with its inputs: x.to(device))
             F.cross_entropy(model(x), y).backward()
             opt.step()

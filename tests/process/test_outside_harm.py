@@ -142,7 +142,7 @@ def gan(amp: str, eval_autocast: bool = False) -> tuple[Hooks, Net, list[torch.d
         opt_g = torch.optim.SGD(g.parameters(), lr=0.05)
         opt_c = torch.optim.SGD(critic.parameters(), lr=0.05)
         loader = DataLoader(DATA, batch_size=32)
-        for epoch in range(2):
+        for _epoch in range(2):
             for i, (x, _) in enumerate(loader):
                 fake = g(x)
                 (critic(fake.detach()).mean() - critic(torch.randn(32, 2)).mean()).backward()
@@ -300,7 +300,7 @@ def test_prefetch_leaves_on_the_host_a_tensor_that_took_the_id_of_a_temporary_th
         assert id(lengths) == freed  # (the alias this test is about)
         loader = DataLoader(DATA, batch_size=64, collate_fn=lambda items: (
             torch.stack([i[0] for i in items]), torch.stack([i[1] for i in items]), lengths))
-        for x, y, n in loader:
+        for x, y, _n in loader:
             x.to("meta")  # it moves its inputs, and keeps the lengths on the host
             F.cross_entropy(model(x), y).backward()
             opt.step()

@@ -79,7 +79,7 @@ def test_every_outcome_in_optuna_and_mlflow(fault_study) -> None:
         # stalled, crashed, killed), whose partial loss was never held against the tolerance
         if expected not in ("complete", "diverged"):
             assert "loss_excess" not in attrs["metrics"] and "loss_excess" not in run.data.metrics, expected
-        assert "trial-%d.log" % trial.number in {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert f"trial-{trial.number}.log" in {a.path for a in client.list_artifacts(run.info.run_id)}
 
 
 def test_each_reason_says_what_happened(fault_study) -> None:
