@@ -57,6 +57,7 @@ def __getattr__(name: str):
         return StoreDown
     raise AttributeError(f"module 'autotune' has no attribute {name!r}")
 
+
 __all__ = [
     "KNOBS",
     "BaselineFailed",

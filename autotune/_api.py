@@ -59,16 +59,20 @@ def target_of(target: str | Callable[..., Any]) -> str:
     name = getattr(target, "__qualname__", None) or repr(target)
     module = getattr(target, "__module__", None)
     if not callable(target) or "<" in name or "." in name or module is None:
-        raise ConfigError(f"target {name}: each trial imports the training function in its own process, "
-                          "so it must be a top-level function of a .py file or module; got "
-                          + ("a lambda or a nested function" if callable(target) else repr(target)))
+        raise ConfigError(
+            f"target {name}: each trial imports the training function in its own process, "
+            "so it must be a top-level function of a .py file or module; got "
+            + ("a lambda or a nested function" if callable(target) else repr(target))
+        )
     path = getattr(sys.modules.get(module), "__file__", None)
     if module != "__main__" and ("." in module or not path):  # a package's: importable by its name
         return f"{module}:{name}"
     if not path:
-        raise ConfigError(f"target {name}: defined in an interactive session (a notebook or the prompt), "
-                          "which a trial's process cannot import: put it in a .py file and pass "
-                          "'file.py:" + name + "', or import it from there")
+        raise ConfigError(
+            f"target {name}: defined in an interactive session (a notebook or the prompt), "
+            "which a trial's process cannot import: put it in a .py file and pass "
+            "'file.py:" + name + "', or import it from there"
+        )
     return f"{Path(path).resolve()}:{name}"
 
 
@@ -129,15 +133,19 @@ def tune(
             ``Stores.store_patience``; finished results are kept.
     """
     if os.environ.get(TRIAL_TAG_ENV):
-        raise RuntimeError("autotune.tune() was called inside one of its own trials: the trial imported "
-                           "the script that calls it. Guard that call with `if __name__ == \"__main__\":`")
+        raise RuntimeError(
+            "autotune.tune() was called inside one of its own trials: the trial imported "
+            'the script that calls it. Guard that call with `if __name__ == "__main__":`'
+        )
     basics = Basics(trials=trials, space=str(space), store=Path(store), device=device)  # (bad values raise here)
     if options is not None and not isinstance(options, Options):
         raise ConfigError(f"options={options!r}: must be an autotune.Options (its groups hold the rest)")
     options = _moved_in(options or Options(), moved)
     if args is not None and not (isinstance(target, str) and is_script(target)):
-        raise ConfigError(f"args={list(args)!r}: a command line is for a script target (train.py or "
-                          f"-m package.module), not the function {target!r}")
+        raise ConfigError(
+            f"args={list(args)!r}: a command line is for a script target (train.py or "
+            f"-m package.module), not the function {target!r}"
+        )
     target = target_of(target)
     argv = tuple(args or ()) if is_script(target) else None
     given = StudyOptions(target, basics, options, argv)
@@ -166,8 +174,11 @@ def _moved_in(options: Options, moved: Mapping[str, Any]) -> Options:
     for name in moved:
         if name not in known:
             raise TypeError(f"tune() got an unexpected keyword argument {name!r}")
-        warnings.warn(f"tune({name}=...) is deprecated and will be removed in {REMOVED_IN}: pass "
-                      f"{place_of(Options, name)}", DeprecationWarning, stacklevel=3)
+        warnings.warn(
+            f"tune({name}=...) is deprecated and will be removed in {REMOVED_IN}: pass {place_of(Options, name)}",
+            DeprecationWarning,
+            stacklevel=3,
+        )
     return replace_flat(options, dict(moved))
 
 
@@ -202,7 +213,7 @@ def _run(given: StudyOptions, reporter: Reporter) -> Result:
     check_ranks(given.nproc_per_node, given.options.jobs)
     # The slots' warm workers first: their imports (torch, 2-3 s) overlap the probe and the stores'
     # set-up instead of holding up the first trial. A slot's CPUs do not depend on its device.
-    cpus = sorted(os.sched_getaffinity(0))[:usable_cpus()]
+    cpus = sorted(os.sched_getaffinity(0))[: usable_cpus()]
     slots = plan_slots(given.options.jobs, cpus, ["cpu"])
     warm = {slot.index: WarmWorker(os.environ, new_tag(), slot.cpus) for slot in slots}
     try:
@@ -212,8 +223,14 @@ def _run(given: StudyOptions, reporter: Reporter) -> Result:
             worker.close()
 
 
-def _study(given: StudyOptions, loaded: Space, target_notes: list[str], warm: Mapping[int, Any], cpus: list[int],
-           reporter: Reporter) -> Result:
+def _study(
+    given: StudyOptions,
+    loaded: Space,
+    target_notes: list[str],
+    warm: Mapping[int, Any],
+    cpus: list[int],
+    reporter: Reporter,
+) -> Result:
     import signal
 
     from autotune.machine._probe import probe_forked
@@ -244,25 +261,32 @@ def _study(given: StudyOptions, loaded: Space, target_notes: list[str], warm: Ma
         import torch
 
         if ranks * jobs > torch.cuda.device_count():
-            raise ConfigError(f"--nproc-per-node {ranks}: each rank takes a GPU of its own, "
-                              f"and this machine shows {torch.cuda.device_count()}")
+            raise ConfigError(
+                f"--nproc-per-node {ranks}: each rank takes a GPU of its own, "
+                f"and this machine shows {torch.cuda.device_count()}"
+            )
     slots = plan_slots(jobs, cpus, devices)
     restricted, notes = loaded.restrict(fingerprint)
     for line in [*target_notes, *notes]:
         reporter.note(line)
     if ranks > 1 and given.options.measure.ceiling_windows:
-        reporter.note(f"no ceilings on {ranks} ranks: a part measured alone on one rank would wait on the "
-                      "others' collectives (samples/s, data wait and the loss are measured as usual)")
+        reporter.note(
+            f"no ceilings on {ranks} ranks: a part measured alone on one rank would wait on the "
+            "others' collectives (samples/s, data wait and the loss are measured as usual)"
+        )
     store_created = not store.exists()  # (a study stopped by bad input at its baseline removes it)
     # the storage before the tracking store: a bad URL creates nothing
     stores = given.stores
     backend = open_storage(store, stores.storage, stores.store_patience, reporter.note)
-    tracker = Tracker(default_uri(store, stores.tracking_uri), store / "artifacts", stores.store_patience,
-                      reporter.note)
+    tracker = Tracker(
+        default_uri(store, stores.tracking_uri), store / "artifacts", stores.store_patience, reporter.note
+    )
     try:
         runner = StudyRunner(given, fingerprint, restricted, tracker, reporter, backend, slots, warm)
-        reporter.note(f"study {runner.name} on {fingerprint.summary()}; space {loaded.name}; "
-                      f"RAM budget {runner.ram_budget / 2**30:.1f} GiB" + (" per trial" if jobs > 1 else ""))
+        reporter.note(
+            f"study {runner.name} on {fingerprint.summary()}; space {loaded.name}; "
+            f"RAM budget {runner.ram_budget / 2**30:.1f} GiB" + (" per trial" if jobs > 1 else "")
+        )
         if jobs > 1:
             reporter.note(f"{jobs} trials at once: " + "; ".join(f"slot {s.index}: {s.share()}" for s in slots))
         found = runner.run()
@@ -281,6 +305,6 @@ def _import_stores() -> None:
     import contextlib
 
     with contextlib.suppress(Exception):  # (an import that fails raises where it is used)
-        import mlflow  # noqa: F401
         import optuna  # noqa: F401
 
+        import mlflow  # noqa: F401

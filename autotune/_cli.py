@@ -26,7 +26,6 @@ from autotune.tuner._option_fields import from_flat
 from autotune.tuner._option_flags import flags, ranged
 from autotune.tuner._option_groups import Basics, Options, Stores
 
-
 #: Set by ``exec``: this process ran the user's script, and ends as Python ends it (``main``).
 _ran_users_code = False
 
@@ -85,11 +84,17 @@ def cli() -> None:
 @click.option("-m", "module", metavar="MODULE", help="Tune a module run as a script (python -m MODULE ARGS).")
 @flags(Basics, Options)
 @click.option("-q", "--quiet", is_flag=True, help="Print only the summary (and errors), no progress.")
-@click.option("-v", "--verbose", is_flag=True, help="Every trial's full lines, every note, the whole summary and "
-              "a line per measured window (on a terminal the live table shows a row per config; a pipe or a "
-              "log gets the full lines without -v).")
-def run(target: str | None, args: tuple[str, ...], module: str | None, quiet: bool, verbose: bool,
-        **options: Any) -> None:
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Every trial's full lines, every note, the whole summary and "
+    "a line per measured window (on a terminal the live table shows a row per config; a pipe or a "
+    "log gets the full lines without -v).",
+)
+def run(
+    target: str | None, args: tuple[str, ...], module: str | None, quiet: bool, verbose: bool, **options: Any
+) -> None:
     """Tune TARGET: a script as it is (train.py -- ARGS, or -m package.module -- ARGS), or a
     training function that takes the Run (path/to/file.py:function or package.module:function).
 
@@ -103,23 +108,30 @@ def run(target: str | None, args: tuple[str, ...], module: str | None, quiet: bo
     From Python: autotune.tune(TARGET, trials=..., options=autotune.Options(...)), the same options.
     """
     from autotune._api import tune
-    from autotune.tuner._options import BaselineFailed, Reporter
     from autotune._terminal import Progress, print_summary
+    from autotune.tuner._options import BaselineFailed, Reporter
 
     if quiet and verbose:
         raise ConfigError("-q/--quiet, -v/--verbose: pick one")
     target, script_args = command_line(target, args, module)
     try:
         basics = {field.name: options[field.name] for field in dataclasses.fields(Basics)}  # (tune's flat ones)
-        result = tune(target, progress=Reporter() if quiet else Progress(verbose), args=script_args, **basics,
-                      options=from_flat(Options, options))
+        result = tune(
+            target,
+            progress=Reporter() if quiet else Progress(verbose),
+            args=script_args,
+            **basics,
+            options=from_flat(Options, options),
+        )
     except BaselineFailed as exc:  # 2: the input's fault, in one line; 1: the code's, with its traceback
         click.echo(f"autotune: {'error: ' if exc.status == 2 else ''}{exc}", err=True)
         sys.exit(exc.status)
     print_summary(result.study, result._found, options["store"], verbose)
     if result.interrupted_by:
-        click.echo(f"autotune: stopped by {result.interrupted_by}; run the same command to resume study "
-                   f"{result.study}", err=True)
+        click.echo(
+            f"autotune: stopped by {result.interrupted_by}; run the same command to resume study {result.study}",
+            err=True,
+        )
         sys.exit(128 + signal.Signals[result.interrupted_by])  # the shell's convention: 130 for Ctrl-C
 
 
@@ -129,14 +141,31 @@ def run(target: str | None, args: tuple[str, ...], module: str | None, quiet: bo
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.option("-m", "module", metavar="MODULE", help="Run a module as a script (python -m MODULE ARGS).")
 @click.option("--device", default="auto", show_default=True, help="What the export is held against: auto, cpu, cuda:N.")
-@click.option("--nproc-per-node", "nproc", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Run it on N ranks through torch.distributed.run (torchrun), each on its share of the CPUs.")
+@click.option(
+    "--nproc-per-node",
+    "nproc",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Run it on N ranks through torch.distributed.run (torchrun), each on its share of the CPUs.",
+)
 @click.option("--adapt", is_flag=True, help="Adapt num_workers, prefetch_factor as autotune.load(path, adapt=True).")
 @click.option("--tracking-uri", help="With --adapt: log each epoch and the values in force to an MLflow run there.")
-@click.option("--ram-budget", type=ranged(RAM_BUDGET), metavar="GIB", help="With --adapt: "
-              "the RAM the job may hold [default: its memory cgroup's limit, else 75% of what is available].")
-def exec_(export_yaml: Path, target: str | None, args: tuple[str, ...], module: str | None, device: str,
-          nproc: int, **adapting: Any) -> None:
+@click.option(
+    "--ram-budget",
+    type=ranged(RAM_BUDGET),
+    metavar="GIB",
+    help="With --adapt: the RAM the job may hold [default: its memory cgroup's limit, else 75% of what is available].",
+)
+def exec_(
+    export_yaml: Path,
+    target: str | None,
+    args: tuple[str, ...],
+    module: str | None,
+    device: str,
+    nproc: int,
+    **adapting: Any,
+) -> None:
     """Run a script unmodified with an exported config: EXPORT.yaml train.py -- ARGS (or -m MODULE -- ARGS).
 
     The DataLoaders and optimizers the script builds get the export's values, as in the study;
@@ -148,8 +177,10 @@ def exec_(export_yaml: Path, target: str | None, args: tuple[str, ...], module: 
 
     target, script_args = command_line(target, args, module)
     if not is_script(target):
-        raise ConfigError(f"{target}: exec runs a script (train.py or -m package.module); a function that "
-                          "takes the Run loads the export itself: train(autotune.load('best.yaml'))")
+        raise ConfigError(
+            f"{target}: exec runs a script (train.py or -m package.module); a function that "
+            "takes the Run loads the export itself: train(autotune.load('best.yaml'))"
+        )
     global _ran_users_code
     _ran_users_code = True
     raise SystemExit(exec_script(export_yaml, target, script_args or [], device, nproc, **adapting))  # (as passed)
@@ -158,24 +189,26 @@ def exec_(export_yaml: Path, target: str | None, args: tuple[str, ...], module: 
 def _open_study(store: Path, storage: str | None, name: str | None):
     import optuna
 
-    from autotune.tuner._queue import is_marker
     from autotune.stores._stores import open_storage
+    from autotune.tuner._queue import is_marker
 
     if storage is None and not (store / "optuna.journal").exists():
-        raise ConfigError(f"--store {store}: no studies here (no {store / 'optuna.journal'}); "
-                          "run `autotune run` first or pass --store/--storage")
+        raise ConfigError(
+            f"--store {store}: no studies here (no {store / 'optuna.journal'}); "
+            "run `autotune run` first or pass --store/--storage"
+        )
     backend = open_storage(store, storage)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    summaries = [s for s in optuna.get_all_study_summaries(backend, include_best_trial=False)
-                 if not is_marker(s.study_name)]
+    summaries = [
+        s for s in optuna.get_all_study_summaries(backend, include_best_trial=False) if not is_marker(s.study_name)
+    ]
     if not summaries:
         raise ConfigError(f"--storage {storage or store}: holds no study")
     if name is None:
         latest = max(summaries, key=lambda s: s.datetime_start.timestamp() if s.datetime_start else 0)
         name = latest.study_name
     elif name not in {s.study_name for s in summaries}:
-        raise ConfigError(f"--study {name!r}: no such study; known: "
-                          f"{', '.join(s.study_name for s in summaries)}")
+        raise ConfigError(f"--study {name!r}: no such study; known: {', '.join(s.study_name for s in summaries)}")
     return optuna.load_study(study_name=name, storage=backend)
 
 
@@ -227,8 +260,7 @@ def export(study: str | None, storage: str | None, store: Path, output: Path | N
 
 @cli.command()
 @_store_options
-@click.option("-o", "--output", type=click.Path(path_type=Path),
-              help="Write here (default: STORE/reports/STUDY.html).")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here (default: STORE/reports/STUDY.html).")
 def report(study: str | None, storage: str | None, store: Path, output: Path | None) -> None:
     """The study as one self-contained HTML page: the winner, every trial, what each knob did,
     the loss against the baseline's, the ceilings. Also on the MLflow parent run (report.html)."""
@@ -238,8 +270,11 @@ def report(study: str | None, storage: str | None, store: Path, output: Path | N
     loaded = _open_study(store, storage, study)
     output = output or store / "reports" / f"{loaded.study_name}.html"
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(report_html(loaded.study_name, standing(loaded), loaded.user_attrs.get("fingerprint"),
-                                  loaded.user_attrs.get("profile")))
+    output.write_text(
+        report_html(
+            loaded.study_name, standing(loaded), loaded.user_attrs.get("fingerprint"), loaded.user_attrs.get("profile")
+        )
+    )
     click.echo(f"wrote {output} (study {loaded.study_name}); open it in a browser", err=True)
 
 
@@ -253,12 +288,24 @@ def ui(store: Path, tracking_uri: str | None, port: int) -> None:
     from autotune.stores._tracking import tracking_uri as default_uri
 
     uri = default_uri(store, tracking_uri)
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists():
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).exists():
         raise ConfigError(f"--store {store}: no MLflow database at {uri}; run `autotune run` first")
     # One person looking at one store: one worker, and none of the job runners MLflow
     # starts for its GenAI features (they more than doubled its processes and memory).
-    argv = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri,
-            "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    argv = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        uri,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
     os.environ["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"
     click.echo(f"MLflow UI: http://127.0.0.1:{port}  (Ctrl-C stops it)", err=True)
     for line in runs_pages(uri, f"http://127.0.0.1:{port}"):
@@ -281,16 +328,20 @@ def doctor(device: str, space: str | None) -> None:
         raise ConfigError(str(exc)) from None
     click.echo(f"machine: {fp.summary()}")
     click.echo(f"  host {fp.host}, {fp.platform}, Python {fp.python}")
-    click.echo(f"  RAM {fp.ram_available_gib} of {fp.ram_total_gib} GiB available; "
-               f"pinned-memory limit (ulimit -l) {fp.pinned_limit}")
-    click.echo(f"  device {fp.device}" + (f": {fp.gpu}, {fp.gpu_memory_gib} GiB, driver {fp.driver}"
-                                          if fp.gpu else ""))
+    click.echo(
+        f"  RAM {fp.ram_available_gib} of {fp.ram_total_gib} GiB available; "
+        f"pinned-memory limit (ulimit -l) {fp.pinned_limit}"
+    )
+    click.echo(f"  device {fp.device}" + (f": {fp.gpu}, {fp.gpu_memory_gib} GiB, driver {fp.driver}" if fp.gpu else ""))
     click.echo(f"  NVML: {'yes' if fp.nvml else 'no (no GPU metrics)'}")
     click.echo("knobs: on this machine; in an unmodified script, what each acts on")
     for knob in KNOBS.values():
         missing = {v: c for v, c in knob.needs.items() if not fp.capabilities[c.value]}
-        verdict = "ok" if not missing else "; ".join(
-            f"not {show_value(v)}: {fp.reasons[c.value]}" for v, c in missing.items())
+        verdict = (
+            "ok"
+            if not missing
+            else "; ".join(f"not {show_value(v)}: {fp.reasons[c.value]}" for v, c in missing.items())
+        )
         click.echo(f"  {knob.name:18} {verdict}; script: {SCRIPT_WAYS[knob.stage]}")
     if space:
         _, notes = load_space(space).restrict(fp)

@@ -103,8 +103,11 @@ class _Moved(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec: Any) -> Any:
         new = MOVED[spec.name]
-        warnings.warn(f"{spec.name} has moved to {new}; import it from there (the old path is removed in "
-                      f"{REMOVED_IN})", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"{spec.name} has moved to {new}; import it from there (the old path is removed in {REMOVED_IN})",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return importlib.import_module(new)
 
     def exec_module(self, module: Any) -> None:

@@ -115,24 +115,37 @@ class Result:
         keys = self._found.varied_knobs()
         best = self._found.best
         head = ["#", "outcome", "samples/s", "speedup", *keys, "reason"]
-        body = [[f"{r.number}{' *' if best and r.number == best.number else ''}",
-                 r.outcome + (f" ({kind_label(r)})" if kind_label(r) else ""),
-                 f"{r.samples_per_s:,.0f}" if r.samples_per_s else "-",
-                 f"{r.speedup:.2f}x" if r.speedup else "-",
-                 *(show_value(r.config.get(k, "-")) for k in keys),
-                 _first_line(r.doubt or r.reason)] for r in rows]
+        body = [
+            [
+                f"{r.number}{' *' if best and r.number == best.number else ''}",
+                r.outcome + (f" ({kind_label(r)})" if kind_label(r) else ""),
+                f"{r.samples_per_s:,.0f}" if r.samples_per_s else "-",
+                f"{r.speedup:.2f}x" if r.speedup else "-",
+                *(show_value(r.config.get(k, "-")) for k in keys),
+                _first_line(r.doubt or r.reason),
+            ]
+            for r in rows
+        ]
         widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
-        return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip()
-                         for line in [head, *body])
+        return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in [head, *body])
 
     def as_dict(self) -> dict[str, Any]:
         """The study as plain data: its findings, the winner's figures, every trial (``show --json``)."""
         best = self._found.best
-        return {"study": self.study, "findings": list(self.findings),
-                "winner": best.number if best else None, "speedup": self.speedup, "spread": self.spread,
-                "samples_per_s": self.samples_per_s, "baseline_samples_per_s": self.baseline_samples_per_s,
-                "run_s": self.run_s, "baseline_run_s": self.baseline_run_s,
-                "config": self.config, "export": self._export, "trials": self.rows}
+        return {
+            "study": self.study,
+            "findings": list(self.findings),
+            "winner": best.number if best else None,
+            "speedup": self.speedup,
+            "spread": self.spread,
+            "samples_per_s": self.samples_per_s,
+            "baseline_samples_per_s": self.baseline_samples_per_s,
+            "run_s": self.run_s,
+            "baseline_run_s": self.baseline_run_s,
+            "config": self.config,
+            "export": self._export,
+            "trials": self.rows,
+        }
 
     def csv(self) -> str:
         """Every trial as CSV: its figures, then a column per knob (as it ran), then the reason."""
@@ -142,15 +155,33 @@ class Result:
         from autotune.core._knobs import KNOBS
 
         rows = self.rows
-        figures = ["number", "kind", "of", "baseline", "winner", "outcome", "samples_per_s", "speedup", "doubt",
-                   "data_wait", "foreign_cpu", "bottleneck", "efficiency"]
+        figures = [
+            "number",
+            "kind",
+            "of",
+            "baseline",
+            "winner",
+            "outcome",
+            "samples_per_s",
+            "speedup",
+            "doubt",
+            "data_wait",
+            "foreign_cpu",
+            "bottleneck",
+            "efficiency",
+        ]
         knobs = [k for k in KNOBS if any(k in r["config"] for r in rows)]
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow([*figures, *knobs, "reason"])
         for r in rows:
-            writer.writerow([*("" if r[f] is None else r[f] for f in figures),
-                             *("" if r["config"].get(k) is None else r["config"][k] for k in knobs), r["reason"]])
+            writer.writerow(
+                [
+                    *("" if r[f] is None else r[f] for f in figures),
+                    *("" if r["config"].get(k) is None else r["config"][k] for k in knobs),
+                    r["reason"],
+                ]
+            )
         return out.getvalue()
 
     def export(self, path: str | Path) -> Path:
@@ -177,12 +208,23 @@ def row_dict(row: TrialRow, found: Standing) -> dict[str, Any]:
     bound = row.bottleneck
     best = found.best
     return {
-        "number": row.number, "kind": row.kind.value, "of": row.of, "baseline": row.baseline,
-        "outcome": row.outcome, "reason": row.reason, "winner": bool(best and row.number == best.number),
-        "samples_per_s": row.samples_per_s, "speedup": row.speedup, "doubt": row.doubt,
-        "data_wait": row.metrics.get("data_wait_frac"), "foreign_cpu": row.metrics.get("foreign_cpu"),
-        "bottleneck": bound.verdict if bound else None, "efficiency": bound.efficiency if bound else None,
-        "config": dict(row.config), "sampled": dict(row.sampled), "metrics": dict(row.metrics),
+        "number": row.number,
+        "kind": row.kind.value,
+        "of": row.of,
+        "baseline": row.baseline,
+        "outcome": row.outcome,
+        "reason": row.reason,
+        "winner": bool(best and row.number == best.number),
+        "samples_per_s": row.samples_per_s,
+        "speedup": row.speedup,
+        "doubt": row.doubt,
+        "data_wait": row.metrics.get("data_wait_frac"),
+        "foreign_cpu": row.metrics.get("foreign_cpu"),
+        "bottleneck": bound.verdict if bound else None,
+        "efficiency": bound.efficiency if bound else None,
+        "config": dict(row.config),
+        "sampled": dict(row.sampled),
+        "metrics": dict(row.metrics),
     }
 
 

@@ -54,8 +54,19 @@ def _cells(result, wide: bool):
     rows, best, keys = found.rows, found.best, found.varied_knobs()
     extra = ("of roof", "others", "main busy", "step p50", "RAM peak") if wide else ()
     whole = any(r.run_s for r in rows)  # a study of whole runs: each run's wall time, which ranks
-    heads = ["#", "outcome", *(["run s"] if whole else []), "samples/s", "speedup", "loss", "bound", "data-wait", *extra,
-             *(keys if wide else ["knobs that varied"] if keys else []), *(["reason"] if wide else [])]
+    heads = [
+        "#",
+        "outcome",
+        *(["run s"] if whole else []),
+        "samples/s",
+        "speedup",
+        "loss",
+        "bound",
+        "data-wait",
+        *extra,
+        *(keys if wide else ["knobs that varied"] if keys else []),
+        *(["reason"] if wide else []),
+    ]
     first_of = found.first_of
     reasons, cells, knob_lines = [], [], []
     for r in rows:
@@ -65,11 +76,17 @@ def _cells(result, wide: bool):
         if r.kind not in (Kind.SAMPLED, Kind.BASELINE, Kind.CONFIRM):  # a remeasure, retry or climb
             again = f" ({kind_label(r, of=False)})" + again
         doubted = f" ({r.doubt.partition(':')[0]})" if r.doubt else ""
-        more = (f"{bound.of_roof:.0%} {bound.limit}" if bound and bound.of_roof is not None else "-",
+        more = (
+            (
+                f"{bound.of_roof:.0%} {bound.limit}" if bound and bound.of_roof is not None else "-",
                 f"{max(m.get('foreign_cpu', 0), m.get('foreign_gpu', 0)):.0%}" if "foreign_cpu" in m else "-",
                 f"{m['main_thread_busy']:.0%}" if "main_thread_busy" in m else "-",
                 f"{m['step_time_p50'] * 1000:.1f} ms" if "step_time_p50" in m else "-",
-                f"{m['ram_peak'] / 2**30:.2f} GiB" if "ram_peak" in m else "-") if wide else ()
+                f"{m['ram_peak'] / 2**30:.2f} GiB" if "ram_peak" in m else "-",
+            )
+            if wide
+            else ()
+        )
         values = [show_value(r.config.get(k, "-")) for k in keys]
         why = headline(r.doubt or r.reason)
         if why and not wide:
@@ -77,16 +94,27 @@ def _cells(result, wide: bool):
         number = f"{'base ' if r.baseline else ''}{r.number}{mark}"
         knobs = " ".join(f"{k}={v}" for k, v in zip(keys, values))
         knob_lines.append(f"{number}: {knobs}")
-        cells.append([
-            number, r.outcome + doubted + again, *([f"{r.run_s:.2f}" if r.run_s else "-"] if whole else []),
-            (f"{r.samples_per_s:,.0f}" + ("?" if r.doubt else "")) if r.samples_per_s else "-",
-            f"{r.speedup:.2f}x" if r.speedup else "-",
-            loss_cell(m),
-            (f"{bound.verdict.split('-')[0]} {bound.efficiency:.0%}" if bound.efficiency is not None
-             else bound.verdict.split("-")[0]) if bound else "-",
-            f"{m['data_wait_frac']:.0%}" if "data_wait_frac" in m else "-", *more,
-            *(values if wide else [knobs] if keys else []),
-            *([why] if wide else [])])
+        cells.append(
+            [
+                number,
+                r.outcome + doubted + again,
+                *([f"{r.run_s:.2f}" if r.run_s else "-"] if whole else []),
+                (f"{r.samples_per_s:,.0f}" + ("?" if r.doubt else "")) if r.samples_per_s else "-",
+                f"{r.speedup:.2f}x" if r.speedup else "-",
+                loss_cell(m),
+                (
+                    f"{bound.verdict.split('-')[0]} {bound.efficiency:.0%}"
+                    if bound.efficiency is not None
+                    else bound.verdict.split("-")[0]
+                )
+                if bound
+                else "-",
+                f"{m['data_wait_frac']:.0%}" if "data_wait_frac" in m else "-",
+                *more,
+                *(values if wide else [knobs] if keys else []),
+                *([why] if wide else []),
+            ]
+        )
     return heads, cells, reasons, knob_lines, whole
 
 
@@ -113,13 +141,15 @@ def _table(title: str, heads: list[str], cells: list[list[str]], widths: list[in
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0),
-                  title_justify="left")
+    table = Table(
+        title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), title_justify="left"
+    )
     for head, width in zip(heads, widths):
-        table.add_column(_shown(head, keys), width=width,
-                         justify="right" if head in RIGHT else "left", no_wrap=head not in WRAPS)
+        table.add_column(
+            _shown(head, keys), width=width, justify="right" if head in RIGHT else "left", no_wrap=head not in WRAPS
+        )
     for row in cells:
-        table.add_row(*(escape(cell) for cell in row[:len(heads)]))
+        table.add_row(*(escape(cell) for cell in row[: len(heads)]))
     return table
 
 
@@ -127,8 +157,14 @@ def _fill(line: str, width: int) -> str:
     """``line`` wrapped at its spaces to ``width``, its later lines indented under its first."""
     import textwrap
 
-    return textwrap.fill(line, max(width - 1, 20), initial_indent="  ", subsequent_indent="      ",
-                         break_long_words=False, break_on_hyphens=False)
+    return textwrap.fill(
+        line,
+        max(width - 1, 20),
+        initial_indent="  ",
+        subsequent_indent="      ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
 
 
 def show_table(result, wide: bool) -> None:
@@ -166,8 +202,7 @@ def show_table(result, wide: bool) -> None:
             console.print(title)
             for row in cells:
                 figures = ", ".join(f"{head} {cell}" for head, cell in zip(heads[2:], row[2:]) if cell != "-")
-                console.print(escape(_fill(f"{row[0]}: {row[1]}" + (f"; {figures}" if figures else ""),
-                                           console.width)))
+                console.print(escape(_fill(f"{row[0]}: {row[1]}" + (f"; {figures}" if figures else ""), console.width)))
         else:
             console.print(_table(title, heads, cells, widths, keys))
         if knobs_below:
@@ -181,12 +216,21 @@ def show_table(result, wide: bool) -> None:
         console.print(
             "base: the baseline (your code as written); *: the winner; (= N): trial N's config again (a "
             "confirmation or a re-measure); ?: a figure not believed (noisy or short), never ranked; "
-            + ("run s: the whole run's wall time, process start to exit (what ranks; speedup: the "
-               "baseline's over it); samples/s: the training loop's; " if whole else "")
+            + (
+                "run s: the whole run's wall time, process start to exit (what ranks; speedup: the "
+                "baseline's over it); samples/s: the training loop's; "
+                if whole
+                else ""
+            )
             + f"{LOSS_LEGEND}; bound: compute- or data-bound and samples/s as a share of that ceiling"
-            + ("; others: the share of the trial's CPUs (or GPU) other processes used; main busy: the "
-               "share of the time the loop's thread was on a CPU" if wide
-               else "; --wide: a column per knob and more figures"), style="dim")
+            + (
+                "; others: the share of the trial's CPUs (or GPU) other processes used; main busy: the "
+                "share of the time the loop's thread was on a CPU"
+                if wide
+                else "; --wide: a column per knob and more figures"
+            ),
+            style="dim",
+        )
         if best is not None:
             first, *rest = result.findings
             console.print(escape(f"best: {first}"))

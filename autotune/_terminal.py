@@ -50,11 +50,16 @@ def summary_lines(name: str, found, store: Path) -> list[str]:
     lines = [f"best: {first}", *rest]
     base = found.base.first if found.base else None
     if base:
-        lines.append(f"data wait: {base.metrics.get('data_wait_frac', 0):.0%} of the baseline's "
-                     f"step time -> {best.metrics.get('data_wait_frac', 0):.0%}")
-    return [*lines, "config: " + (changed(best.config, base.config if base else {}) or "(the baseline's)"),
-            f"exported: {store / 'exports' / (name + '.yaml')}  (autotune export -o best.yaml)",
-            "trials: autotune show   |   MLflow UI: autotune ui"]
+        lines.append(
+            f"data wait: {base.metrics.get('data_wait_frac', 0):.0%} of the baseline's "
+            f"step time -> {best.metrics.get('data_wait_frac', 0):.0%}"
+        )
+    return [
+        *lines,
+        "config: " + (changed(best.config, base.config if base else {}) or "(the baseline's)"),
+        f"exported: {store / 'exports' / (name + '.yaml')}  (autotune export -o best.yaml)",
+        "trials: autotune show   |   MLflow UI: autotune ui",
+    ]
 
 
 def print_summary(name: str, found, store: Path, verbose: bool = False) -> None:
@@ -171,8 +176,14 @@ class Progress(Reporter):
         lines = [Text(line, style="bold" if best else "") for line, best in board.table(width, height - 4)]
         view = _View(lines, board, width)
         if self._live is None:  # (redrawn each second too: the running trials' seconds move)
-            self._live = Live(view, console=self.console, refresh_per_second=1, transient=True,
-                              redirect_stdout=False, redirect_stderr=False)
+            self._live = Live(
+                view,
+                console=self.console,
+                refresh_per_second=1,
+                transient=True,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
             self._live.start()
         self._live.update(view, refresh=True)
 
@@ -183,8 +194,16 @@ class Progress(Reporter):
             self._status.start()
         self._status.update(text)
 
-    def trial_started(self, number: int, index: int, total: int, config, share: str | None = None,
-                      kind: Kind = Kind.SAMPLED, of: int | None = None) -> None:
+    def trial_started(
+        self,
+        number: int,
+        index: int,
+        total: int,
+        config,
+        share: str | None = None,
+        kind: Kind = Kind.SAMPLED,
+        of: int | None = None,
+    ) -> None:
         from rich.markup import escape
 
         knobs = " ".join(f"{k}={show_value(v)}" for k, v in config.set_values().items()) or "baseline"
@@ -202,8 +221,9 @@ class Progress(Reporter):
                 self._board.started(number, kind, of, config.set_values(), index, total)
                 self._redraw()
                 return
-            self._heads[number] = escape(f"[{kind.value + ' ' if kind.repeats else ''}{index + 1}/{total}] "
-                                         f"{what}{where}: {knobs}")
+            self._heads[number] = escape(
+                f"[{kind.value + ' ' if kind.repeats else ''}{index + 1}/{total}] {what}{where}: {knobs}"
+            )
             self._states[number] = "(starting)"
             self._draw()
 
@@ -227,8 +247,10 @@ class Progress(Reporter):
                 if self._verbose:
                     wait = event["data_wait"] / event["seconds"] if event.get("seconds") else 0.0
                     loss = f", loss {event['loss']:.4g}" if event.get("loss") is not None else ""
-                    self.console.print(f"[dim]trial {number} window {event['index'] + 1}: {rate:,.0f} samples/s, "
-                                       f"data wait {wait:.0%}{loss}{busy}[/dim]")
+                    self.console.print(
+                        f"[dim]trial {number} window {event['index'] + 1}: {rate:,.0f} samples/s, "
+                        f"data wait {wait:.0%}{loss}{busy}[/dim]"
+                    )
             else:
                 return
             self._draw()
@@ -252,14 +274,20 @@ class Progress(Reporter):
             wait_text += f"  loss {signed_share(excess)}"
             if row.to_loss and row.speedup:  # another batch: its speedup is in time to the baseline's loss
                 over = "" if row.metrics.get("to_loss_ratio") else "over "  # (not there by its last sample)
-                wait_text += (f", {over}{row.to_loss:.2f}x the samples to it ({row.speedup * row.to_loss:.2f}x "
-                              f"{'as fast a run' if row.run_s else 'samples/s'})")
+                wait_text += (
+                    f", {over}{row.to_loss:.2f}x the samples to it ({row.speedup * row.to_loss:.2f}x "
+                    f"{'as fast a run' if row.run_s else 'samples/s'})"
+                )
         bound = row.bottleneck
         # The share of the model's own rate (fed from the device), as the summary's bottleneck line
         # says it: a data-bound loop far under it shows how much its loading costs.
-        bound_text = (f"  {bound.efficiency:4.0%} of data-on-device ceiling, {bound.verdict}"
-                      if bound and bound.efficiency
-                      else f"  {bound.verdict}" if bound else "")
+        bound_text = (
+            f"  {bound.efficiency:4.0%} of data-on-device ceiling, {bound.verdict}"
+            if bound and bound.efficiency
+            else f"  {bound.verdict}"
+            if bound
+            else ""
+        )
         if bound and bound.unreliable:
             bound_text += f" ({', '.join(bound.unreliable)} bound unreliable)"
         others = row.metrics.get("foreign_cpu")
@@ -300,5 +328,9 @@ class Progress(Reporter):
                 self.console.print(f"[dim]{escape(line)}[/dim]")
             held, self._notes.held = self._notes.held, 0
             if held:
-                self.console.print(f"({held} more note{'s' if held > 1 else ''} of the kinds above: "
-                                   "autotune run -v prints each)", style="dim", markup=False, highlight=False)
+                self.console.print(
+                    f"({held} more note{'s' if held > 1 else ''} of the kinds above: autotune run -v prints each)",
+                    style="dim",
+                    markup=False,
+                    highlight=False,
+                )

@@ -75,8 +75,17 @@ def retain_freed_memory() -> None:
             raise OSError(f"mallopt({param}, {value}) failed")
 
 
-def loop(loader_kwargs: dict, lr: float, samples: int, warmup_samples: int, *, amp: str = "off",
-         fused: bool = False, prefetch: str = "none", malloc_retain: bool = False) -> dict:
+def loop(
+    loader_kwargs: dict,
+    lr: float,
+    samples: int,
+    warmup_samples: int,
+    *,
+    amp: str = "off",
+    fused: bool = False,
+    prefetch: str = "none",
+    malloc_retain: bool = False,
+) -> dict:
     """Samples/s of the training over ``samples`` samples after ``warmup_samples``."""
     torch.manual_seed(0)
     reads = slow_reads()()
@@ -94,7 +103,7 @@ def loop(loader_kwargs: dict, lr: float, samples: int, warmup_samples: int, *, a
     epochs = 0
     while step < warmup + measured:
         epochs += 1
-        for xb, yb in (in_thread(loader) if prefetch == "thread" else loader):
+        for xb, yb in in_thread(loader) if prefetch == "thread" else loader:
             with autocast():
                 loss = F.cross_entropy(model(xb), yb)
             loss.backward()
@@ -106,8 +115,14 @@ def loop(loader_kwargs: dict, lr: float, samples: int, warmup_samples: int, *, a
             if step == warmup + measured:
                 break
     seconds = time.perf_counter() - began
-    return {"samples_per_s": measured * batch / seconds, "samples": measured * batch, "batches": measured,
-            "seconds": seconds, "epochs_started": epochs, "loss": float(loss.detach())}
+    return {
+        "samples_per_s": measured * batch / seconds,
+        "samples": measured * batch,
+        "batches": measured,
+        "seconds": seconds,
+        "epochs_started": epochs,
+        "loss": float(loss.detach()),
+    }
 
 
 def main() -> None:
@@ -121,8 +136,20 @@ def main() -> None:
     parser.add_argument("--prefetch", choices=("none", "thread"), default="none")
     parser.add_argument("--malloc-retain", action="store_true")
     args = parser.parse_args()
-    print(json.dumps(loop(args.loader, args.lr, args.samples, args.warmup_samples, amp=args.amp, fused=args.fused,
-                          prefetch=args.prefetch, malloc_retain=args.malloc_retain)))
+    print(
+        json.dumps(
+            loop(
+                args.loader,
+                args.lr,
+                args.samples,
+                args.warmup_samples,
+                amp=args.amp,
+                fused=args.fused,
+                prefetch=args.prefetch,
+                malloc_retain=args.malloc_retain,
+            )
+        )
+    )
 
 
 if __name__ == "__main__":

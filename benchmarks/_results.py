@@ -74,22 +74,31 @@ def host_cpu() -> str:
     return f"{model} ({', '.join(f for f in wanted if f in flags) or 'none of avx2/avx512'})"
 
 
-def one_trial(target: str, config: Any, budget: Any, logs: Path, *, device: Any = None, seed: int = 0,
-              warm: Any = None, strict: bool = True, reference: Any = None) -> Any:
+def one_trial(
+    target: str,
+    config: Any,
+    budget: Any,
+    logs: Path,
+    *,
+    device: Any = None,
+    seed: int = 0,
+    warm: Any = None,
+    strict: bool = True,
+    reference: Any = None,
+) -> Any:
     """One real trial of ``target`` (``path.py:function``) under ``config``, as a study runs
     it: forked from ``warm`` (an ``autotune.worker._warm.WarmWorker``) or, with None, spawned cold; on
     ``device`` (None: what ``--device auto`` picks); its loss judged against ``reference`` (a
     baseline's ``TrialResult``, as a study judges its trials) if given. Its ``TrialResult`` if
     it completed; otherwise a RuntimeError, or with ``strict=False`` its result all the same and
     a line on stderr saying why."""
-    from autotune.machine._probe import probe
     from autotune.machine._launch import TrialSpec
+    from autotune.machine._probe import probe
     from autotune.tuner._watch import run_trial
 
     spec = TrialSpec(target, config, device or probe("auto").device, budget, seed=seed)
     judged = {"reference": reference.losses, "reference_curve": reference.curve} if reference else {}
-    result = run_trial(spec, logs / f"{Path(target.partition(':')[0]).stem}-{time.time_ns()}.log", warm=warm,
-                       **judged)
+    result = run_trial(spec, logs / f"{Path(target.partition(':')[0]).stem}-{time.time_ns()}.log", warm=warm, **judged)
     if result.outcome.value == "complete":
         return result
     why = f"{Path(target).name} {config.set_values()}: {result.outcome.value}: {result.reason}"
@@ -120,6 +129,7 @@ def read_section(topic: str, heading: str) -> str | None:
     results = results_path(topic)
     if not results.exists():
         return None
-    found = re.findall(rf"^## {re.escape(heading)}(?: \([^\n]*\))?\n(.*?)(?=^## |\Z)", results.read_text(),
-                       re.DOTALL | re.MULTILINE)
+    found = re.findall(
+        rf"^## {re.escape(heading)}(?: \([^\n]*\))?\n(.*?)(?=^## |\Z)", results.read_text(), re.DOTALL | re.MULTILINE
+    )
     return found[-1] if found else None

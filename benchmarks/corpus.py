@@ -56,12 +56,16 @@ EXAMPLES_ENV = "AUTOTUNE_CORPUS_EXAMPLES"
 
 #: The export of the script as written: a study whose answer is its baseline exports no knob
 #: (the baseline's config is empty: every knob at the code's own value), only where it was measured.
-OWN_EXPORT = ("# autotune: the script as written (the baseline): every knob at the script's own value\n"
-              "measured_on: {found: the script as written}\n")
+OWN_EXPORT = (
+    "# autotune: the script as written (the baseline): every knob at the script's own value\n"
+    "measured_on: {found: the script as written}\n"
+)
 #: Configs that change how batches arrive, never what the model learns.
-LOADER_EXPORT = ("# autotune: loader knobs only\n"
-                 "dataloader: {num_workers: 2, persistent_workers: true, prefetch_factor: 4}\n"
-                 "measured_on: {found: loader knobs only}\n")
+LOADER_EXPORT = (
+    "# autotune: loader knobs only\n"
+    "dataloader: {num_workers: 2, persistent_workers: true, prefetch_factor: 4}\n"
+    "measured_on: {found: loader knobs only}\n"
+)
 EXPORTS = {"own": OWN_EXPORT, "loader": LOADER_EXPORT}
 #: Weights files: where their bytes differ, their tensors are compared too.
 WEIGHTS = (".pt", ".pth", ".tar")
@@ -103,12 +107,23 @@ def load_corpus(path: Path = TABLE) -> tuple[dict[str, Any], list[Entry]]:
     import yaml
 
     table = yaml.safe_load(path.read_text())
-    entries = [Entry(name=e["name"], cls=e["class"], dir=e["dir"], files=dict(e["files"]), script=e["script"],
-                     args=[str(a) for a in e.get("args", [])], data=dict(e.get("data") or {}),
-                     env={k: str(v) for k, v in (e.get("env") or {}).items()}, mask=list(e.get("mask", [])),
-                     deterministic=e.get("deterministic", True), torchvision=e.get("torchvision", False),
-                     fast=e.get("fast", False))
-               for e in table["scripts"]]
+    entries = [
+        Entry(
+            name=e["name"],
+            cls=e["class"],
+            dir=e["dir"],
+            files=dict(e["files"]),
+            script=e["script"],
+            args=[str(a) for a in e.get("args", [])],
+            data=dict(e.get("data") or {}),
+            env={k: str(v) for k, v in (e.get("env") or {}).items()},
+            mask=list(e.get("mask", [])),
+            deterministic=e.get("deterministic", True),
+            torchvision=e.get("torchvision", False),
+            fast=e.get("fast", False),
+        )
+        for e in table["scripts"]
+    ]
     return table, entries
 
 
@@ -231,19 +246,22 @@ def normalise(entry: Entry, stdout: str) -> list[str]:
 
 def same_weights(python: str, a: Path, b: Path) -> str:
     """Whether two weights files hold the same tensors (run in the scripts' own python)."""
-    code = ("import sys, torch\n"
-            "def flat(o, p=''):\n"
-            "    if isinstance(o, torch.nn.Module): o = o.state_dict()\n"
-            "    if isinstance(o, torch.Tensor): return {p: o}\n"
-            "    if isinstance(o, dict): return {k2: v2 for k, v in o.items() for k2, v2 in flat(v, p + '.' + str(k)).items()}\n"
-            "    return {p: o}\n"
-            "x, y = (flat(torch.load(f, weights_only=False)) for f in sys.argv[1:])\n"
-            "eq = x.keys() == y.keys() and all(torch.equal(x[k], y[k]) if isinstance(x[k], torch.Tensor) "
-            "else x[k] == y[k] for k in x)\n"
-            "print('same' if eq else 'differ')\n")
+    code = (
+        "import sys, torch\n"
+        "def flat(o, p=''):\n"
+        "    if isinstance(o, torch.nn.Module): o = o.state_dict()\n"
+        "    if isinstance(o, torch.Tensor): return {p: o}\n"
+        "    if isinstance(o, dict): return {k2: v2 for k, v in o.items() for k2, v2 in flat(v, p + '.' + str(k)).items()}\n"
+        "    return {p: o}\n"
+        "x, y = (flat(torch.load(f, weights_only=False)) for f in sys.argv[1:])\n"
+        "eq = x.keys() == y.keys() and all(torch.equal(x[k], y[k]) if isinstance(x[k], torch.Tensor) "
+        "else x[k] == y[k] for k in x)\n"
+        "print('same' if eq else 'differ')\n"
+    )
     done = subprocess.run([python, "-c", code, str(a), str(b)], capture_output=True, text=True)
-    return {"same": "its tensors equal", "differ": "its tensors differ"}.get(done.stdout.strip(),
-                                                                           "its tensors unreadable")
+    return {"same": "its tensors equal", "differ": "its tensors differ"}.get(
+        done.stdout.strip(), "its tensors unreadable"
+    )
 
 
 def compare(entry: Entry, python: str, plain: Ran, other: Ran) -> list[str]:
@@ -291,8 +309,9 @@ class Result:
         return not self.skipped and not any(self.diffs.values())
 
 
-def check(entry: Entry, layout: Layout, python: str, repeats: int = 1, timeout: float = 300,
-          keep: bool = False) -> Result:
+def check(
+    entry: Entry, layout: Layout, python: str, repeats: int = 1, timeout: float = 300, keep: bool = False
+) -> Result:
     """Run an entry ``repeats`` turns (python, own export, loader export; rotated), compare every
     exec run with the first python run."""
     result = Result(entry)
@@ -303,7 +322,7 @@ def check(entry: Entry, layout: Layout, python: str, repeats: int = 1, timeout: 
     first: dict[str, Ran] = {}
     order = ["python", "own", "loader"]
     for turn in range(repeats):
-        for label in order[turn % 3:] + order[:turn % 3]:
+        for label in order[turn % 3 :] + order[: turn % 3]:
             root = layout.copy(entry, label)
             ran = run_once(entry, root, commands(entry, python, exports.get(label)), timeout)
             result.seconds[label].append(ran.seconds)
@@ -328,8 +347,12 @@ def tune(entry: Entry, layout: Layout, python: str, trials: int, timeout: float)
     """``autotune run`` to an answer in a fresh working copy, then ``export``: the answer's line."""
     root = layout.copy(entry, "study")
     autotune = str(Path(python).parent / "autotune")
-    ran = run_once(entry, root, [autotune, "run", entry.script, "--trials", str(trials), "--store", "st", "--",
-                                 *entry.args], timeout)
+    ran = run_once(
+        entry,
+        root,
+        [autotune, "run", entry.script, "--trials", str(trials), "--store", "st", "--", *entry.args],
+        timeout,
+    )
     lines = [line for line in (ran.stdout + ran.stderr).splitlines() if line.strip()]
     found = next((line for line in lines if re.search(r"trial \d+.*(x the baseline|as written)", line)), None)
     return f"exit {ran.rc} in {ran.seconds:.0f} s: " + (found or (lines[-1] if lines else "(no output)"))[:160]
@@ -388,9 +411,11 @@ def page(results: list[Result], header: dict[str, str]) -> str:
         if r.skipped:
             lines.append(f"| {e.name} | {e.cls} | {where} | skipped: {r.skipped} | | | | | | |")
             continue
-        lines.append(f"| {e.name} | {e.cls} | {where} | {_verdict(r, 'own')} | {_verdict(r, 'loader')} "
-                     f"| {_median(r.seconds['python'])} | {_median(r.seconds['own'])} | {_ratio(r, 'own')} "
-                     f"| {_median(r.seconds['loader'])} | {_ratio(r, 'loader')} |")
+        lines.append(
+            f"| {e.name} | {e.cls} | {where} | {_verdict(r, 'own')} | {_verdict(r, 'loader')} "
+            f"| {_median(r.seconds['python'])} | {_median(r.seconds['own'])} | {_ratio(r, 'own')} "
+            f"| {_median(r.seconds['loader'])} | {_ratio(r, 'loader')} |"
+        )
     controls = [r for r in results if r.control]
     if controls:
         lines += ["", "Python against python (the control: two runs of `python` that differ):", ""]
@@ -433,21 +458,30 @@ def _commit() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--examples", help=f"a git copy of pytorch/examples (default: ${EXAMPLES_ENV}, "
-                                           "else benchmarks/corpus/upstream/examples)")
+    parser.add_argument(
+        "--examples",
+        help=f"a git copy of pytorch/examples (default: ${EXAMPLES_ENV}, else benchmarks/corpus/upstream/examples)",
+    )
     parser.add_argument("--only", nargs="+", metavar="NAME", help="these entries only")
     parser.add_argument("--fast", action="store_true", help="the fast subset only (the entries marked fast)")
-    parser.add_argument("--python", default=sys.executable,
-                        help="the python that runs plain-torch scripts; autotune is the one beside it")
-    parser.add_argument("--torchvision-python", help="the python (with torchvision, and autotune beside it) for "
-                                                     "the scripts that import torchvision [default: --python]")
+    parser.add_argument(
+        "--python",
+        default=sys.executable,
+        help="the python that runs plain-torch scripts; autotune is the one beside it",
+    )
+    parser.add_argument(
+        "--torchvision-python",
+        help="the python (with torchvision, and autotune beside it) for "
+        "the scripts that import torchvision [default: --python]",
+    )
     parser.add_argument("--repeats", type=int, default=1, help="interleaved turns of the three runs [1]")
     parser.add_argument("--trials", type=int, default=0, help="also `autotune run --trials N` each script (slow)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds a run may take [300]")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "corpus.md", help="the results page")
     parser.add_argument("--no-page", action="store_true", help="print only; write no page")
-    parser.add_argument("--append", action="store_true", help="add this run to the page as a section of its own "
-                                                               "instead of replacing it")
+    parser.add_argument(
+        "--append", action="store_true", help="add this run to the page as a section of its own instead of replacing it"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the working copies (printed)")
     args = parser.parse_args(argv)
 
@@ -461,7 +495,9 @@ def main(argv: list[str] | None = None) -> int:
         entries = [e for e in entries if e.fast]
     source = examples_source(args.examples)
     if source is None:
-        parser.error("no copy of pytorch/examples: pass --examples PATH (git clone https://github.com/pytorch/examples)")
+        parser.error(
+            "no copy of pytorch/examples: pass --examples PATH (git clone https://github.com/pytorch/examples)"
+        )
     tv_python = args.torchvision_python or args.python
     tv_ok = _has_torchvision(tv_python) if any(e.torchvision for e in entries) else False
     scratch = Path(tempfile.mkdtemp(prefix="autotune-corpus-"))
@@ -477,22 +513,34 @@ def main(argv: list[str] | None = None) -> int:
         if args.trials:
             result.answer = tune(entry, layout, python, args.trials, args.timeout * 10)
         results.append(result)
-        print(f"{entry.name}: own {_verdict(result, 'own')}; loader {_verdict(result, 'loader')}; python "
-              f"{_median(result.seconds['python'])} s, exec own {_median(result.seconds['own'])} s, "
-              f"loader {_median(result.seconds['loader'])} s", flush=True)
+        print(
+            f"{entry.name}: own {_verdict(result, 'own')}; loader {_verdict(result, 'loader')}; python "
+            f"{_median(result.seconds['python'])} s, exec own {_median(result.seconds['own'])} s, "
+            f"loader {_median(result.seconds['loader'])} s",
+            flush=True,
+        )
     if not args.keep:
         shutil.rmtree(scratch, ignore_errors=True)
     else:
         print(f"working copies kept in {scratch}")
     if not args.no_page:
-        versions = {p: subprocess.run([p, "-c", "import torch, sys; print(sys.version.split()[0], 'torch', "
-                                          "torch.__version__)"], capture_output=True, text=True).stdout.strip()
-                    for p in dict.fromkeys([args.python, tv_python])}
-        header = {"commit": table["commit"], "repeats": str(args.repeats), "machine": _machine(),
-                  "date": datetime.date.today().isoformat(),
-                  "autotune": _commit(),
-                  "pythons": "; ".join(f"{p}: {v}" for p, v in versions.items()),
-                  "command": "python benchmarks/corpus.py " + " ".join(sys.argv[1:] if argv is None else argv)}
+        versions = {
+            p: subprocess.run(
+                [p, "-c", "import torch, sys; print(sys.version.split()[0], 'torch', torch.__version__)"],
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            for p in dict.fromkeys([args.python, tv_python])
+        }
+        header = {
+            "commit": table["commit"],
+            "repeats": str(args.repeats),
+            "machine": _machine(),
+            "date": datetime.date.today().isoformat(),
+            "autotune": _commit(),
+            "pythons": "; ".join(f"{p}: {v}" for p, v in versions.items()),
+            "command": "python benchmarks/corpus.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        }
         args.out.parent.mkdir(parents=True, exist_ok=True)
         text = page(results, header)
         if args.append and args.out.exists():

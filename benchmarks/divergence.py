@@ -19,12 +19,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _results import ROOT, machine, write_section
-
 from autotune import Config
 from autotune.core._guard import DIVERGENCE_TOLERANCE, compare, first_nonfinite
 from autotune.machine._launch import Budget, TrialSpec
 from autotune.tuner._watch import run_trial
+
+from _results import ROOT, machine, write_section
 
 RUNNERS = ["mnist", "charlm", "jpeg"]
 #: name -> (config, what it is meant to show)
@@ -39,12 +39,14 @@ CONFIGS = {
     "batch 16x, lr linear": (Config(batch_size="16x", lr_scaling="linear"), "lr x16: risky"),
     "batch 32x, lr linear": (Config(batch_size="32x", lr_scaling="linear"), "lr x32: risky"),
 }
-READING = ("Seed noise and configs that train the same model the same way should stay well "
-           "inside the tolerance. Configs flagged here lose more per sample than they can gain "
-           "per second (a 4x batch without lr scaling makes 4x fewer updates per sample): the "
-           "study calls them diverged, keeps their speed for the sampler, and never exports them. "
-           "A trial that saw more samples than the baseline ever did meets the baseline's last "
-           "loss, which favours the trial (the loader-bound jpeg's '2 workers' row).")
+READING = (
+    "Seed noise and configs that train the same model the same way should stay well "
+    "inside the tolerance. Configs flagged here lose more per sample than they can gain "
+    "per second (a 4x batch without lr scaling makes 4x fewer updates per sample): the "
+    "study calls them diverged, keeps their speed for the sampler, and never exports them. "
+    "A trial that saw more samples than the baseline ever did meets the baseline's last "
+    "loss, which favours the trial (the loader-bound jpeg's '2 workers' row)."
+)
 #: 1,024 JPEG decodes with 4 ms of storage latency each is a 6 s step: past the deadline.
 SKIP = {("jpeg", "batch 32x, lr linear")}
 
@@ -80,22 +82,24 @@ def main() -> None:
                 loss = f"{found.loss:.3g} vs {found.reference:.3g}" if found else "-"
                 rows.append(f"| {runner} | {name} | {meant} | {loss} | {excess} | {verdict} |")
                 print(rows[-1], file=sys.stderr)
-    body = "\n".join([
-        f"Machine: {machine()}. One trial per row, default budget (1 s warmup, 4 windows of "
-        "1.5 s); each compared with one baseline trial of the same runner (seed 0) by "
-        "`autotune.core._guard.compare`: the mean loss over the later half of the points both "
-        "share, relative to the baseline's (floored at 10% of its first loss). A positive "
-        "excess is worse. The tolerance is "
-        f"{DIVERGENCE_TOLERANCE:.0%}.",
-        "",
-        "Regenerate with `python benchmarks/divergence.py`.",
-        "",
-        "| runner | config | meant as | loss vs baseline's | excess | verdict |",
-        "|---|---|---|---|---|---|",
-        *rows,
-        "",
-        READING,
-    ])
+    body = "\n".join(
+        [
+            f"Machine: {machine()}. One trial per row, default budget (1 s warmup, 4 windows of "
+            "1.5 s); each compared with one baseline trial of the same runner (seed 0) by "
+            "`autotune.core._guard.compare`: the mean loss over the later half of the points both "
+            "share, relative to the baseline's (floored at 10% of its first loss). A positive "
+            "excess is worse. The tolerance is "
+            f"{DIVERGENCE_TOLERANCE:.0%}.",
+            "",
+            "Regenerate with `python benchmarks/divergence.py`.",
+            "",
+            "| runner | config | meant as | loss vs baseline's | excess | verdict |",
+            "|---|---|---|---|---|---|",
+            *rows,
+            "",
+            READING,
+        ]
+    )
     write_section("divergence", "Divergence tolerance", body)
     print(body)
 

@@ -43,8 +43,10 @@ TOPIC = "exec-vs-python"
 CASES = {
     "quickstart": (ROOT / "runners" / "mnist_script.py", []),
     "harm-probe": (ROOT / "tests" / "fixtures" / "scripts" / "harm_probe.py", ["--steps", "3000"]),
-    "mnist-style": (ROOT / "tests" / "fixtures" / "scripts" / "mnist_style.py",
-                    ["--epochs", "4", "--train-size", "640", "--test-size", "200", "--read-ms", "3"]),
+    "mnist-style": (
+        ROOT / "tests" / "fixtures" / "scripts" / "mnist_style.py",
+        ["--epochs", "4", "--train-size", "640", "--test-size", "200", "--read-ms", "3"],
+    ),
 }
 
 
@@ -75,19 +77,43 @@ def files(folder: Path) -> dict[str, bytes]:
 def study(case: str, script: Path, args: list[str], folder: Path) -> dict:
     """The baseline's study of the script; its whole run's figure and its export."""
     store = folder / f"store-{case}"
-    command = [sys.executable, "-m", "autotune", "run", str(script), "--trials", "1", "--store", str(store),
-               "--", *args]
+    command = [
+        sys.executable,
+        "-m",
+        "autotune",
+        "run",
+        str(script),
+        "--trials",
+        "1",
+        "--store",
+        str(store),
+        "--",
+        *args,
+    ]
     done = subprocess.run(command, cwd=folder, env=env(), capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"{case}: the study failed ({done.returncode})\n{done.stderr[-3000:]}")
-    shown = subprocess.run([sys.executable, "-m", "autotune", "show", "--store", str(store), "--json"],
-                           cwd=folder, env=env(), capture_output=True, text=True, check=True)
+    shown = subprocess.run(
+        [sys.executable, "-m", "autotune", "show", "--store", str(store), "--json"],
+        cwd=folder,
+        env=env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     rows = json.loads(shown.stdout)["trials"]
     export = folder / f"{case}.yaml"
-    exported = subprocess.run([sys.executable, "-m", "autotune", "export", "--store", str(store), "-o", str(export)],
-                              cwd=folder, env=env(), capture_output=True, text=True)
+    exported = subprocess.run(
+        [sys.executable, "-m", "autotune", "export", "--store", str(store), "-o", str(export)],
+        cwd=folder,
+        env=env(),
+        capture_output=True,
+        text=True,
+    )
     if exported.returncode:  # (a baseline measured under others' load three times has no figure to export)
-        raise RuntimeError(f"{case}: no export ({exported.returncode}): {exported.stderr.strip()}\n{done.stderr[-2000:]}")
+        raise RuntimeError(
+            f"{case}: no export ({exported.returncode}): {exported.stderr.strip()}\n{done.stderr[-2000:]}"
+        )
     return {"study_run_s": rows[0]["metrics"].get("run_s"), "export": str(export)}
 
 
@@ -98,7 +124,7 @@ def turns(case: str, script: Path, args: list[str], export: str, n: int, folder:
     out: dict[str, list] = {"python": [], "exec": [], "exec_line": [], "differs": []}
     for turn in range(n):
         runs = {}
-        for which in (("python", "exec") if turn % 2 == 0 else ("exec", "python")):
+        for which in ("python", "exec") if turn % 2 == 0 else ("exec", "python"):
             where = folder / f"{case}-{turn}-{which}"
             took, done = timed(plain if which == "python" else execd, where)
             out[which].append(took)
@@ -130,25 +156,36 @@ def main() -> None:
             found[case] = study(case, script, argv, folder)
             found[case].update(turns(case, script, argv, found[case]["export"], args.turns, folder))
             f = found[case]
-            print(f"  python {spread(f['python'], '.2f')} s, exec {spread(f['exec'], '.2f')} s: "
-                  f"{f['ratio_median']:.3f}x (turns' geometric mean {f['ratio_geomean']:.3f}x); "
-                  f"study {f['study_run_s']:.2f} s; differs: {f['differs'] or 'nothing'}", flush=True)
+            print(
+                f"  python {spread(f['python'], '.2f')} s, exec {spread(f['exec'], '.2f')} s: "
+                f"{f['ratio_median']:.3f}x (turns' geometric mean {f['ratio_geomean']:.3f}x); "
+                f"study {f['study_run_s']:.2f} s; differs: {f['differs'] or 'nothing'}",
+                flush=True,
+            )
     data_path(TOPIC, "exec-vs-python", ".json").write_text(json.dumps({"machine": machine(), **found}, indent=1))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
-    lines = [f"Machine: {machine()}. Commit {commit}.", "",
-             f"`python benchmarks/exec_vs_python.py --turns {args.turns}`: for each case the study's baseline "
-             "(`autotune run SCRIPT --trials 1`) and its export, the script's own config; then "
-             f"{args.turns} runs each of `python SCRIPT ARGS` and `autotune exec EXPORT SCRIPT -- ARGS`, in "
-             "turns, each in a fresh folder, timed from its process's spawn to its exit. Seconds: median "
-             "(min..max). *python / exec*: the medians' ratio, and the geometric mean of the turns' ratios.", "",
-             "| case | python | `autotune exec` | python / exec | per turn | the study's whole run | "
-             "same output and files |", "|---|---|---|---|---|---|---|"]
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    lines = [
+        f"Machine: {machine()}. Commit {commit}.",
+        "",
+        f"`python benchmarks/exec_vs_python.py --turns {args.turns}`: for each case the study's baseline "
+        "(`autotune run SCRIPT --trials 1`) and its export, the script's own config; then "
+        f"{args.turns} runs each of `python SCRIPT ARGS` and `autotune exec EXPORT SCRIPT -- ARGS`, in "
+        "turns, each in a fresh folder, timed from its process's spawn to its exit. Seconds: median "
+        "(min..max). *python / exec*: the medians' ratio, and the geometric mean of the turns' ratios.",
+        "",
+        "| case | python | `autotune exec` | python / exec | per turn | the study's whole run | "
+        "same output and files |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for case, f in found.items():
         script, argv = CASES[case]
-        lines.append(f"| {case} (`{script.relative_to(ROOT)} {' '.join(argv)}`) | {spread(f['python'], '.2f')} | "
-                     f"{spread(f['exec'], '.2f')} | **{f['ratio_median']:.3f}x** | {f['ratio_geomean']:.3f}x | "
-                     f"{f['study_run_s']:.2f} s | {'yes' if not f['differs'] else '; '.join(f['differs'])} |")
+        lines.append(
+            f"| {case} (`{script.relative_to(ROOT)} {' '.join(argv)}`) | {spread(f['python'], '.2f')} | "
+            f"{spread(f['exec'], '.2f')} | **{f['ratio_median']:.3f}x** | {f['ratio_geomean']:.3f}x | "
+            f"{f['study_run_s']:.2f} s | {'yes' if not f['differs'] else '; '.join(f['differs'])} |"
+        )
     lines.append("")
     for case, f in found.items():
         lines.append(f"{case}: `autotune exec`'s last line (its last run): `{f['exec_line'][-1]}`")

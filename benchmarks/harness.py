@@ -38,6 +38,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autotune import Config
+from autotune.core._ceilings import bottleneck, cpu_roof
+from autotune.machine._launch import Budget
+
 from _results import (
     DATA,
     HERE,
@@ -51,10 +55,6 @@ from _results import (
     spread,
     write_section,
 )
-
-from autotune import Config
-from autotune.core._ceilings import bottleneck, cpu_roof
-from autotune.machine._launch import Budget
 
 RUNNERS = ["mnist", "jpeg", "charlm"]
 PARTS = ["runners", "search", "overhead", "divergence", "watchdogs"]  # each part's topic (page) too
@@ -73,8 +73,14 @@ def cli(*args: str, cwd: Path) -> None:
     """Run ``autotune`` as a user would (output to a log beside the store)."""
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     with open(cwd / "harness-cli.log", "a") as log:
-        subprocess.run([sys.executable, "-m", "autotune", *args], cwd=cwd, env=env, check=True,
-                       stdout=log, stderr=subprocess.STDOUT)
+        subprocess.run(
+            [sys.executable, "-m", "autotune", *args],
+            cwd=cwd,
+            env=env,
+            check=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def load(store: Path, name: str):
@@ -91,17 +97,27 @@ def all_tricks() -> Config:  # type: ignore[valid-type]
     from autotune.machine._probe import probe, usable_cpus
 
     caps = probe("auto").capabilities
-    return Config(num_workers=usable_cpus(), persistent_workers=True, prefetch_factor=4,
-                  pin_memory=True if caps["cuda"] else None,
-                  prefetch="cuda_stream" if caps["cuda"] else None,
-                  amp="bf16" if caps["bf16"] else None,
-                  fused_optimizer=True if caps["fused_optimizer"] else None,
-                  cudnn_benchmark=True if caps["cudnn"] else None,
-                  malloc_retain=True if caps["glibc_malloc"] else None)
+    return Config(
+        num_workers=usable_cpus(),
+        persistent_workers=True,
+        prefetch_factor=4,
+        pin_memory=True if caps["cuda"] else None,
+        prefetch="cuda_stream" if caps["cuda"] else None,
+        amp="bf16" if caps["bf16"] else None,
+        fused_optimizer=True if caps["fused_optimizer"] else None,
+        cudnn_benchmark=True if caps["cudnn"] else None,
+        malloc_retain=True if caps["glibc_malloc"] else None,
+    )
 
 
-def measure(runner: str, config: Config, logs: Path, budget: Budget = Budget(), seed: int = 0,  # noqa: B008
-            warm=None) -> dict[str, Any]:
+def measure(
+    runner: str,
+    config: Config,
+    logs: Path,
+    budget: Budget = Budget(),
+    seed: int = 0,  # noqa: B008
+    warm=None,
+) -> dict[str, Any]:
     """One real trial (both ceilings measured, none known); its figures. ``warm``: the
     ``autotune.worker._warm.WarmWorker`` to fork it from, as a study does; None spawns it cold."""
     result = one_trial(target(runner), config, budget, logs, seed=seed, warm=warm)
@@ -145,27 +161,50 @@ def runners_part(args: argparse.Namespace) -> list[dict[str, Any]]:
     for runner in args.runners:
         name = f"bench-{runner}-{stamp}"
         started = time.monotonic()
-        cli("run", target(runner), "--trials", str(args.trials), "--study", name, "--store",
-            str(args.store.resolve()), cwd=args.store)
+        cli(
+            "run",
+            target(runner),
+            "--trials",
+            str(args.trials),
+            "--study",
+            name,
+            "--store",
+            str(args.store.resolve()),
+            cwd=args.store,
+        )
         wall = time.monotonic() - started
         found = standing(load(args.store, name))
         rows = [r for r in found.rows if r.samples_per_s]
-        configs = {"PyTorch defaults": Config(), "all tricks on": all_tricks(),
-                   f"tuned ({args.trials} trials)": Config(**found.best.sampled)}
+        configs = {
+            "PyTorch defaults": Config(),
+            "all tricks on": all_tricks(),
+            f"tuned ({args.trials} trials)": Config(**found.best.sampled),
+        }
         runs: dict[str, list[dict[str, Any]]] = {label: [] for label in configs}
         for turn in range(args.repeats):  # in turns: a slow drift of the machine hits all alike
             for label, config in configs.items():
                 runs[label].append(measure(runner, config, logs, seed=turn))
-                print(f"{runner} {label} run {turn + 1}: {runs[label][-1]['samples_per_s']:,.0f} samples/s",
-                      file=sys.stderr)
-        results.append({"runner": runner, "study": name, "wall": wall, "trials": len(found.rows),
-                        "findings": findings(found), "configs": {k: v.set_values() for k, v in configs.items()},
-                        "runs": runs, "overhead": [r.metrics.get("overhead_s") for r in rows
-                                                   if r.metrics.get("overhead_s")]})
+                print(
+                    f"{runner} {label} run {turn + 1}: {runs[label][-1]['samples_per_s']:,.0f} samples/s",
+                    file=sys.stderr,
+                )
+        results.append(
+            {
+                "runner": runner,
+                "study": name,
+                "wall": wall,
+                "trials": len(found.rows),
+                "findings": findings(found),
+                "configs": {k: v.set_values() for k, v in configs.items()},
+                "runs": runs,
+                "overhead": [r.metrics.get("overhead_s") for r in rows if r.metrics.get("overhead_s")],
+            }
+        )
     # Every run's figures, so the table can be rendered again (--from-json) without re-measuring.
     raw = {"machine": machine(), "trials": args.trials, "repeats": args.repeats, "results": results}
     data_path("runners", f"runners-{'-'.join(args.runners)}", ".json").write_text(
-        json.dumps(raw, indent=1, default=str) + "\n")
+        json.dumps(raw, indent=1, default=str) + "\n"
+    )
     write_runners(results, args)
     return results
 
@@ -193,12 +232,13 @@ def write_runners(results: list[dict[str, Any]], args: argparse.Namespace, where
             compute, loader = med(runs, "compute_ceiling"), med(runs, "loader_ceiling")
             wait = med(runs, "data_wait_frac")
             bound = bottleneck(statistics.median(sps), wait, compute, loader, med(runs, "cpu_roof"))
-            of_min = (f"{statistics.median(sps) / min(compute, loader):.0%}" if compute and loader else "-")
+            of_min = f"{statistics.median(sps) / min(compute, loader):.0%}" if compute and loader else "-"
             lines.append(
                 f"| {res['runner']} | {label} | {spread(sps, ',.0f')} | {statistics.median(sps) / base:.2f}x "
                 f"| {cell(runs, 'compute_ceiling')} | {cell(runs, 'loader_ceiling')} | {of_min} "
                 f"| {cell(runs, 'cpu_roof')} | {f'{bound.of_roof:.0%}' if bound.of_roof else '-'} "
-                f"| {wait:.0%} | {bound.verdict} |")
+                f"| {wait:.0%} | {bound.verdict} |"
+            )
         overhead = res["overhead"]
         notes += [
             f"- **{res['runner']}**: study `{res['study']}`, {res['trials']} trials ({args.trials} "
@@ -210,9 +250,11 @@ def write_runners(results: list[dict[str, Any]], args: argparse.Namespace, where
             *[f"  - the study said: {line}" for line in res["findings"]],
         ]
         if not res["configs"][f"tuned ({args.trials} trials)"]:
-            notes.append("  - no config beat the code as written beyond the noise, so the tuned row runs "
-                         "the defaults again: its distance from the first row is this machine's "
-                         "run-to-run noise")
+            notes.append(
+                "  - no config beat the code as written beyond the noise, so the tuned row runs "
+                "the defaults again: its distance from the first row is this machine's "
+                "run-to-run noise"
+            )
     plot = data_path("runners", "runners")
     lines += ["", *notes, "", f"![samples/s per config, with the ceilings]({link('runners', plot)})"]
     write_section("runners", "Runners: defaults, all tricks on, tuned, and the ceilings", "\n".join(lines))
@@ -231,8 +273,13 @@ def plot_runners(results: list[dict[str, Any]], path: Path, where: str) -> None:
         for i, label in enumerate(labels):
             sps = [r["samples_per_s"] for r in res["runs"][label]]
             mid = statistics.median(sps)
-            ax.bar(i, mid, color=["tab:gray", "tab:orange", "tab:blue"][i % 3],
-                   yerr=[[mid - min(sps)], [max(sps) - mid]], capsize=4)
+            ax.bar(
+                i,
+                mid,
+                color=["tab:gray", "tab:orange", "tab:blue"][i % 3],
+                yerr=[[mid - min(sps)], [max(sps) - mid]],
+                capsize=4,
+            )
             runs = res["runs"][label]
             ceilings = [v for v in (med(runs, "compute_ceiling"), med(runs, "loader_ceiling")) if v]
             if ceilings:
@@ -258,8 +305,18 @@ def search_part(args: argparse.Namespace) -> None:
     from autotune.tuner._standing import standing
 
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M")
-    short = ["--space", str(SEARCH_SPACE), "--confirm", "0", "--ceiling-windows", "0", "--prune", "0",
-             "--store", str(args.store.resolve())]
+    short = [
+        "--space",
+        str(SEARCH_SPACE),
+        "--confirm",
+        "0",
+        "--ceiling-windows",
+        "0",
+        "--prune",
+        "0",
+        "--store",
+        str(args.store.resolve()),
+    ]
     knobs = yaml.safe_load(SEARCH_SPACE.read_text())["knobs"]
     varied = {k: v for k, v in knobs.items() if isinstance(v, list)}
     points = [dict(zip(varied, values)) for values in itertools.product(*varied.values())]
@@ -277,13 +334,23 @@ def search_part(args: argparse.Namespace) -> None:
     curves = {}
     for seed in range(args.seeds):
         name = f"bench-search-{stamp}-seed{seed}"
-        cli("run", target(SEARCH_RUNNER), "--trials", str(len(points) + 1), "--study", name, "--seed",
-            str(seed), *short, cwd=args.store)
-        curves[seed] = best_so_far([r.samples_per_s if r.outcome == "complete" else 0.0
-                                    for r in standing(load(args.store, name)).rows])
+        cli(
+            "run",
+            target(SEARCH_RUNNER),
+            "--trials",
+            str(len(points) + 1),
+            "--study",
+            name,
+            "--seed",
+            str(seed),
+            *short,
+            cwd=args.store,
+        )
+        curves[seed] = best_so_far(
+            [r.samples_per_s if r.outcome == "complete" else 0.0 for r in standing(load(args.store, name)).rows]
+        )
     random = expected_random_curve(table[1:], table[0])
-    reach = {seed: next((i + 1 for i, v in enumerate(c) if v >= NEAR_BEST * best), None)
-             for seed, c in curves.items()}
+    reach = {seed: next((i + 1 for i, v in enumerate(c) if v >= NEAR_BEST * best), None) for seed, c in curves.items()}
     reach_random = next((i + 1 for i, v in enumerate(random) if v >= NEAR_BEST * best), None)
     lines = [
         f"Machine: {machine()}. Space `{SEARCH_SPACE.relative_to(ROOT)}` on the {SEARCH_RUNNER} runner: "
@@ -294,8 +361,10 @@ def search_part(args: argparse.Namespace) -> None:
         "",
         f"| search | trials to reach {NEAR_BEST:.0%} of the grid's best | best after {len(points) + 1} trials |",
         "|---|---|---|",
-        *[f"| tuner, seed {seed} | {reach[seed] or 'not reached'} | {c[-1]:,.0f} ({c[-1] / best:.0%}) |"
-          for seed, c in curves.items()],
+        *[
+            f"| tuner, seed {seed} | {reach[seed] or 'not reached'} | {c[-1]:,.0f} ({c[-1] / best:.0%}) |"
+            for seed, c in curves.items()
+        ],
         f"| random order of the grid (expected) | {reach_random or 'not reached'} | "
         f"{random[-1]:,.0f} ({random[-1] / best:.0%}) |",
         "",
@@ -358,8 +427,8 @@ def plot_search(curves: dict[int, list[float]], random: list[float], best: float
 
 
 def overhead_part(args: argparse.Namespace) -> None:
-    from autotune.worker._warm import WarmWorker
     from autotune.machine._launch import new_tag
+    from autotune.worker._warm import WarmWorker
 
     logs = args.store / "harness-logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -385,13 +454,15 @@ def overhead_part(args: argparse.Namespace) -> None:
             runs: dict[str, list[dict[str, Any]]] = {"cold": [], "warm": []}
             for i in range(args.overhead_runs):
                 for start, worker in (("cold", None), ("warm", warm)):
-                    runs[start].append(measure(runner, Config(), logs, Budget(ceiling_windows=0), seed=i,
-                                               warm=worker))
+                    runs[start].append(measure(runner, Config(), logs, Budget(ceiling_windows=0), seed=i, warm=worker))
             for start, done in runs.items():
                 sps = [r["samples_per_s"] for r in done]
-                lines.append(f"| {runner} | {start} | " + " | ".join(spread([r[s] for r in done], ".2f") for s in spans)
-                             + f" | {spread([r['duration_s'] for r in done], '.1f')} | {spread(sps, ',.0f')} "
-                             f"| {(max(sps) - min(sps)) / statistics.median(sps):.1%} |")
+                lines.append(
+                    f"| {runner} | {start} | "
+                    + " | ".join(spread([r[s] for r in done], ".2f") for s in spans)
+                    + f" | {spread([r['duration_s'] for r in done], '.1f')} | {spread(sps, ',.0f')} "
+                    f"| {(max(sps) - min(sps)) / statistics.median(sps):.1%} |"
+                )
     finally:
         warm.close()
     ratios, per_step = instrumentation(args.instrument_repeats)
@@ -426,8 +497,7 @@ def instrumentation(repeats: int) -> tuple[list[float], list[float]]:
     def loop(instrumented: bool) -> float:
         torch.manual_seed(0)
         model = mnist.Net()
-        run = Trial(Config(), "cpu", lambda kind, **_: None, warmup_steps=0, warmup_s=0.0,
-                    window_s=1e9, windows=1)
+        run = Trial(Config(), "cpu", lambda kind, **_: None, warmup_steps=0, warmup_s=0.0, window_s=1e9, windows=1)
         loader = run.dataloader(dataset, batch_size=64, shuffle=True, drop_last=True)
         opt = run.optimizer(torch.optim.AdamW, model.parameters(), lr=1e-3)
         batches = run.batches(loader) if instrumented else iter(loader)
@@ -454,8 +524,7 @@ def instrumentation(repeats: int) -> tuple[list[float], list[float]]:
         ratios.append(loop(True) / plain)
 
     def empty(n: int = 20000) -> float:
-        run = Trial(Config(), "cpu", lambda kind, **_: None, warmup_steps=0, warmup_s=0.0, window_s=0.05,
-                    windows=10**9)
+        run = Trial(Config(), "cpu", lambda kind, **_: None, warmup_steps=0, warmup_s=0.0, window_s=0.05, windows=10**9)
         batch, loss = (torch.zeros(64, 1),), torch.zeros(())
         started = time.perf_counter()
         for _ in run.batches([batch] * n):
@@ -488,20 +557,39 @@ def log_to_mlflow(args: argparse.Namespace, results: list[dict[str, Any]] | None
     tracker = Tracker(tracking_uri(args.store.resolve()), artifact_root=args.store.resolve() / "artifacts")
     client = tracker.client
     experiment = tracker.experiment("autotune-benchmarks")
-    parent = client.create_run(experiment, run_name=f"harness {' '.join(args.only)}",
-                               tags={"autotune.machine": machine()}).info.run_id
+    parent = client.create_run(
+        experiment, run_name=f"harness {' '.join(args.only)}", tags={"autotune.machine": machine()}
+    ).info.run_id
     for res in results or []:
         for label, runs in res["runs"].items():
-            child = client.create_run(experiment, run_name=f"{res['runner']}: {label}",
-                                      tags={"mlflow.parentRunId": parent, "runner": res["runner"]}).info.run_id
-            metrics = {f"{k}_median": med(runs, k) for k in ("samples_per_s", "compute_ceiling", "loader_ceiling",
-                                                             "cpu_roof", "data_wait_frac", "overhead_s")
-                       if med(runs, k) is not None}
-            metrics.update(samples_per_s_min=min(r["samples_per_s"] for r in runs),
-                           samples_per_s_max=max(r["samples_per_s"] for r in runs), runs=len(runs))
+            child = client.create_run(
+                experiment,
+                run_name=f"{res['runner']}: {label}",
+                tags={"mlflow.parentRunId": parent, "runner": res["runner"]},
+            ).info.run_id
+            metrics = {
+                f"{k}_median": med(runs, k)
+                for k in (
+                    "samples_per_s",
+                    "compute_ceiling",
+                    "loader_ceiling",
+                    "cpu_roof",
+                    "data_wait_frac",
+                    "overhead_s",
+                )
+                if med(runs, k) is not None
+            }
+            metrics.update(
+                samples_per_s_min=min(r["samples_per_s"] for r in runs),
+                samples_per_s_max=max(r["samples_per_s"] for r in runs),
+                runs=len(runs),
+            )
             now = int(time.time() * 1000)
-            client.log_batch(child, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
-                             params=[Param(k, str(v)) for k, v in res["configs"][label].items()])
+            client.log_batch(
+                child,
+                metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
+                params=[Param(k, str(v)) for k, v in res["configs"][label].items()],
+            )
             client.set_terminated(child)
     for page in dict.fromkeys(results_path(part) for part in args.only):
         if page.exists():
@@ -522,15 +610,24 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3, help="tuner runs (search part)")
     parser.add_argument("--overhead-runs", type=int, default=5, help="trials per runner (overhead part)")
     parser.add_argument("--instrument-repeats", type=int, default=7)
-    parser.add_argument("--store", type=Path, default=ROOT / "mlflow",
-                        help="autotune store for the studies and the MLflow runs")
-    parser.add_argument("--results", type=Path,
-                        help="one Markdown page for every part instead of each part's own in benchmarks/results/ "
-                             "(raw figures and plots then go to benchmarks/data/ under the page's name, "
-                             "suffixed with it: results/gpu.md -> data/gpu/runners-gpu.png)")
-    parser.add_argument("--from-json", type=Path, nargs="+", metavar="RAW",
-                        help="render the runners table again from runners-*.json files written earlier "
-                             "(one machine; e.g. benchmarks/data/runners/), measuring nothing")
+    parser.add_argument(
+        "--store", type=Path, default=ROOT / "mlflow", help="autotune store for the studies and the MLflow runs"
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        help="one Markdown page for every part instead of each part's own in benchmarks/results/ "
+        "(raw figures and plots then go to benchmarks/data/ under the page's name, "
+        "suffixed with it: results/gpu.md -> data/gpu/runners-gpu.png)",
+    )
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        nargs="+",
+        metavar="RAW",
+        help="render the runners table again from runners-*.json files written earlier "
+        "(one machine; e.g. benchmarks/data/runners/), measuring nothing",
+    )
     args = parser.parse_args()
     if args.results:
         os.environ[RESULTS_ENV] = str(args.results.resolve())  # for divergence.py and watchdogs.py too

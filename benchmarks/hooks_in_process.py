@@ -17,13 +17,14 @@ import json
 import statistics
 
 import torch
-from _results import data_path, machine, spread, write_section
-from _timed_loop import loop
 
 from autotune.core._config import Config
 from autotune.training._handles import Run
 from autotune.training._hooks import Hooks
 from autotune.worker._script_trial import ScriptTrial
+
+from _results import data_path, machine, spread, write_section
+from _timed_loop import loop
 
 TOPIC = "scripts"
 
@@ -49,27 +50,41 @@ def main() -> None:
         arms["plain"].append(loop(args.steps, 100))
         arms["production hooks"].append(hooked(Run(config, "cpu"), args.steps, 100))
         # A trial whose one window outlasts the loop: every batch counted, timed and waited for.
-        trial = ScriptTrial(config, "cpu", lambda *a, **k: None, warmup_steps=0, warmup_s=0.0,
-                            window_s=1e9, windows=1)
+        trial = ScriptTrial(config, "cpu", lambda *a, **k: None, warmup_steps=0, warmup_s=0.0, window_s=1e9, windows=1)
         trial.hooks.install()
         try:
             arms["trial hooks"].append(loop(args.steps, 100))
         finally:
             trial.hooks.remove()
-    ratios = {name: [100 * r / p for r, p in zip(rates, arms["plain"])] for name, rates in arms.items() if name != "plain"}
+    ratios = {
+        name: [100 * r / p for r, p in zip(rates, arms["plain"])] for name, rates in arms.items() if name != "plain"
+    }
     data_path(TOPIC, "hooks-in-process", ".json").write_text(json.dumps({"machine": machine(), **arms}, indent=1))
-    rows = [f"| {name} | {spread(rates, ',.0f')} | "
-            + (f"{spread(ratios[name], '.1f')}% |" if name in ratios else "100% |") for name, rates in arms.items()]
-    body = "\n".join([
-        f"Machine: {machine()}.", "",
-        f"The loop of `benchmarks/_timed_loop.py` (an MLP on in-memory tensors, batch 64, Adam, one thread), "
-        f"{args.steps:,} timed steps, {args.turns} turns of the three in one process; samples/s, median "
-        "(min..max), and each against the plain run of its turn.", "",
-        "| run | samples/s | against plain, turn by turn |", "|---|---|---|", *rows, "",
-        "Medians against plain: " + ", ".join(
-            f"{name} {100 * statistics.median(arms[name]) / statistics.median(arms['plain']):.1f}%" for name in ratios)
-        + ". Command: `python benchmarks/hooks_in_process.py --turns "
-        f"{args.turns}`."])
+    rows = [
+        f"| {name} | {spread(rates, ',.0f')} | " + (f"{spread(ratios[name], '.1f')}% |" if name in ratios else "100% |")
+        for name, rates in arms.items()
+    ]
+    body = "\n".join(
+        [
+            f"Machine: {machine()}.",
+            "",
+            f"The loop of `benchmarks/_timed_loop.py` (an MLP on in-memory tensors, batch 64, Adam, one thread), "
+            f"{args.steps:,} timed steps, {args.turns} turns of the three in one process; samples/s, median "
+            "(min..max), and each against the plain run of its turn.",
+            "",
+            "| run | samples/s | against plain, turn by turn |",
+            "|---|---|---|",
+            *rows,
+            "",
+            "Medians against plain: "
+            + ", ".join(
+                f"{name} {100 * statistics.median(arms[name]) / statistics.median(arms['plain']):.1f}%"
+                for name in ratios
+            )
+            + ". Command: `python benchmarks/hooks_in_process.py --turns "
+            f"{args.turns}`.",
+        ]
+    )
     print(body)
     write_section(TOPIC, "Hooks in one process", body)
 

@@ -62,14 +62,15 @@ import threading
 import time
 from pathlib import Path
 
-from _counted import COUNTER_ENV, TARGET_ENV, new_counter, read_counter
-from _results import HERE, data_path, machine, one_trial, spread, write_section
 from production import CASES, TOPIC, geometric_mean_ci, monitor_slowed
 
-from autotune.production._export import render
+from autotune.machine._launch import Budget, TrialSpec, build_command, new_tag
 from autotune.machine._proctree import _walk
+from autotune.production._export import render
 from autotune.worker._warm import WarmWorker
-from autotune.machine._launch import Budget, build_command, new_tag, TrialSpec
+
+from _counted import COUNTER_ENV, TARGET_ENV, new_counter, read_counter
+from _results import HERE, data_path, machine, one_trial, spread, write_section
 
 COUNTED = f"{HERE / '_counted.py'}:train"
 #: Steps each process makes before the slices start (imports, the dataset, the first
@@ -87,8 +88,11 @@ KINDS = ("trial", "production")
 #: spawned as a new interpreter instead of forked from the warm worker, or the trial's
 #: worker alone (``bare``: spawned by this script, its events drained here; no tuner, no
 #: monitor, no warm worker: what the Trial costs in the training process itself).
-VARIANTS = {"monitor-slowed": "trial, the monitor at 0.2 Hz", "cold": "trial, spawned cold",
-            "bare": "trial's worker alone"}
+VARIANTS = {
+    "monitor-slowed": "trial, the monitor at 0.2 Hz",
+    "cold": "trial, spawned cold",
+    "bare": "trial's worker alone",
+}
 #: After a process is let run, this long before its slice's first step is read: the steps in
 #: a slice count from one that ended while it ran, and the time between its first and last
 #: step's end, so the signals' delivery and the wake-up fall outside both processes' figures.
@@ -118,8 +122,7 @@ def tuner(case: int, counter: Path, logs: Path, kind: str) -> None:
         one_trial(COUNTED, config, FIRST_BUDGET, logs, device="cpu", warm=warm)
         os.environ[COUNTER_ENV] = str(counter)
         with monitor_slowed() if kind == "monitor-slowed" else contextlib.nullcontext():
-            one_trial(COUNTED, config, MEASURED_BUDGET, logs,
-                      device="cpu", warm=None if kind == "cold" else warm)
+            one_trial(COUNTED, config, MEASURED_BUDGET, logs, device="cpu", warm=None if kind == "cold" else warm)
     finally:
         warm.close()
 
@@ -132,14 +135,17 @@ def start(kind: str, case: int, counter: Path, folder: Path, yaml_path: Path) ->
     if kind != "production":
         argv = [sys.executable, __file__, "--tuner", str(case), str(counter), str(folder), kind]
     else:
-        code = ("import sys, autotune\n"
-                f"sys.path.insert(0, {str(HERE)!r})\n"
-                "import _counted\n"
-                f"_counted.train(autotune.load({str(yaml_path)!r}, device='cpu', check=False))\n")
+        code = (
+            "import sys, autotune\n"
+            f"sys.path.insert(0, {str(HERE)!r})\n"
+            "import _counted\n"
+            f"_counted.train(autotune.load({str(yaml_path)!r}, device='cpu', check=False))\n"
+        )
         argv = [sys.executable, "-c", code]
     log = open(folder / f"{kind}-{counter.stem}.log", "w")  # noqa: SIM115 (closed with the process's end)
-    return subprocess.Popen(argv, env=case_env(target, counter), stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    return subprocess.Popen(
+        argv, env=case_env(target, counter), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
 
 
 def start_bare(case: int, counter: Path, folder: Path) -> subprocess.Popen:
@@ -151,8 +157,9 @@ def start_bare(case: int, counter: Path, folder: Path) -> subprocess.Popen:
     argv, env = build_command(spec, write_fd, case_env(target, counter), tag=new_tag())
     log = open(folder / f"bare-{counter.stem}.log", "w")  # noqa: SIM115 (closed with the process's end)
     try:
-        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv, env=env, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,), start_new_session=True
+        )
     finally:
         os.close(write_fd)
 
@@ -204,8 +211,9 @@ def steady_read(counter: Path) -> tuple[int, int]:
     return now
 
 
-def one_turn(case: int, pair: tuple[str, str], folder: Path, yaml_path: Path, args: argparse.Namespace,
-             turn: int, keep: set[int]) -> dict:
+def one_turn(
+    case: int, pair: tuple[str, str], folder: Path, yaml_path: Path, args: argparse.Namespace, turn: int, keep: set[int]
+) -> dict:
     """Both processes anew; their slices, each (label, steps, seconds between the first and
     the last step's end in it); the ratio of their steps per running second."""
     names = [VARIANTS.get(kind, kind) for kind in pair]
@@ -246,17 +254,24 @@ def one_turn(case: int, pair: tuple[str, str], folder: Path, yaml_path: Path, ar
                 time.sleep(0.02)  # (a stop lands at the process's next scheduling point)
                 steps1, ns1, _ = read_counter(counters[label])
                 if procs[label].poll() is not None or steps1 <= steps0 or ns0 < resumed:
-                    raise RuntimeError(f"turn {turn}: {label} made no step in a slice (or in its first half); "
-                                       f"logs in {folder}")
+                    raise RuntimeError(
+                        f"turn {turn}: {label} made no step in a slice (or in its first half); logs in {folder}"
+                    )
                 slices.append((label, steps1 - steps0, (ns1 - ns0) / 1e9))
     finally:
         kill_descendants(keep)
         for p in procs.values():
             p.wait()
-    rates = {label: sum(s[1] for s in slices if s[0] == label) / sum(s[2] for s in slices if s[0] == label)
-             for label in labels}
-    return {"labels": labels, "steps_per_s": rates, "ratio": rates[labels[0]] / rates[labels[1]] * 100,
-            "slices": slices}
+    rates = {
+        label: sum(s[1] for s in slices if s[0] == label) / sum(s[2] for s in slices if s[0] == label)
+        for label in labels
+    }
+    return {
+        "labels": labels,
+        "steps_per_s": rates,
+        "ratio": rates[labels[0]] / rates[labels[1]] * 100,
+        "slices": slices,
+    }
 
 
 def main() -> None:
@@ -264,14 +279,20 @@ def main() -> None:
         tuner(int(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]), sys.argv[5])
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", nargs="*", type=int, default=[4], choices=CPU_BOUND,
-                        help="indices into production.CASES")
+    parser.add_argument(
+        "--cases", nargs="*", type=int, default=[4], choices=CPU_BOUND, help="indices into production.CASES"
+    )
     parser.add_argument("--turns", type=int, default=12, help="pairs of processes per case")
     parser.add_argument("--pairs", type=int, default=12, help="pairs of slices per turn")
     parser.add_argument("--slice", type=float, default=3.0, help="seconds each process runs at a time")
-    parser.add_argument("--pair", nargs=2, default=list(KINDS), choices=[*KINDS, *VARIANTS],
-                        help="the two compared (production production: the protocol's own spread; "
-                             "monitor-slowed, cold, bare: trials measured another way)")
+    parser.add_argument(
+        "--pair",
+        nargs=2,
+        default=list(KINDS),
+        choices=[*KINDS, *VARIANTS],
+        help="the two compared (production production: the protocol's own spread; "
+        "monitor-slowed, cold, bare: trials measured another way)",
+    )
     args = parser.parse_args()
     pair = tuple(args.pair)
     rows, raw = [], {}
@@ -296,30 +317,36 @@ def main() -> None:
                 for turn in range(args.turns):
                     turns.append(one_turn(case, pair, folder, yaml_path, args, turn, keep={warm.pid}))
                     raw[name] = {"batch_size": batch, "turns": turns}
-                    raw_path.write_text(json.dumps({"machine": machine(), "args": vars(args), "cases": raw},
-                                                   indent=1) + "\n")
+                    raw_path.write_text(
+                        json.dumps({"machine": machine(), "args": vars(args), "cases": raw}, indent=1) + "\n"
+                    )
                     a, b = turns[-1]["labels"]
-                    print(f"{name}: {a} {turns[-1]['steps_per_s'][a] * batch:,.0f}, "
-                          f"{b} {turns[-1]['steps_per_s'][b] * batch:,.0f} samples/s: {turns[-1]['ratio']:.1f}%",
-                          flush=True)
+                    print(
+                        f"{name}: {a} {turns[-1]['steps_per_s'][a] * batch:,.0f}, "
+                        f"{b} {turns[-1]['steps_per_s'][b] * batch:,.0f} samples/s: {turns[-1]['ratio']:.1f}%",
+                        flush=True,
+                    )
                 rows.append(row(name, turns, batch))
         finally:
             warm.close()
-    body = "\n".join([
-        f"Machine: {machine()}. `python benchmarks/interleaved.py --cases {' '.join(map(str, args.cases))} "
-        f"--turns {args.turns} --pairs {args.pairs} --slice {args.slice:g}"
-        + ("" if pair == KINDS else f" --pair {' '.join(pair)}") + "`.",
-        "",
-        f"Each turn: the two processes anew, each stopped after {WARM_STEPS} steps, then by turns {args.slice:g} s at "
-        f"a time ({args.pairs} pairs of slices), the other one and its whole tree stopped; a slice counts the "
-        "steps between the first and the last that ended in it, over the time between them. *per turn*: the "
-        "first one's steps per running second over the second one's; their geometric mean over the turns "
-        "with a 95% bootstrap interval. Goal: the trial within 3% of production.",
-        "",
-        "| case | compared | turns | samples/s (medians of the turns) | per turn | mean (95% CI) |",
-        "|---|---|---|---|---|---|",
-        *rows,
-    ])
+    body = "\n".join(
+        [
+            f"Machine: {machine()}. `python benchmarks/interleaved.py --cases {' '.join(map(str, args.cases))} "
+            f"--turns {args.turns} --pairs {args.pairs} --slice {args.slice:g}"
+            + ("" if pair == KINDS else f" --pair {' '.join(pair)}")
+            + "`.",
+            "",
+            f"Each turn: the two processes anew, each stopped after {WARM_STEPS} steps, then by turns {args.slice:g} s at "
+            f"a time ({args.pairs} pairs of slices), the other one and its whole tree stopped; a slice counts the "
+            "steps between the first and the last that ended in it, over the time between them. *per turn*: the "
+            "first one's steps per running second over the second one's; their geometric mean over the turns "
+            "with a 95% bootstrap interval. Goal: the trial within 3% of production.",
+            "",
+            "| case | compared | turns | samples/s (medians of the turns) | per turn | mean (95% CI) |",
+            "|---|---|---|---|---|---|",
+            *rows,
+        ]
+    )
     write_section(TOPIC, "Trial vs production, interleaved", body)
     print(body)
 
@@ -329,8 +356,10 @@ def row(name: str, turns: list[dict], batch: int) -> str:
     ratios = [t["ratio"] for t in turns]
     mean, low, high = geometric_mean_ci(ratios)
     rates = {label: statistics.median(t["steps_per_s"][label] * batch for t in turns) for label in (a, b)}
-    return (f"| {name} | {a} / {b} | {len(turns)} | {rates[a]:,.0f} / {rates[b]:,.0f} | {spread(ratios, '.1f')}% "
-            f"| {mean:.1f}% ({low:.1f}..{high:.1f}%) |")
+    return (
+        f"| {name} | {a} / {b} | {len(turns)} | {rates[a]:,.0f} / {rates[b]:,.0f} | {spread(ratios, '.1f')}% "
+        f"| {mean:.1f}% ({low:.1f}..{high:.1f}%) |"
+    )
 
 
 if __name__ == "__main__":

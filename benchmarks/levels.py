@@ -102,8 +102,9 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=2.0)
     varied = parser.add_mutually_exclusive_group()
     varied.add_argument("--bind", action="store_true", help="every other run with OMP_PROC_BIND=true")
-    varied.add_argument("--retain", action="store_true",
-                        help="every other run with glibc's malloc keeping freed memory (malloc_retain)")
+    varied.add_argument(
+        "--retain", action="store_true", help="every other run with glibc's malloc keeping freed memory (malloc_retain)"
+    )
     args = parser.parse_args()
     other = "bound" if args.bind else "retained" if args.retain else None
     runs = []
@@ -113,29 +114,46 @@ def main() -> None:
         rates = found["rates"]
         if not rates:
             parser.error(f"--seconds {args.seconds} leaves no window past the warm-up one ({args.window} s each)")
-        runs.append({"group": other if changed else "free", "windows": rates, "median": statistics.median(rates),
-                     "faults_per_s": found["faults_per_s"], "system_share": found["system_share"]})
-        print(f"run {index + 1:2d}{' ' + other if changed else ''}: {statistics.median(rates):7,.0f} samples/s, "
-              f"{found['faults_per_s']:7,.0f} faults/s, {found['system_share']:4.0%} in the kernel, "
-              f"windows {', '.join(f'{r:,.0f}' for r in rates)}", flush=True)
+        runs.append(
+            {
+                "group": other if changed else "free",
+                "windows": rates,
+                "median": statistics.median(rates),
+                "faults_per_s": found["faults_per_s"],
+                "system_share": found["system_share"],
+            }
+        )
+        print(
+            f"run {index + 1:2d}{' ' + other if changed else ''}: {statistics.median(rates):7,.0f} samples/s, "
+            f"{found['faults_per_s']:7,.0f} faults/s, {found['system_share']:4.0%} in the kernel, "
+            f"windows {', '.join(f'{r:,.0f}' for r in rates)}",
+            flush=True,
+        )
     within = [rel_spread(r["windows"]) for r in runs]
     summary = {"within_run_spread_median": statistics.median(within)}
     for label in ("free", other):
         chosen = [r for r in runs if r["group"] == label]
         if len(chosen) > 1:
             medians = [r["median"] for r in chosen]
-            summary[label] = {"runs": len(medians), "median": statistics.median(medians),
-                              "min": min(medians), "max": max(medians), "between_run_spread": rel_spread(medians),
-                              "faults_per_s_median": statistics.median(r["faults_per_s"] for r in chosen),
-                              "system_share_median": statistics.median(r["system_share"] for r in chosen)}
+            summary[label] = {
+                "runs": len(medians),
+                "median": statistics.median(medians),
+                "min": min(medians),
+                "max": max(medians),
+                "between_run_spread": rel_spread(medians),
+                "faults_per_s_median": statistics.median(r["faults_per_s"] for r in chosen),
+                "system_share_median": statistics.median(r["system_share"] for r in chosen),
+            }
             if label == "free" and len(chosen) > 2:  # does a run's kernel time tell its level?
                 summary[label]["rate_vs_faults_correlation"] = statistics.correlation(
-                    medians, [r["faults_per_s"] for r in chosen])
+                    medians, [r["faults_per_s"] for r in chosen]
+                )
             # within the group: with --bind the runs alternate, and a correlation across both
             # groups would measure that alternation, not the machine's drift
             summary[label]["lag1_correlation"] = lag_correlation(medians)
-    data_path("levels", "levels-retained" if args.retain else "levels", ".json").write_text(json.dumps(
-        {"machine": machine(), "args": vars(args), "summary": summary, "runs": runs}, indent=1) + "\n")
+    data_path("levels", "levels-retained" if args.retain else "levels", ".json").write_text(
+        json.dumps({"machine": machine(), "args": vars(args), "summary": summary, "runs": runs}, indent=1) + "\n"
+    )
     print(json.dumps(summary, indent=1))
 
 

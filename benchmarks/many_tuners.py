@@ -38,9 +38,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _results import ROOT, machine, spread, write_section
-
 from autotune.core._kinds import Kind
+
+from _results import ROOT, machine, spread, write_section
 
 sys.path.insert(0, str(ROOT / "tests" / "lib"))
 from servers import (
@@ -63,8 +63,10 @@ knobs:
   prefetch: [none, thread]
 """
 #: Lines of a tuner's output that say what a store did to it.
-STORE_LINE = re.compile(r"does not answer|answers again|autotune: stopped|is now recorded|cannot keep|"
-                        r"left RUNNING|closed by another tuner")
+STORE_LINE = re.compile(
+    r"does not answer|answers again|autotune: stopped|is now recorded|cannot keep|"
+    r"left RUNNING|closed by another tuner"
+)
 
 
 @dataclass(frozen=True)
@@ -83,14 +85,44 @@ class Plan:
     db_down_s: float
 
     def budget(self) -> list[str]:
-        return ["--warmup", str(self.warmup), "--window", str(self.window), "--windows", str(self.windows),
-                "--ceiling-windows", "0", "--prune", "0"]
+        return [
+            "--warmup",
+            str(self.warmup),
+            "--window",
+            str(self.window),
+            "--windows",
+            str(self.windows),
+            "--ceiling-windows",
+            "0",
+            "--prune",
+            "0",
+        ]
 
 
-FULL = Plan(warmup=1.0, window=1.5, windows=3, k=6, confirm=2, drill_trials=3, short_outage_s=20,
-            long_outage_s=300, patience_s=120, db_down_s=10)
-QUICK = Plan(warmup=0.3, window=0.5, windows=2, k=2, confirm=1, drill_trials=2, short_outage_s=5,
-             long_outage_s=40, patience_s=15, db_down_s=3)
+FULL = Plan(
+    warmup=1.0,
+    window=1.5,
+    windows=3,
+    k=6,
+    confirm=2,
+    drill_trials=3,
+    short_outage_s=20,
+    long_outage_s=300,
+    patience_s=120,
+    db_down_s=10,
+)
+QUICK = Plan(
+    warmup=0.3,
+    window=0.5,
+    windows=2,
+    k=2,
+    confirm=1,
+    drill_trials=2,
+    short_outage_s=5,
+    long_outage_s=40,
+    patience_s=15,
+    db_down_s=3,
+)
 
 
 #: Every tuner process started, killed (with its process group) in the end whatever happened.
@@ -109,9 +141,15 @@ class Tuner:
         env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "COLUMNS": "10000"}
         env.pop("MLFLOW_TRACKING_URI", None)
         with open(self.log, "w") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "autotune", "run", TARGET, *args], cwd=cwd, env=env,
-                                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "autotune", "run", TARGET, *args],
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         STARTED.append(self)
 
     def wait(self, timeout: float) -> int:
@@ -119,8 +157,7 @@ class Tuner:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise RuntimeError(f"tuner still running after {timeout:.0f} s; output:\n{self.output[-3000:]}") \
-                from None
+            raise RuntimeError(f"tuner still running after {timeout:.0f} s; output:\n{self.output[-3000:]}") from None
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -198,8 +235,10 @@ def audit(url: str, tracking_uri: str, name: str, confirm: int, stores: list[Pat
         "parent runs past 1": max(0, len(parents) - 1),
     }
     if len(baselines) > 1:
-        found.details.append("baseline trials " + ", ".join(
-            f"{t.number} (on {t.user_attrs.get('slot', {}).get('share', '?')})" for t in baselines))
+        found.details.append(
+            "baseline trials "
+            + ", ".join(f"{t.number} (on {t.user_attrs.get('slot', {}).get('share', '?')})" for t in baselines)
+        )
     found.details += [f"trial {n}: {c} re-runs" for n, c in sorted(reruns.items()) if c > confirm]
     found.details += [f"trial {n}: {c} MLflow children" for n, c in sorted(per_trial.items()) if c > 1]
     by_id = {r.info.run_id: r for r in children}
@@ -215,12 +254,15 @@ def audit(url: str, tracking_uri: str, name: str, confirm: int, stores: list[Pat
             found.lost.append(f"trial {t.number} ({outcome}) has no MLflow child")
             continue
         if run.info.status == "RUNNING" or run.data.tags.get("autotune.outcome") != outcome:
-            found.lost.append(f"trial {t.number}: MLflow says {run.info.status}/"
-                              f"{run.data.tags.get('autotune.outcome')}, Optuna {outcome}")
+            found.lost.append(
+                f"trial {t.number}: MLflow says {run.info.status}/"
+                f"{run.data.tags.get('autotune.outcome')}, Optuna {outcome}"
+            )
         sps = t.user_attrs.get("metrics", {}).get("samples_per_s")
         if sps is not None and abs(run.data.metrics.get("samples_per_s", -1.0) - sps) > 1e-6 * sps:
-            found.lost.append(f"trial {t.number}: samples/s {sps:.1f} in Optuna, "
-                              f"{run.data.metrics.get('samples_per_s')} in MLflow")
+            found.lost.append(
+                f"trial {t.number}: samples/s {sps:.1f} in Optuna, {run.data.metrics.get('samples_per_s')} in MLflow"
+            )
     for store in stores:
         left = sorted((store / "pending").rglob("*.json")) if (store / "pending").is_dir() else []
         found.lost += [f"pending result left: {p.name}" for p in left]
@@ -246,8 +288,11 @@ def beside_another(trial, trials) -> bool:
     start, end = trial.datetime_start, trial.datetime_complete
     if start is None or end is None or end <= start:
         return False
-    spans = sorted((max(start, t.datetime_start), min(end, t.datetime_complete)) for t in trials
-                   if t.number != trial.number and t.datetime_start and t.datetime_complete)
+    spans = sorted(
+        (max(start, t.datetime_start), min(end, t.datetime_complete))
+        for t in trials
+        if t.number != trial.number and t.datetime_start and t.datetime_complete
+    )
     covered, reach = 0.0, start
     for lo, hi in spans:  # the union of the overlaps
         lo = max(lo, reach)
@@ -295,17 +340,28 @@ class Setting:
     notes: list[str]
 
 
-def run_setting(label: str, tuners_args: list[list[str]], work: Path, pg: PgServer, plan: Plan,
-                timeout: float) -> Setting:
+def run_setting(
+    label: str, tuners_args: list[list[str]], work: Path, pg: PgServer, plan: Plan, timeout: float
+) -> Setting:
     """Start the tuners together on a fresh study database and MLflow server; audit both stores."""
     name = f"mt-{label.split()[0]}-{uuid.uuid4().hex[:6]}"
     folder = work / name
     with fresh_database(pg) as url, running_mlflow_server(pg, folder / "server") as server:
-        common = ["--study", name, "--storage", url, "--tracking-uri", server.url, "--confirm", str(plan.confirm),
-                  "--space", str(work / "space.yaml"), *plan.budget()]
+        common = [
+            "--study",
+            name,
+            "--storage",
+            url,
+            "--tracking-uri",
+            server.url,
+            "--confirm",
+            str(plan.confirm),
+            "--space",
+            str(work / "space.yaml"),
+            *plan.budget(),
+        ]
         started = time.monotonic()
-        tuners = [Tuner(folder / f"host{i}", *common, "--store", "store", *args)
-                  for i, args in enumerate(tuners_args)]
+        tuners = [Tuner(folder / f"host{i}", *common, "--store", "store", *args) for i, args in enumerate(tuners_args)]
         exits = [t.wait(timeout) for t in tuners]
         wall = time.monotonic() - started
         found = audit(url, server.url, name, plan.confirm, [t.cwd / "store" for t in tuners])
@@ -315,8 +371,11 @@ def run_setting(label: str, tuners_args: list[list[str]], work: Path, pg: PgServ
         notes += [line.strip() for line in out.splitlines() if "other tuner(s) run on this host" in line]
         exports = list((tuner.cwd / "store" / "exports").glob("*.yaml"))
         if exports:
-            notes += [line.lstrip("# ").strip() for line in exports[0].read_text().splitlines()
-                      if line.startswith("#") and "each trial on" in line]
+            notes += [
+                line.lstrip("# ").strip()
+                for line in exports[0].read_text().splitlines()
+                if line.startswith("#") and "each trial on" in line
+            ]
     print(f"{label}: {wall:.0f} s, exits {exits}, {found}", file=sys.stderr)
     return Setting(label, wall, exits, sum("Traceback" in t.output for t in tuners), found, notes)
 
@@ -345,24 +404,40 @@ class Drill:
             if found.duplicates:
                 lost += f"; duplicated work: {found.duplicates}"
         said = f"{len(dict.fromkeys(self.lines))} (below)" if self.lines else "nothing"
-        return (f"| {self.what} | {self.happened} | {', '.join(map(str, self.exits))} | "
-                f"{'yes' if self.tracebacks else 'no'} | {stores} | {lost} | {said} |")
+        return (
+            f"| {self.what} | {self.happened} | {', '.join(map(str, self.exits))} | "
+            f"{'yes' if self.tracebacks else 'no'} | {stores} | {lost} | {said} |"
+        )
 
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def drill_tracking(work: Path, pg: PgServer, plan: Plan, down_s: float, patience: float | None,
-                   what: str) -> Drill:
+def drill_tracking(work: Path, pg: PgServer, plan: Plan, down_s: float, patience: float | None, what: str) -> Drill:
     """The tracking server stops while trial 1 measures and comes back ``down_s`` later; if
     the tuner stopped meanwhile (exit 3), the same command is run again."""
     name = f"drill-mlflow-{uuid.uuid4().hex[:6]}"
     folder = work / name
     with fresh_database(pg) as url, running_mlflow_server(pg, folder / "server") as server:
-        args = ["--study", name, "--storage", url, "--tracking-uri", server.url, "--trials",
-                str(plan.drill_trials), "--confirm", "0", "--seed", "0", "--space", str(work / "space.yaml"),
-                *plan.budget(), *(["--store-patience", str(patience)] if patience is not None else [])]
+        args = [
+            "--study",
+            name,
+            "--storage",
+            url,
+            "--tracking-uri",
+            server.url,
+            "--trials",
+            str(plan.drill_trials),
+            "--confirm",
+            "0",
+            "--seed",
+            "0",
+            "--space",
+            str(work / "space.yaml"),
+            *plan.budget(),
+            *(["--store-patience", str(patience)] if patience is not None else []),
+        ]
         first = Tuner(folder / "host", *args)
         wait_until(measuring(url, name, 1), 300, "trial 1 to measure a window", [first])
         server.stop()
@@ -385,8 +460,14 @@ def drill_tracking(work: Path, pg: PgServer, plan: Plan, down_s: float, patience
             happened += "; the same command run again once the server was back"
         found = audit(url, server.url, name, 0, [folder / "host" / "mlflow"])
     print(f"{what}: {happened}, exits {exits}, {found}", file=sys.stderr)
-    return Drill(what, happened, exits, sum("Traceback" in t.output for t in tuners),
-                 [line for t in tuners for line in t.store_lines()], found)
+    return Drill(
+        what,
+        happened,
+        exits,
+        sum("Traceback" in t.output for t in tuners),
+        [line for t in tuners for line in t.store_lines()],
+        found,
+    )
 
 
 def drill_database(work: Path, plan: Plan) -> Drill:
@@ -404,8 +485,23 @@ def drill_database(work: Path, plan: Plan) -> Drill:
         url, backend = pg.create_database(), pg.create_database()
         server = MlflowServer(backend, folder / "server")
         server.start()
-        args = ["--study", name, "--storage", url, "--tracking-uri", server.url, "--trials", str(plan.drill_trials),
-                "--confirm", "0", "--seed", "0", "--space", str(work / "space.yaml"), *plan.budget()]
+        args = [
+            "--study",
+            name,
+            "--storage",
+            url,
+            "--tracking-uri",
+            server.url,
+            "--trials",
+            str(plan.drill_trials),
+            "--confirm",
+            "0",
+            "--seed",
+            "0",
+            "--space",
+            str(work / "space.yaml"),
+            *plan.budget(),
+        ]
         tuner = Tuner(folder / "host", *args)
         wait_until(measuring(url, name, 1), 300, "trial 1 to measure a window", [tuner])
         started = time.monotonic()
@@ -417,15 +513,23 @@ def drill_database(work: Path, plan: Plan) -> Drill:
             tuners.append(again := Tuner(folder / "host", *args))
             exits.append(again.wait(600))
         found = audit(url, server.url, name, 0, [folder / "host" / "mlflow"])
-        happened = (f"the database server stopped (fast: clients cut off) while trial 1 measured, "
-                    f"back {down:.0f} s later; the mlflow server's database too")
+        happened = (
+            f"the database server stopped (fast: clients cut off) while trial 1 measured, "
+            f"back {down:.0f} s later; the mlflow server's database too"
+        )
     finally:
         if server is not None:
             server.stop()
         cluster.stop()
     print(f"{what}: exits {exits}, {found}", file=sys.stderr)
-    return Drill(what, happened, exits, sum("Traceback" in t.output for t in tuners),
-                 [line for t in tuners for line in t.store_lines()], found)
+    return Drill(
+        what,
+        happened,
+        exits,
+        sum("Traceback" in t.output for t in tuners),
+        [line for t in tuners for line in t.store_lines()],
+        found,
+    )
 
 
 def drill_disk(work: Path, pg: PgServer, plan: Plan) -> Drill:
@@ -436,8 +540,9 @@ def drill_disk(work: Path, pg: PgServer, plan: Plan) -> Drill:
     name = f"drill-disk-{uuid.uuid4().hex[:6]}"
     mount = work / "tmpfs"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True,
-                          text=True, check=False)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True, text=True, check=False
+    )
     if done.returncode != 0:
         return Drill(what, f"not run: mount failed: {done.stderr.strip()}", [], 0, [], None)
     try:
@@ -445,9 +550,24 @@ def drill_disk(work: Path, pg: PgServer, plan: Plan) -> Drill:
             server = MlflowServer(backend, work / name / "server")
             try:
                 server.start()
-                tuner = Tuner(work / name / "host", "--study", name, "--storage", url, "--tracking-uri", server.url,
-                              "--store", str(mount / "store"), "--trials", str(plan.drill_trials), "--confirm", "0",
-                              "--space", str(work / "space.yaml"), *plan.budget())
+                tuner = Tuner(
+                    work / name / "host",
+                    "--study",
+                    name,
+                    "--storage",
+                    url,
+                    "--tracking-uri",
+                    server.url,
+                    "--store",
+                    str(mount / "store"),
+                    "--trials",
+                    str(plan.drill_trials),
+                    "--confirm",
+                    "0",
+                    "--space",
+                    str(work / "space.yaml"),
+                    *plan.budget(),
+                )
                 exits = [tuner.wait(300)]
                 import optuna
 
@@ -468,6 +588,7 @@ def drill_disk(work: Path, pg: PgServer, plan: Plan) -> Drill:
 
 def revision() -> str:
     """The commit measured, and whether autotune/ had uncommitted changes."""
+
     def git(*args: str) -> str:
         done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
         return done.stdout.strip() if done.returncode == 0 else ""
@@ -480,9 +601,11 @@ def work_row(s: Setting, ref_wall: float) -> str:
     f = s.found
     dup_text = "0" if not f.duplicates else ", ".join(f"{k}: {v}" for k, v in f.duplicated.items() if v)
     lost = "; ".join(f.lost) or "none"
-    return (f"| {s.label} | {', '.join(map(str, s.exits))} | {s.wall_s:.0f} s ({ref_wall / s.wall_s:.2f}x) | "
-            f"{f.trials} ({f.reruns} re-runs) | {f.trials / s.wall_s * 3600:,.0f} | "
-            f"{' + '.join(map(str, f.reruns_by_tuner)) or '-'} | {dup_text} | {lost} |")
+    return (
+        f"| {s.label} | {', '.join(map(str, s.exits))} | {s.wall_s:.0f} s ({ref_wall / s.wall_s:.2f}x) | "
+        f"{f.trials} ({f.reruns} re-runs) | {f.trials / s.wall_s * 3600:,.0f} | "
+        f"{' + '.join(map(str, f.reruns_by_tuner)) or '-'} | {dup_text} | {lost} |"
+    )
 
 
 def measure_row(s: Setting) -> str:
@@ -491,8 +614,10 @@ def measure_row(s: Setting) -> str:
     def rates(values: list[float]) -> str:
         return f"{spread(values, ',.0f')}, n={len(values)}" if values else "none"
 
-    return (f"| {s.label} | {rates(f.baseline_rates)} | {f.baseline_beside} of {len(f.baseline_rates)} | "
-            f"{', '.join(sorted(set(f.baseline_slots)))} | {rates(f.beside)} | {rates(f.alone)} |")
+    return (
+        f"| {s.label} | {rates(f.baseline_rates)} | {f.baseline_beside} of {len(f.baseline_rates)} | "
+        f"{', '.join(sorted(set(f.baseline_slots)))} | {rates(f.beside)} | {rates(f.alone)} |"
+    )
 
 
 def main() -> None:
@@ -515,15 +640,31 @@ def main() -> None:
         k, jobs_timeout = plan.k, 1800
         settings.append(run_setting("1 tuner", [["--trials", str(2 * k)]], work, pg, plan, jobs_timeout))
         settings.append(run_setting("2 tuners", [["--trials", str(k)]] * 2, work, pg, plan, jobs_timeout))
-        settings.append(run_setting("1 tuner --jobs 2", [["--trials", str(2 * k), "--jobs", "2"]], work, pg, plan,
-                                    jobs_timeout))
+        settings.append(
+            run_setting("1 tuner --jobs 2", [["--trials", str(2 * k), "--jobs", "2"]], work, pg, plan, jobs_timeout)
+        )
         if not args.skip_drills:
-            drills.append(drill_tracking(work, pg, plan, plan.short_outage_s, None,
-                                         f"tracking server down {plan.short_outage_s:.0f} s mid-trial "
-                                         "(default patience, 300 s)"))
-            drills.append(drill_tracking(work, pg, plan, plan.long_outage_s, plan.patience_s,
-                                         f"tracking server down {plan.long_outage_s / 60:.1f} min mid-trial, "
-                                         f"`--store-patience {plan.patience_s:.0f}`"))
+            drills.append(
+                drill_tracking(
+                    work,
+                    pg,
+                    plan,
+                    plan.short_outage_s,
+                    None,
+                    f"tracking server down {plan.short_outage_s:.0f} s mid-trial (default patience, 300 s)",
+                )
+            )
+            drills.append(
+                drill_tracking(
+                    work,
+                    pg,
+                    plan,
+                    plan.long_outage_s,
+                    plan.patience_s,
+                    f"tracking server down {plan.long_outage_s / 60:.1f} min mid-trial, "
+                    f"`--store-patience {plan.patience_s:.0f}`",
+                )
+            )
             drills.append(drill_database(work, plan))
             drills.append(drill_disk(work, pg, plan))
     finally:
@@ -554,49 +695,75 @@ def section(plan: Plan, settings: list[Setting], drills: list[Drill], total: flo
         "",
         "Regenerate with `python benchmarks/many_tuners.py` (`--quick` for a smoke run).",
         "",
-        (f"**The same study, {2 * k} trials then the confirmation re-runs, three ways**: one tuner `--trials {2 * k}`; "
-        f"two tuner processes started together, `--trials {k}` each; one tuner `--jobs 2 --trials {2 * k}`. "
-        f"Duplicated work counts a second baseline, more than {plan.confirm} re-runs of one config, a trial number "
-        "used twice, more than one MLflow child per trial or parent run per study: it must be 0. Lost: a trial "
-        "unfinished in Optuna, without its MLflow child, or whose samples/s differ between the stores, or a result "
-        "left in `pending/`. Trials/hour counts every trial, re-runs included, over the wall time."),
+        (
+            f"**The same study, {2 * k} trials then the confirmation re-runs, three ways**: one tuner `--trials {2 * k}`; "
+            f"two tuner processes started together, `--trials {k}` each; one tuner `--jobs 2 --trials {2 * k}`. "
+            f"Duplicated work counts a second baseline, more than {plan.confirm} re-runs of one config, a trial number "
+            "used twice, more than one MLflow child per trial or parent run per study: it must be 0. Lost: a trial "
+            "unfinished in Optuna, without its MLflow child, or whose samples/s differ between the stores, or a result "
+            "left in `pending/`. Trials/hour counts every trial, re-runs included, over the wall time."
+        ),
         "",
-        ("| setting | exit | wall (vs 1 tuner) | trials (re-runs) | trials/hour | re-runs per tuner | "
-         "duplicated work | lost |"),
+        (
+            "| setting | exit | wall (vs 1 tuner) | trials (re-runs) | trials/hour | re-runs per tuner | "
+            "duplicated work | lost |"
+        ),
         "|---|---|---|---|---|---|---|---|",
         *(work_row(s, ref) for s in settings),
         "",
-        ("What the trials measured, samples/s as median (min..max), n runs. The baseline's runs are one config "
-         "measured several times in every setting. A trial counts as run beside another when another trial of the "
-         "study ran during more than half of it (Optuna's start and end times: from its claim to its recorded "
-         "result, the worker's spawn and imports included)."),
+        (
+            "What the trials measured, samples/s as median (min..max), n runs. The baseline's runs are one config "
+            "measured several times in every setting. A trial counts as run beside another when another trial of the "
+            "study ran during more than half of it (Optuna's start and end times: from its claim to its recorded "
+            "result, the worker's spawn and imports included)."
+        ),
         "",
-        ("| setting | baseline's runs | of them beside another trial | baseline measured on | "
-         "all trials run beside another | all trials run alone |"),
+        (
+            "| setting | baseline's runs | of them beside another trial | baseline measured on | "
+            "all trials run beside another | all trials run alone |"
+        ),
         "|---|---|---|---|---|---|",
         *(measure_row(s) for s in settings),
     ]
     if notes:
-        lines += ["", "What the tuners said about sharing the host, and the `--jobs 2` export's header:", "",
-                  *(f"- `{_cell(n)}`" for n in dict.fromkeys(notes))]
+        lines += [
+            "",
+            "What the tuners said about sharing the host, and the `--jobs 2` export's header:",
+            "",
+            *(f"- `{_cell(n)}`" for n in dict.fromkeys(notes)),
+        ]
     lines += ["", interpretation(settings)]
     wrong = [s for s in settings if s.found.duplicates or s.found.lost or any(s.exits) or s.tracebacks]
     for s in wrong:
         f = s.found
-        lines += ["", f"**Not as it must be, {s.label}**: " + "; ".join(filter(None, [
-            ", ".join(f"{k}: {v}" for k, v in f.duplicated.items() if v),
-            "; ".join(f.details), "; ".join(f.lost),
-            f"exit statuses {s.exits}" if any(s.exits) else "",
-            f"{s.tracebacks} traceback(s) printed" if s.tracebacks else ""])) + "."]
+        lines += [
+            "",
+            f"**Not as it must be, {s.label}**: "
+            + "; ".join(
+                filter(
+                    None,
+                    [
+                        ", ".join(f"{k}: {v}" for k, v in f.duplicated.items() if v),
+                        "; ".join(f.details),
+                        "; ".join(f.lost),
+                        f"exit statuses {s.exits}" if any(s.exits) else "",
+                        f"{s.tracebacks} traceback(s) printed" if s.tracebacks else "",
+                    ],
+                )
+            )
+            + ".",
+        ]
     if drills:
         lines += [
             "",
-            (f"**Outage drills** ({plan.drill_trials} trials each, `--confirm 0`, one tuner, the same space and "
-            f"budget). The long tracking outage uses `--store-patience {plan.patience_s:.0f}`, shorter than the "
-            "outage, so the tuner must stop with exit 3 and the same command run again once the server is back "
-            "must resume it; with the default 300 s, an outage of 5 minutes ends at the patience's edge, and "
-            "either path may happen. \"Lost\" is checked as above, trial by trial in both stores; an "
-            "interrupted trial is named."),
+            (
+                f"**Outage drills** ({plan.drill_trials} trials each, `--confirm 0`, one tuner, the same space and "
+                f"budget). The long tracking outage uses `--store-patience {plan.patience_s:.0f}`, shorter than the "
+                "outage, so the tuner must stop with exit 3 and the same command run again once the server is back "
+                "must resume it; with the default 300 s, an outage of 5 minutes ends at the patience's edge, and "
+                'either path may happen. "Lost" is checked as above, trial by trial in both stores; an '
+                "interrupted trial is named."
+            ),
             "",
             "| drill | what happened | exit(s) | traceback | Optuna vs MLflow | lost | lines said about the store |",
             "|---|---|---|---|---|---|---|",
@@ -625,11 +792,15 @@ def interpretation(settings: list[Setting]) -> str:
     alone = med(one.found.alone)
     crowded = med(two.found.beside) / alone
     if two.found.baseline_beside:
-        baseline = (f"The baseline's runs show it too ({two.found.baseline_beside} of {len(two.found.baseline_rates)} "
-                    f"ran beside another trial; spread {width(two.found.baseline_rates)}).")
+        baseline = (
+            f"The baseline's runs show it too ({two.found.baseline_beside} of {len(two.found.baseline_rates)} "
+            f"ran beside another trial; spread {width(two.found.baseline_rates)})."
+        )
     else:
-        baseline = (f"The baseline's runs do not show it there (none of its {len(two.found.baseline_rates)} ran "
-                    "beside another trial: its first run had the host alone while the other tuner waited for it).")
+        baseline = (
+            f"The baseline's runs do not show it there (none of its {len(two.found.baseline_rates)} ran "
+            "beside another trial: its first run had the host alone while the other tuner waited for it)."
+        )
     return (
         f"Reading it: two independent tuners finished the same study in {two.wall_s / one.wall_s:.0%} of one "
         f"tuner's wall time and `--jobs 2` in {jobs.wall_s / one.wall_s:.0%}. A trial's windows last as long "
@@ -639,9 +810,9 @@ def interpretation(settings: list[Setting]) -> str:
         "neighbour. Two independent tuners' trials are not pinned: each one's threads and DataLoader workers "
         f"spread over both cores, and a trial run beside another read a median {crowded:.0%} of what trials alone "
         f"on the host read ({med(two.found.beside):,.0f} against {alone:,.0f} samples/s)"
-        + (", so such a study ranks its configs by how crowded the host was when each ran. " if crowded < 0.8
-           else ". ")
-        + baseline + " `--jobs 2` pins each "
+        + (", so such a study ranks its configs by how crowded the host was when each ran. " if crowded < 0.8 else ". ")
+        + baseline
+        + " `--jobs 2` pins each "
         "trial, its DataLoader workers included, to one CPU of its own: a trial beside another read "
         f"{med(jobs.found.beside) / alone:.0%} of the figure on both CPUs, and the baseline's runs spread "
         f"{width(jobs.found.baseline_rates)} (max-min over the median; {width(one.found.baseline_rates)} for one "

@@ -82,8 +82,14 @@ def plain(workers: int, warmup_s: float, window_s: float, windows: int) -> list[
     """The same loop by hand: samples/s of each window after the warmup."""
     torch.set_num_threads(1)
     model = torch.nn.Linear(FEATURES, 2)
-    loader = DataLoader(Reads(_wait_s()), batch_size=BATCH, shuffle=True, drop_last=True, num_workers=workers,
-                        persistent_workers=workers > 0)
+    loader = DataLoader(
+        Reads(_wait_s()),
+        batch_size=BATCH,
+        shuffle=True,
+        drop_last=True,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     rates: list[float] = []
     began, samples, warm = None, 0, False
@@ -108,22 +114,38 @@ def plain(workers: int, warmup_s: float, window_s: float, windows: int) -> list[
 
 
 def turn(workers: int, args: argparse.Namespace, logs: Path) -> dict[str, float]:
-    from _results import one_trial
-
     from autotune import Config
     from autotune.machine._launch import Budget
+
+    from _results import one_trial
 
     budget = Budget(warmup_s=args.warmup, window_s=args.window, windows=args.windows, ceiling_windows=0)
     figures: dict[str, float] = {}
     for arm in random.sample(["trial", "plain"], 2):
         if arm == "trial":
-            result = one_trial(f"{Path(__file__).resolve()}:train",
-                               Config(num_workers=workers, persistent_workers=True), budget, logs)
+            result = one_trial(
+                f"{Path(__file__).resolve()}:train", Config(num_workers=workers, persistent_workers=True), budget, logs
+            )
             figures["trial"] = result.metrics["samples_per_s"]
         else:
-            out = subprocess.run([sys.executable, __file__, "--plain", str(workers), "--warmup", str(args.warmup),
-                                  "--window", str(args.window), "--windows", str(args.windows)],
-                                 capture_output=True, text=True, check=True, timeout=300)
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--plain",
+                    str(workers),
+                    "--warmup",
+                    str(args.warmup),
+                    "--window",
+                    str(args.window),
+                    "--windows",
+                    str(args.windows),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=300,
+            )
             figures["plain"] = statistics.median(json.loads(out.stdout.splitlines()[-1]))
     figures["ratio"] = figures["trial"] / figures["plain"]
     return figures
@@ -155,22 +177,35 @@ def main() -> None:
             for workers in random.sample(args.workers, len(args.workers)):
                 figures = turn(workers, args, Path(tmp))
                 runs.setdefault(workers, []).append(figures)
-                print(f"turn {t + 1}, {workers} workers: trial {figures['trial']:,.0f}, plain {figures['plain']:,.0f} "
-                      f"samples/s: {figures['ratio']:.1%}", flush=True)
+                print(
+                    f"turn {t + 1}, {workers} workers: trial {figures['trial']:,.0f}, plain {figures['plain']:,.0f} "
+                    f"samples/s: {figures['ratio']:.1%}",
+                    flush=True,
+                )
     minutes = (time.time() - began) / 60
     data = data_path(TOPIC, "many-workers", ".json")
     data.write_text(json.dumps({"machine": machine(), "args": vars(args), "runs": runs}, indent=1))
     rows = ["| workers | trial samples/s | plain loop samples/s | trial / plain, per turn |", "|---|---|---|---|"]
     for workers in sorted(runs):
-        rows.append(f"| {workers} | {spread([r['trial'] for r in runs[workers]], ',.0f')} | "
-                    f"{spread([r['plain'] for r in runs[workers]], ',.0f')} | "
-                    f"{spread([100 * r['ratio'] for r in runs[workers]], '.1f')}% |")
-    body = "\n".join([
-        (f"Command: `python benchmarks/many_workers.py --turns {args.turns} --wait-ms {_wait_s() * 1000:g}` "
-         f"(warmup {args.warmup:g} s, {args.windows} windows of {args.window:g} s; {minutes:.0f} min)."), "",
-        f"Machine: {machine()}.", "",
-        "Medians over the turns, with their range. Goal: a trial within 3% of the plain loop at every count.", "",
-        *rows])
+        rows.append(
+            f"| {workers} | {spread([r['trial'] for r in runs[workers]], ',.0f')} | "
+            f"{spread([r['plain'] for r in runs[workers]], ',.0f')} | "
+            f"{spread([100 * r['ratio'] for r in runs[workers]], '.1f')}% |"
+        )
+    body = "\n".join(
+        [
+            (
+                f"Command: `python benchmarks/many_workers.py --turns {args.turns} --wait-ms {_wait_s() * 1000:g}` "
+                f"(warmup {args.warmup:g} s, {args.windows} windows of {args.window:g} s; {minutes:.0f} min)."
+            ),
+            "",
+            f"Machine: {machine()}.",
+            "",
+            "Medians over the turns, with their range. Goal: a trial within 3% of the plain loop at every count.",
+            "",
+            *rows,
+        ]
+    )
     write_section(TOPIC, "Trial vs plain loop, many workers (I/O-bound loader)", body)
 
 

@@ -49,8 +49,12 @@ def once(export: Path, limit: int, *args: str) -> dict:
     try:
         done = test_margin.job(str(export), *args, group=group)
         wall = time.perf_counter() - began
-        out = {"rc": done.returncode, "wall_s": wall, "peak_mib": peak(group) / 2**20,
-               "killed": done.returncode != 0 and test_margin._hits(group) > 0}
+        out = {
+            "rc": done.returncode,
+            "wall_s": wall,
+            "peak_mib": peak(group) / 2**20,
+            "killed": done.returncode != 0 and test_margin._hits(group) > 0,
+        }
     finally:
         test_margin.remove(group)
     if done.returncode == 0:
@@ -69,8 +73,11 @@ def main() -> None:
         export = Path(tmp) / "best.yaml"
         export.write_text(EXPORT)
         for _ in range(args.repeats):
-            row = {"fixed": once(export, LIMIT), "adaptive": once(export, LIMIT, "--adapt"),
-                   "unlimited": once(export, NO_LIMIT)}
+            row = {
+                "fixed": once(export, LIMIT),
+                "adaptive": once(export, LIMIT, "--adapt"),
+                "unlimited": once(export, NO_LIMIT),
+            }
             rows.append(row)
             print(json.dumps(row), flush=True)
     raw = data_path(TOPIC, "margin", ".json")
@@ -78,18 +85,20 @@ def main() -> None:
     killed = sum(r["fixed"]["killed"] for r in rows)
     finished = [r["adaptive"] for r in rows if r["adaptive"]["rc"] == 0]
     cost = [r["adaptive"]["wall_s"] / r["unlimited"]["wall_s"] for r in rows if r["adaptive"]["rc"] == 0]
-    body = (f"Machine: {machine()}.\n\nCommand: `python benchmarks/margin.py --repeats {args.repeats}`; raw figures "
-            f"`{raw.relative_to(ROOT / 'benchmarks')}`. The job: tests/fixtures/growing_train.py (1,280 items an "
-            "epoch, batch 16, items 4 KiB then 1 MiB from 1 s on, 2 epochs, a 30 ms step), the export "
-            f"`{EXPORT.strip()}`, in a memory cgroup of {LIMIT / 2**30:.2f} GiB; repeats interleaved.\n\n"
-            f"- **The fixed export**: killed by the kernel in {killed} of {len(rows)} runs, after "
-            f"{spread([r['fixed']['wall_s'] for r in rows], '.1f')} s; without a limit it peaks at "
-            f"{spread([r['unlimited']['peak_mib'] for r in rows], ',.0f')} MiB.\n"
-            f"- **With `adapt=True`**: finished in {len(finished)} of {len(rows)} runs, peaking at "
-            f"{spread([r['peak_mib'] for r in finished], ',.0f') if finished else '-'} MiB of the "
-            f"{LIMIT / 2**20:,.0f}; its wall time {spread(cost, '.2f') if cost else '-'}x that of the fixed export "
-            f"without a limit (what stepping down cost). The steps of the last run: "
-            f"{'; '.join(finished[-1]['moves']) if finished else 'none'}.\n")
+    body = (
+        f"Machine: {machine()}.\n\nCommand: `python benchmarks/margin.py --repeats {args.repeats}`; raw figures "
+        f"`{raw.relative_to(ROOT / 'benchmarks')}`. The job: tests/fixtures/growing_train.py (1,280 items an "
+        "epoch, batch 16, items 4 KiB then 1 MiB from 1 s on, 2 epochs, a 30 ms step), the export "
+        f"`{EXPORT.strip()}`, in a memory cgroup of {LIMIT / 2**30:.2f} GiB; repeats interleaved.\n\n"
+        f"- **The fixed export**: killed by the kernel in {killed} of {len(rows)} runs, after "
+        f"{spread([r['fixed']['wall_s'] for r in rows], '.1f')} s; without a limit it peaks at "
+        f"{spread([r['unlimited']['peak_mib'] for r in rows], ',.0f')} MiB.\n"
+        f"- **With `adapt=True`**: finished in {len(finished)} of {len(rows)} runs, peaking at "
+        f"{spread([r['peak_mib'] for r in finished], ',.0f') if finished else '-'} MiB of the "
+        f"{LIMIT / 2**20:,.0f}; its wall time {spread(cost, '.2f') if cost else '-'}x that of the fixed export "
+        f"without a limit (what stepping down cost). The steps of the last run: "
+        f"{'; '.join(finished[-1]['moves']) if finished else 'none'}.\n"
+    )
     write_section(TOPIC, f"Memory margin ({time.strftime('%Y-%m-%d')})", body)
     print(body)
 

@@ -75,8 +75,12 @@ def main() -> None:
     seconds: dict[str, list[float]] = {label: [] for label in configs}
     for turn in range(args.repeats):
         for label, recipe in configs.items():
-            out = subprocess.run([sys.executable, __file__, "--one", recipe, "--epochs", str(args.epochs),
-                                  "--size", str(args.size)], check=True, capture_output=True, text=True)
+            out = subprocess.run(
+                [sys.executable, __file__, "--one", recipe, "--epochs", str(args.epochs), "--size", str(args.size)],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
             seconds[label].append(float(out.stdout.strip().splitlines()[-1]))
             print(f"{label} run {turn + 1}: {seconds[label][-1]:.1f} s", file=sys.stderr)
     recipe_lines = args.recipe.read_text().splitlines()
@@ -91,8 +95,10 @@ def main() -> None:
         "",
         "| config | seconds | vs defaults |",
         "|---|---|---|",
-        *[f"| {label} | {spread(values, '.1f')} | {base / statistics.median(values):.2f}x |"
-          for label, values in seconds.items()],
+        *[
+            f"| {label} | {spread(values, '.1f')} | {base / statistics.median(values):.2f}x |"
+            for label, values in seconds.items()
+        ],
         "",
         f"Tuned recipe (`{args.recipe.name}`): {header.lstrip('# ')}",
         "",

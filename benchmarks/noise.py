@@ -31,15 +31,15 @@ import threading
 import time
 from pathlib import Path
 
-from _results import ROOT, machine, read_section, spread, write_section
-
 from autotune import Config
 from autotune.core._ceilings import Ceilings
 from autotune.core._guard import DIVERGENCE_TOLERANCE, compare, judged_span, mean_over
+from autotune.machine._launch import Budget, TrialSpec
 from autotune.machine._noise import doubt
 from autotune.stores._records import bottleneck_of
-from autotune.machine._launch import Budget, TrialSpec
 from autotune.tuner._watch import run_trial
+
+from _results import ROOT, machine, read_section, spread, write_section
 
 TARGET = f"{ROOT / 'runners' / 'mnist.py'}:train"
 HOG = [sys.executable, "-c", "while True: pass"]
@@ -75,10 +75,18 @@ def repeats(n: int, logs: Path) -> tuple[str, dict]:
                     result = one_trial(Config(), logs, f"hog-{i}")
             m = result.metrics
             bound = bottleneck_of(m, result.resolved, Ceilings(), result.ceilings)
-            runs.append({"sps": m.get("samples_per_s", 0.0), "foreign": m.get("foreign_cpu", 0.0),
-                         "spread": m.get("samples_per_s_spread", 0.0), "doubt": doubt(m, result.reason),
-                         "verdict": bound.verdict, "efficiency": bound.efficiency, "unreliable": bound.unreliable,
-                         "outcome": result.outcome.value})
+            runs.append(
+                {
+                    "sps": m.get("samples_per_s", 0.0),
+                    "foreign": m.get("foreign_cpu", 0.0),
+                    "spread": m.get("samples_per_s_spread", 0.0),
+                    "doubt": doubt(m, result.reason),
+                    "verdict": bound.verdict,
+                    "efficiency": bound.efficiency,
+                    "unreliable": bound.unreliable,
+                    "outcome": result.outcome.value,
+                }
+            )
             print(condition, i, {k: v for k, v in runs[-1].items()}, flush=True)
         raw[condition] = runs
     quiet_verdict = statistics.mode(r["verdict"] for r in raw["quiet"])
@@ -89,10 +97,13 @@ def repeats(n: int, logs: Path) -> tuple[str, dict]:
             f"{spread([r['foreign'] for r in runs], '.0%')} | {sum(bool(r['doubt']) for r in runs)} of {len(runs)} | "
             f"{sum(r['verdict'] != quiet_verdict for r in runs)} | "
             f"{sum(bool(r['unreliable']) for r in runs)} | "
-            f"{max((r['efficiency'] or 0) for r in runs):.0%} |")
-    table = ("| runs | samples/s, median (min..max) | spread | foreign load read | flagged noisy | "
-             f"bottleneck verdict other than the quiet one ({quiet_verdict}) | a ceiling flagged unreliable | "
-             "highest efficiency shown |\n|---|---|---|---|---|---|---|---|\n" + "\n".join(rows))
+            f"{max((r['efficiency'] or 0) for r in runs):.0%} |"
+        )
+    table = (
+        "| runs | samples/s, median (min..max) | spread | foreign load read | flagged noisy | "
+        f"bottleneck verdict other than the quiet one ({quiet_verdict}) | a ceiling flagged unreliable | "
+        "highest efficiency shown |\n|---|---|---|---|---|---|---|---|\n" + "\n".join(rows)
+    )
     return table, raw
 
 
@@ -103,26 +114,41 @@ def borderline(n: int, logs: Path) -> str:
     span = judged_span(base.curve)
     rows = []
     for i in range(n):
-        result = one_trial(Config(batch_size="4x", lr_scaling="none"), logs, f"border-{i}", budget,
-                           reference=base.losses, reference_curve=base.curve)
+        result = one_trial(
+            Config(batch_size="4x", lr_scaling="none"),
+            logs,
+            f"border-{i}",
+            budget,
+            reference=base.losses,
+            reference_curve=base.curve,
+        )
         end = min(span[1], result.curve[-1][1])
         ref, loss = mean_over(base.curve, span[0], end), mean_over(result.curve, span[0], end)
         new = (loss - ref) / abs(ref)
         old = compare(base.losses, result.losses)
-        rows.append((new, old.excess if old else float("nan"), result.outcome.value,
-                     result.metrics.get("samples_per_s", 0.0), f"{old.first:,.0f}-{old.last:,.0f}" if old else "-"))
+        rows.append(
+            (
+                new,
+                old.excess if old else float("nan"),
+                result.outcome.value,
+                result.metrics.get("samples_per_s", 0.0),
+                f"{old.first:,.0f}-{old.last:,.0f}" if old else "-",
+            )
+        )
         print("borderline", i, rows[-1], flush=True)
     new_x, old_x = [r[0] for r in rows], [r[1] for r in rows]
-    return (f"Against one baseline run ({base.metrics['samples_per_s']:,.0f} samples/s; its span: samples "
-            f"{span[0]:,.0f}-{span[1]:,.0f}), {n} runs of batch 4x with the lr as is "
-            f"({spread([r[3] for r in rows], ',.0f')} samples/s):\n\n"
-            "| rule | excess loss, median (min..max) | verdicts over the tolerance | samples compared |\n"
-            "|---|---|---|---|\n"
-            f"| on the same samples (now) | {spread(new_x, '.0%')} | {sum(x > DIVERGENCE_TOLERANCE for x in new_x)} "
-            f"of {n} (the study's: {sum(r[2] == 'diverged' for r in rows)}) | the baseline's span |\n"
-            f"| later half of shared points (before) | {spread(old_x, '.0%')} | "
-            f"{sum(x > DIVERGENCE_TOLERANCE for x in old_x)} of {n} | "
-            f"{', '.join(sorted({r[4] for r in rows}))} |")
+    return (
+        f"Against one baseline run ({base.metrics['samples_per_s']:,.0f} samples/s; its span: samples "
+        f"{span[0]:,.0f}-{span[1]:,.0f}), {n} runs of batch 4x with the lr as is "
+        f"({spread([r[3] for r in rows], ',.0f')} samples/s):\n\n"
+        "| rule | excess loss, median (min..max) | verdicts over the tolerance | samples compared |\n"
+        "|---|---|---|---|\n"
+        f"| on the same samples (now) | {spread(new_x, '.0%')} | {sum(x > DIVERGENCE_TOLERANCE for x in new_x)} "
+        f"of {n} (the study's: {sum(r[2] == 'diverged' for r in rows)}) | the baseline's span |\n"
+        f"| later half of shared points (before) | {spread(old_x, '.0%')} | "
+        f"{sum(x > DIVERGENCE_TOLERANCE for x in old_x)} of {n} | "
+        f"{', '.join(sorted({r[4] for r in rows}))} |"
+    )
 
 
 def study(folder: Path, trials: int, confirm: int, hog_at: tuple[float, float] | None) -> dict:
@@ -133,8 +159,21 @@ def study(folder: Path, trials: int, confirm: int, hog_at: tuple[float, float] |
     from autotune.tuner._standing import findings, standing
 
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
-    args = [sys.executable, "-m", "autotune", "run", TARGET, "--trials", str(trials), "--confirm", str(confirm),
-            "--seed", "0", "--store", str(folder)]
+    args = [
+        sys.executable,
+        "-m",
+        "autotune",
+        "run",
+        TARGET,
+        "--trials",
+        str(trials),
+        "--confirm",
+        str(confirm),
+        "--seed",
+        "0",
+        "--store",
+        str(folder),
+    ]
     started = time.monotonic()
     proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out: list[str] = []
@@ -160,21 +199,34 @@ def study(folder: Path, trials: int, confirm: int, hog_at: tuple[float, float] |
     storage = optuna.storages.JournalStorage(JournalFileBackend(str(folder / "optuna.journal")))
     found = standing(optuna.load_study(study_name="mnist", storage=storage))
     for r in found.rows:  # the raw rows, for the log
-        print(f"  trial {r.number} (= {r.of}) {r.outcome} {r.samples_per_s or 0:,.0f}/s "
-              f"foreign {r.metrics.get('foreign_cpu', 0):.0%} {r.doubt or ''} {r.sampled}", flush=True)
+        print(
+            f"  trial {r.number} (= {r.of}) {r.outcome} {r.samples_per_s or 0:,.0f}/s "
+            f"foreign {r.metrics.get('foreign_cpu', 0):.0%} {r.doubt or ''} {r.sampled}",
+            flush=True,
+        )
     win = found.decision.winner
-    shown_over = sum(1 for r in found.rows if r.bottleneck and ((r.bottleneck.efficiency or 0) > 1
-                                                               or (r.bottleneck.of_roof or 0) > 1))
-    return {"wall": wall, "returncode": proc.returncode, "findings": findings(found),
-            "winner": win.first.number if win else None, "config": win.first.sampled if win else None,
-            "speedup": found.speedup(win) if win else None, "spread": win.spread if win else None,
-            "base_spread": found.base.spread if found.base else None,
-            "noisy": sum(1 for r in found.rows if r.doubt and r.doubt.startswith("noisy")),
-            "remeasured": sum(1 for r in found.rows if r.remeasure),
-            "foreign_max": max((r.metrics.get("foreign_cpu", 0) for r in found.rows if r.measured), default=0),
-            "over_100": shown_over, "trials": len(found.rows),
-            "sampled": [r.sampled for r in found.rows if r.sampled and r.of is None],
-            "said": [line for line in "".join(out).splitlines() if "noisy" in line or "busy" in line]}
+    shown_over = sum(
+        1
+        for r in found.rows
+        if r.bottleneck and ((r.bottleneck.efficiency or 0) > 1 or (r.bottleneck.of_roof or 0) > 1)
+    )
+    return {
+        "wall": wall,
+        "returncode": proc.returncode,
+        "findings": findings(found),
+        "winner": win.first.number if win else None,
+        "config": win.first.sampled if win else None,
+        "speedup": found.speedup(win) if win else None,
+        "spread": win.spread if win else None,
+        "base_spread": found.base.spread if found.base else None,
+        "noisy": sum(1 for r in found.rows if r.doubt and r.doubt.startswith("noisy")),
+        "remeasured": sum(1 for r in found.rows if r.remeasure),
+        "foreign_max": max((r.metrics.get("foreign_cpu", 0) for r in found.rows if r.measured), default=0),
+        "over_100": shown_over,
+        "trials": len(found.rows),
+        "sampled": [r.sampled for r in found.rows if r.sampled and r.of is None],
+        "said": [line for line in "".join(out).splitlines() if "noisy" in line or "busy" in line],
+    }
 
 
 def studies(trials: int, confirm: int, quiet_runs: int, hog_at: tuple[float, float]) -> str:
@@ -184,17 +236,24 @@ def studies(trials: int, confirm: int, quiet_runs: int, hog_at: tuple[float, flo
             results.append(("quiet", study(Path(tmp) / "store", trials, confirm, None)))
         print("quiet study", i, results[-1][1], flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        results.append((f"hog on CPU 0 from {hog_at[0]:.0f} s to {hog_at[1]:.0f} s",
-                        study(Path(tmp) / "store", trials, confirm, hog_at)))
+        results.append(
+            (
+                f"hog on CPU 0 from {hog_at[0]:.0f} s to {hog_at[1]:.0f} s",
+                study(Path(tmp) / "store", trials, confirm, hog_at),
+            )
+        )
     print("hog study", results[-1][1], flush=True)
     rows = []
     for label, r in results:
         knobs = _knobs(r["config"])
-        rows.append(f"| {label} | {r['wall']:.0f} s | {r['trials']} | trial {r['winner']}: {knobs} | "
-                    f"{r['speedup']:.2f}x ±{r['spread'] / 2:.0%} | {r['noisy']} / {r['remeasured']} | "
-                    f"{r['foreign_max']:.0%} | {r['over_100']} |" if r["speedup"] else
-                    f"| {label} | {r['wall']:.0f} s | {r['trials']} | {r['findings'][0]} | - | {r['noisy']} / "
-                    f"{r['remeasured']} | {r['foreign_max']:.0%} | {r['over_100']} |")
+        rows.append(
+            f"| {label} | {r['wall']:.0f} s | {r['trials']} | trial {r['winner']}: {knobs} | "
+            f"{r['speedup']:.2f}x ±{r['spread'] / 2:.0%} | {r['noisy']} / {r['remeasured']} | "
+            f"{r['foreign_max']:.0%} | {r['over_100']} |"
+            if r["speedup"]
+            else f"| {label} | {r['wall']:.0f} s | {r['trials']} | {r['findings'][0]} | - | {r['noisy']} / "
+            f"{r['remeasured']} | {r['foreign_max']:.0%} | {r['over_100']} |"
+        )
     quiet = [r for label, r in results if label == "quiet" and r["speedup"]]
     hog = results[-1][1]
     cross = cross_check(results, CROSS_ROUNDS)
@@ -203,16 +262,21 @@ def studies(trials: int, confirm: int, quiet_runs: int, hog_at: tuple[float, flo
         low = min(q["speedup"] * (1 - q["spread"] / 2) for q in quiet)
         high = max(q["speedup"] * (1 + q["spread"] / 2) for q in quiet)
         same = any(q["config"] == hog["config"] for q in quiet)
-        verdict = (f"the hogged study's winner is {'the same config as' if same else 'another config than'} a "
-                   f"quiet study's, and its speedup {hog['speedup']:.2f}x is "
-                   f"{'inside' if low <= hog['speedup'] <= high else 'outside'} the quiet studies' range "
-                   f"({low:.2f}x..{high:.2f}x: each quiet winner's speedup ± half its spread)")
+        verdict = (
+            f"the hogged study's winner is {'the same config as' if same else 'another config than'} a "
+            f"quiet study's, and its speedup {hog['speedup']:.2f}x is "
+            f"{'inside' if low <= hog['speedup'] <= high else 'outside'} the quiet studies' range "
+            f"({low:.2f}x..{high:.2f}x: each quiet winner's speedup ± half its spread)"
+        )
     said = "\n".join(f"    {line.strip()}" for line in hog["said"][:6])
     tried = "\n".join(f"- {label}: " + "; ".join(_knobs(c) for c in r["sampled"]) for label, r in results)
-    return ("| study | wall | trials | winner | speedup ± half its runs' spread | noisy / measured again | "
-            "highest foreign load | figures over 100% of a ceiling |\n|---|---|---|---|---|---|---|---|\n"
-            + "\n".join(rows) + f"\n\nResult: {verdict}.\n\n{cross}\n\nThe configs each study sampled, in "
-            f"order:\n\n{tried}\n\nWhat the hogged study said:\n\n{said}\n")
+    return (
+        "| study | wall | trials | winner | speedup ± half its runs' spread | noisy / measured again | "
+        "highest foreign load | figures over 100% of a ceiling |\n|---|---|---|---|---|---|---|---|\n"
+        + "\n".join(rows)
+        + f"\n\nResult: {verdict}.\n\n{cross}\n\nThe configs each study sampled, in "
+        f"order:\n\n{tried}\n\nWhat the hogged study said:\n\n{said}\n"
+    )
 
 
 #: Rounds of the cross-check: each study's winner and the baseline once per round, in turns.
@@ -221,8 +285,10 @@ CROSS_ROUNDS = 3
 
 def _knobs(config: dict | None) -> str:
     """The knobs that change something (off, none, false and 0 are the code's own)."""
-    return " ".join(f"{k}={v}" for k, v in (config or {}).items()
-                    if v not in (False, "none", "off", 0, None)) or "your code as written"
+    return (
+        " ".join(f"{k}={v}" for k, v in (config or {}).items() if v not in (False, "none", "off", 0, None))
+        or "your code as written"
+    )
 
 
 def cross_check(results: list[tuple[str, dict]], rounds: int) -> str:
@@ -240,20 +306,29 @@ def cross_check(results: list[tuple[str, dict]], rounds: int) -> str:
                 rates[key].append(result.metrics.get("samples_per_s", 0.0))
                 print("cross-check", key, f"{rates[key][-1]:,.0f}", result.outcome.value, flush=True)
     base = statistics.median(rates["your code as written"])
-    lines = [f"**Cross-check**: each study's winner and the baseline measured again on the quiet machine, "
-             f"{rounds} rounds in turns (one trial each, default budget):", "",
-             "| config | winner of | samples/s, median (min..max) | over the baseline's median |", "|---|---|---|---|"]
+    lines = [
+        f"**Cross-check**: each study's winner and the baseline measured again on the quiet machine, "
+        f"{rounds} rounds in turns (one trial each, default budget):",
+        "",
+        "| config | winner of | samples/s, median (min..max) | over the baseline's median |",
+        "|---|---|---|---|",
+    ]
     for key, (_, won) in configs.items():
-        lines.append(f"| {key} | {', '.join(won) or '-'} | {spread(rates[key], ',.0f')} "
-                     f"| {statistics.median(rates[key]) / base:.2f}x |")
+        lines.append(
+            f"| {key} | {', '.join(won) or '-'} | {spread(rates[key], ',.0f')} "
+            f"| {statistics.median(rates[key]) / base:.2f}x |"
+        )
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats and a shorter study")
-    parser.add_argument("--studies-only", action="store_true",
-                        help="run part 3 only; parts 1-2 are kept from the Noise section of the results")
+    parser.add_argument(
+        "--studies-only",
+        action="store_true",
+        help="run part 3 only; parts 1-2 are kept from the Noise section of the results",
+    )
     args = parser.parse_args()
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     n = 3 if args.quick else 10
@@ -264,19 +339,26 @@ def main() -> None:
             parser.error("--studies-only: the page has no Noise section to keep parts 1-2 from; run without it")
         head = kept.split("**Whole studies**", 1)[0].rstrip()
         part3 = studies(trials, confirm, quiet_runs, (40.0, 100.0) if args.quick else (60.0, 200.0))
-        write_section("noise", "Noise", f"""{head}
+        write_section(
+            "noise",
+            "Noise",
+            f"""{head}
 
 **Whole studies** (`autotune run runners/mnist.py:train --trials {trials} --confirm {confirm} --seed 0`; run
-on their own with `--studies-only`, {time.strftime('%Y-%m-%d')}):
+on their own with `--studies-only`, {time.strftime("%Y-%m-%d")}):
 
-{part3}""")
+{part3}""",
+        )
         return
     with tempfile.TemporaryDirectory() as tmp:
         logs = Path(tmp)
         part1, _ = repeats(n, logs)
         part2 = borderline(n, logs)
     part3 = studies(trials, confirm, quiet_runs, (40.0, 100.0) if args.quick else (60.0, 200.0))
-    write_section("noise", "Noise", f"""Machine: {machine()}. `python benchmarks/noise.py{' --quick' if args.quick else ''}`.
+    write_section(
+        "noise",
+        "Noise",
+        f"""Machine: {machine()}. `python benchmarks/noise.py{" --quick" if args.quick else ""}`.
 The hog is `taskset -c 0 python3 -c 'while True: pass'`; foreign load is the share of the trial's
 CPUs that processes outside the trial and its tuner used while it measured (`foreign_cpu`); a trial
 is noisy above `--max-load` (20%) or with windows spread over 100%.
@@ -295,7 +377,8 @@ them again once the machine is quiet.
 
 **Whole studies** (`autotune run runners/mnist.py:train --trials {trials} --confirm {confirm} --seed 0`):
 
-{part3}""")
+{part3}""",
+    )
 
 
 if __name__ == "__main__":

@@ -37,12 +37,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _results import ROOT, data_path, machine, one_trial, spread, write_section
-
 from autotune import Config, _monitor
+from autotune.machine._launch import Budget, new_tag
 from autotune.production._export import render
 from autotune.worker._warm import WarmWorker
-from autotune.machine._launch import Budget, new_tag
+
+from _results import ROOT, data_path, machine, one_trial, spread, write_section
 
 #: The page and raw-figures folder (benchmarks/results/, benchmarks/data/) this and interleaved.py write.
 TOPIC = "trial-vs-production"
@@ -51,22 +51,30 @@ IO = ROOT / "tests" / "fixtures" / "io_train.py"
 #: loader whose items wait like network reads, fed by many more workers than cores.
 CASES = [
     ("mnist, as written", f"{ROOT / 'runners' / 'mnist.py'}:train", Config()),
-    ("mnist, batch 4x, 2 workers", f"{ROOT / 'runners' / 'mnist.py'}:train",
-     Config(batch_size="4x", lr_scaling="linear", num_workers=2, persistent_workers=True, prefetch_factor=4)),
+    (
+        "mnist, batch 4x, 2 workers",
+        f"{ROOT / 'runners' / 'mnist.py'}:train",
+        Config(batch_size="4x", lr_scaling="linear", num_workers=2, persistent_workers=True, prefetch_factor=4),
+    ),
     ("charlm, as written", f"{ROOT / 'runners' / 'charlm.py'}:train", Config()),
-    ("I/O-bound loader, 32 workers", f"{IO}:train",
-     Config(num_workers=32, persistent_workers=True, prefetch_factor=4)),
+    ("I/O-bound loader, 32 workers", f"{IO}:train", Config(num_workers=32, persistent_workers=True, prefetch_factor=4)),
     # as written, but glibc's malloc keeping freed memory: the level each process draws at its
     # start (benchmarks/results/levels.md) is then no longer mostly page faults
     ("mnist, malloc_retain", f"{ROOT / 'runners' / 'mnist.py'}:train", Config(malloc_retain=True)),
     # the jpeg runner at the best point of its sweep on a 2-core host (benchmarks/results/reach.md): its items
     # wait on storage and decode in 24 workers, so interleaved.py cannot take it
-    ("jpeg, batch 2x, 24 workers", f"{ROOT / 'runners' / 'jpeg.py'}:train",
-     Config(batch_size="2x", lr_scaling="linear", num_workers=24, persistent_workers=True, prefetch_factor=4)),
+    (
+        "jpeg, batch 2x, 24 workers",
+        f"{ROOT / 'runners' / 'jpeg.py'}:train",
+        Config(batch_size="2x", lr_scaling="linear", num_workers=24, persistent_workers=True, prefetch_factor=4),
+    ),
     # the ResNet runner (its CPU size) with the model-side knob its studies pick here, and workers
     # that decode and augment (no storage latency: interleaved.py can take it)
-    ("resnet, channels_last, 2 workers", f"{ROOT / 'runners' / 'resnet.py'}:train",
-     Config(channels_last=True, num_workers=2, persistent_workers=True, prefetch_factor=4)),
+    (
+        "resnet, channels_last, 2 workers",
+        f"{ROOT / 'runners' / 'resnet.py'}:train",
+        Config(channels_last=True, num_workers=2, persistent_workers=True, prefetch_factor=4),
+    ),
 ]
 SAMPLES_LINE = re.compile(r"autotune: ([\d,]+) samples/s over the last")
 
@@ -83,13 +91,20 @@ def production_rate(target: str, result, folder: Path, reports: int, every: floa
     path = folder / "best.yaml"
     path.write_text(render(result.resolved, result.base_batch_size, ["benchmark"]))
     module, _, func = target.rpartition(":")
-    code = ("import sys, autotune, importlib.util\n"
-            f"spec = importlib.util.spec_from_file_location('target', {module!r})\n"
-            f"sys.path.insert(0, {str(Path(module).parent)!r})\n"
-            "m = importlib.util.module_from_spec(spec); sys.modules['target'] = m; spec.loader.exec_module(m)\n"
-            f"m.{func}(autotune.load({str(path)!r}, device='cpu', report_every={every}, check=False))\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                            text=True, start_new_session=True)
+    code = (
+        "import sys, autotune, importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('target', {module!r})\n"
+        f"sys.path.insert(0, {str(Path(module).parent)!r})\n"
+        "m = importlib.util.module_from_spec(spec); sys.modules['target'] = m; spec.loader.exec_module(m)\n"
+        f"m.{func}(autotune.load({str(path)!r}, device='cpu', report_every={every}, check=False))\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     rates: list[float] = []
     try:
         for line in proc.stderr:
@@ -120,13 +135,15 @@ def monitor_slowed(every: float = 5.0):
 
 #: ``--variants``: trials measured another way, each beside the two above, to find a gap's cause.
 VARIANTS = {"monitor-slowed": "trial, the monitor at 0.2 Hz", "cold": "trial, spawned cold"}
-HOW = {"monitor-slowed": "with the tuner's monitor reading once every 5 s instead of 10 times a second "
-                         "(`monitor-slowed`)",
-       "cold": "spawned as a new interpreter instead of forked from the warm worker (`cold`)"}
+HOW = {
+    "monitor-slowed": "with the tuner's monitor reading once every 5 s instead of 10 times a second (`monitor-slowed`)",
+    "cold": "spawned as a new interpreter instead of forked from the warm worker (`cold`)",
+}
 
 
-def measure_turn(target: str, config: Config, first, warm: WarmWorker, folder: Path, args: argparse.Namespace,
-                 turn: int) -> dict[str, float]:
+def measure_turn(
+    target: str, config: Config, first, warm: WarmWorker, folder: Path, args: argparse.Namespace, turn: int
+) -> dict[str, float]:
     """One turn of a case: the trial, production (under the YAML of ``first``, a trial of the
     same config) and each variant asked for, in an order shuffled per turn, so that what a
     place in the turn does (the first after the last turn's process, the one after production)
@@ -150,8 +167,13 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=4)
     parser.add_argument("--window", type=float, default=2.0, help="seconds per window and per production report")
     parser.add_argument("--cases", nargs="*", type=int, help="indices into CASES (default: all)")
-    parser.add_argument("--variants", nargs="*", default=[], choices=list(VARIANTS),
-                        help="also measure trials these ways, in the same turns (a section of their own)")
+    parser.add_argument(
+        "--variants",
+        nargs="*",
+        default=[],
+        choices=list(VARIANTS),
+        help="also measure trials these ways, in the same turns (a section of their own)",
+    )
     args = parser.parse_args()
     rows, variant_rows = [], []
     raw: dict[str, list[dict[str, float]]] = {}  # each case's turns, for the JSON
@@ -170,48 +192,56 @@ def main() -> None:
                     print(f"{name}: " + ", ".join(f"{k} {v:,.0f}" for k, v in turns[-1].items()), flush=True)
                 raw[name] = turns
                 trials, production = [t["trial"] for t in turns], [t["production"] for t in turns]
-                rows.append(f"| {name} | {spread(trials, ',.0f')} | {spread(production, ',.0f')} "
-                            f"| {ratio_cells(trials, production)} |")
+                rows.append(
+                    f"| {name} | {spread(trials, ',.0f')} | {spread(production, ',.0f')} "
+                    f"| {ratio_cells(trials, production)} |"
+                )
                 for kind in turns[0]:
                     if kind != "production":
                         values = [t[kind] for t in turns]
-                        variant_rows.append(f"| {name} | {kind} | {spread(values, ',.0f')} "
-                                            f"| {ratio_cells(values, production)} |")
+                        variant_rows.append(
+                            f"| {name} | {kind} | {spread(values, ',.0f')} | {ratio_cells(values, production)} |"
+                        )
         finally:
             warm.close()
     data_path(TOPIC, "production-" + ("-".join(map(str, args.cases)) if args.cases else "all"), ".json").write_text(
-        json.dumps({"machine": machine(), "args": vars(args), "turns": raw}, indent=1) + "\n")
+        json.dumps({"machine": machine(), "args": vars(args), "turns": raw}, indent=1) + "\n"
+    )
     command = f"`python benchmarks/production.py --pairs {args.pairs}"
     if args.variants:
-        body = "\n".join([
-            f"Machine: {machine()}. {command} --variants {' '.join(args.variants)}`.",
-            "",
-            f"As above, {args.pairs} turns per case after one unmeasured trial (whose YAML production runs), "
-            "in an order shuffled per turn; in each turn, beside the trial and production, a trial "
-            f"measured each other way: {'; '.join(HOW[v] for v in args.variants)}. Each against the same "
-            "turns' production.",
-            "",
-            "| case | measured as | samples/s | over production (medians) | per turn |",
-            "|---|---|---|---|---|",
-            *variant_rows,
-        ])
+        body = "\n".join(
+            [
+                f"Machine: {machine()}. {command} --variants {' '.join(args.variants)}`.",
+                "",
+                f"As above, {args.pairs} turns per case after one unmeasured trial (whose YAML production runs), "
+                "in an order shuffled per turn; in each turn, beside the trial and production, a trial "
+                f"measured each other way: {'; '.join(HOW[v] for v in args.variants)}. Each against the same "
+                "turns' production.",
+                "",
+                "| case | measured as | samples/s | over production (medians) | per turn |",
+                "|---|---|---|---|---|",
+                *variant_rows,
+            ]
+        )
         write_section(TOPIC, "Trial vs production: where the gap is", body)
         print(body)
         return
-    body = "\n".join([
-        f"Machine: {machine()}. {command}`.",
-        "",
-        f"Each case {args.pairs} times in turns (after one unmeasured trial, in an order shuffled per turn): "
-        "a trial as the study runs it (forked from a warm worker, "
-        f"the tuner's monitor watching; {args.windows} windows of {args.window:.0f} s, median) and the same "
-        "function in production (`train(autotune.load(yaml, report_every="
-        f"{args.window:.0f}))` in its own process; the median of {args.windows} reports after the first). "
-        "Goal: within 3%.",
-        "",
-        "| case | trial samples/s | production samples/s | trial / production (medians) | per pair |",
-        "|---|---|---|---|---|",
-        *rows,
-    ])
+    body = "\n".join(
+        [
+            f"Machine: {machine()}. {command}`.",
+            "",
+            f"Each case {args.pairs} times in turns (after one unmeasured trial, in an order shuffled per turn): "
+            "a trial as the study runs it (forked from a warm worker, "
+            f"the tuner's monitor watching; {args.windows} windows of {args.window:.0f} s, median) and the same "
+            "function in production (`train(autotune.load(yaml, report_every="
+            f"{args.window:.0f}))` in its own process; the median of {args.windows} reports after the first). "
+            "Goal: within 3%.",
+            "",
+            "| case | trial samples/s | production samples/s | trial / production (medians) | per pair |",
+            "|---|---|---|---|---|",
+            *rows,
+        ]
+    )
     write_section(TOPIC, "Trial vs production", body)
     print(body)
 
@@ -238,8 +268,11 @@ def geometric_mean_ci(values: list[float], draws: int = 4000, seed: int = 0) -> 
     logs = [math.log(v) for v in values]
     rng = random.Random(seed)
     means = sorted(statistics.fmean(rng.choices(logs, k=len(logs))) for _ in range(draws))
-    return (math.exp(statistics.fmean(logs)), math.exp(means[int(0.025 * draws)]),
-            math.exp(means[int(0.975 * draws) - 1]))
+    return (
+        math.exp(statistics.fmean(logs)),
+        math.exp(means[int(0.025 * draws)]),
+        math.exp(means[int(0.975 * draws) - 1]),
+    )
 
 
 if __name__ == "__main__":

@@ -33,33 +33,59 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autotune import Config
+from autotune.machine._launch import Budget, new_tag
+from autotune.worker._warm import WarmWorker
+
 from _results import ROOT, data_path, machine, one_trial, spread, write_section
 from harness import all_tricks, changed, cli, load
-
-from autotune import Config
-from autotune.worker._warm import WarmWorker
-from autotune.machine._launch import Budget, new_tag
 
 #: name -> (target, the grid's axes). Workers reach 32x the cores on the waiting loader, 16x on jpeg
 #: (whose items wait on storage too).
 TARGETS: dict[str, tuple[str, dict[str, list[Any]]]] = {
-    "io": (f"{ROOT / 'tests' / 'fixtures' / 'io_train.py'}:train",
-           {"batch_size": ["1x", "2x", "4x", "8x"], "num_workers": [0, 4, 8, 16, 32, 48, 64]}),
+    "io": (
+        f"{ROOT / 'tests' / 'fixtures' / 'io_train.py'}:train",
+        {"batch_size": ["1x", "2x", "4x", "8x"], "num_workers": [0, 4, 8, 16, 32, 48, 64]},
+    ),
     # every runner's grid crosses malloc_retain: it is in the default space, and it moved
     # mnist by a median 1.18x (benchmarks/results/reach.md)
-    "mnist": (f"{ROOT / 'runners' / 'mnist.py'}:train",
-              {"batch_size": ["1x", "2x", "4x", "8x"], "num_workers": [0, 1, 2, 4], "amp": ["off", "bf16"],
-               "malloc_retain": [False, True]}),
-    "jpeg": (f"{ROOT / 'runners' / 'jpeg.py'}:train",
-             {"batch_size": ["1x", "2x", "4x"], "num_workers": [0, 2, 4, 8, 16, 24, 32], "amp": ["off", "bf16"],
-              "malloc_retain": [False, True]}),
-    "charlm": (f"{ROOT / 'runners' / 'charlm.py'}:train",
-               {"batch_size": ["1x", "2x", "4x", "8x"], "num_workers": [0, 1, 2], "amp": ["off", "bf16"],
-                "malloc_retain": [False, True]}),
+    "mnist": (
+        f"{ROOT / 'runners' / 'mnist.py'}:train",
+        {
+            "batch_size": ["1x", "2x", "4x", "8x"],
+            "num_workers": [0, 1, 2, 4],
+            "amp": ["off", "bf16"],
+            "malloc_retain": [False, True],
+        },
+    ),
+    "jpeg": (
+        f"{ROOT / 'runners' / 'jpeg.py'}:train",
+        {
+            "batch_size": ["1x", "2x", "4x"],
+            "num_workers": [0, 2, 4, 8, 16, 24, 32],
+            "amp": ["off", "bf16"],
+            "malloc_retain": [False, True],
+        },
+    ),
+    "charlm": (
+        f"{ROOT / 'runners' / 'charlm.py'}:train",
+        {
+            "batch_size": ["1x", "2x", "4x", "8x"],
+            "num_workers": [0, 1, 2],
+            "amp": ["off", "bf16"],
+            "malloc_retain": [False, True],
+        },
+    ),
     # the model-side knobs instead of bf16, which this runner's CPU size does not use well
-    "resnet": (f"{ROOT / 'runners' / 'resnet.py'}:train",
-               {"batch_size": ["1x", "2x", "4x"], "num_workers": [0, 2, 4], "channels_last": [False, True],
-                "compile": ["off", "default"]}),
+    "resnet": (
+        f"{ROOT / 'runners' / 'resnet.py'}:train",
+        {
+            "batch_size": ["1x", "2x", "4x"],
+            "num_workers": [0, 2, 4],
+            "channels_last": [False, True],
+            "compile": ["off", "default"],
+        },
+    ),
 }
 #: "All tricks on" adds these where the target hands its model to run.model.
 MODEL_TRICKS = {"resnet": {"channels_last": True, "compile": "default"}}
@@ -88,23 +114,32 @@ def grid(axes: dict[str, list[Any]]) -> list[Config]:  # type: ignore[valid-type
     return configs
 
 
-def rate(target: str, config: Config, budget: Budget, warm: WarmWorker, logs: Path, seed: int = 0,
-         reference: Any = None) -> tuple[float | None, str]:
+def rate(
+    target: str, config: Config, budget: Budget, warm: WarmWorker, logs: Path, seed: int = 0, reference: Any = None
+) -> tuple[float | None, str]:
     """samples/s of one trial (None, with a line saying why, if it did not complete) and its
     outcome; its loss judged against ``reference`` (a baseline's result) if given."""
     result = one_trial(target, config, budget, logs, seed=seed, warm=warm, strict=False, reference=reference)
     return (result.metrics["samples_per_s"] if result.outcome.value == "complete" else None), result.outcome.value
 
 
-def one_study(name: str, target: str, args: argparse.Namespace,
-              index: int) -> tuple[dict[str, Any], Config]:  # type: ignore[valid-type]
+def one_study(name: str, target: str, args: argparse.Namespace, index: int) -> tuple[dict[str, Any], Config]:  # type: ignore[valid-type]
     """A default study of ``args.trials`` trials: what it said, and its winner's config."""
     from autotune.tuner._standing import findings, standing
 
     study = f"reach-{name}-{datetime.datetime.now():%Y%m%d-%H%M}" + (f"-{index + 1}" if args.studies > 1 else "")
     started = time.monotonic()
-    cli("run", target, "--trials", str(args.trials), "--study", study, "--store", str(args.store.resolve()),
-        cwd=args.store)
+    cli(
+        "run",
+        target,
+        "--trials",
+        str(args.trials),
+        "--study",
+        study,
+        "--store",
+        str(args.store.resolve()),
+        cwd=args.store,
+    )
     wall = time.monotonic() - started
     found = standing(load(args.store, study))
     winner = Config(**found.best.sampled) if found.best is not None else Config()
@@ -112,8 +147,11 @@ def one_study(name: str, target: str, args: argparse.Namespace,
 
 
 def winner_label(args: argparse.Namespace, index: int) -> str:
-    return f"study {index + 1} winner ({args.trials} trials)" if args.studies > 1 \
+    return (
+        f"study {index + 1} winner ({args.trials} trials)"
+        if args.studies > 1
         else f"study winner ({args.trials} trials)"
+    )
 
 
 def one_target(name: str, args: argparse.Namespace, warm: WarmWorker, logs: Path) -> dict[str, Any]:
@@ -151,12 +189,20 @@ def one_target(name: str, args: argparse.Namespace, warm: WarmWorker, logs: Path
             if measured is not None:
                 runs[label].append(measured)
             print(f"{name} {label} run {turn + 1}: {measured or 0:,.0f}", file=sys.stderr)
-    return {"target": name, "studies": studies, "sweep_wall": sweep_wall, "sweep_window_s": SWEEP_BUDGET.window_s,
-            "sweep_from": earlier["file"] if earlier else None,
-            "sweep_points": len(sweep), "sweep_failed": sum(1 for s in sweep if not s[1]),
-            "sweep_diverged": sum(1 for s in sweep if s[2] == "diverged"), "sweep_judged": True,
-            "configs": {k: v.set_values() for k, v in contenders.items()},
-            "runs": runs, "sweep": [(c.set_values(), r, o) for c, r, o in sweep]}
+    return {
+        "target": name,
+        "studies": studies,
+        "sweep_wall": sweep_wall,
+        "sweep_window_s": SWEEP_BUDGET.window_s,
+        "sweep_from": earlier["file"] if earlier else None,
+        "sweep_points": len(sweep),
+        "sweep_failed": sum(1 for s in sweep if not s[1]),
+        "sweep_diverged": sum(1 for s in sweep if s[2] == "diverged"),
+        "sweep_judged": True,
+        "configs": {k: v.set_values() for k, v in contenders.items()},
+        "runs": runs,
+        "sweep": [(c.set_values(), r, o) for c, r, o in sweep],
+    }
 
 
 def swept(paths: list[Path], name: str) -> dict[str, Any]:
@@ -177,13 +223,18 @@ def render(results: list[dict[str, Any]], args: argparse.Namespace, where: str) 
     studies = max(len(res.get("studies") or [res]) for res in results)
     lines = [
         f"Machine: {where}. `python benchmarks/reach.py --trials {args.trials} --repeats {args.repeats}"
-        + (f" --studies {studies}" if studies > 1 else "") + "`.",
+        + (f" --studies {studies}" if studies > 1 else "")
+        + "`.",
         "",
         "For each target: a default study of "
         f"{args.trials} trials (`autotune run`, default space and budget); a sweep of a wide grid "
         f"(each point one trial of {SWEEP_BUDGET.windows} windows of {sweep_windows(results)}"
-        + (", at the seed of a baseline it is judged against as a study judges its trials"
-           if all(res.get("sweep_judged") for res in results) else "") + "; "
+        + (
+            ", at the seed of a baseline it is judged against as a study judges its trials"
+            if all(res.get("sweep_judged") for res in results)
+            else ""
+        )
+        + "; "
         "workers with `persistent_workers` and `prefetch_factor: 4`, batches above 1x with linear lr "
         f"scaling); then the code as written, all tricks on, the study's winner and the sweep's two "
         f"best points, {args.repeats} times in turns with the default budget. *share*: the median over "
@@ -202,17 +253,20 @@ def render(results: list[dict[str, Any]], args: argparse.Namespace, where: str) 
             figures = spread(values, ",.0f") if values else "did not complete"
             lines.append(f"| {res['target']} | {label} | {changed(res['configs'][label])} | {figures} | {share} |")
         # (runs before --studies: one study, its name, wall and findings at the top)
-        studies = res.get("studies") or [{"study": res["study"], "wall": res["study_wall"],
-                                          "findings": res["findings"]}]
+        studies = res.get("studies") or [
+            {"study": res["study"], "wall": res["study_wall"], "findings": res["findings"]}
+        ]
         winners = [k for k in res["runs"] if k.startswith("study")]
         goal = GOALS.get(res["target"], GOAL)
         met = sum(1 for w in winners if w in medians and best and medians[w] / best >= goal)
         verdict = ("met" if met else "NOT met") if len(winners) == 1 else f"met by {met} of {len(winners)} studies"
-        notes.append(f"- **{res['target']}**: " + ", ".join(f"study `{s['study']}` in {s['wall'] / 60:.1f} min"
-                                                             for s in studies)
-                     + f"; sweep of {res['sweep_points']} points in {res['sweep_wall'] / 60:.1f} min "
-                     + (f"(taken from `{Path(res['sweep_from']).name}`) " if res.get("sweep_from") else "")
-                     + f"({sweep_outcomes(res)}); goal {goal:.0%}: {verdict}.")
+        notes.append(
+            f"- **{res['target']}**: "
+            + ", ".join(f"study `{s['study']}` in {s['wall'] / 60:.1f} min" for s in studies)
+            + f"; sweep of {res['sweep_points']} points in {res['sweep_wall'] / 60:.1f} min "
+            + (f"(taken from `{Path(res['sweep_from']).name}`) " if res.get("sweep_from") else "")
+            + f"({sweep_outcomes(res)}); goal {goal:.0%}: {verdict}."
+        )
         for s in studies:
             who = f"study `{s['study']}`" if len(studies) > 1 else "the study"
             notes += [f"  - {who} said: {line}" for line in s["findings"]]
@@ -224,8 +278,10 @@ def sweep_outcomes(res: dict[str, Any]) -> str:
     if not res.get("sweep_judged"):
         return f"{res['sweep_failed']} did not complete; no loss judged"
     diverged = res["sweep_diverged"]
-    return (f"{diverged} judged diverged against a baseline, as a study judges, "
-            f"{res['sweep_failed'] - diverged} did not complete otherwise")
+    return (
+        f"{diverged} judged diverged against a baseline, as a study judges, "
+        f"{res['sweep_failed'] - diverged} did not complete otherwise"
+    )
 
 
 def sweep_windows(results: list[dict[str, Any]]) -> str:
@@ -241,20 +297,33 @@ def main() -> None:
     parser.add_argument("--targets", nargs="*", default=list(TARGETS), choices=list(TARGETS))
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--studies", type=int, default=1,
-                        help="default studies per target, each its own winner in the turns: one study's luck is "
-                             "not the search's")
+    parser.add_argument(
+        "--studies",
+        type=int,
+        default=1,
+        help="default studies per target, each its own winner in the turns: one study's luck is not the search's",
+    )
     parser.add_argument("--store", type=Path, default=ROOT / "mlflow")
-    parser.add_argument("--sweep-from", type=Path, nargs="+",
-                        help="earlier runs' raw figures (same machine): take each target's sweep from them instead "
-                             "of sweeping again; the turns still measure its best two beside the studies' winners")
-    parser.add_argument("--from-json", type=Path, nargs="+",
-                        help="render the table again from runs' raw figures (one file per run, in order)")
+    parser.add_argument(
+        "--sweep-from",
+        type=Path,
+        nargs="+",
+        help="earlier runs' raw figures (same machine): take each target's sweep from them instead "
+        "of sweeping again; the turns still measure its best two beside the studies' winners",
+    )
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        nargs="+",
+        help="render the table again from runs' raw figures (one file per run, in order)",
+    )
     args = parser.parse_args()
     if args.from_json:
         raws = [json.loads(path.read_text()) for path in args.from_json]
         machines = dict.fromkeys(raw["machine"] for raw in raws)  # the same machine, on the days it ran
-        write_section("reach", "Reach", render([res for raw in raws for res in raw["results"]], args, " / ".join(machines)))
+        write_section(
+            "reach", "Reach", render([res for raw in raws for res in raw["results"]], args, " / ".join(machines))
+        )
         return
     for name in args.targets if args.sweep_from else ():
         swept(args.sweep_from, name)  # (exits now, not after a study, when one is missing)
@@ -268,7 +337,8 @@ def main() -> None:
             results.append(one_target(name, args, warm, logs))
             raw = {"machine": machine(), "args": vars(args) | {"store": str(args.store)}, "results": results}
             data_path("reach", f"reach-{'-'.join(args.targets)}", ".json").write_text(
-                json.dumps(raw, indent=1, default=str) + "\n")
+                json.dumps(raw, indent=1, default=str) + "\n"
+            )
     finally:
         warm.close()
     body = render(results, args, machine())

@@ -44,16 +44,25 @@ def main() -> None:
             plain.append(rate([sys.executable, str(SCRIPT)]))
             hooked.append(rate([sys.executable, "-m", "autotune", "exec", str(export), str(SCRIPT)]))
     ratios = [h / p for h, p in zip(hooked, plain)]
-    data_path(TOPIC, "hooks", ".json").write_text(json.dumps(
-        {"machine": machine(), "plain": plain, "exec": hooked}, indent=1))
-    body = "\n".join([
-        f"Machine: {machine()}.", "",
-        f"`benchmarks/_timed_loop.py` (an MLP on in-memory tensors, batch 64, Adam; 3,000 timed steps), "
-        f"{args.turns} turns of `python SCRIPT` then `autotune exec EXPORT SCRIPT`; samples/s, median (min..max).", "",
-        "| run | samples/s |", "|---|---|",
-        f"| plain | {spread(plain, ',.0f')} |", f"| `autotune exec` | {spread(hooked, ',.0f')} |", "",
-        f"exec / plain, turn by turn: {spread([100 * r for r in ratios], '.1f')}% "
-        f"(median of the runs: {100 * statistics.median(hooked) / statistics.median(plain):.1f}%)."])
+    data_path(TOPIC, "hooks", ".json").write_text(
+        json.dumps({"machine": machine(), "plain": plain, "exec": hooked}, indent=1)
+    )
+    body = "\n".join(
+        [
+            f"Machine: {machine()}.",
+            "",
+            f"`benchmarks/_timed_loop.py` (an MLP on in-memory tensors, batch 64, Adam; 3,000 timed steps), "
+            f"{args.turns} turns of `python SCRIPT` then `autotune exec EXPORT SCRIPT`; samples/s, median (min..max).",
+            "",
+            "| run | samples/s |",
+            "|---|---|",
+            f"| plain | {spread(plain, ',.0f')} |",
+            f"| `autotune exec` | {spread(hooked, ',.0f')} |",
+            "",
+            f"exec / plain, turn by turn: {spread([100 * r for r in ratios], '.1f')}% "
+            f"(median of the runs: {100 * statistics.median(hooked) / statistics.median(plain):.1f}%).",
+        ]
+    )
     print(body)
     write_section(TOPIC, "Script hooks", body)
 

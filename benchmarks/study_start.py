@@ -29,8 +29,29 @@ from _results import ROOT, data_path, machine, spread, write_section
 
 TOPIC = "overhead"
 TARGET = ROOT / "tests" / "fixtures" / "tiny_train.py"
-ARGS = ["--trials", "2", "--warmup", "0.2", "--window", "0.3", "--windows", "2", "--seed", "0", "--prune", "0",
-        "--confirm", "0", "--max-load", "1", "--max-spread", "1000", "--space", "loader", "-q"]
+ARGS = [
+    "--trials",
+    "2",
+    "--warmup",
+    "0.2",
+    "--window",
+    "0.3",
+    "--windows",
+    "2",
+    "--seed",
+    "0",
+    "--prune",
+    "0",
+    "--confirm",
+    "0",
+    "--max-load",
+    "1",
+    "--max-spread",
+    "1000",
+    "--space",
+    "loader",
+    "-q",
+]
 
 
 def empty_mlflow_db(folder: Path) -> Path:
@@ -50,8 +71,14 @@ def one_study(repo: Path, template: Path | None) -> tuple[float, float]:
         env = {**os.environ, "PYTHONPATH": str(repo), "MLFLOW_DISABLE_TELEMETRY": "true"}
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         began = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "autotune", "run", f"{TARGET}:train", *ARGS], cwd=work, env=env,
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "autotune", "run", f"{TARGET}:train", *ARGS],
+            cwd=work,
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         wall = time.perf_counter() - began
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -70,20 +97,41 @@ def main() -> None:
         for _ in range(args.runs):
             for repo in repos:
                 seen[str(repo)].append(one_study(repo, template))
-    commits = {str(r): subprocess.run(["git", "-C", str(r), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                      text=True).stdout.strip() or "?" for r in repos}
-    rows = [f"| {commits[r]} | {spread([w for w, _ in runs], '.1f')} | {spread([c for _, c in runs], '.1f')} |"
-            for r, runs in seen.items()]
-    name, heading = ("study-start-new-store", "Study start-up on a new store") if args.new_store \
+    commits = {
+        str(r): subprocess.run(
+            ["git", "-C", str(r), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        or "?"
+        for r in repos
+    }
+    rows = [
+        f"| {commits[r]} | {spread([w for w, _ in runs], '.1f')} | {spread([c for _, c in runs], '.1f')} |"
+        for r, runs in seen.items()
+    ]
+    name, heading = (
+        ("study-start-new-store", "Study start-up on a new store")
+        if args.new_store
         else ("study-start", "Study start-up")
-    data_path(TOPIC, name, ".json").write_text(json.dumps(
-        {"machine": machine(), "args": ARGS, "runs": {commits[r]: runs for r, runs in seen.items()}}, indent=1))
-    body = "\n".join([
-        f"Machine: {machine()}.", "",
-        f"A 2-trial study of `tests/fixtures/tiny_train.py` (`autotune run ... {' '.join(ARGS)}`), "
-        f"{args.runs} runs per checkout in turns, "
-        + ("each making its MLflow store" if args.new_store else "a seeded MLflow store") + "; median (min..max).", "",
-        "| commit | wall s | CPU s (with its workers) |", "|---|---|---|", *rows])
+    )
+    data_path(TOPIC, name, ".json").write_text(
+        json.dumps(
+            {"machine": machine(), "args": ARGS, "runs": {commits[r]: runs for r, runs in seen.items()}}, indent=1
+        )
+    )
+    body = "\n".join(
+        [
+            f"Machine: {machine()}.",
+            "",
+            f"A 2-trial study of `tests/fixtures/tiny_train.py` (`autotune run ... {' '.join(ARGS)}`), "
+            f"{args.runs} runs per checkout in turns, "
+            + ("each making its MLflow store" if args.new_store else "a seeded MLflow store")
+            + "; median (min..max).",
+            "",
+            "| commit | wall s | CPU s (with its workers) |",
+            "|---|---|---|",
+            *rows,
+        ]
+    )
     print(body)
     write_section(TOPIC, heading, body)
 

@@ -56,8 +56,16 @@ GOAL = 0.95
 #: The two contenders of the turns.
 BEST, WINNER = "sweep's best", "study winner"
 #: ``--quick``: one point, one run of each, a 2-trial study, short runs (a smoke run; no page).
-QUICK = {"batches": [64], "workers": [4], "prefetch_factors": [2], "repeats": 1, "turns": 1, "trials": 2,
-         "samples": 2048, "warmup_samples": 512}
+QUICK = {
+    "batches": [64],
+    "workers": [4],
+    "prefetch_factors": [2],
+    "repeats": 1,
+    "turns": 1,
+    "trials": 2,
+    "samples": 2048,
+    "warmup_samples": 512,
+}
 #: The export's keys the plain loop takes as they are, beside the DataLoader's.
 LOOP_KNOBS = {"prefetch", "amp", "fused_optimizer", "malloc_retain", "lr_scaling"}
 
@@ -84,8 +92,15 @@ def scaled_lr(batch: int, rule: str = "linear", base: int = CODE_BATCH) -> float
 
 def point(batch: int, workers: int, prefetch_factor: int) -> dict[str, Any]:
     """One grid point: the plain loop's settings (persistent workers, linear lr)."""
-    return {"loader": {"batch_size": batch, "num_workers": workers, "persistent_workers": True,
-                       "prefetch_factor": prefetch_factor}, "lr": scaled_lr(batch)}
+    return {
+        "loader": {
+            "batch_size": batch,
+            "num_workers": workers,
+            "persistent_workers": True,
+            "prefetch_factor": prefetch_factor,
+        },
+        "lr": scaled_lr(batch),
+    }
 
 
 def grid(batches: list[int], workers: list[int], factors: list[int]) -> list[dict[str, Any]]:
@@ -97,8 +112,10 @@ def label(settings: dict[str, Any]) -> str:
     loader = settings["loader"]
     words = [f"batch {loader['batch_size']}", f"{loader.get('num_workers', 0)} workers"]
     if loader.get("num_workers"):
-        words += ["persistent" if loader.get("persistent_workers") else "not persistent",
-                  f"prefetch_factor {loader.get('prefetch_factor', 2)}"]
+        words += [
+            "persistent" if loader.get("persistent_workers") else "not persistent",
+            f"prefetch_factor {loader.get('prefetch_factor', 2)}",
+        ]
         if loader.get("in_order") is False:
             words.append("in_order=False")
     if loader.get("pin_memory"):
@@ -114,8 +131,7 @@ def plain_terms(export: dict[str, Any]) -> dict[str, Any]:
     (``untranslated``: set away from PyTorch's default), which the page names."""
     from autotune.core._knobs import KNOBS
 
-    values = {key: value for section, body in export.items() if section != "measured_on"
-              for key, value in body.items()}
+    values = {key: value for section, body in export.items() if section != "measured_on" for key, value in body.items()}
     base = values.pop("base_batch_size", CODE_BATCH)
     loader, extras, untranslated = {}, {}, []
     for key, value in values.items():
@@ -134,8 +150,18 @@ def plain_terms(export: dict[str, Any]) -> dict[str, Any]:
 
 def loop_argv(settings: dict[str, Any], samples: int, warmup: int) -> list[str]:
     extras = settings.get("extras", {})
-    argv = [sys.executable, str(LOOP), "--loader", json.dumps(settings["loader"]), "--lr", repr(settings["lr"]),
-            "--samples", str(samples), "--warmup-samples", str(warmup)]
+    argv = [
+        sys.executable,
+        str(LOOP),
+        "--loader",
+        json.dumps(settings["loader"]),
+        "--lr",
+        repr(settings["lr"]),
+        "--samples",
+        str(samples),
+        "--warmup-samples",
+        str(warmup),
+    ]
     if extras.get("amp", "off") != "off":
         argv += ["--amp", extras["amp"]]
     if extras.get("fused_optimizer"):
@@ -156,16 +182,18 @@ def measure(settings: dict[str, Any], samples: int, warmup: int) -> dict[str, An
     return {**json.loads(done.stdout.strip().splitlines()[-1]), "load_before": before}
 
 
-def sweep(points: list[dict[str, Any]], repeats: int, samples: int, warmup: int,
-          seed: int = 0) -> list[dict[str, Any]]:
+def sweep(points: list[dict[str, Any]], repeats: int, samples: int, warmup: int, seed: int = 0) -> list[dict[str, Any]]:
     """Every point ``repeats`` times; each round the points in a new random order."""
     runs: list[list[dict[str, Any]]] = [[] for _ in points]
     order = random.Random(seed)
     for round_ in range(repeats):
         for i in order.sample(range(len(points)), len(points)):
             runs[i].append(measure(points[i], samples, warmup))
-            print(f"sweep round {round_ + 1}: {label(points[i])}: {runs[i][-1]['samples_per_s']:,.0f} samples/s",
-                  file=sys.stderr, flush=True)
+            print(
+                f"sweep round {round_ + 1}: {label(points[i])}: {runs[i][-1]['samples_per_s']:,.0f} samples/s",
+                file=sys.stderr,
+                flush=True,
+            )
     return [{**p, "runs": r} for p, r in zip(points, runs)]
 
 
@@ -180,15 +208,38 @@ def study(trials: int, folder: Path) -> dict[str, Any]:
     name = f"sweep-io-{datetime.datetime.now():%Y%m%d-%H%M}"
     began = time.monotonic()
     with open(folder / "study.log", "w") as log:
-        done = subprocess.run([sys.executable, "-m", "autotune", "run", TARGET, "--trials", str(trials), "--study",
-                               name, "--store", str(store)], check=False, cwd=folder, env=env(),
-                              stdout=log, stderr=subprocess.STDOUT)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "autotune",
+                "run",
+                TARGET,
+                "--trials",
+                str(trials),
+                "--study",
+                name,
+                "--store",
+                str(store),
+            ],
+            check=False,
+            cwd=folder,
+            env=env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     wall = time.monotonic() - began
     printed = (folder / "study.log").read_text()
     if done.returncode:
         raise RuntimeError(f"the study failed ({done.returncode}):\n{printed[-3000:]}")
-    shown = subprocess.run([sys.executable, "-m", "autotune", "show", "--store", str(store), "--study", name,
-                            "--json"], cwd=folder, env=env(), capture_output=True, text=True, check=True)
+    shown = subprocess.run(
+        [sys.executable, "-m", "autotune", "show", "--store", str(store), "--study", name, "--json"],
+        cwd=folder,
+        env=env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return {"name": name, "wall_s": wall, "printed_tail": printed.splitlines()[-40:], **json.loads(shown.stdout)}
 
 
@@ -199,8 +250,11 @@ def in_turns(contenders: dict[str, dict[str, Any]], turns: int, samples: int, wa
     for turn in range(turns):
         for name in names if turn % 2 == 0 else names[::-1]:
             runs[name].append(measure(contenders[name], samples, warmup))
-            print(f"turn {turn + 1}: {name}: {runs[name][-1]['samples_per_s']:,.0f} samples/s", file=sys.stderr,
-                  flush=True)
+            print(
+                f"turn {turn + 1}: {name}: {runs[name][-1]['samples_per_s']:,.0f} samples/s",
+                file=sys.stderr,
+                flush=True,
+            )
     return runs
 
 
@@ -208,17 +262,21 @@ def share(runs: dict[str, list], winner: str = WINNER, best: str = BEST) -> dict
     """The winner's median over the best's, and the geometric mean of the turns' own ratios."""
     rate = {k: [r["samples_per_s"] for r in v] for k, v in runs.items()}
     ratios = [w / b for w, b in zip(rate[winner], rate[best])]
-    return {"share": statistics.median(rate[winner]) / statistics.median(rate[best]),
-            "per_turn_geomean": math.exp(statistics.fmean(math.log(r) for r in ratios))}
+    return {
+        "share": statistics.median(rate[winner]) / statistics.median(rate[best]),
+        "per_turn_geomean": math.exp(statistics.fmean(math.log(r) for r in ratios)),
+    }
 
 
 def command(a: dict[str, Any]) -> str:
     """The command line that reproduces a run (indented: a code block on the page)."""
-    return (f"    python benchmarks/sweep.py --batches {' '.join(map(str, a['batches']))} "
-            f"--workers {' '.join(map(str, a['workers']))} "
-            f"--prefetch-factors {' '.join(map(str, a['prefetch_factors']))} --repeats {a['repeats']} "
-            f"--turns {a['turns']} --trials {a['trials']} --samples {a['samples']} "
-            f"--warmup-samples {a['warmup_samples']}")
+    return (
+        f"    python benchmarks/sweep.py --batches {' '.join(map(str, a['batches']))} "
+        f"--workers {' '.join(map(str, a['workers']))} "
+        f"--prefetch-factors {' '.join(map(str, a['prefetch_factors']))} --repeats {a['repeats']} "
+        f"--turns {a['turns']} --trials {a['trials']} --samples {a['samples']} "
+        f"--warmup-samples {a['warmup_samples']}"
+    )
 
 
 def readings(raw: dict[str, Any]) -> list[float]:
@@ -239,51 +297,91 @@ def render(raw: dict[str, Any]) -> str:
     ends = ", ".join(f"{part} {v[0]:.1f} -> {v[-1]:.1f}" for part, v in raw["load"].items())
     sweep_loads = [r["load_before"] for p in raw["sweep"] for r in p["runs"]]
     changed = raw["autotune_changed"]
-    lines = [f"Machine: {raw['machine']}. Commit {raw['commit']}"
-             + (f", with {len(changed)} files under autotune/ changed in the working tree by others at the time"
-                if changed else "") + f". Whole run {raw['wall_s'] / 60:.1f} min.", "",
-             f"Host load (1-minute load average, {raw['cpus']} usable CPUs), at each part's start and end: {ends}; "
-             f"before the sweep's runs {min(sweep_loads):.1f}..{max(sweep_loads):.1f}."
-             + (" **Provisional: the host was loaded** (other engineers' tests and benchmarks on the same 2 cores): "
-                "every figure here was taken under that load." if loaded else " The host was quiet."), "",
-             command(a), "",
-             (f"**Sweep** of the plain loop (`benchmarks/_io_loop.py`: PyTorch's DataLoader and loop over "
-             f"`io_train.py`'s `SlowReads`, `Linear(16, 2)`, SGD, lr scaled linearly from batch {CODE_BATCH}); "
-             f"each point {a['repeats']} runs, a process each, {a['samples']:,} samples timed after "
-             f"{a['warmup_samples']:,}; samples/s median (min..max); {raw['sweep_wall_s'] / 60:.1f} min."), "",
-             "| batch | workers (persistent) | prefetch_factor | samples/s |", "|---|---|---|---|"]
+    lines = [
+        f"Machine: {raw['machine']}. Commit {raw['commit']}"
+        + (
+            f", with {len(changed)} files under autotune/ changed in the working tree by others at the time"
+            if changed
+            else ""
+        )
+        + f". Whole run {raw['wall_s'] / 60:.1f} min.",
+        "",
+        f"Host load (1-minute load average, {raw['cpus']} usable CPUs), at each part's start and end: {ends}; "
+        f"before the sweep's runs {min(sweep_loads):.1f}..{max(sweep_loads):.1f}."
+        + (
+            " **Provisional: the host was loaded** (other engineers' tests and benchmarks on the same 2 cores): "
+            "every figure here was taken under that load."
+            if loaded
+            else " The host was quiet."
+        ),
+        "",
+        command(a),
+        "",
+        (
+            f"**Sweep** of the plain loop (`benchmarks/_io_loop.py`: PyTorch's DataLoader and loop over "
+            f"`io_train.py`'s `SlowReads`, `Linear(16, 2)`, SGD, lr scaled linearly from batch {CODE_BATCH}); "
+            f"each point {a['repeats']} runs, a process each, {a['samples']:,} samples timed after "
+            f"{a['warmup_samples']:,}; samples/s median (min..max); {raw['sweep_wall_s'] / 60:.1f} min."
+        ),
+        "",
+        "| batch | workers (persistent) | prefetch_factor | samples/s |",
+        "|---|---|---|---|",
+    ]
     best = best_point(raw["sweep"])
     for p in raw["sweep"]:
         loader, cell = p["loader"], spread(rate(p["runs"]), ",.0f")
-        lines.append(f"| {loader['batch_size']} | {loader['num_workers']} | {loader['prefetch_factor']} | "
-                     + (f"**{cell}** (best)" if p is best else cell) + " |")
+        lines.append(
+            f"| {loader['batch_size']} | {loader['num_workers']} | {loader['prefetch_factor']} | "
+            + (f"**{cell}** (best)" if p is best else cell)
+            + " |"
+        )
     winner = raw["contenders"][WINNER]
-    lines += ["", f"**Study** `{st['name']}`: `autotune run tests/fixtures/io_train.py:train --trials {a['trials']}` "
-              f"(default space and budget, a store of its own), {st['wall_s'] / 60:.1f} min. Its winner, trial "
-              f"{st['winner']}, by its own figure {st['samples_per_s'] or 0:,.0f} samples/s "
-              f"({st['speedup'] or 0:.2f}x the code as written)"
-              + ("; it exported no winner, so the turns run the code as written" if winner.get("no_export") else "")
-              + f"; in the plain loop's terms: {label(winner)}, "
-              f"lr {winner['lr']:g}"
-              + (f"; not carried to the plain loop: {', '.join(winner['untranslated'])}" if winner["untranslated"]
-                 else "") + ". It said:", ""]
+    lines += [
+        "",
+        f"**Study** `{st['name']}`: `autotune run tests/fixtures/io_train.py:train --trials {a['trials']}` "
+        f"(default space and budget, a store of its own), {st['wall_s'] / 60:.1f} min. Its winner, trial "
+        f"{st['winner']}, by its own figure {st['samples_per_s'] or 0:,.0f} samples/s "
+        f"({st['speedup'] or 0:.2f}x the code as written)"
+        + ("; it exported no winner, so the turns run the code as written" if winner.get("no_export") else "")
+        + f"; in the plain loop's terms: {label(winner)}, "
+        f"lr {winner['lr']:g}"
+        + (f"; not carried to the plain loop: {', '.join(winner['untranslated'])}" if winner["untranslated"] else "")
+        + ". It said:",
+        "",
+    ]
     lines += [f"- {line}" for line in st["findings"]]
-    lines += ["", "Its trials (knobs as sampled; samples/s as the study measured them):", "",
-              "| trial | kind | knobs | samples/s | outcome |", "|---|---|---|---|---|"]
+    lines += [
+        "",
+        "Its trials (knobs as sampled; samples/s as the study measured them):",
+        "",
+        "| trial | kind | knobs | samples/s | outcome |",
+        "|---|---|---|---|---|",
+    ]
     for row in st["trials"]:
         knobs = ", ".join(f"{k}={v}" for k, v in row["config"].items()) or "(the code as written)"
-        lines.append(f"| {row['number']} | {row['kind']} | {knobs} | {row['samples_per_s'] or 0:,.0f} | "
-                     f"{row['outcome']} |")
-    lines += ["", f"**In turns**: each {a['turns']} runs, alternating which goes first; samples/s median (min..max).",
-              "", "| config | plain loop | samples/s | share of the sweep's best |", "|---|---|---|---|"]
+        lines.append(
+            f"| {row['number']} | {row['kind']} | {knobs} | {row['samples_per_s'] or 0:,.0f} | {row['outcome']} |"
+        )
+    lines += [
+        "",
+        f"**In turns**: each {a['turns']} runs, alternating which goes first; samples/s median (min..max).",
+        "",
+        "| config | plain loop | samples/s | share of the sweep's best |",
+        "|---|---|---|---|",
+    ]
     medians = {k: statistics.median(rate(v)) for k, v in raw["turns"].items()}
     for name, runs in raw["turns"].items():
-        lines.append(f"| {name} | {label(raw['contenders'][name])} | {spread(rate(runs), ',.0f')} | "
-                     f"{medians[name] / medians[BEST]:.0%} |")
+        lines.append(
+            f"| {name} | {label(raw['contenders'][name])} | {spread(rate(runs), ',.0f')} | "
+            f"{medians[name] / medians[BEST]:.0%} |"
+        )
     verdict = "met" if raw["share"] >= GOAL else "NOT met"
-    lines += ["", f"**Share: {raw['share']:.0%}** of the sweep's best (the turns' own ratios: geometric mean "
-              f"{raw['per_turn_geomean']:.0%}); goal {GOAL:.0%}: {verdict}" + (" (provisional: loaded host)."
-                                                                              if loaded else ".")]
+    lines += [
+        "",
+        f"**Share: {raw['share']:.0%}** of the sweep's best (the turns' own ratios: geometric mean "
+        f"{raw['per_turn_geomean']:.0%}); goal {GOAL:.0%}: {verdict}"
+        + (" (provisional: loaded host)." if loaded else "."),
+    ]
     return "\n".join(lines)
 
 
@@ -297,9 +395,12 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--samples", type=int, default=8 * 4096, help="timed samples of a run (8 epochs)")
     parser.add_argument("--warmup-samples", type=int, default=4096, help="untimed samples first (1 epoch)")
-    parser.add_argument("--quick", action="store_true",
-                        help="a smoke run: one point (batch 64, 4 workers), 1 repeat, a 2-trial study, 1 turn, "
-                             "short runs; writes no page")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: one point (batch 64, 4 workers), 1 repeat, a 2-trial study, 1 turn, "
+        "short runs; writes no page",
+    )
     parser.add_argument("--from-json", type=Path, help="render the page's section again from a run's raw figures")
     args = parser.parse_args()
     if args.from_json:
@@ -325,16 +426,26 @@ def save(raw: dict[str, Any], args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from _results import machine
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False, cwd=ROOT, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "autotune"], check=False, cwd=ROOT, capture_output=True, text=True)
-    raw: dict[str, Any] = {"date": datetime.date.today().isoformat(), "machine": machine(),
-                           "commit": commit.stdout.strip(), "autotune_changed": dirty.stdout.split("\n")[:-1],
-                           "cpus": usable_cpus(), "args": {k: v for k, v in vars(args).items() if k != "from_json"},
-                           "load": {}}
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], check=False, cwd=ROOT, capture_output=True, text=True
+    )
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "autotune"], check=False, cwd=ROOT, capture_output=True, text=True
+    )
+    raw: dict[str, Any] = {
+        "date": datetime.date.today().isoformat(),
+        "machine": machine(),
+        "commit": commit.stdout.strip(),
+        "autotune_changed": dirty.stdout.split("\n")[:-1],
+        "cpus": usable_cpus(),
+        "args": {k: v for k, v in vars(args).items() if k != "from_json"},
+        "load": {},
+    }
     began = time.monotonic()
     raw["load"]["sweep"] = [load()]
-    raw["sweep"] = sweep(grid(args.batches, args.workers, args.prefetch_factors), args.repeats, args.samples,
-                         args.warmup_samples)
+    raw["sweep"] = sweep(
+        grid(args.batches, args.workers, args.prefetch_factors), args.repeats, args.samples, args.warmup_samples
+    )
     raw["load"]["sweep"].append(load())
     raw["sweep_wall_s"] = time.monotonic() - began
     save(raw, args)
@@ -347,8 +458,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     save(raw, args)
     export = raw["study"].get("export")
     # (no winner to export: the user keeps the code as written, and so do the turns)
-    winner = plain_terms(yaml.safe_load(export)) if export else {**point(CODE_BATCH, 0, 2), "extras": {},
-                                                                  "untranslated": [], "no_export": True}
+    winner = (
+        plain_terms(yaml.safe_load(export))
+        if export
+        else {**point(CODE_BATCH, 0, 2), "extras": {}, "untranslated": [], "no_export": True}
+    )
     if not export:
         winner["loader"] = {"batch_size": CODE_BATCH}
     best = best_point(raw["sweep"])

@@ -25,8 +25,9 @@ import time
 from pathlib import Path
 
 import interleaved
-from _counted import read_counter
 from production import geometric_mean_ci
+
+from _counted import read_counter
 
 #: After the tuner is stopped or let run, this long before a phase's first step is read.
 SETTLE_S = 0.2
@@ -40,14 +41,15 @@ def thread_cpu(pid: int) -> dict[str, float]:
             data = Path(f"/proc/{pid}/task/{tid}/stat").read_bytes()
         except OSError:
             continue
-        name = data[data.index(b"(") + 1:data.rindex(b")")].decode(errors="replace")
-        fields = data[data.rindex(b")") + 2:].split()
+        name = data[data.index(b"(") + 1 : data.rindex(b")")].decode(errors="replace")
+        fields = data[data.rindex(b")") + 2 :].split()
         found[f"{name} {tid}"] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return found
 
 
-def rounds_of(case: int, kind: str, phase_s: float, wanted: list[float], rounds: int,
-              threads: dict[str, float]) -> float:
+def rounds_of(
+    case: int, kind: str, phase_s: float, wanted: list[float], rounds: int, threads: dict[str, float]
+) -> float:
     """One trial process: its rounds appended to ``wanted`` until it returns or ``rounds`` are
     in; the tuner's CPU seconds in its running phases added to ``threads`` (by thread), and
     those phases' seconds returned."""
@@ -81,8 +83,11 @@ def rounds_of(case: int, kind: str, phase_s: float, wanted: list[float], rounds:
                 if not all(rates.values()) or len(wanted) >= rounds:
                     return seconds  # the function returned (or is about to)
                 wanted.append(rates["running"] / rates["stopped"])
-                print(f"round {len(wanted)}: running {rates['running']:.1f}, stopped {rates['stopped']:.1f} "
-                      f"steps/s: {wanted[-1]:.3f}", flush=True)
+                print(
+                    f"round {len(wanted)}: running {rates['running']:.1f}, stopped {rates['stopped']:.1f} "
+                    f"steps/s: {wanted[-1]:.3f}",
+                    flush=True,
+                )
             return seconds
         finally:
             os.kill(proc.pid, signal.SIGCONT)
@@ -105,12 +110,16 @@ def main() -> None:
             break
         seconds += rounds_of(args.case, args.kind, args.phase, ratios, args.rounds, threads)
     mean, low, high = geometric_mean_ci(ratios)
-    print(f"{len(ratios)} rounds: running over stopped, geometric mean {mean:.1%} (95% CI {low:.1%}..{high:.1%}), "
-          f"median {statistics.median(ratios):.1%}, SD {statistics.stdev(ratios):.3f}; running faster in "
-          f"{sum(x > 1 for x in ratios)}")
+    print(
+        f"{len(ratios)} rounds: running over stopped, geometric mean {mean:.1%} (95% CI {low:.1%}..{high:.1%}), "
+        f"median {statistics.median(ratios):.1%}, SD {statistics.stdev(ratios):.3f}; running faster in "
+        f"{sum(x > 1 for x in ratios)}"
+    )
     busiest = sorted(threads.items(), key=lambda kv: -kv[1])[:4]
-    print(f"the tuner's CPU over {seconds:.0f} s running: {sum(threads.values()) / seconds * 1e3:.1f} ms/s; "
-          + ", ".join(f"{name} {used / seconds * 1e3:.1f}" for name, used in busiest))
+    print(
+        f"the tuner's CPU over {seconds:.0f} s running: {sum(threads.values()) / seconds * 1e3:.1f} ms/s; "
+        + ", ".join(f"{name} {used / seconds * 1e3:.1f}" for name, used in busiest)
+    )
 
 
 if __name__ == "__main__":

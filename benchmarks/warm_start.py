@@ -36,9 +36,28 @@ def study(store: Path, target: str, name: str, trials: int, warm: bool) -> dict:
 
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     began = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "autotune", "run", target, "--study", name, "--trials", str(trials),
-                           "--warm-start", "on" if warm else "off", "--profile", "off"],
-                          cwd=store, env=env, capture_output=True, text=True, timeout=3600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "autotune",
+            "run",
+            target,
+            "--study",
+            name,
+            "--trials",
+            str(trials),
+            "--warm-start",
+            "on" if warm else "off",
+            "--profile",
+            "off",
+        ],
+        cwd=store,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     wall = time.monotonic() - began
     if done.returncode != 0:
         raise SystemExit(f"study {name} failed:\n{done.stderr[-3000:]}")
@@ -46,11 +65,16 @@ def study(store: Path, target: str, name: str, trials: int, warm: bool) -> dict:
     found = standing(optuna.load_study(study_name=name, storage=storage))
     win = found.decision.winner
     said = [" ".join(line.split()) for line in done.stderr.splitlines() if line.startswith("warm start:")]
-    return {"name": name, "trials": trials, "warm": warm, "wall_s": wall,
-            "speedup": found.speedup(win) if win is not None else 1.0,
-            "winner": dict(found.best.sampled) if found.best is not None else {},
-            "warm_line": said[0] if said else None,
-            "kinds": [r.kind.value for r in found.rows]}
+    return {
+        "name": name,
+        "trials": trials,
+        "warm": warm,
+        "wall_s": wall,
+        "speedup": found.speedup(win) if win is not None else 1.0,
+        "winner": dict(found.best.sampled) if found.best is not None else {},
+        "warm_line": said[0] if said else None,
+        "kinds": [r.kind.value for r in found.rows],
+    }
 
 
 def main() -> None:
@@ -73,17 +97,24 @@ def main() -> None:
     raw.write_text(json.dumps({"machine": machine(), "target": args.target, "runs": runs}, indent=1))
     reach = [100 * r["warm"]["speedup"] / r["first"]["speedup"] for r in runs]
     cold = [100 * r["cold"]["speedup"] / r["first"]["speedup"] for r in runs]
-    rows = "\n".join(f"| {k} | {r[k]['trials']} | {r[k]['speedup']:.2f}x | {r[k]['wall_s']:.0f} s | "
-                     f"{' '.join(f'{a}={b}' for a, b in r[k]['winner'].items()) or 'the baseline'} |"
-                     for r in runs for k in ("first", "warm", "cold"))
-    body = (f"Machine: {machine()}.\n\nCommand: `python benchmarks/warm_start.py --repeats {args.repeats}` "
-            f"(target `{Path(args.target.split(':')[0]).relative_to(ROOT)}`); raw figures "
-            f"`{raw.relative_to(ROOT / 'benchmarks')}`.\n\n"
-            "| study | trials | winner's speedup | wall | winner |\n|---|---|---|---|---|\n" + rows +
-            f"\n\nThe warm study reached **{spread(reach, '.0f')}%** of the first study's speedup with "
-            f"{args.second_trials} trials against its {args.first_trials} (goal: at least 95%); the cold study "
-            f"of {args.second_trials} trials {spread(cold, '.0f')}%."
-            + (f" Its line: `{runs[-1]['warm']['warm_line']}`." if runs[-1]['warm']['warm_line'] else "") + "\n")
+    rows = "\n".join(
+        f"| {k} | {r[k]['trials']} | {r[k]['speedup']:.2f}x | {r[k]['wall_s']:.0f} s | "
+        f"{' '.join(f'{a}={b}' for a, b in r[k]['winner'].items()) or 'the baseline'} |"
+        for r in runs
+        for k in ("first", "warm", "cold")
+    )
+    body = (
+        f"Machine: {machine()}.\n\nCommand: `python benchmarks/warm_start.py --repeats {args.repeats}` "
+        f"(target `{Path(args.target.split(':')[0]).relative_to(ROOT)}`); raw figures "
+        f"`{raw.relative_to(ROOT / 'benchmarks')}`.\n\n"
+        "| study | trials | winner's speedup | wall | winner |\n|---|---|---|---|---|\n"
+        + rows
+        + f"\n\nThe warm study reached **{spread(reach, '.0f')}%** of the first study's speedup with "
+        f"{args.second_trials} trials against its {args.first_trials} (goal: at least 95%); the cold study "
+        f"of {args.second_trials} trials {spread(cold, '.0f')}%."
+        + (f" Its line: `{runs[-1]['warm']['warm_line']}`." if runs[-1]["warm"]["warm_line"] else "")
+        + "\n"
+    )
     write_section(TOPIC, f"Warm start ({time.strftime('%Y-%m-%d')})", body)
     print(body)
 

@@ -18,12 +18,13 @@ import time
 from pathlib import Path
 
 import psutil
-from _results import ROOT, machine, spread, write_section
 
 from autotune import Config
-from autotune.machine._monitor import INTERVAL, PSS_EVERY
 from autotune.machine._launch import Budget, TrialSpec
+from autotune.machine._monitor import INTERVAL, PSS_EVERY
 from autotune.tuner._watch import run_trial
+
+from _results import ROOT, machine, spread, write_section
 
 TARGET = f"{ROOT / 'tests' / 'fixtures' / 'faulty_train.py'}:train"
 HOG, HANG = Config(num_workers=4), Config(num_workers=3)
@@ -45,8 +46,9 @@ def main() -> None:
             outcomes.append(result.outcome.value)
             # a floor 1.5 GiB under what is available now: how far under it the machine went
             floor = psutil.virtual_memory().available - int(1.5 * GIB)
-            result = run_trial(TrialSpec(TARGET, HOG, budget=BUDGET), logs / f"f{i}.log",
-                               ram_budget=64 * GIB, floor=floor)
+            result = run_trial(
+                TrialSpec(TARGET, HOG, budget=BUDGET), logs / f"f{i}.log", ram_budget=64 * GIB, floor=floor
+            )
             floor_under.append((floor - result.metrics["available_min"]) / 2**20)
             outcomes.append(result.outcome.value)
             # a hang: seconds from its last sign of life to the end of run_trial, past stall_s
@@ -60,21 +62,23 @@ def main() -> None:
             stall_late.append(time.monotonic() - last["at"] - BUDGET.stall_s)
             outcomes.append(result.outcome.value)
             print(budget_over[-1], floor_under[-1], stall_late[-1], outcomes[-3:], file=sys.stderr)
-    body = "\n".join([
-        f"Machine: {machine()}. {args.repeats} repeats of each; median (min..max). The monitor "
-        f"samples RSS and available memory every {INTERVAL} s and PSS every {PSS_EVERY} s "
-        "(or at once when RSS crosses the budget or the floor is crossed); the hog adds "
-        "256 MiB per step.",
-        "",
-        "Regenerate with `python benchmarks/watchdogs.py`.",
-        "",
-        "| figure | value |",
-        "|---|---|",
-        f"| PSS past a 1.5 GiB RAM budget when killed | {spread(budget_over, ',.0f')} MiB |",
-        f"| available memory under the floor when killed | {spread(floor_under, ',.0f')} MiB |",
-        f"| hang killed this long after stall_s (3 s) of silence | {spread(stall_late, '.2f')} s |",
-        f"| outcomes | {', '.join(sorted(set(outcomes)))} |",
-    ])
+    body = "\n".join(
+        [
+            f"Machine: {machine()}. {args.repeats} repeats of each; median (min..max). The monitor "
+            f"samples RSS and available memory every {INTERVAL} s and PSS every {PSS_EVERY} s "
+            "(or at once when RSS crosses the budget or the floor is crossed); the hog adds "
+            "256 MiB per step.",
+            "",
+            "Regenerate with `python benchmarks/watchdogs.py`.",
+            "",
+            "| figure | value |",
+            "|---|---|",
+            f"| PSS past a 1.5 GiB RAM budget when killed | {spread(budget_over, ',.0f')} MiB |",
+            f"| available memory under the floor when killed | {spread(floor_under, ',.0f')} MiB |",
+            f"| hang killed this long after stall_s (3 s) of silence | {spread(stall_late, '.2f')} s |",
+            f"| outcomes | {', '.join(sorted(set(outcomes)))} |",
+        ]
+    )
     write_section("watchdogs", "Watchdogs", body)
     print(body)
 

@@ -46,10 +46,32 @@ SCRIPT = ROOT / "tests" / "fixtures" / "scripts" / "mnist_style.py"
 #: where a larger one does, and ranks on its time to the baseline's loss.
 CASES = {
     "loader-bound": ["--epochs", "4", "--train-size", "640", "--test-size", "200", "--read-ms", "3"],
-    "compute-bound": ["--epochs", "4", "--train-size", "6400", "--test-size", "500", "--read-ms", "0",
-                      "--hidden", "2048", "--batch-size", "512"],
-    "compute, batch 64": ["--epochs", "4", "--train-size", "3200", "--test-size", "500", "--read-ms", "0",
-                          "--hidden", "2048"],
+    "compute-bound": [
+        "--epochs",
+        "4",
+        "--train-size",
+        "6400",
+        "--test-size",
+        "500",
+        "--read-ms",
+        "0",
+        "--hidden",
+        "2048",
+        "--batch-size",
+        "512",
+    ],
+    "compute, batch 64": [
+        "--epochs",
+        "4",
+        "--train-size",
+        "3200",
+        "--test-size",
+        "500",
+        "--read-ms",
+        "0",
+        "--hidden",
+        "2048",
+    ],
 }
 
 
@@ -70,25 +92,55 @@ def timed(argv: list[str], cwd: Path) -> tuple[float, str]:
 def study(case: str, args: list[str], trials: int, folder: Path) -> dict:
     """The case's study; what it found, as ``show --json`` gives it, and its export."""
     store = folder / "".join(c if c.isalnum() else "-" for c in case)
-    command = [sys.executable, "-m", "autotune", "run", str(SCRIPT), "--trials", str(trials), "--store", str(store),
-               "--seed", "0", "--", *args]
+    command = [
+        sys.executable,
+        "-m",
+        "autotune",
+        "run",
+        str(SCRIPT),
+        "--trials",
+        str(trials),
+        "--store",
+        str(store),
+        "--seed",
+        "0",
+        "--",
+        *args,
+    ]
     began = time.perf_counter()
     done = subprocess.run(command, cwd=folder, env=env(), capture_output=True, text=True)
     took = time.perf_counter() - began
     (folder / f"{store.name}.out").write_text(done.stdout + done.stderr)
     if done.returncode:
         raise RuntimeError(f"{case}: the study failed ({done.returncode})\n{done.stderr[-3000:]}")
-    shown = subprocess.run([sys.executable, "-m", "autotune", "show", "--store", str(store), "--json"],
-                           cwd=folder, env=env(), capture_output=True, text=True, check=True)
+    shown = subprocess.run(
+        [sys.executable, "-m", "autotune", "show", "--store", str(store), "--json"],
+        cwd=folder,
+        env=env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     found = json.loads(shown.stdout)
     rows = found["trials"]
-    return {"seconds": took, "findings": found["findings"], "winner": found["winner"], "speedup": found["speedup"],
-            "config": found["config"], "export": str(store / "exports" / "mnist_style.yaml"),
-            "unranked": [f"{r['number']} {r['outcome']}: {r['doubt'] or r['reason']}" for r in rows
-                         if r["outcome"] == "complete" and r["doubt"]
-                         or "short measure" in (r["reason"] or "") or "NotTunable" in (r["reason"] or "")],
-            "run_s": {r["number"]: r["metrics"].get("run_s") for r in rows},
-            "cost_line": next((line for line in (done.stderr.splitlines()) if "each trial" in line), None)}
+    return {
+        "seconds": took,
+        "findings": found["findings"],
+        "winner": found["winner"],
+        "speedup": found["speedup"],
+        "config": found["config"],
+        "export": str(store / "exports" / "mnist_style.yaml"),
+        "unranked": [
+            f"{r['number']} {r['outcome']}: {r['doubt'] or r['reason']}"
+            for r in rows
+            if r["outcome"] == "complete"
+            and r["doubt"]
+            or "short measure" in (r["reason"] or "")
+            or "NotTunable" in (r["reason"] or "")
+        ],
+        "run_s": {r["number"]: r["metrics"].get("run_s") for r in rows},
+        "cost_line": next((line for line in (done.stderr.splitlines()) if "each trial" in line), None),
+    }
 
 
 def turns(args: list[str], export: str, n: int, folder: Path) -> dict[str, list[float]]:
@@ -97,7 +149,7 @@ def turns(args: list[str], export: str, n: int, folder: Path) -> dict[str, list[
     execd = [sys.executable, "-m", "autotune", "exec", export, str(SCRIPT), "--", *args]
     out: dict[str, list] = {"plain": [], "exec": [], "exec_line": []}
     for turn in range(n):
-        for which in (("plain", "exec") if turn % 2 == 0 else ("exec", "plain")):
+        for which in ("plain", "exec") if turn % 2 == 0 else ("exec", "plain"):
             took, last = timed(plain if which == "plain" else execd, folder)
             out[which].append(took)
             if which == "exec":
@@ -120,29 +172,51 @@ def main() -> None:
             print(f"  {found[case]['findings'][0]}", flush=True)
             found[case].update(turns(CASES[case], found[case]["export"], args.turns, folder))
             ratio = statistics.median(found[case]["plain"]) / statistics.median(found[case]["exec"])
-            print(f"  plain {spread(found[case]['plain'], '.2f')} s, exec {spread(found[case]['exec'], '.2f')} s: "
-                  f"{ratio:.2f}x", flush=True)
+            print(
+                f"  plain {spread(found[case]['plain'], '.2f')} s, exec {spread(found[case]['exec'], '.2f')} s: "
+                f"{ratio:.2f}x",
+                flush=True,
+            )
     data_path(TOPIC, "whole-runs", ".json").write_text(json.dumps({"machine": machine(), **found}, indent=1))
-    lines = [f"Machine: {machine()}.", "",
-             f"`python benchmarks/whole_runs.py --trials {args.trials} --turns {args.turns}`: for each case a study "
-             f"of `{SCRIPT.relative_to(ROOT)}` with the default space, then {args.turns} runs each of the script as "
-             "written and under `autotune exec` with the study's export, in turns, each timed from its process's "
-             "start to its exit. Seconds: median (min..max).", "",
-             "| case | study | ranked | exported | as written | `autotune exec` | plain / exec |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Machine: {machine()}.",
+        "",
+        f"`python benchmarks/whole_runs.py --trials {args.trials} --turns {args.turns}`: for each case a study "
+        f"of `{SCRIPT.relative_to(ROOT)}` with the default space, then {args.turns} runs each of the script as "
+        "written and under `autotune exec` with the study's export, in turns, each timed from its process's "
+        "start to its exit. Seconds: median (min..max).",
+        "",
+        "| case | study | ranked | exported | as written | `autotune exec` | plain / exec |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for case, f in found.items():
         ranked = "every trial" if not f["unranked"] else f"not: {'; '.join(f['unranked'])}"
-        config = " ".join(f"{k}={v}" for k, v in f["config"].items() if k in (
-            "batch_size", "num_workers", "persistent_workers", "prefetch_factor", "lr_scaling")) or "-"
+        config = (
+            " ".join(
+                f"{k}={v}"
+                for k, v in f["config"].items()
+                if k in ("batch_size", "num_workers", "persistent_workers", "prefetch_factor", "lr_scaling")
+            )
+            or "-"
+        )
         ratio = statistics.median(f["plain"]) / statistics.median(f["exec"])
-        lines.append(f"| {case} ({' '.join(CASES[case])}) | {f['seconds'] / 60:.1f} min | {ranked} | "
-                     f"trial {f['winner']}: {config} | {spread(f['plain'], '.2f')} | {spread(f['exec'], '.2f')} | "
-                     f"**{ratio:.2f}x** |")
+        lines.append(
+            f"| {case} ({' '.join(CASES[case])}) | {f['seconds'] / 60:.1f} min | {ranked} | "
+            f"trial {f['winner']}: {config} | {spread(f['plain'], '.2f')} | {spread(f['exec'], '.2f')} | "
+            f"**{ratio:.2f}x** |"
+        )
     lines.append("")
     for case, f in found.items():
-        lines += [f"**{case}**: the study's summary:", "", "```", *f["findings"], "```", "",
-                  f"its cost line: `{f['cost_line']}`; `autotune exec`'s last line (its last run): "
-                  f"`{f['exec_line'][-1]}`", ""]
+        lines += [
+            f"**{case}**: the study's summary:",
+            "",
+            "```",
+            *f["findings"],
+            "```",
+            "",
+            f"its cost line: `{f['cost_line']}`; `autotune exec`'s last line (its last run): `{f['exec_line'][-1]}`",
+            "",
+        ]
     body = "\n".join(lines)
     print(body)
     write_section(TOPIC, f"Whole runs ({datetime.date.today().isoformat()})", body)

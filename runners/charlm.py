@@ -132,8 +132,7 @@ class CharTransformer(nn.Module):
         block_size: Longest context, bytes.
     """
 
-    def __init__(self, n_layer: int = 2, d_model: int = 128, n_head: int = 4,
-                 block_size: int = BLOCK_SIZE) -> None:
+    def __init__(self, n_layer: int = 2, d_model: int = 128, n_head: int = 4, block_size: int = BLOCK_SIZE) -> None:
         super().__init__()
         if d_model % n_head:
             raise ValueError(f"n_head must divide d_model, but got (d_model={d_model}, n_head={n_head})")

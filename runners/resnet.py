@@ -56,8 +56,11 @@ class Block(nn.Module):
         self.bn1 = nn.BatchNorm2d(outputs)
         self.conv2 = nn.Conv2d(outputs, outputs, 3, padding=1, bias=False)
         self.bn2 = nn.BatchNorm2d(outputs)
-        self.shortcut = nn.Identity() if stride == 1 and inputs == outputs else nn.Sequential(
-            nn.Conv2d(inputs, outputs, 1, stride=stride, bias=False), nn.BatchNorm2d(outputs))
+        self.shortcut = (
+            nn.Identity()
+            if stride == 1 and inputs == outputs
+            else nn.Sequential(nn.Conv2d(inputs, outputs, 1, stride=stride, bias=False), nn.BatchNorm2d(outputs))
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.relu(self.bn1(self.conv1(x)))
@@ -77,8 +80,9 @@ class ResNet(nn.Module):
         super().__init__()
         if width < 1:
             raise ValueError(f"width must be >= 1, but got width={width}")
-        self.stem = nn.Sequential(nn.Conv2d(3, width, 3, stride=2, padding=1, bias=False),
-                                  nn.BatchNorm2d(width), nn.ReLU())
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, width, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU()
+        )
         stages, channels = [], width
         for i, outputs in enumerate((width, 2 * width, 4 * width, 8 * width)):
             stride = 1 if i == 0 else 2
@@ -92,8 +96,14 @@ class ResNet(nn.Module):
         return self.head(self.stages(self.stem(x)).mean((2, 3)))
 
 
-def train(run: autotune.Run, *, epochs: int = 100, width: int | None = None, crop: int | None = None,
-          batch_size: int | None = None) -> None:
+def train(
+    run: autotune.Run,
+    *,
+    epochs: int = 100,
+    width: int | None = None,
+    crop: int | None = None,
+    batch_size: int | None = None,
+) -> None:
     """Train the ResNet; under tuning the step budget ends the run.
 
     Args:
@@ -104,11 +114,21 @@ def train(run: autotune.Run, *, epochs: int = 100, width: int | None = None, cro
     default_width, tile, default_crop, default_batch = SIZES["cuda" if run.device.type == "cuda" else "cpu"]
     crop = crop or default_crop
     model = run.model(ResNet(width or default_width))
-    loader = run.dataloader(make_dataset(tile=max(tile, crop), crop=crop), batch_size=batch_size or default_batch,
-                            shuffle=True, drop_last=True)
+    loader = run.dataloader(
+        make_dataset(tile=max(tile, crop), crop=crop),
+        batch_size=batch_size or default_batch,
+        shuffle=True,
+        drop_last=True,
+    )
     # lr 0.1 for batch 128 (Goyal et al.'s 0.1 per 256, doubled for this small, easy task)
-    opt = run.optimizer(torch.optim.SGD, model.parameters(), lr=0.1 * (batch_size or default_batch) / 128,
-                        momentum=0.9, nesterov=True, weight_decay=5e-4)
+    opt = run.optimizer(
+        torch.optim.SGD,
+        model.parameters(),
+        lr=0.1 * (batch_size or default_batch) / 128,
+        momentum=0.9,
+        nesterov=True,
+        weight_decay=5e-4,
+    )
     model.train()
     for _ in range(epochs):
         for x, y in run.batches(loader):

@@ -41,8 +41,12 @@ DATA_WAIT_HIGH = 0.1
 #: while others loaded the machine, or too briefly): it is not used.
 CEILING_NOISE = 0.1
 #: Bound names as people read them.
-BOUND_NAMES = {"compute": "data-on-device ceiling", "loader": "loader ceiling", "cpu": "CPU roof",
-               "main": "main-thread roof"}
+BOUND_NAMES = {
+    "compute": "data-on-device ceiling",
+    "loader": "loader ceiling",
+    "cpu": "CPU roof",
+    "main": "main-thread roof",
+}
 #: Batches a trial keeps on its device to replay for the compute ceiling: enough
 #: that a loop which looks at its batch sees more than one, few enough to be free.
 CACHED_BATCHES = 4
@@ -119,8 +123,10 @@ class Ceilings:
 
     def table(self) -> list[dict[str, Any]]:
         """One row per part and key: its median samples/s and how many measurements."""
-        return [{"part": part, "key": key, "samples_per_s": statistics.median(values),
-                 "measurements": len(values)} for (part, key), values in self._seen.items()]
+        return [
+            {"part": part, "key": key, "samples_per_s": statistics.median(values), "measurements": len(values)}
+            for (part, key), values in self._seen.items()
+        ]
 
     def known(self) -> dict[str, list[str]]:
         """The keys measured so far per part (a worker skips those)."""
@@ -181,21 +187,28 @@ class Bottleneck:
         return self.verdict == Verdict.COMPUTE.value and (self.efficiency or 0.0) >= HIGH_EFFICIENCY
 
 
-def lowest_bound(compute: float | None, loader: float | None, cpu: float | None,
-                 main: float | None = None) -> tuple[str, float] | None:
+def lowest_bound(
+    compute: float | None, loader: float | None, cpu: float | None, main: float | None = None
+) -> tuple[str, float] | None:
     """The lowest of the measured bounds (samples/s), by name; a tie goes to a ceiling.
 
     >>> lowest_bound(1000.0, 400.0, 850.0)
     ('loader', 400.0)
     """
-    bounds = [(name, v) for name, v in (("compute", compute), ("loader", loader), ("cpu", cpu), ("main", main))
-              if v]
+    bounds = [(name, v) for name, v in (("compute", compute), ("loader", loader), ("cpu", cpu), ("main", main)) if v]
     return min(bounds, key=lambda bound: bound[1]) if bounds else None
 
 
-def bottleneck(samples_per_s: float, data_wait: float, compute: float | None,
-               loader: float | None, cpu: float | None = None, noise: float = CEILING_NOISE,
-               doubted: Mapping[str, str] | None = None, main: float | None = None) -> Bottleneck:
+def bottleneck(
+    samples_per_s: float,
+    data_wait: float,
+    compute: float | None,
+    loader: float | None,
+    cpu: float | None = None,
+    noise: float = CEILING_NOISE,
+    doubted: Mapping[str, str] | None = None,
+    main: float | None = None,
+) -> Bottleneck:
     """Name what limits a trial: its data-wait share decides, its ceilings explain.
 
     The data wait is measured step by step in the trial's own windows, so noise
@@ -228,8 +241,11 @@ def bottleneck(samples_per_s: float, data_wait: float, compute: float | None,
     """
     bounds = {"compute": compute, "loader": loader, "cpu": cpu, "main": main}
     notes = {name: f"the {BOUND_NAMES[name]} ({why})" for name, why in (doubted or {}).items()}
-    past = {name: f"the {BOUND_NAMES[name]} ({v:,.0f} samples/s, the trial ran at {samples_per_s / v:.0%} of it)"
-            for name, v in bounds.items() if v and samples_per_s > v * (1 + noise)}
+    past = {
+        name: f"the {BOUND_NAMES[name]} ({v:,.0f} samples/s, the trial ran at {samples_per_s / v:.0%} of it)"
+        for name, v in bounds.items()
+        if v and samples_per_s > v * (1 + noise)
+    }
     notes.update(past)
     unreliable = tuple(notes)
     wrong = "; unreliable, not used: " + ", ".join(notes.values()) if notes else ""
@@ -238,25 +254,51 @@ def bottleneck(samples_per_s: float, data_wait: float, compute: float | None,
     # Without a ceiling there is no loop to bound: the CPU roof alone says nothing.
     lowest = lowest_bound(compute, loader, cpu, main) if compute or loader else None
     of_roof = min(1.0, samples_per_s / lowest[1]) if lowest else None
-    head = (f"{efficiency:.0%} of the data-on-device ceiling ({compute:,.0f} samples/s)"
-            if efficiency is not None else "no compute ceiling measured")
+    head = (
+        f"{efficiency:.0%} of the data-on-device ceiling ({compute:,.0f} samples/s)"
+        if efficiency is not None
+        else "no compute ceiling measured"
+    )
     waits = f"waits on data {data_wait:.0%} of the time"
     shared = ""
     if lowest and lowest[0] == "cpu" and cpu:  # (lowest_bound names only a measured bound)
-        shared = (f"; loading and compute share the CPUs, which allow {cpu:,.0f} samples/s for both: "
-                  f"{min(1.0, samples_per_s / cpu):.0%} of that")
+        shared = (
+            f"; loading and compute share the CPUs, which allow {cpu:,.0f} samples/s for both: "
+            f"{min(1.0, samples_per_s / cpu):.0%} of that"
+        )
     elif lowest and lowest[0] == "main" and main:
-        shared = (f"; the loop's main thread is busy {min(1.0, samples_per_s / main):.0%} of the time, which allows "
-                  f"{main:,.0f} samples/s: it is the limit (each step's Python, collating, unpickling and pinning "
-                  "on that one thread)")
+        shared = (
+            f"; the loop's main thread is busy {min(1.0, samples_per_s / main):.0%} of the time, which allows "
+            f"{main:,.0f} samples/s: it is the limit (each step's Python, collating, unpickling and pinning "
+            "on that one thread)"
+        )
     if data_wait < DATA_WAIT_HIGH:
-        return Bottleneck(Verdict.COMPUTE.value, efficiency, compute, loader,
-                          f"{head}: compute-bound, {waits}{shared}{wrong}", cpu, of_roof, unreliable, main,
-                          tuple(past))
+        return Bottleneck(
+            Verdict.COMPUTE.value,
+            efficiency,
+            compute,
+            loader,
+            f"{head}: compute-bound, {waits}{shared}{wrong}",
+            cpu,
+            of_roof,
+            unreliable,
+            main,
+            tuple(past),
+        )
     why = f"{head}: data-bound, {waits}"
     if loader is not None and compute is not None and loader < compute:
         why += f": the loader alone makes {loader:,.0f} samples/s"
     elif loader is not None:
         why += f", though the loader alone makes {loader:,.0f} samples/s: loading and compute do not overlap"
-    return Bottleneck(Verdict.DATA.value, efficiency, compute, loader, why + shared + wrong, cpu, of_roof,
-                      unreliable, main, tuple(past))
+    return Bottleneck(
+        Verdict.DATA.value,
+        efficiency,
+        compute,
+        loader,
+        why + shared + wrong,
+        cpu,
+        of_roof,
+        unreliable,
+        main,
+        tuple(past),
+    )

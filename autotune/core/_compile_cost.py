@@ -60,9 +60,13 @@ def compile_line(cold: float | None, warm: float | None, whole: bool) -> str:
     """
     where = "what its whole run counts" if whole else "kept out of the figures"
     if cold is not None and warm is not None:
-        return (f"compile: torch.compile took {cold:.1f} s cold (a first run on a machine: {where}) "
-                f"and {warm:.1f} s warm (a later run that finds its cache)")
+        return (
+            f"compile: torch.compile took {cold:.1f} s cold (a first run on a machine: {where}) "
+            f"and {warm:.1f} s warm (a later run that finds its cache)"
+        )
     if cold is None and warm is not None:
-        return (f"compile: torch.compile took {warm:.1f} s warm (its graphs were cached already; a first run on a "
-                "machine takes longer)")
+        return (
+            f"compile: torch.compile took {warm:.1f} s warm (its graphs were cached already; a first run on a "
+            "machine takes longer)"
+        )
     return f"compile: torch.compile took {cold or 0.0:.1f} s before the first step ({where})"

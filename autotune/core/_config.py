@@ -26,9 +26,10 @@ def read_text(path: Path) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        raise ConfigError(f"{path}: line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); "
-                          "save it as UTF-8") from None
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path}: line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save it as UTF-8"
+        ) from None
 
 
 def read_yaml(path: Path) -> Any:
@@ -42,8 +43,7 @@ def read_yaml(path: Path) -> Any:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     except _DuplicateKey as exc:
-        raise ConfigError(f"{path}: line {exc.line}: {exc.key!r} appears twice in one mapping; "
-                          "keep one") from None
+        raise ConfigError(f"{path}: line {exc.line}: {exc.key!r} appears twice in one mapping; keep one") from None
 
 
 class _DuplicateKey(Exception):

@@ -72,8 +72,9 @@ def learned_share(tolerance: float = DIVERGENCE_TOLERANCE) -> float:
     return 1 / (1 + 2 * tolerance)
 
 
-def flat_reference(reference: Sequence[Point], curve: Sequence[Chunk],
-                   tolerance: float = DIVERGENCE_TOLERANCE) -> str | None:
+def flat_reference(
+    reference: Sequence[Point], curve: Sequence[Chunk], tolerance: float = DIVERGENCE_TOLERANCE
+) -> str | None:
     """Why the baseline's loss curve cannot tell a config that learns nothing, or None: its
     loss over its judged span is above ``learned_share`` of its warmup's.
 
@@ -88,8 +89,10 @@ def flat_reference(reference: Sequence[Point], curve: Sequence[Chunk],
     share = learned_share(tolerance)
     if first <= 0 or loss <= share * first:
         return None
-    return (f"the baseline's loss fell only from {first:.3g} (its warmup) to {loss:.3g} "
-            f"(samples {span[0]:,.0f}-{span[1]:,.0f}), not to {'half' if share == 0.5 else f'{share:.0%}'}")
+    return (
+        f"the baseline's loss fell only from {first:.3g} (its warmup) to {loss:.3g} "
+        f"(samples {span[0]:,.0f}-{span[1]:,.0f}), not to {'half' if share == 0.5 else f'{share:.0%}'}"
+    )
 
 
 def loss_curve(windows: Sequence[Mapping[str, Any]]) -> list[Chunk]:
@@ -182,7 +185,7 @@ def compare(reference: Sequence[Point], history: Sequence[Point]) -> Comparison 
     matched = [(s, loss, ref) for s, loss in history if (ref := loss_at(reference, s)) is not None]
     if not matched:
         return None
-    tail = matched[len(matched) // 2:]
+    tail = matched[len(matched) // 2 :]
     loss = sum(p[1] for p in tail) / len(tail)
     ref = sum(p[2] for p in tail) / len(tail)
     scale = max(abs(ref), SCALE_FLOOR * abs(reference[0][1]))
@@ -191,8 +194,12 @@ def compare(reference: Sequence[Point], history: Sequence[Point]) -> Comparison 
     return Comparison((loss - ref) / scale, loss, ref, tail[0][0], tail[-1][0])
 
 
-def judge_loss(reference: Sequence[Point], history: Sequence[Point], reference_curve: Sequence[Chunk] = (),
-               curve: Sequence[Chunk] = ()) -> Comparison | None:
+def judge_loss(
+    reference: Sequence[Point],
+    history: Sequence[Point],
+    reference_curve: Sequence[Chunk] = (),
+    curve: Sequence[Chunk] = (),
+) -> Comparison | None:
     """A trial's loss against the baseline's, as the divergence verdict compares them.
 
     Over the same samples of both loss curves: the baseline's ``judged_span``, up to where
@@ -217,9 +224,13 @@ def judge_loss(reference: Sequence[Point], history: Sequence[Point], reference_c
     return compare(reference, history)
 
 
-def divergence(reference: Sequence[Point], history: Sequence[Point],
-               tolerance: float = DIVERGENCE_TOLERANCE, reference_curve: Sequence[Chunk] = (),
-               curve: Sequence[Chunk] = ()) -> str | None:
+def divergence(
+    reference: Sequence[Point],
+    history: Sequence[Point],
+    tolerance: float = DIVERGENCE_TOLERANCE,
+    reference_curve: Sequence[Chunk] = (),
+    curve: Sequence[Chunk] = (),
+) -> str | None:
     """Why a trial counts as diverged, or None when it trains like the baseline.
 
     Diverged when any loss is nan or inf, or when it is worse than the baseline by
@@ -236,9 +247,11 @@ def divergence(reference: Sequence[Point], history: Sequence[Point],
         found = judge_loss(reference, history, reference_curve, curve)
     if found is None or found.excess <= tolerance:
         return None
-    return (f"loss {found.loss:.3g} vs the baseline's {found.reference:.3g} over the same {found.unit} "
-            f"({found.first:,.0f}-{found.last:,.0f}): {found.excess:.0%} worse, over the "
-            f"{tolerance:.0%} tolerance")
+    return (
+        f"loss {found.loss:.3g} vs the baseline's {found.reference:.3g} over the same {found.unit} "
+        f"({found.first:,.0f}-{found.last:,.0f}): {found.excess:.0%} worse, over the "
+        f"{tolerance:.0%} tolerance"
+    )
 
 
 def samples_per_step(curve: Sequence[Chunk]) -> float | None:
@@ -251,8 +264,9 @@ def samples_per_step(curve: Sequence[Chunk]) -> float | None:
     return (curve[-1][1] - curve[0][0]) / steps if steps and curve else None
 
 
-def same_steps(reference: Sequence[Point], history: Sequence[Point], reference_curve: Sequence[Chunk],
-               curve: Sequence[Chunk]) -> Comparison | None:
+def same_steps(
+    reference: Sequence[Point], history: Sequence[Point], reference_curve: Sequence[Chunk], curve: Sequence[Chunk]
+) -> Comparison | None:
     """For a trial on a larger batch than the baseline's (``LARGER_BATCH``): its loss against the
     baseline's at the same steps, as ``judge_loss`` compares them with both runs counted in steps;
     None for a trial on the baseline's batch or a smaller one (judged at the same samples: it has
@@ -277,13 +291,15 @@ def same_steps(reference: Sequence[Point], history: Sequence[Point], reference_c
     def chunks(pieces: Sequence[Chunk], per: float) -> list[Chunk]:
         return [(a / per, b / per, loss, n) for a, b, loss, n in pieces]
 
-    found = judge_loss(steps(reference, theirs), steps(history, ours), chunks(reference_curve, theirs),
-                       chunks(curve, ours))
+    found = judge_loss(
+        steps(reference, theirs), steps(history, ours), chunks(reference_curve, theirs), chunks(curve, ours)
+    )
     return found._replace(unit="steps") if found is not None else None
 
 
-def lr_retry(scaling: str | None, ratio: float, exploded: bool, tried: Collection[str | None],
-             allowed: Collection[str]) -> str | None:
+def lr_retry(
+    scaling: str | None, ratio: float, exploded: bool, tried: Collection[str | None], allowed: Collection[str]
+) -> str | None:
     """The ``lr_scaling`` to run a diverged config with again, or None.
 
     A config's speed does not depend on its lr, so a fast config judged diverged at a
@@ -312,5 +328,5 @@ def lr_retry(scaling: str | None, ratio: float, exploded: bool, tried: Collectio
     if ratio <= 1 or scaling not in LR_STEPS:
         return None
     at = LR_STEPS.index(scaling)
-    order = LR_STEPS[:at][::-1] if exploded else LR_STEPS[at + 1:]
+    order = LR_STEPS[:at][::-1] if exploded else LR_STEPS[at + 1 :]
     return next((step for step in order if step in allowed and step not in tried), None)

@@ -50,8 +50,9 @@ def keep_order(kw: dict[str, Any], user: Mapping[str, Any]) -> dict[str, Any]:
     return kw
 
 
-def dataset_facts(dataset: Any, epoch_batches: int | None, kw: Mapping[str, Any],
-                  ranks: int | None = None) -> dict[str, Any]:
+def dataset_facts(
+    dataset: Any, epoch_batches: int | None, kw: Mapping[str, Any], ranks: int | None = None
+) -> dict[str, Any]:
     """What a loader built with ``kw`` reads, for the study: its class, its batches per epoch
     (None: no length), whether it shuffles (``shuffles``), and whether it fetches a batch in
     one call (``__getitems__``, which the DataLoader uses in place of one ``__getitem__`` per

@@ -18,8 +18,13 @@ from autotune.core._guard import Chunk, Comparison, Point, judge_loss, samples_p
 SUMMED_MIN_RATIO = 1.5
 
 
-def self_disagreement(reference: Sequence[Point], history: Sequence[Point], reference_curve: Sequence[Chunk],
-                      curve: Sequence[Chunk], tolerance: float) -> Comparison | None:
+def self_disagreement(
+    reference: Sequence[Point],
+    history: Sequence[Point],
+    reference_curve: Sequence[Chunk],
+    curve: Sequence[Chunk],
+    tolerance: float,
+) -> Comparison | None:
     """A re-run of the code as written against its first run, where their losses disagree by
     more than ``tolerance`` either way (as ``judge_loss`` compares them); None where they agree,
     share nothing or a loss is nan or inf (that is the nan guard's to say).
@@ -40,19 +45,22 @@ def self_disagreement(reference: Sequence[Point], history: Sequence[Point], refe
 
 def noise_line(found: Comparison, tolerance: float) -> str:
     """The one line that says the loss is no signal for this script (``found``: ``self_disagreement``)."""
-    return (f"the code as written, run again, reached loss {found.loss:.3g} against its first run's "
-            f"{found.reference:.3g} over the same {found.unit} ({found.first:,.0f}-{found.last:,.0f}): "
-            f"{abs(found.excess):.0%} apart, past the {tolerance:.0%} tolerance. Its loss is no signal "
-            "for this script (a GAN, RL returns, a noisy loss): configs rank on speed of the same "
-            "training, guarded against a nan or inf loss only")
+    return (
+        f"the code as written, run again, reached loss {found.loss:.3g} against its first run's "
+        f"{found.reference:.3g} over the same {found.unit} ({found.first:,.0f}-{found.last:,.0f}): "
+        f"{abs(found.excess):.0%} apart, past the {tolerance:.0%} tolerance. Its loss is no signal "
+        "for this script (a GAN, RL returns, a noisy loss): configs rank on speed of the same "
+        "training, guarded against a nan or inf loss only"
+    )
 
 
 def _ratio(loss: float, reference: float) -> float | None:
     return loss / reference if loss > 0 and reference > 0 and math.isfinite(loss / reference) else None
 
 
-def per_sample_factor(reference: Sequence[Point], history: Sequence[Point], reference_curve: Sequence[Chunk],
-                      curve: Sequence[Chunk]) -> float:
+def per_sample_factor(
+    reference: Sequence[Point], history: Sequence[Point], reference_curve: Sequence[Chunk], curve: Sequence[Chunk]
+) -> float:
     """What to divide a trial's loss by to compare it with the baseline's per sample: its batch
     over the baseline's (``samples_per_step``) where its loss is found to scale with the batch
     (summed over samples, ``reduction='sum'``); else 1.
@@ -75,9 +83,12 @@ def per_sample_factor(reference: Sequence[Point], history: Sequence[Point], refe
     batch = ours / theirs
     if abs(math.log(batch)) < math.log(SUMMED_MIN_RATIO):
         return 1.0
-    at_steps = judge_loss([(s / theirs, loss) for s, loss in reference], [(s / ours, loss) for s, loss in history],
-                          [(a / theirs, b / theirs, loss, n) for a, b, loss, n in reference_curve],
-                          [(a / ours, b / ours, loss, n) for a, b, loss, n in curve])
+    at_steps = judge_loss(
+        [(s / theirs, loss) for s, loss in reference],
+        [(s / ours, loss) for s, loss in history],
+        [(a / theirs, b / theirs, loss, n) for a, b, loss, n in reference_curve],
+        [(a / ours, b / ours, loss, n) for a, b, loss, n in curve],
+    )
     ratios = [_ratio(history[0][1], reference[0][1]), at_steps and _ratio(at_steps.loss, at_steps.reference)]
     known = [r for r in ratios if r is not None]
     if len(known) < len(ratios):
@@ -95,5 +106,7 @@ def per_sample(history: Sequence[Point], curve: Sequence[Chunk], factor: float) 
 
 def per_sample_line(factor: float) -> str:
     """The one line that says a trial's loss was compared per sample."""
-    return (f"its loss scales with the batch ({factor:g}x the code's batch, about {factor:g}x the loss: summed "
-            "over samples, as reduction='sum' does): compared with the baseline's per sample")
+    return (
+        f"its loss scales with the batch ({factor:g}x the code's batch, about {factor:g}x the loss: summed "
+        "over samples, as reduction='sum' does): compared with the baseline's per sample"
+    )

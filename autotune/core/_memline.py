@@ -71,19 +71,26 @@ def swing_reason(found: MemoryFinding) -> str | None:
     """
     said = []
     if found.retries:
-        said.append(f"the allocator failed {found.retries} cudaMalloc calls and freed its cache to retry "
-                    "(a device sync each)")
+        said.append(
+            f"the allocator failed {found.retries} cudaMalloc calls and freed its cache to retry (a device sync each)"
+        )
     elif found.frees:
-        said.append(f"reserved memory fell and rose again ({found.frees} cudaFree calls, low "
-                    f"{found.reserved_low / _MIB:.0f} MiB, peak {found.reserved_peak / _MIB:.0f} MiB)")
+        said.append(
+            f"reserved memory fell and rose again ({found.frees} cudaFree calls, low "
+            f"{found.reserved_low / _MIB:.0f} MiB, peak {found.reserved_peak / _MIB:.0f} MiB)"
+        )
     grew = found.reserved_end - found.reserved_start
     if found.mallocs and grew >= max(GROWTH_BYTES, GROWTH_SHARE * found.reserved_start):
-        said.append(f"reserved memory grew {grew / _MIB:.0f} MiB over {found.steps} steps after the warmup "
-                    f"({found.mallocs} cudaMalloc calls): shapes that vary ask for blocks the cache cannot split")
+        said.append(
+            f"reserved memory grew {grew / _MIB:.0f} MiB over {found.steps} steps after the warmup "
+            f"({found.mallocs} cudaMalloc calls): shapes that vary ask for blocks the cache cannot split"
+        )
     idle = found.reserved_peak - found.allocated_peak
     if idle >= max(IDLE_BYTES, IDLE_SHARE * found.reserved_peak):
-        said.append(f"reserved {found.reserved_peak / _MIB:.0f} MiB against {found.allocated_peak / _MIB:.0f} MiB "
-                    f"at most allocated: {idle / found.reserved_peak:.0%} of it cached and idle (fragmentation)")
+        said.append(
+            f"reserved {found.reserved_peak / _MIB:.0f} MiB against {found.allocated_peak / _MIB:.0f} MiB "
+            f"at most allocated: {idle / found.reserved_peak:.0%} of it cached and idle (fragmentation)"
+        )
     return "; ".join(said) or None
 
 
@@ -98,9 +105,11 @@ def effect_line(before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
     """
     s0, s1 = before["parts"]["step"], after["parts"]["step"]
     m0, m1 = before.get("memory") or {}, after.get("memory") or {}
-    return (f"with {EXPANDABLE}: step {s0 * 1e3:.1f} -> {s1 * 1e3:.1f} ms ({s1 / s0 if s0 else 0:.2f}x), "
-            f"reserved peak {m0.get('reserved_peak', 0) / _MIB:.0f} -> {m1.get('reserved_peak', 0) / _MIB:.0f} MiB, "
-            f"{m0.get('mallocs', 0)} -> {m1.get('mallocs', 0)} cudaMalloc calls")
+    return (
+        f"with {EXPANDABLE}: step {s0 * 1e3:.1f} -> {s1 * 1e3:.1f} ms ({s1 / s0 if s0 else 0:.2f}x), "
+        f"reserved peak {m0.get('reserved_peak', 0) / _MIB:.0f} -> {m1.get('reserved_peak', 0) / _MIB:.0f} MiB, "
+        f"{m0.get('mallocs', 0)} -> {m1.get('mallocs', 0)} cudaMalloc calls"
+    )
 
 
 def memory_lines(kept: Mapping[str, Any]) -> list[str]:
@@ -113,9 +122,14 @@ def memory_lines(kept: Mapping[str, Any]) -> list[str]:
         why = swing_reason(MemoryFinding.from_dict(found["memory"]))
         if why:
             again = kept.get(f"{role}_expandable")
-            lines.append(f"memory: the {role}'s {why}; "
-                         + (effect_line(found, again) if again else
-                            f"{EXPANDABLE} (PYTORCH_CUDA_ALLOC_CONF) addresses it, not measured here"))
+            lines.append(
+                f"memory: the {role}'s {why}; "
+                + (
+                    effect_line(found, again)
+                    if again
+                    else f"{EXPANDABLE} (PYTORCH_CUDA_ALLOC_CONF) addresses it, not measured here"
+                )
+            )
     return lines
 
 
@@ -149,8 +163,14 @@ class MemoryLine:
             return
         import torch
 
-        self.samples.append((round(time.perf_counter() - self._t0, 6), part,
-                             torch.cuda.memory_allocated(self._device), torch.cuda.memory_reserved(self._device)))
+        self.samples.append(
+            (
+                round(time.perf_counter() - self._t0, 6),
+                part,
+                torch.cuda.memory_allocated(self._device),
+                torch.cuda.memory_reserved(self._device),
+            )
+        )
 
     def stop(self, step: int) -> MemoryFinding:
         """The window ended (at ``step``): what the allocator did over it."""
@@ -161,16 +181,32 @@ class MemoryLine:
         stats = torch.cuda.memory_stats(self._device)
         moved = {k: int(stats.get(k, 0)) - self._counters.get(k, 0) for k in COUNTERS}
         reserved = [s[3] for s in self.samples] or [0]
-        return MemoryFinding(step - self._steps_from, torch.cuda.max_memory_allocated(self._device),
-                             torch.cuda.max_memory_reserved(self._device), reserved[0], reserved[-1], min(reserved),
-                             moved["num_device_alloc"], moved["num_device_free"], moved["num_alloc_retries"])
+        return MemoryFinding(
+            step - self._steps_from,
+            torch.cuda.max_memory_allocated(self._device),
+            torch.cuda.max_memory_reserved(self._device),
+            reserved[0],
+            reserved[-1],
+            min(reserved),
+            moved["num_device_alloc"],
+            moved["num_device_free"],
+            moved["num_alloc_retries"],
+        )
 
     def write(self, path: Path, found: MemoryFinding) -> None:
         """The timeline and the finding as JSON (seconds from the window's start, the part an edge
         starts, allocated and reserved bytes)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"columns": ["t_s", "part", "allocated", "reserved"], "samples": self.samples,
-                                    "finding": found.as_dict(), "swings": swing_reason(found)}))
+        path.write_text(
+            json.dumps(
+                {
+                    "columns": ["t_s", "part", "allocated", "reserved"],
+                    "samples": self.samples,
+                    "finding": found.as_dict(),
+                    "swings": swing_reason(found),
+                }
+            )
+        )
 
 
 def memory_path(trace: str | Path) -> Path:

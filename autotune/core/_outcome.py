@@ -9,7 +9,6 @@ from typing import Any
 
 from autotune.core._guard import DIVERGENCE_TOLERANCE, Chunk, Point, divergence
 
-
 #: What a trial not finished yet shows instead of an outcome: enqueued, or running.
 WAITING, RUNNING = "waiting", "running"
 
@@ -47,15 +46,25 @@ def clip(reason: str, limit: int) -> str:
     if len(reason) <= limit:
         return reason
     head = headline(reason)[: limit // 2]
-    return f"{head}\n...\n{reason[-(limit - len(head) - 5):]}"
+    return f"{head}\n...\n{reason[-(limit - len(head) - 5) :]}"
 
 
-def classify(returncode: int | None, killed: tuple[Outcome, str] | None, error: Mapping[str, Any] | None,
-             windows: Sequence[Mapping[str, Any]], stderr_tail: str = "", *,
-             history: Sequence[Point] = (), reference: Sequence[Point] = (),
-             tolerance: float = DIVERGENCE_TOLERANCE, memory_low: bool = False,
-             expected_windows: int = 0, reference_curve: Sequence[Chunk] = (),
-             curve: Sequence[Chunk] = (), batches: int | None = None) -> tuple[Outcome, str]:
+def classify(
+    returncode: int | None,
+    killed: tuple[Outcome, str] | None,
+    error: Mapping[str, Any] | None,
+    windows: Sequence[Mapping[str, Any]],
+    stderr_tail: str = "",
+    *,
+    history: Sequence[Point] = (),
+    reference: Sequence[Point] = (),
+    tolerance: float = DIVERGENCE_TOLERANCE,
+    memory_low: bool = False,
+    expected_windows: int = 0,
+    reference_curve: Sequence[Chunk] = (),
+    curve: Sequence[Chunk] = (),
+    batches: int | None = None,
+) -> tuple[Outcome, str]:
     """Decide a finished worker's outcome and the reason shown to the user.
 
     The reason's first line says what happened (see ``headline``); the lines
@@ -105,16 +114,22 @@ def classify(returncode: int | None, killed: tuple[Outcome, str] | None, error: 
     if reason:  # before the window check: a nan in the warmup ends the trial with no window
         return Outcome.DIVERGED, reason
     if not windows and batches == 0:
-        return Outcome.CRASHED, ("the training function returned without taking a batch from run.batches(loader): "
-                                 "autotune measures the loop through it; iterate `for batch in run.batches(loader):`")
+        return Outcome.CRASHED, (
+            "the training function returned without taking a batch from run.batches(loader): "
+            "autotune measures the loop through it; iterate `for batch in run.batches(loader):`"
+        )
     if not windows:
-        return Outcome.CRASHED, ("the training function returned before one measured window "
-                                 "finished: give it more steps (epochs) or shorten --warmup/--window")
+        return Outcome.CRASHED, (
+            "the training function returned before one measured window "
+            "finished: give it more steps (epochs) or shorten --warmup/--window"
+        )
     if len(windows) < expected_windows:
         # Still a measurement, but a short one: on a fast machine a small dataset's whole run
         # can end inside the budget (the MNIST runner on an H100: benchmarks/results/gpu.md).
-        return Outcome.COMPLETE, (f"short measure: the training function returned after {len(windows)} "
-                                  f"window{'s' if len(windows) != 1 else ''}, before its measured stretch ended, "
-                                  "so no ceiling was measured; give it more steps (epochs) or shorten "
-                                  "--warmup/--window")
+        return Outcome.COMPLETE, (
+            f"short measure: the training function returned after {len(windows)} "
+            f"window{'s' if len(windows) != 1 else ''}, before its measured stretch ended, "
+            "so no ceiling was measured; give it more steps (epochs) or shorten "
+            "--warmup/--window"
+        )
     return Outcome.COMPLETE, ""

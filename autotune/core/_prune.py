@@ -18,8 +18,14 @@ PRUNE_FRACTION = 0.5
 PRUNE_MIN_WINDOWS = 2
 
 
-def prune_so_far(samples: float, seconds: float, best: float | None, fraction: float = PRUNE_FRACTION,
-                 min_s: float = 0.0, window_s: float | None = None) -> str | None:
+def prune_so_far(
+    samples: float,
+    seconds: float,
+    best: float | None,
+    fraction: float = PRUNE_FRACTION,
+    min_s: float = 0.0,
+    window_s: float | None = None,
+) -> str | None:
     """Why a running trial should stop before its windows are done, or None: the window under
     way has lasted ``min_s`` seconds or more (``window_s``; its whole measure when not given),
     and its ``samples`` over its ``seconds`` of measure so far are under ``fraction`` of ``best``.
@@ -35,8 +41,14 @@ def prune_so_far(samples: float, seconds: float, best: float | None, fraction: f
     >>> prune_so_far(600, 2.0, 1000.0, min_s=0.6, window_s=0.2) is None  # its windows close in time
     True
     """
-    if not best or fraction <= 0 or not min_s or seconds < min_s or not samples \
-            or (window_s is not None and window_s < min_s):
+    if (
+        not best
+        or fraction <= 0
+        or not min_s
+        or seconds < min_s
+        or not samples
+        or (window_s is not None and window_s < min_s)
+    ):
         return None
     rate = samples / seconds
     if rate >= fraction * best:
@@ -44,8 +56,9 @@ def prune_so_far(samples: float, seconds: float, best: float | None, fraction: f
     return f"{rate:,.0f} samples/s in its first {seconds:.1f} s, under {fraction:.0%} of the best so far ({best:,.0f})"
 
 
-def prune_reason(rates: Sequence[float], best: float | None, fraction: float = PRUNE_FRACTION,
-                 min_windows: int = PRUNE_MIN_WINDOWS) -> str | None:
+def prune_reason(
+    rates: Sequence[float], best: float | None, fraction: float = PRUNE_FRACTION, min_windows: int = PRUNE_MIN_WINDOWS
+) -> str | None:
     """Why a running trial should stop now, or None.
 
     Args:
@@ -59,5 +72,7 @@ def prune_reason(rates: Sequence[float], best: float | None, fraction: float = P
     fastest = max(rates)
     if fastest >= fraction * best:
         return None
-    return (f"{fastest:,.0f} samples/s at best in {len(rates)} windows, under {fraction:.0%} "
-            f"of the best so far ({best:,.0f})")
+    return (
+        f"{fastest:,.0f} samples/s at best in {len(rates)} windows, under {fraction:.0%} "
+        f"of the best so far ({best:,.0f})"
+    )

@@ -38,8 +38,9 @@ class RankLoader:
         return self.loader * read_cpu
 
 
-def rank_loader(rate: float | None, waits: float | None, busy: float | None, workers: int,
-                ranks: int) -> RankLoader | None:
+def rank_loader(
+    rate: float | None, waits: float | None, busy: float | None, workers: int, ranks: int
+) -> RankLoader | None:
     """A rank's loader, from a trial's samples/s summed over its ``ranks`` (``rate``), the share
     of its time the slowest rank waited on data (``waits``), rank 0's main thread busy share
     (``busy``), and the ``workers`` each rank had; None when it never waited or never stepped.

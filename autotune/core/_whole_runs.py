@@ -46,10 +46,15 @@ def other_training(shape: Mapping[str, Any], batch: Any, base_shape: Mapping[str
     batches = [b for b in (batch, base_batch) if isinstance(b, int)]
     if abs(samples - base) <= (epochs + 1) * max(batches, default=0):
         return None
-    steps = (f" ({shape['steps']:,} steps of {batch} against {base_shape['steps']:,} of {base_batch})"
-             if shape.get("steps") and base_shape.get("steps") else "")
-    return (f"its whole run trained {samples:,} samples, {samples / base:.2f}x the baseline's {base:,}{steps}: "
-            "another training, whose wall time is no speedup of the baseline's")
+    steps = (
+        f" ({shape['steps']:,} steps of {batch} against {base_shape['steps']:,} of {base_batch})"
+        if shape.get("steps") and base_shape.get("steps")
+        else ""
+    )
+    return (
+        f"its whole run trained {samples:,} samples, {samples / base:.2f}x the baseline's {base:,}{steps}: "
+        "another training, whose wall time is no speedup of the baseline's"
+    )
 
 
 def loss_cost(ratio: float | None) -> float | None:
@@ -71,10 +76,12 @@ def loss_cost(ratio: float | None) -> float | None:
 #: runs then rank on the script's wall time as given: it is the production run).
 HORIZON_H = 1.0
 #: What ``--horizon`` does (the CLI's help; ``autotune.tune``'s ``horizon`` points here).
-HORIZON_HELP = ("Hours the winner will train for in production. Without it, the script as given is the production "
-                "run and whole runs rank on its wall time; with it, they rank on start-up + compile + the loop's "
-                "projected time for HOURS of the baseline's training. compile is not drawn once its measured cost "
-                f"would not pay back within them ({HORIZON_H:g} h without it).")
+HORIZON_HELP = (
+    "Hours the winner will train for in production. Without it, the script as given is the production "
+    "run and whole runs rank on its wall time; with it, they rank on start-up + compile + the loop's "
+    "projected time for HOURS of the baseline's training. compile is not drawn once its measured cost "
+    f"would not pay back within them ({HORIZON_H:g} h without it)."
+)
 #: A whole run that spends over this share of its wall time starting up ranks mostly start-up: fewer
 #: DataLoader workers and no compile win there, whatever they do to a longer production run.
 STARTUP_SHARE = 0.25
@@ -102,8 +109,9 @@ def horizon_rate(metrics: Mapping[str, Any], base_loop: float | None, horizon_h:
     return samples / (startup + (metrics.get("compile_s") or 0.0) + samples / loop)
 
 
-def with_production_rate(metrics: Mapping[str, Any], base_loop: float | None,
-                         horizon_h: float | None) -> dict[str, Any]:
+def with_production_rate(
+    metrics: Mapping[str, Any], base_loop: float | None, horizon_h: float | None
+) -> dict[str, Any]:
     """A finished run's ``metrics`` with what it ranks on under ``--horizon``
     (``production_samples_per_s``: ``horizon_rate``) added where it ran whole, so that Optuna's
     sampler learns the figure the study ranks on, not the short run's own samples over its wall
@@ -137,12 +145,16 @@ def objective_lines(base_metrics: Mapping[str, Any], horizon_h: float | None) ->
     ["objective: a production run of 10 h of the baseline's training (--horizon 10): whole runs rank on start-up + compile + the loop's projected time for it"]
     """
     if horizon_h is not None:
-        return [f"objective: a production run of {horizon_h:g} h of the baseline's training (--horizon "
-                f"{horizon_h:g}): whole runs rank on start-up + compile + the loop's projected time for it"]
+        return [
+            f"objective: a production run of {horizon_h:g} h of the baseline's training (--horizon "
+            f"{horizon_h:g}): whole runs rank on start-up + compile + the loop's projected time for it"
+        ]
     lines = ["objective: your script's whole run as given (the production run): whole runs rank on its wall time"]
     run_s, startup_s = base_metrics.get("run_s"), base_metrics.get("startup_s")
     if run_s and startup_s and startup_s / run_s > STARTUP_SHARE:
-        lines.append(f"start-up is {startup_s / run_s:.0%} of your script's whole run ({startup_s:.1f} s of "
-                     f"{run_s:.1f} s), so its ranking weighs start-up: if production trains longer, pass "
-                     "--horizon HOURS to rank on start-up + compile + the loop's time for that long")
+        lines.append(
+            f"start-up is {startup_s / run_s:.0%} of your script's whole run ({startup_s:.1f} s of "
+            f"{run_s:.1f} s), so its ranking weighs start-up: if production trains longer, pass "
+            "--horizon HOURS to rank on start-up + compile + the loop's time for that long"
+        )
     return lines

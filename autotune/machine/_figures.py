@@ -19,8 +19,10 @@ def add_foreign_load(event: dict[str, Any], monitor: Monitor) -> None:
     if "wall" not in event:
         return
     since = event["wall"] - event["seconds"]
-    for name, value in (("foreign_cpu", monitor.foreign_cpu(since)),
-                        ("foreign_gpu", monitor.foreign_gpu(since, event["wall"]))):
+    for name, value in (
+        ("foreign_cpu", monitor.foreign_cpu(since)),
+        ("foreign_gpu", monitor.foreign_gpu(since, event["wall"])),
+    ):
         if value is not None:
             event[name] = value
 
@@ -35,7 +37,7 @@ def log_tail(text: str, lines: int = 10) -> str:
         return "\n".join(all_lines[-lines:])
     # The report is blocks split by blank lines: the error, one stack per thread, the
     # extension modules. Keep the error and the current thread's stack.
-    blocks = "\n".join(all_lines[fatal[-1]:]).split("\n\n")
+    blocks = "\n".join(all_lines[fatal[-1] :]).split("\n\n")
     kept = [blocks[0]] + [b for b in blocks[1:] if b.startswith("Current thread")][:1]
     return "\n".join(kept)
 
@@ -45,8 +47,9 @@ def _percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def summarize(windows: Sequence[Mapping[str, Any]], monitor: Monitor, started: float,
-              events: Mapping[str, Any]) -> dict[str, float]:
+def summarize(
+    windows: Sequence[Mapping[str, Any]], monitor: Monitor, started: float, events: Mapping[str, Any]
+) -> dict[str, float]:
     """Per-trial figures: median samples/s and its spread, step-time percentiles, data wait, RAM, GPU."""
     metrics: dict[str, float] = {"duration_s": time.time() - started}
     metrics.update(monitor.summary())
@@ -100,8 +103,13 @@ def summarize_ceilings(events: Sequence[Mapping[str, Any]]) -> list[dict[str, An
     for part, windows in by_part.items():
         rates = [w["samples"] / w["seconds"] for w in windows]
         median = statistics.median(rates)
-        entry = {"part": part, "key": windows[0]["key"], "samples_per_s": median,
-                 "spread": (max(rates) - min(rates)) / median if median else 0.0, "windows": len(rates)}
+        entry = {
+            "part": part,
+            "key": windows[0]["key"],
+            "samples_per_s": median,
+            "spread": (max(rates) - min(rates)) / median if median else 0.0,
+            "windows": len(rates),
+        }
         foreign = [w["foreign_cpu"] for w in windows if "foreign_cpu" in w]
         if foreign:  # its worst window: one busy window is enough to doubt a ceiling
             entry["foreign_cpu"] = max(foreign)
@@ -124,8 +132,12 @@ def overheads(arrived: Mapping[str, float]) -> dict[str, float]:
     last event to the process's exit (as the tuner's loop saw it, up to a poll of
     0.1 s late); ``overhead_s``: their sum.
     """
-    spans = {"spawn_s": (None, "started"), "import_s": ("started", "loaded"),
-             "setup_s": ("loaded", "resolved"), "teardown_s": ("end", "exit")}
+    spans = {
+        "spawn_s": (None, "started"),
+        "import_s": ("started", "loaded"),
+        "setup_s": ("loaded", "resolved"),
+        "teardown_s": ("end", "exit"),
+    }
     found = {}
     for name, (begin, end) in spans.items():
         if (begin is None or begin in arrived) and end in arrived:
@@ -155,8 +167,14 @@ def run_figures(end: Mapping[str, Any], arrived: Mapping[str, float]) -> dict[st
     run_s = arrived["exit"]
     startup_s = arrived["resolved"]
     loop_s, outside_s = end["loop_s"], end["outside_s"]
-    return {"run_s": run_s, "startup_s": startup_s, "loop_s": loop_s, "outside_s": outside_s,
-            "after_s": max(0.0, run_s - startup_s - loop_s - outside_s), "run_samples_per_s": end["samples"] / run_s}
+    return {
+        "run_s": run_s,
+        "startup_s": startup_s,
+        "loop_s": loop_s,
+        "outside_s": outside_s,
+        "after_s": max(0.0, run_s - startup_s - loop_s - outside_s),
+        "run_samples_per_s": end["samples"] / run_s,
+    }
 
 
 def marks_of(warmup: Mapping[str, Any] | None, windows: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:

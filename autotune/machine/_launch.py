@@ -94,8 +94,7 @@ class Budget:
         """This budget for a baseline, whose curve judges every trial's divergence: it measures
         up to ``LEARN_WINDOWS`` times its windows more until its loss has fallen to
         ``learned_share(tolerance)`` of its warmup's."""
-        return dataclasses.replace(self, learn_windows=LEARN_WINDOWS * self.windows,
-                                   learn_to=learned_share(tolerance))
+        return dataclasses.replace(self, learn_windows=LEARN_WINDOWS * self.windows, learn_to=learned_share(tolerance))
 
     def measuring_s(self) -> float:
         """The most time a trial measures, as planned: warmup, windows (and those it may add
@@ -157,8 +156,9 @@ def new_tag() -> str:
 INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 
-def build_command(spec: TrialSpec, event_fd: int, environ: Mapping[str, str],
-                  python: str = sys.executable, *, tag: str) -> tuple[list[str], dict[str, str]]:
+def build_command(
+    spec: TrialSpec, event_fd: int, environ: Mapping[str, str], python: str = sys.executable, *, tag: str
+) -> tuple[list[str], dict[str, str]]:
     """The worker's argv and environment (pure: no process is started).
 
     A CUDA trial sees only its own device (as cuda:0); environment knobs are set
@@ -183,9 +183,14 @@ def build_command(spec: TrialSpec, event_fd: int, environ: Mapping[str, str],
         value = getattr(spec.config, knob.name)
         if knob.env_var and value not in (None, "default"):
             env[knob.env_var] = value
-    payload = {"target": spec.target, "config": spec.config.set_values(), "device": device,
-               "budget": spec.budget.worker_args(), "seed": spec.seed,
-               "known_ceilings": {part: list(keys) for part, keys in spec.known_ceilings.items()}}
+    payload = {
+        "target": spec.target,
+        "config": spec.config.set_values(),
+        "device": device,
+        "budget": spec.budget.worker_args(),
+        "seed": spec.seed,
+        "known_ceilings": {part: list(keys) for part, keys in spec.known_ceilings.items()},
+    }
     if spec.argv is not None:
         payload["argv"] = list(spec.argv)
     if spec.nproc > 1:
@@ -193,7 +198,6 @@ def build_command(spec: TrialSpec, event_fd: int, environ: Mapping[str, str],
     if spec.trace is not None:
         payload["trace"] = spec.trace
     return [python, "-m", "autotune.worker._trial_main", json.dumps(payload)], env
-
 
 
 class Process(Protocol):
@@ -245,6 +249,13 @@ def launch(spec: TrialSpec, log_fd: int, event_fd: int, warm: Launcher | None = 
     argv, env = build_command(spec, event_fd, os.environ, tag=tag)
     proc = warm.spawn(argv[-1], env, log_fd, event_fd) if warm is not None and warm.takes(env) else None
     if proc is None:
-        proc = subprocess.Popen(argv, env=env, stdout=log_fd, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                pass_fds=(event_fd,), start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            stdout=log_fd,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            pass_fds=(event_fd,),
+            start_new_session=True,
+        )
     return proc, tag

@@ -59,8 +59,10 @@ def retain() -> None:
 
     mallopt = ctypes.CDLL(None).mallopt  # the process's own symbols: glibc's malloc among them
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    for name, param, value in (("M_MMAP_THRESHOLD", _M_MMAP_THRESHOLD, MMAP_THRESHOLD),
-                               ("M_TRIM_THRESHOLD", _M_TRIM_THRESHOLD, TRIM_THRESHOLD),
-                               ("M_TOP_PAD", _M_TOP_PAD, TOP_PAD)):
+    for name, param, value in (
+        ("M_MMAP_THRESHOLD", _M_MMAP_THRESHOLD, MMAP_THRESHOLD),
+        ("M_TRIM_THRESHOLD", _M_TRIM_THRESHOLD, TRIM_THRESHOLD),
+        ("M_TOP_PAD", _M_TOP_PAD, TOP_PAD),
+    ):
         if mallopt(param, value) != 1:
             raise OSError(f"malloc_retain: mallopt({name}, {value}) failed")

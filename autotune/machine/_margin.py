@@ -74,12 +74,16 @@ def fit(held: float, batch_bytes: float, budget: float, workers: int, prefetch: 
         new_workers, new_prefetch = min(workers - 1, fits // 2), 2
     else:
         new_workers, new_prefetch = 0, None
-    moved = [f"prefetch_factor {prefetch} -> {new_prefetch}"] * (new_workers == workers) \
-        + [f"num_workers {workers} -> {new_workers}"] * (new_workers != workers)
-    return Step(new_workers, new_prefetch if new_workers else None,
-                f"{workers} workers x {depth} batches of {batch_bytes / 2**20:,.0f} MiB on {held / 2**30:.2f} GiB "
-                f"would reach {projected / 2**30:.2f} GiB, {projected / budget:.0%} of its {budget / 2**30:.2f} GiB "
-                "budget: " + ", ".join(moved))
+    moved = [f"prefetch_factor {prefetch} -> {new_prefetch}"] * (new_workers == workers) + [
+        f"num_workers {workers} -> {new_workers}"
+    ] * (new_workers != workers)
+    return Step(
+        new_workers,
+        new_prefetch if new_workers else None,
+        f"{workers} workers x {depth} batches of {batch_bytes / 2**20:,.0f} MiB on {held / 2**30:.2f} GiB "
+        f"would reach {projected / 2**30:.2f} GiB, {projected / budget:.0%} of its {budget / 2**30:.2f} GiB "
+        "budget: " + ", ".join(moved),
+    )
 
 
 def gpu_line(reserved: int, total: int, peak_gib: float | None) -> str | None:
@@ -94,9 +98,11 @@ def gpu_line(reserved: int, total: int, peak_gib: float | None) -> str | None:
     if total <= 0 or reserved < MARGIN * total:
         return None
     peak = f" (the study's winner peaked at {peak_gib:.1f} GiB)" if peak_gib else ""
-    return (f"GPU memory: {reserved / 2**30:.1f} GiB reserved, {reserved / total:.0%} of the device's "
-            f"{total / 2**30:.1f} GiB{peak}; the batch and the model set it, which adapt never changes: "
-            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True cuts what fragmentation adds")
+    return (
+        f"GPU memory: {reserved / 2**30:.1f} GiB reserved, {reserved / total:.0%} of the device's "
+        f"{total / 2**30:.1f} GiB{peak}; the batch and the model set it, which adapt never changes: "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True cuts what fragmentation adds"
+    )
 
 
 def batch_bytes(batch: Any) -> int:

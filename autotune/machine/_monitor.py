@@ -136,8 +136,9 @@ def cpus_busy(cpus: tuple[int, ...]) -> float:
         if index < len(per_cpu):
             t = per_cpu[index]
             # psutil's own busy time: all but idle and iowait (guest time is inside user).
-            total += sum(t) - t.idle - getattr(t, "iowait", 0.0) \
-                - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+            total += (
+                sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+            )
     return total
 
 
@@ -203,9 +204,16 @@ class Monitor(Background):
         on_error: Called once, with the reason, when the monitor itself fails.
     """
 
-    def __init__(self, pid: int, ram_budget: int | None = None,
-                 on_limit: Callable[[str], None] | None = None, gpu=None, floor: int | None = None,
-                 cpus: tuple[int, ...] = (), on_error: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        pid: int,
+        ram_budget: int | None = None,
+        on_limit: Callable[[str], None] | None = None,
+        gpu=None,
+        floor: int | None = None,
+        cpus: tuple[int, ...] = (),
+        on_error: Callable[[str], None] | None = None,
+    ) -> None:
         import psutil
 
         self.samples: list[Sample] = []
@@ -252,13 +260,13 @@ class Monitor(Background):
                     known = tree.pids
                 rss = tree.rss
                 top_rss = max(top_rss, rss)
-                sample = Sample(now, rss, None, lowest, self._cpu_reading(tree) if walked else None,
-                                *self._gpu_reading(tree.pids))
+                sample = Sample(
+                    now, rss, None, lowest, self._cpu_reading(tree) if walked else None, *self._gpu_reading(tree.pids)
+                )
                 lowest = None
                 tree_every, last_tree = max(INTERVAL, (time.thread_time() - spent) / MONITOR_SHARE), now
                 climbed = rss > (1 + PSS_GROWTH) * pss_rss and now - last_pss >= PSS_EVERY
-                if (self._budget and rss > self._budget) or under_floor or climbed \
-                        or now - last_pss >= pss_every:
+                if (self._budget and rss > self._budget) or under_floor or climbed or now - last_pss >= pss_every:
                     spent = time.thread_time()
                     sample = dataclasses.replace(sample, ram=tree_memory(tree.pids))
                     pss_every, last_pss = max(PSS_EVERY, (time.thread_time() - spent) / PSS_SHARE), now
@@ -316,11 +324,12 @@ class Monitor(Background):
 
     def _limit_reason(self, ram: int, available: int) -> str | None:
         if self._budget and ram > self._budget:
-            return (f"the trial's processes used {size(ram)}, over the RAM budget "
-                    f"of {size(self._budget)}")
+            return f"the trial's processes used {size(ram)}, over the RAM budget of {size(self._budget)}"
         if available < self.floor:
-            return (f"the machine's available memory fell to {size(available)}, under the floor "
-                    f"of {size(self.floor)}; the trial's processes used {size(ram)}")
+            return (
+                f"the machine's available memory fell to {size(available)}, under the floor "
+                f"of {size(self.floor)}; the trial's processes used {size(ram)}"
+            )
         return None
 
     def _gpu_reading(self, pids: tuple[int, ...]) -> tuple:
@@ -367,8 +376,11 @@ class Monitor(Background):
         if window:
             out["available_min"] = float(min(s.available for s in window))
         # (a reading sets all three: _gpu_reading)
-        gpu = [(s.gpu_util, s.gpu_mem, s.pcie_rx) for s in window
-               if s.gpu_util is not None and s.gpu_mem is not None and s.pcie_rx is not None]
+        gpu = [
+            (s.gpu_util, s.gpu_mem, s.pcie_rx)
+            for s in window
+            if s.gpu_util is not None and s.gpu_mem is not None and s.pcie_rx is not None
+        ]
         if gpu:
             out["gpu_util_mean"] = statistics.fmean(util for util, _, _ in gpu)
             out["gpu_mem_peak"] = float(max(mem for _, mem, _ in gpu))

@@ -34,8 +34,9 @@ QUIET_LOOK_S = 1.0
 NOISY, SHORT = "noisy", "short measure"
 
 
-def doubt(metrics: Mapping[str, float], reason: str, max_load: float = FOREIGN_LOAD_MAX,
-          max_spread: float = SPREAD_MAX) -> str | None:
+def doubt(
+    metrics: Mapping[str, float], reason: str, max_load: float = FOREIGN_LOAD_MAX, max_spread: float = SPREAD_MAX
+) -> str | None:
     """Why a complete trial's samples/s is not to be believed, or None.
 
     The text starts with its kind: ``noisy`` (measured again when the machine is
@@ -58,8 +59,10 @@ def doubt(metrics: Mapping[str, float], reason: str, max_load: float = FOREIGN_L
     # (a whole run ranks on its wall time, whose noise its re-runs measure; its windows end where
     # the baseline's did, and its last, partial one where the code returned)
     if spread > max_spread and "run_s" not in metrics:
-        return (f"{NOISY}: its windows disagree, from lowest to highest {spread:.0%} of their median "
-                f"(over {max_spread:.0%})")
+        return (
+            f"{NOISY}: its windows disagree, from lowest to highest {spread:.0%} of their median "
+            f"(over {max_spread:.0%})"
+        )
     return None
 
 
@@ -93,8 +96,13 @@ def machine_load(cpus: tuple[int, ...], seconds: float = QUIET_LOOK_S) -> float:
     return foreign_cpu(start, reading(), time.monotonic() - began, len(cpus))
 
 
-def wait_for_quiet(cpus: tuple[int, ...], max_load: float, patience: float, stop: threading.Event,
-                   load: Callable[[tuple[int, ...]], float] = machine_load) -> tuple[bool, float, float]:
+def wait_for_quiet(
+    cpus: tuple[int, ...],
+    max_load: float,
+    patience: float,
+    stop: threading.Event,
+    load: Callable[[tuple[int, ...]], float] = machine_load,
+) -> tuple[bool, float, float]:
     """Wait until the load on ``cpus`` is at most ``max_load``, for up to ``patience`` seconds.
 
     Returns:

@@ -12,11 +12,10 @@ import resource
 import socket
 import threading
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
-from autotune.machine import _malloc
 from autotune.core._knobs import Capability
+from autotune.machine import _malloc
 
 if TYPE_CHECKING:
     from autotune.machine._launch import Launcher
@@ -142,8 +141,11 @@ def probe(device: str = "auto", cpus: int | None = None, try_fused: bool = True)
     nvml, driver = _nvml_info() if cuda else (False, None)
     reasons: dict[str, str] = {}
     if not cuda:
-        why = ("torch.cuda.is_available() is False" if device in ("auto", "cpu") and not
-               torch.cuda.is_available() else f"the study runs on {dev}")
+        why = (
+            "torch.cuda.is_available() is False"
+            if device in ("auto", "cpu") and not torch.cuda.is_available()
+            else f"the study runs on {dev}"
+        )
         reasons[Capability.CUDA.value] = f"needs CUDA; {why}"
         reasons[Capability.CUDNN.value] = f"needs cuDNN on a CUDA device; {why}"
     elif not torch.backends.cudnn.is_available():
@@ -197,8 +199,12 @@ def probe_forked(launcher: Launcher, device: str, cpus: int) -> Fingerprint:
     read_fd, write_fd = os.pipe()
     try:
         with open(os.devnull, "wb") as log:
-            proc = launcher.spawn(json.dumps({"probe": device, "cpus": cpus}),
-                                  {**launcher.environ, FD_ENV: str(write_fd)}, log.fileno(), write_fd)
+            proc = launcher.spawn(
+                json.dumps({"probe": device, "cpus": cpus}),
+                {**launcher.environ, FD_ENV: str(write_fd)},
+                log.fileno(),
+                write_fd,
+            )
         os.close(write_fd)
         write_fd = -1
         reader, found = EventReader(), {}

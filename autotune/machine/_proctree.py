@@ -53,8 +53,9 @@ def read_tree(pid: int) -> TreeReading:
         return None if stat is None else (child, *stat)
 
     found = _walk(pid, reading)
-    return TreeReading(tuple(child for child, _, _ in found), sum(cpu for _, cpu, _ in found),
-                       sum(rss for _, _, rss in found))
+    return TreeReading(
+        tuple(child for child, _, _ in found), sum(cpu for _, cpu, _ in found), sum(rss for _, _, rss in found)
+    )
 
 
 def read_known(pids: tuple[int, ...]) -> TreeReading | None:
@@ -94,7 +95,7 @@ def _stat(pid: int) -> tuple[float, int] | None:
             data = f.read()
     except OSError:
         return None
-    fields = data[data.rindex(b")") + 2:].split()  # after the command name, which may hold anything
+    fields = data[data.rindex(b")") + 2 :].split()  # after the command name, which may hold anything
     utime, stime, cutime, cstime = (int(v) for v in fields[11:15])
     return (utime + stime + cutime + cstime) / _TICK, int(fields[21]) * _PAGE
 
@@ -175,8 +176,6 @@ def tree_cpu(procs: list) -> float:
             continue
         total += t.user + t.system + t.children_user + t.children_system
     return total
-
-
 
 
 def tree_rss(procs: list) -> int:

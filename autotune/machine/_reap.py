@@ -26,8 +26,9 @@ def kill_group(pgid: int) -> None:
         pass
 
 
-def kill_processes(victims: Sequence[psutil.Process], tag: str | None = None, timeout: float = 5.0,
-                    spare: int | None = None) -> int:
+def kill_processes(
+    victims: Sequence[psutil.Process], tag: str | None = None, timeout: float = 5.0, spare: int | None = None
+) -> int:
     """SIGKILL ``victims`` and, given a ``tag``, every live process whose environment
     carries it but ``spare`` (a warm worker, whose tag its trials share); wait until
     they are dead; return how many were killed, each once.
@@ -87,8 +88,11 @@ def kill_orphans(pgid: int, started: float, tag: str | None = None) -> int:
     members = []
     for proc in psutil.process_iter(["create_time"]):
         try:
-            if os.getpgid(proc.pid) == pgid and proc.info["create_time"] >= started - 1.0 \
-                    and proc.status() != psutil.STATUS_ZOMBIE:  # a zombie is dead already
+            if (
+                os.getpgid(proc.pid) == pgid
+                and proc.info["create_time"] >= started - 1.0
+                and proc.status() != psutil.STATUS_ZOMBIE
+            ):  # a zombie is dead already
                 members.append(proc)
         except (ProcessLookupError, PermissionError, psutil.Error):
             continue

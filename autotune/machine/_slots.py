@@ -44,14 +44,22 @@ class Slot:
 
     def share(self) -> str:
         """``CPUs 0-1 (2 of 4), cuda:1`` (``all 4 CPUs`` when not pinned)."""
-        cpus = f"CPUs {cpu_list(self.cpus)} ({len(self.cpus)} of {self.of_cpus})" if self.cpus \
+        cpus = (
+            f"CPUs {cpu_list(self.cpus)} ({len(self.cpus)} of {self.of_cpus})"
+            if self.cpus
             else f"all {self.of_cpus} CPUs"
+        )
         return cpus + (f", {self.device}" if self.device.startswith("cuda") else "")
 
     def record(self) -> dict[str, object]:
         """What each trial stores about where it ran."""
-        return {"slot": self.index, "cpus": list(self.cpus), "of_cpus": self.of_cpus, "device": self.device,
-                "share": self.share()}
+        return {
+            "slot": self.index,
+            "cpus": list(self.cpus),
+            "of_cpus": self.of_cpus,
+            "device": self.device,
+            "share": self.share(),
+        }
 
 
 def cpu_list(cpus: Sequence[int]) -> str:
@@ -82,12 +90,16 @@ def plan_slots(jobs: int, cpus: Sequence[int], devices: Sequence[str]) -> list[S
     if jobs < 1:
         raise ConfigError(f"--jobs {jobs}: must be at least 1")
     if jobs > len(cpus):
-        raise ConfigError(f"--jobs {jobs}: more trial slots than the {len(cpus)} CPUs this tuner may use "
-                          f"({cpu_list(cpus)}); allowed: 1 to {len(cpus)}")
+        raise ConfigError(
+            f"--jobs {jobs}: more trial slots than the {len(cpus)} CPUs this tuner may use "
+            f"({cpu_list(cpus)}); allowed: 1 to {len(cpus)}"
+        )
     cuda = [d for d in devices if d.startswith("cuda")]
     if cuda and jobs > len(cuda):
-        raise ConfigError(f"--jobs {jobs}: one trial per GPU, and --device gives {len(cuda)} "
-                          f"({', '.join(cuda)}); allowed: 1 to {len(cuda)}")
+        raise ConfigError(
+            f"--jobs {jobs}: one trial per GPU, and --device gives {len(cuda)} "
+            f"({', '.join(cuda)}); allowed: 1 to {len(cuda)}"
+        )
     if jobs == 1:
         return [Slot(0, (), len(cpus), devices[0])]
     size, extra = divmod(len(cpus), jobs)
@@ -110,6 +122,7 @@ def devices_of(device: str, cuda_count: int) -> list[str]:
     names = [d.strip() for d in device.split(",") if d.strip()]
     for name in names:
         if name.startswith("cuda:") and name[5:].isdigit() and int(name[5:]) >= cuda_count:
-            raise ConfigError(f"--device {device!r}: {name} is not visible; "
-                              f"this host shows {cuda_count} CUDA device(s)")
+            raise ConfigError(
+                f"--device {device!r}: {name} is not visible; this host shows {cuda_count} CUDA device(s)"
+            )
     return names

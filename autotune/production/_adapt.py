@@ -17,8 +17,8 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from autotune.production._adapt_rule import MOST_PREFETCH, Epoch, Mark, Move, decide, held, most_workers
 from autotune.machine._margin import gpu_line
+from autotune.production._adapt_rule import MOST_PREFETCH, Epoch, Mark, Move, decide, held, most_workers
 from autotune.production._prodlog import FLUSH_S
 
 
@@ -65,14 +65,26 @@ class AdaptiveLoaders:
         workers = int(kwargs.get("num_workers", 0) or 0)
         kw = {**kwargs, "collate_fn": Counted(loader.collate_fn, workers)}
         order = None
-        if loader.batch_sampler is not None and not isinstance(dataset, IterableDataset) \
-                and kwargs.get("in_order", True):
+        if (
+            loader.batch_sampler is not None
+            and not isinstance(dataset, IterableDataset)
+            and kwargs.get("in_order", True)
+        ):
             order = EpochOrder(loader.batch_sampler)
             kw = {k: v for k, v in kw.items() if k not in ("batch_size", "shuffle", "sampler", "drop_last")}
             kw["batch_sampler"] = order
-        self._built[id(loader)] = {"dataset": dataset, "kwargs": kw, "current": None, "epochs": [], "order": order,
-                                   "floor": workers, "ceiling": most_workers(self._cpus, workers), "stuck": {},
-                                   "prefetch": MOST_PREFETCH, "step": None}
+        self._built[id(loader)] = {
+            "dataset": dataset,
+            "kwargs": kw,
+            "current": None,
+            "epochs": [],
+            "order": order,
+            "floor": workers,
+            "ceiling": most_workers(self._cpus, workers),
+            "stuck": {},
+            "prefetch": MOST_PREFETCH,
+            "step": None,
+        }
         self._build(self._built[id(loader)], kw)
 
     def iterate(self, loader: Any, batches: Any, count: Any) -> Iterator[Any]:
@@ -130,10 +142,20 @@ class AdaptiveLoaders:
         kw = state["kwargs"]
         cpu_ended, own_ended = cpu_seconds(), self._footprint.cpu()
         busy = (cpu_ended[0] - cpu_began[0]) / (wall * cpu_ended[1]) if cpu_began and cpu_ended else None
-        own = (own_ended - own_began) / (wall * cpu_ended[1]) \
-            if own_began is not None and own_ended is not None and cpu_ended is not None else None
-        epoch = Epoch(waited / wall, samples / wall, int(kw.get("num_workers", 0) or 0), kw.get("prefetch_factor"),
-                      busy, own, unmade / wall)
+        own = (
+            (own_ended - own_began) / (wall * cpu_ended[1])
+            if own_began is not None and own_ended is not None and cpu_ended is not None
+            else None
+        )
+        epoch = Epoch(
+            waited / wall,
+            samples / wall,
+            int(kw.get("num_workers", 0) or 0),
+            kw.get("prefetch_factor"),
+            busy,
+            own,
+            unmade / wall,
+        )
         state["epochs"].append(epoch)
         now = time.monotonic()
         stuck = held(state["stuck"], state["epochs"], now)
@@ -143,9 +165,16 @@ class AdaptiveLoaders:
         if self._log is not None:
             memory = {"ram_gib": peak / 2**30} if peak else {}
             memory.update({k: v for k, v in (("cpu_busy_frac", busy), ("cpu_own_frac", own)) if v is not None})
-            self._log(len(state["epochs"]), {"data_wait_frac": epoch.wait, "data_wait_unmade_frac": epoch.wanting,
-                                             "samples_per_s": epoch.rate, **memory},
-                      {"num_workers": epoch.workers, "prefetch_factor": epoch.prefetch})
+            self._log(
+                len(state["epochs"]),
+                {
+                    "data_wait_frac": epoch.wait,
+                    "data_wait_unmade_frac": epoch.wanting,
+                    "samples_per_s": epoch.rate,
+                    **memory,
+                },
+                {"num_workers": epoch.workers, "prefetch_factor": epoch.prefetch},
+            )
         if state["step"] is not None:  # a step the loader could not take mid-epoch
             self._step(state, state["step"], mid_epoch=False)
         elif move is not None:
@@ -243,7 +272,13 @@ def adapting_line(adaptive: AdaptiveLoaders) -> str:
 
     budget = adaptive.budget / 2**30
     ram_peak = adaptive.ram_peak
-    peak = "" if ram_peak is None else f"; the study's winner held {ram_peak:.2f} GiB" + (
-        ": over this budget, so expect steps down" if ram_peak > budget else "")
-    return (f" (adapting num_workers and prefetch_factor between epochs, and stepping them down past "
-            f"{MARGIN:.0%} of a {budget:.2f} GiB RAM budget, counted by {adaptive.counted_by}{peak})")
+    peak = (
+        ""
+        if ram_peak is None
+        else f"; the study's winner held {ram_peak:.2f} GiB"
+        + (": over this budget, so expect steps down" if ram_peak > budget else "")
+    )
+    return (
+        f" (adapting num_workers and prefetch_factor between epochs, and stepping them down past "
+        f"{MARGIN:.0%} of a {budget:.2f} GiB RAM budget, counted by {adaptive.counted_by}{peak})"
+    )

@@ -89,8 +89,13 @@ class Mark:
     rate: float | None
 
 
-def decide(epochs: Sequence[Epoch], floor: int, ceiling: int,
-           stuck: Collection[tuple[int, int | None]] = (), most_prefetch: int = MOST_PREFETCH) -> Move | None:
+def decide(
+    epochs: Sequence[Epoch],
+    floor: int,
+    ceiling: int,
+    stuck: Collection[tuple[int, int | None]] = (),
+    most_prefetch: int = MOST_PREFETCH,
+) -> Move | None:
     """The loader's values for the next epoch, or None to keep them.
 
     Up where the last ``PATIENCE`` epochs at these values all waited over ``HIGH`` for batches
@@ -125,13 +130,23 @@ def decide(epochs: Sequence[Epoch], floor: int, ceiling: int,
     last, before = epochs[-1], (epochs[runs[-1] - 1] if runs else None)
     undoing = len(runs) >= 2 and values[runs[-2] - 1] == values[-1]  # back where the run before started
     up = before is not None and (last.workers, last.prefetch or 0) > (before.workers, before.prefetch or 0)
-    if before is not None and not undoing and run == 2 and \
-            last.rate < (before.rate / WORSE if up else WORSE * before.rate):
-        undo = ", ".join([f"num_workers {last.workers} -> {before.workers}"] * (last.workers != before.workers)
-                         + [f"prefetch_factor {last.prefetch} -> {before.prefetch}"] * (last.prefetch != before.prefetch))
-        return Move(before.workers, before.prefetch,
-                    f"{undo}: the move ran {last.rate / before.rate:.2f}x the samples/s before it", undoes=True,
-                    was=before.rate)
+    if (
+        before is not None
+        and not undoing
+        and run == 2
+        and last.rate < (before.rate / WORSE if up else WORSE * before.rate)
+    ):
+        undo = ", ".join(
+            [f"num_workers {last.workers} -> {before.workers}"] * (last.workers != before.workers)
+            + [f"prefetch_factor {last.prefetch} -> {before.prefetch}"] * (last.prefetch != before.prefetch)
+        )
+        return Move(
+            before.workers,
+            before.prefetch,
+            f"{undo}: the move ran {last.rate / before.rate:.2f}x the samples/s before it",
+            undoes=True,
+            was=before.rate,
+        )
     stays = (last.workers, last.prefetch) in stuck
     recent = epochs[-PATIENCE:]
     full = all(e.cpu is not None and e.own is not None and e.cpu >= CPU_FULL and e.own >= CPU_OWN for e in recent)
@@ -143,18 +158,26 @@ def decide(epochs: Sequence[Epoch], floor: int, ceiling: int,
             return Move(wanted, last.prefetch, said + f"num_workers {last.workers} -> {wanted}")
         if last.workers and last.prefetch is not None and last.prefetch < most_prefetch:
             wanted = min(most_prefetch, 2 * last.prefetch)
-            return Move(last.workers, wanted, said + f"prefetch_factor {last.prefetch} -> {wanted} "
-                                                     f"(num_workers at its most here, {ceiling})")
+            return Move(
+                last.workers,
+                wanted,
+                said + f"prefetch_factor {last.prefetch} -> {wanted} (num_workers at its most here, {ceiling})",
+            )
         return None
-    calm = epochs[-2 * PATIENCE:]
+    calm = epochs[-2 * PATIENCE :]
     if run >= 2 * PATIENCE and last.workers > floor and all(e.wait < LOW for e in calm) and not stays:
         wanted = max(floor, last.workers - max(1, last.workers // 4))
-        return Move(wanted, last.prefetch, f"data wait under {LOW:.0%} over {len(calm)} epochs: "
-                                           f"num_workers {last.workers} -> {wanted}")
+        return Move(
+            wanted,
+            last.prefetch,
+            f"data wait under {LOW:.0%} over {len(calm)} epochs: num_workers {last.workers} -> {wanted}",
+        )
     return None
 
 
-def held(marks: Mapping[tuple[int, int | None], Mark], epochs: Sequence[Epoch], now: float) -> set[tuple[int, int | None]]:
+def held(
+    marks: Mapping[tuple[int, int | None], Mark], epochs: Sequence[Epoch], now: float
+) -> set[tuple[int, int | None]]:
     """The values that stay put (``decide``'s ``stuck``): each marked one until both
     ``STUCK_EPOCHS`` epochs and ``STUCK_S`` seconds have passed, or until its last ``PATIENCE``
     epochs, all since the undo and at those values, ran under ``CHANGED`` of its rate before the
@@ -172,9 +195,12 @@ def held(marks: Mapping[tuple[int, int | None], Mark], epochs: Sequence[Epoch], 
     for values, mark in marks.items():
         if len(epochs) - mark.epoch >= STUCK_EPOCHS and now - mark.at >= STUCK_S:
             continue
-        since = epochs[mark.epoch:][-PATIENCE:]
-        if mark.rate is not None and len(epochs) - mark.epoch >= PATIENCE and \
-                all((e.workers, e.prefetch) == values and e.rate < CHANGED * mark.rate for e in since):
+        since = epochs[mark.epoch :][-PATIENCE:]
+        if (
+            mark.rate is not None
+            and len(epochs) - mark.epoch >= PATIENCE
+            and all((e.workers, e.prefetch) == values and e.rate < CHANGED * mark.rate for e in since)
+        ):
             continue
         kept.add(values)
     return kept

@@ -17,8 +17,16 @@ from autotune.production._exit_clock import start_watcher
 from autotune.training._script import SCRIPT_STAGES, ScriptExited, check_script, label, module_of, run_script
 
 
-def exec_script(export: Path, target: str, argv: Sequence[str], device: str = "auto", nproc: int = 1,
-                adapt: bool = False, tracking_uri: str | None = None, ram_budget: float | None = None) -> object:
+def exec_script(
+    export: Path,
+    target: str,
+    argv: Sequence[str],
+    device: str = "auto",
+    nproc: int = 1,
+    adapt: bool = False,
+    tracking_uri: str | None = None,
+    ram_budget: float | None = None,
+) -> object:
     """Run the script in this process with the export applied; return its exit status, as it passed
     it to ``sys.exit`` (an int, a message, None), for the interpreter's normal exit to end on. With
     ``nproc`` over 1, this process becomes torchrun's (``torch.distributed.run --nproc-per-node``),
@@ -45,23 +53,32 @@ def exec_script(export: Path, target: str, argv: Sequence[str], device: str = "a
         check_ranks(nproc)
         load(export, device, quiet=True)  # (bad input said once, here, not by every rank)
         script = ["-m", module_of(target)] if module_of(target) else [target]
-        adapting = ["--adapt"] * adapt + ["--tracking-uri", str(tracking_uri)] * bool(tracking_uri) \
+        adapting = (
+            ["--adapt"] * adapt
+            + ["--tracking-uri", str(tracking_uri)] * bool(tracking_uri)
             + ["--ram-budget", str(ram_budget)] * bool(ram_budget)
-        command = torchrun(nproc, ["autotune", "exec", str(export), "--device", device, *adapting, *script,
-                                   "--", *argv])
+        )
+        command = torchrun(
+            nproc, ["autotune", "exec", str(export), "--device", device, *adapting, *script, "--", *argv]
+        )
         sys.stdout.flush()
         sys.stderr.flush()
         os.execve(sys.executable, command, rank_environ(os.environ, nproc))
     pin_rank()
     recipe = load(export, device, quiet=True, adapt=adapt, tracking_uri=tracking_uri, ram_budget=ram_budget)
     recipe.stages = SCRIPT_STAGES
-    knobs = " ".join(f"{k}={show_value(v)}" for k, v in recipe.config.set_values().items()) \
+    knobs = (
+        " ".join(f"{k}={show_value(v)}" for k, v in recipe.config.set_values().items())
         or "nothing (the code as written)"
+    )
     if ranked is None or ranked[0] == 0:  # (rank 0 says it for all)
         running = f"{ranked[1]} ranks, each running" if ranked else "running"
         adapts = recipe._adapting() if recipe.adaptive is not None else ""
-        print(f"autotune: {running} {label(target, argv)} with {recipe.origin or export}: {knobs}{adapts}",
-              file=sys.stderr, flush=True)
+        print(
+            f"autotune: {running} {label(target, argv)} with {recipe.origin or export}: {knobs}{adapts}",
+            file=sys.stderr,
+            flush=True,
+        )
     ended: list[bool] = []
     if ranked is None or ranked[0] == 0:
         # Said once the process has exited (``autotune.production._exit_clock``), else once its own
@@ -69,10 +86,20 @@ def exec_script(export: Path, target: str, argv: Sequence[str], device: str = "a
         # atexit handlers run first (atexit runs the last registered first).
         what = label(target, argv)
         arm = start_watcher(lambda facts, seconds: f"autotune: {wall_line(facts, seconds, 'exit')}")
-        atexit.register(lambda: ended and (
-            arm(measured_facts(export, what, device)) if arm is not None else
-            print(f"autotune: {wall_line(measured_facts(export, what, device), process_age(), 'exit handlers')}",
-                  file=sys.stderr, flush=True)))
+        atexit.register(
+            lambda: (
+                ended
+                and (
+                    arm(measured_facts(export, what, device))
+                    if arm is not None
+                    else print(
+                        f"autotune: {wall_line(measured_facts(export, what, device), process_age(), 'exit handlers')}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                )
+            )
+        )
     hooks = Hooks(recipe).install()
     try:
         run_script(target, argv)
@@ -97,8 +124,9 @@ def script_frames(tb: TracebackType | None, target: str) -> TracebackType | None
     here = tb
     while here is not None:
         code = here.tb_frame.f_code
-        if code.co_filename == path or (module is not None and code.co_name == "<module>"
-                                        and here.tb_frame.f_globals.get("__name__") == "__main__"):
+        if code.co_filename == path or (
+            module is not None and code.co_name == "<module>" and here.tb_frame.f_globals.get("__name__") == "__main__"
+        ):
             return here
         here = here.tb_next
     return tb
@@ -141,8 +169,10 @@ def wall_line(facts: Mapping[str, Any], took: float, until: str) -> str:
     if "none" in facts:
         return f"{line}; {facts['none']}"
     base, winner = facts["base"], facts.get("winner")
-    return line + (f"; as written it ran {base:.1f} s in the study on this machine: {base / took:.2f}x"
-                   + (f" (the study's runs of this config: {winner:.1f} s)" if winner else ""))
+    return line + (
+        f"; as written it ran {base:.1f} s in the study on this machine: {base / took:.2f}x"
+        + (f" (the study's runs of this config: {winner:.1f} s)" if winner else "")
+    )
 
 
 def process_age() -> float:

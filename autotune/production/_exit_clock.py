@@ -49,7 +49,7 @@ def start_watcher(line: Callable[[Mapping[str, Any], float], str]) -> Callable[[
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:  # forked twice: the watcher is no child of the script's (its os.wait(), its kill of
-        try:      # its children), and in a session of its own (no Ctrl-C or group signal of the script's)
+        try:  # its children), and in a session of its own (no Ctrl-C or group signal of the script's)
             os.setsid()
             if os.fork() == 0:
                 os.close(write_end)

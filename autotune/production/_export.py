@@ -20,8 +20,13 @@ MEASURED_SECTION = "measured_on"
 MEASURED_ON = ("device", "gpu", "cpus", "torch", "date")
 
 
-def render(resolved: Mapping[str, Any], base_batch_size: int | None, header: list[str],
-           measured_on: Mapping[str, Any] | None = None, found: str | None = None) -> str:
+def render(
+    resolved: Mapping[str, Any],
+    base_batch_size: int | None,
+    header: list[str],
+    measured_on: Mapping[str, Any] | None = None,
+    found: str | None = None,
+) -> str:
     """A YAML snippet: one flow mapping per stage, comment lines first.
 
     Args:
@@ -44,8 +49,7 @@ def render(resolved: Mapping[str, Any], base_batch_size: int | None, header: lis
     lines = [f"# {line}" for line in header]
     for section in [*(s.value for s in Stage), MEASURED_SECTION]:
         if section in sections:
-            body = yaml.safe_dump(sections[section], default_flow_style=True, sort_keys=False,
-                                  width=1 << 16).strip()
+            body = yaml.safe_dump(sections[section], default_flow_style=True, sort_keys=False, width=1 << 16).strip()
             lines.append(f"{section}: {body}")
     return "\n".join(lines) + "\n"
 
@@ -67,15 +71,13 @@ def recipe_from_mapping(data: Any, where: str, device: Any = "auto", **recipe: A
         for key, value in body.items():
             if section == Stage.OPTIMIZER.value and key == BASE_BATCH_KEY:
                 if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                    raise ConfigError(f"{where}: {section}.{key}: must be an integer >= 1; "
-                                      f"got {value!r}")
+                    raise ConfigError(f"{where}: {section}.{key}: must be an integer >= 1; got {value!r}")
                 base = value
                 continue
             if key not in KNOBS:
                 raise ConfigError(f"{where}: {section}.{unknown_knob_message(key)}")
             if KNOBS[key].stage.value != section:
-                raise ConfigError(f"{where}: {section}.{key}: {key} belongs in section "
-                                  f"{KNOBS[key].stage.value}")
+                raise ConfigError(f"{where}: {section}.{key}: {key} belongs in section {KNOBS[key].stage.value}")
             try:
                 values[key] = KNOBS[key].validate(value)
             except ValueError as exc:
@@ -83,9 +85,17 @@ def recipe_from_mapping(data: Any, where: str, device: Any = "auto", **recipe: A
     return Recipe(Config(**values), device, base_batch_size=base, **recipe)
 
 
-def load(path: str | Path | None = None, device: Any = "auto", *, check: bool = True,
-         report_every: float | None = None, quiet: bool = False, adapt: bool = False,
-         tracking_uri: str | None = None, ram_budget: float | None = None) -> Recipe:
+def load(
+    path: str | Path | None = None,
+    device: Any = "auto",
+    *,
+    check: bool = True,
+    report_every: float | None = None,
+    quiet: bool = False,
+    adapt: bool = False,
+    tracking_uri: str | None = None,
+    ram_budget: float | None = None,
+) -> Recipe:
     """Load an exported YAML as a Recipe for production training.
 
     ``load()`` with no path gives the baseline: the code as written, PyTorch's
@@ -118,8 +128,10 @@ def load(path: str | Path | None = None, device: Any = "auto", *, check: bool = 
         ConfigError: the file, the key, the value and what is allowed.
     """
     if ram_budget is not None and not allowed(ram_budget, RAM_BUDGET):
-        raise ConfigError(f"load(ram_budget={ram_budget!r}): must be a finite number of GiB >= {RAM_BUDGET_LEAST} "
-                          "(as a study's --ram-budget)")
+        raise ConfigError(
+            f"load(ram_budget={ram_budget!r}): must be a finite number of GiB >= {RAM_BUDGET_LEAST} "
+            "(as a study's --ram-budget)"
+        )
     extra = {"adapt": adapt, "tracking_uri": tracking_uri, "ram_budget": ram_budget} if adapt else {}
     if path is None:
         return recipe_from_mapping({}, "defaults", device, report_every=report_every, quiet=quiet, **extra)
@@ -131,8 +143,7 @@ def load(path: str | Path | None = None, device: Any = "auto", *, check: bool = 
     origin = f"{path}" + (f" ({measured['found']})" if isinstance(measured, Mapping) and measured.get("found") else "")
     if check and isinstance(data, Mapping):
         data = _honourable(data, str(path), device, measured if isinstance(measured, Mapping) else {})
-    return recipe_from_mapping(data, str(path), device, origin=origin, report_every=report_every, quiet=quiet,
-                               **extra)
+    return recipe_from_mapping(data, str(path), device, origin=origin, report_every=report_every, quiet=quiet, **extra)
 
 
 def _honourable(data: Mapping[str, Any], where: str, device: Any, measured: Mapping[str, Any]) -> dict[str, Any]:
@@ -163,21 +174,33 @@ def _honourable(data: Mapping[str, Any], where: str, device: Any, measured: Mapp
             else:
                 kept[section][key] = value
     if dropped:
-        warnings.warn(f"{where}: this machine cannot honour {'; '.join(dropped)}: your code's own value "
-                      "is used for each", stacklevel=3)
+        warnings.warn(
+            f"{where}: this machine cannot honour {'; '.join(dropped)}: your code's own value is used for each",
+            stacklevel=3,
+        )
     differs = differences(measured, here)
     if differs:
-        warnings.warn(f"{where} was measured on another machine ({'; '.join(differs)}): its config may not "
-                      "be the fastest here; `autotune run` tunes for this one", stacklevel=3)
+        warnings.warn(
+            f"{where} was measured on another machine ({'; '.join(differs)}): its config may not "
+            "be the fastest here; `autotune run` tunes for this one",
+            stacklevel=3,
+        )
     return kept
 
 
 def differences(measured: Mapping[str, Any], here: Any) -> list[str]:
     """How this machine (``here``, a ``autotune.machine._probe.Fingerprint``) differs from the one an
     export was measured on (its ``measured_on``): ``["cpus 16 there, 2 here"]``; empty: the same."""
-    return [f"{name} {measured[name] or 'none'} there, {mine or 'none'} here" for name, mine in (
-        ("device", here.device.split(":")[0]), ("gpu", here.gpu), ("cpus", here.cpus),
-        ("torch", here.torch)) if name in measured and _differs(name, measured[name], mine)]
+    return [
+        f"{name} {measured[name] or 'none'} there, {mine or 'none'} here"
+        for name, mine in (
+            ("device", here.device.split(":")[0]),
+            ("gpu", here.gpu),
+            ("cpus", here.cpus),
+            ("torch", here.torch),
+        )
+        if name in measured and _differs(name, measured[name], mine)
+    ]
 
 
 def _differs(name: str, there: Any, here: Any) -> bool:
@@ -186,4 +209,3 @@ def _differs(name: str, there: Any, here: Any) -> bool:
     if name == "torch":  # a patch release changes no speed that matters here
         return str(there).split("+")[0].rsplit(".", 1)[0] != str(here).split("+")[0].rsplit(".", 1)[0]
     return there != here
-

@@ -32,8 +32,9 @@ class ProductionLog:
     force (as metrics, and as the tag ``autotune.adapt`` when they change), queued for the
     writer thread. ``write(metrics, tags)`` is the store's ``log_batch`` for the run."""
 
-    def __init__(self, write: Callable[[list, list], object], run_id: str,
-                 say: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, write: Callable[[list, list], object], run_id: str, say: Callable[[str], None] | None = None
+    ) -> None:
         self.run_id = run_id
         self._write = write
         self._say = say or (lambda line: print(f"autotune: {line}", file=sys.stderr, flush=True))
@@ -91,12 +92,16 @@ class ProductionLog:
                 cause = root_cause(exc)
                 error = f"{type(cause).__name__}: {first_line(cause)}"
                 if not transient(exc):  # the store refused these figures: waiting would not mend it
-                    self._say(f"adapt: MLflow refused {len(batch)} epoch(s) of figures ({error}); "
-                              "they are dropped, training goes on")
+                    self._say(
+                        f"adapt: MLflow refused {len(batch)} epoch(s) of figures ({error}); "
+                        "they are dropped, training goes on"
+                    )
                 else:  # the store is down or restarting: keep them, try again later
                     if self._failed is None:
-                        self._say(f"adapt: logging to MLflow failed ({error}); "
-                                  "the figures wait in memory and go once it answers, training goes on")
+                        self._say(
+                            f"adapt: logging to MLflow failed ({error}); "
+                            "the figures wait in memory and go once it answers, training goes on"
+                        )
                     self._failed = error
                     with self._cond:
                         if self._closing:
@@ -109,7 +114,7 @@ class ProductionLog:
                     self._say("adapt: logging to MLflow works again; nothing was lost")
                     self._failed, wait = None, RETRY_S[0]
             with self._cond:
-                del self._queue[:len(batch)]
+                del self._queue[: len(batch)]
                 self._cond.notify_all()  # flush() waits on it
 
     def close(self, timeout: float = FLUSH_S) -> None:
@@ -124,8 +129,10 @@ class ProductionLog:
             self._thread.join(timeout)
         left = self.pending
         if left:
-            self._say(f"adapt: {left} epoch(s) of figures were not logged to MLflow (run {self.run_id}): "
-                      f"{self._failed or 'the store did not answer in time'}")
+            self._say(
+                f"adapt: {left} epoch(s) of figures were not logged to MLflow (run {self.run_id}): "
+                f"{self._failed or 'the store did not answer in time'}"
+            )
 
 
 def production_log(tracking_uri: str | None, origin: str | None) -> ProductionLog | None:
@@ -138,7 +145,10 @@ def production_log(tracking_uri: str | None, origin: str | None) -> ProductionLo
     client = MlflowClient(tracking_uri)
     experiment = client.get_experiment_by_name("autotune-production")
     experiment_id = experiment.experiment_id if experiment else client.create_experiment("autotune-production")
-    run = client.create_run(experiment_id, run_name=f"production: {origin or 'the defaults'}",
-                            tags={"autotune.origin": origin or "the defaults"})
+    run = client.create_run(
+        experiment_id,
+        run_name=f"production: {origin or 'the defaults'}",
+        tags={"autotune.origin": origin or "the defaults"},
+    )
     run_id = run.info.run_id
     return ProductionLog(lambda metrics, tags: client.log_batch(run_id, metrics=metrics, tags=tags), run_id)

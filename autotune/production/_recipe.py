@@ -11,9 +11,9 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from autotune.core._config import Config
-from autotune.training._handles import Run
 from autotune.core._knobs import KNOBS, show_value
 from autotune.core._loaders import batch_len
+from autotune.training._handles import Run
 
 
 class Recipe(Run):
@@ -29,11 +29,21 @@ class Recipe(Run):
         origin: Where it came from (an export's path and what the study found there).
     """
 
-    def __init__(self, config: Config, device: Any = "auto",
-                 base_batch_size: int | None = None, *, origin: str | None = None,
-                 report_every: float | None = None, quiet: bool = False, adapt: bool = False,
-                 tracking_uri: str | None = None, ram_budget: float | None = None,
-                 ram_peak: float | None = None, gpu_peak: float | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        device: Any = "auto",
+        base_batch_size: int | None = None,
+        *,
+        origin: str | None = None,
+        report_every: float | None = None,
+        quiet: bool = False,
+        adapt: bool = False,
+        tracking_uri: str | None = None,
+        ram_budget: float | None = None,
+        ram_peak: float | None = None,
+        gpu_peak: float | None = None,
+    ) -> None:
         super().__init__(config, device)
         self.base_batch_size = base_batch_size
         self._loaders = 0  # built so far
@@ -41,12 +51,15 @@ class Recipe(Run):
         self._report_every, self._quiet = report_every, quiet
         self.adaptive = None  # with adapt: the loaders it moves between epochs (autotune.production._adapt)
         if adapt:
-            from autotune.production._adapt import AdaptiveLoaders
             from autotune.machine._probe import usable_cpus
+            from autotune.production._adapt import AdaptiveLoaders
             from autotune.production._prodlog import production_log
 
-            self.adaptive = AdaptiveLoaders(usable_cpus(), log=production_log(tracking_uri, origin),
-                                            budget=int(ram_budget * 2**30) if ram_budget else None)
+            self.adaptive = AdaptiveLoaders(
+                usable_cpus(),
+                log=production_log(tracking_uri, origin),
+                budget=int(ram_budget * 2**30) if ram_budget else None,
+            )
             self.adaptive.ram_peak, self.adaptive.gpu_peak = ram_peak, gpu_peak  # GiB, from the export
         self._reported: tuple[float, int] | None = None  # (since, samples) of the report under way
         self._said = False
@@ -56,9 +69,12 @@ class Recipe(Run):
     def dataloader(self, dataset: Any, **kwargs: Any):
         loader = super().dataloader(dataset, **kwargs)
         if self._loaders == 1 and self.base_batch_size is not None and self._base_batch_size != self.base_batch_size:
-            warnings.warn(f"the recipe was tuned with batch_size={self.base_batch_size} in the code, which now "
-                          f"passes {self._base_batch_size}: it runs at {loader.batch_size}, as many times the code's "
-                          "as tuned, and its lr scaling starts from the code's value", stacklevel=2)
+            warnings.warn(
+                f"the recipe was tuned with batch_size={self.base_batch_size} in the code, which now "
+                f"passes {self._base_batch_size}: it runs at {loader.batch_size}, as many times the code's "
+                "as tuned, and its lr scaling starts from the code's value",
+                stacklevel=2,
+            )
         return loader
 
     def _batch_value(self, value: Any) -> Any:
@@ -79,10 +95,17 @@ class Recipe(Run):
         if not self._said and not self._quiet:
             self._said = True
             knobs = " ".join(f"{k}={show_value(v)}" for k, v in self.resolved().items())
-            print(f"autotune: training with {self.origin or 'the defaults'} on {self.device}: {knobs}"
-                  + (self._adapting() if self.adaptive else ""), file=sys.stderr, flush=True)
-        epoch = (self.adaptive.iterate(loader, lambda chosen: Run.batches(self, chosen), batch_len)
-                 if self.adaptive is not None else Run.batches(self, loader))
+            print(
+                f"autotune: training with {self.origin or 'the defaults'} on {self.device}: {knobs}"
+                + (self._adapting() if self.adaptive else ""),
+                file=sys.stderr,
+                flush=True,
+            )
+        epoch = (
+            self.adaptive.iterate(loader, lambda chosen: Run.batches(self, chosen), batch_len)
+            if self.adaptive is not None
+            else Run.batches(self, loader)
+        )
         if not self._report_every:
             yield from epoch
             return
@@ -97,8 +120,11 @@ class Recipe(Run):
             samples += batch_len(batch)
             now = time.perf_counter()
             if now - start >= self._report_every:
-                print(f"autotune: {samples / (now - start):,.0f} samples/s over the last {now - start:.3g} s",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"autotune: {samples / (now - start):,.0f} samples/s over the last {now - start:.3g} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 start, samples = now, 0
             self._reported = (start, samples)
 
@@ -118,8 +144,11 @@ class Recipe(Run):
         import torch
 
         if torch.cuda.is_initialized():
-            warnings.warn(f"cuda_alloc_conf={value} not applied: CUDA had started before the recipe was "
-                          f"made; set {knob.env_var}={value} in the environment (or load the recipe before "
-                          "any CUDA call)", stacklevel=3)
+            warnings.warn(
+                f"cuda_alloc_conf={value} not applied: CUDA had started before the recipe was "
+                f"made; set {knob.env_var}={value} in the environment (or load the recipe before "
+                "any CUDA call)",
+                stacklevel=3,
+            )
             return
         os.environ[knob.env_var] = value  # read by the caching allocator when CUDA starts

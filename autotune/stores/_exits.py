@@ -58,15 +58,21 @@ class Group(click.Group):
             click.echo(f"autotune: error: {exc}", err=True)
             sys.exit(2)
         except StoreDown as exc:
-            click.echo(f"autotune: stopped: {exc}. Finished results are kept in the store folder; once the "
-                       "store works again, run the same command to resume", err=True)
+            click.echo(
+                f"autotune: stopped: {exc}. Finished results are kept in the store folder; once the "
+                "store works again, run the same command to resume",
+                err=True,
+            )
             sys.exit(3)
         except KeyboardInterrupt:
             click.echo("autotune: interrupted", err=True)
             sys.exit(130)
         except Exception as exc:
             first = (str(exc).strip().splitlines() or [""])[0]
-            click.echo(f"autotune: internal error (a bug in autotune, not in your code or input): "
-                       f"{type(exc).__name__}: {first}; the traceback is in {_save_traceback()}: please "
-                       "report it with that file", err=True)
+            click.echo(
+                f"autotune: internal error (a bug in autotune, not in your code or input): "
+                f"{type(exc).__name__}: {first}; the traceback is in {_save_traceback()}: please "
+                "report it with that file",
+                err=True,
+            )
             sys.exit(INTERNAL_ERROR)

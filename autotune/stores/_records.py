@@ -128,7 +128,6 @@ class TrialRow:
         return self.measured and self.doubt is None
 
 
-
 def changes_batch(batch: Any, base_batch: int | None) -> bool:
     """Whether a run trained on another batch size than the code's."""
     return isinstance(batch, int) and isinstance(base_batch, int) and batch != base_batch
@@ -163,8 +162,7 @@ def rate_of(metrics: Mapping[str, float]) -> float | None:
     >>> rate_of({"samples_per_s": 900.0, "run_samples_per_s": 300.0, "production_samples_per_s": 850.0})
     850.0
     """
-    return (metrics.get("production_samples_per_s") or metrics.get("run_samples_per_s")
-            or metrics.get("samples_per_s"))
+    return metrics.get("production_samples_per_s") or metrics.get("run_samples_per_s") or metrics.get("samples_per_s")
 
 
 def ranked_rate(metrics: Mapping[str, float], batch: Any, base_batch: int | None) -> float | None:
@@ -185,8 +183,9 @@ def ranked_rate(metrics: Mapping[str, float], batch: Any, base_batch: int | None
     return rate / ratio if rate and ratio else rate
 
 
-def told_rate(outcome: str, metrics: Mapping[str, float], config: Mapping[str, Any],
-              base_batch: int | None) -> float | None:
+def told_rate(
+    outcome: str, metrics: Mapping[str, float], config: Mapping[str, Any], base_batch: int | None
+) -> float | None:
     """The value Optuna's sampler learns for a finished trial: what a complete one ranks on
     (``ranked_rate``); a diverged one's real samples/s (it is infeasible by its constraint: a fast
     region, whose lr may be worth another try).
@@ -204,21 +203,36 @@ def row_of(trial: optuna.trial.FrozenTrial, ceilings: Ceilings) -> TrialRow:
     """Read one Optuna trial back as a row (speedup left for ``standing`` to fill)."""
     attrs = trial.user_attrs
     metrics = attrs.get(ATTR_METRICS, {})
-    outcome = attrs.get(ATTR_OUTCOME) or (RUNNING if trial.state.name == "RUNNING"
-                                          else trial.state.name.lower())
+    outcome = attrs.get(ATTR_OUTCOME) or (RUNNING if trial.state.name == "RUNNING" else trial.state.name.lower())
     config = attrs.get(ATTR_CONFIG) or dict(trial.params)
     bound = None
     if outcome in (Outcome.COMPLETE.value, Outcome.DIVERGED.value) and "samples_per_s" in metrics:
         bound = bottleneck_of(metrics, config, ceilings, attrs.get(ATTR_CEILINGS, []))
-    return TrialRow(trial.number, bool(attrs.get(ATTR_BASELINE)), outcome, attrs.get(ATTR_REASON, ""),
-                    metrics, config, attrs.get(ATTR_BASE_BATCH), None,
-                    losses=[tuple(p) for p in attrs.get(ATTR_LOSSES, [])], sampled=attrs.get(ATTR_SAMPLED, {}),
-                    kind=kind_of(attrs), bottleneck=bound, slot=attrs.get(ATTR_SLOT, {}), doubt=attrs.get(ATTR_DOUBT),
-                    remeasure=attrs.get(ATTR_REMEASURE, 0), curve=[tuple(c) for c in attrs.get(ATTR_CURVE, [])],
-                    run_id=attrs.get(ATTR_RUN), dataset=attrs.get(ATTR_DATASET) or {}, lr=attrs.get(ATTR_LR),
-                    of=attrs.get(ATTR_OF), seed=attrs.get(ATTR_SEED),
-                    workers_high=getattr(trial.distributions.get("num_workers"), "high", None),
-                    shape=attrs.get(ATTR_SHAPE) or {})
+    return TrialRow(
+        trial.number,
+        bool(attrs.get(ATTR_BASELINE)),
+        outcome,
+        attrs.get(ATTR_REASON, ""),
+        metrics,
+        config,
+        attrs.get(ATTR_BASE_BATCH),
+        None,
+        losses=[tuple(p) for p in attrs.get(ATTR_LOSSES, [])],
+        sampled=attrs.get(ATTR_SAMPLED, {}),
+        kind=kind_of(attrs),
+        bottleneck=bound,
+        slot=attrs.get(ATTR_SLOT, {}),
+        doubt=attrs.get(ATTR_DOUBT),
+        remeasure=attrs.get(ATTR_REMEASURE, 0),
+        curve=[tuple(c) for c in attrs.get(ATTR_CURVE, [])],
+        run_id=attrs.get(ATTR_RUN),
+        dataset=attrs.get(ATTR_DATASET) or {},
+        lr=attrs.get(ATTR_LR),
+        of=attrs.get(ATTR_OF),
+        seed=attrs.get(ATTR_SEED),
+        workers_high=getattr(trial.distributions.get("num_workers"), "high", None),
+        shape=attrs.get(ATTR_SHAPE) or {},
+    )
 
 
 def kind_of(attrs: Mapping[str, Any]) -> Kind:
@@ -261,8 +275,10 @@ def signed_share(x: float) -> str:
 
 
 #: What a trial's loss cell (``loss_cell``) means, for the legend under a table of trials.
-LOSS_LEGEND = ("loss: its loss against the baseline's on the same samples, for a trial judged to its end "
-               "(past the divergence tolerance, diverged)")
+LOSS_LEGEND = (
+    "loss: its loss against the baseline's on the same samples, for a trial judged to its end "
+    "(past the divergence tolerance, diverged)"
+)
 
 
 def loss_cell(metrics: Mapping[str, float]) -> str:
@@ -280,31 +296,47 @@ def loss_against_baseline(excess: float, tolerance: float | None, each: Sequence
         each: Every run's excess, where it is a median (said when there are two or more).
     """
     notes = ([f"each run: {', '.join(map(signed_share, each))}"] if len(each) > 1 else []) + (
-        [f"diverged past {signed_share(tolerance)}"] if tolerance is not None else [])
-    return f"{signed_share(excess)} against the baseline's on the same samples" + (f" ({'; '.join(notes)})" if notes else "")
+        [f"diverged past {signed_share(tolerance)}"] if tolerance is not None else []
+    )
+    return f"{signed_share(excess)} against the baseline's on the same samples" + (
+        f" ({'; '.join(notes)})" if notes else ""
+    )
 
 
-def trial_note(number: int, outcome: Outcome, reason: str, doubt: str | None, samples_per_s: float | None,
-               baseline: float | None, bottleneck: str | None, attrs: Mapping[str, Any],
-               loss: tuple[float, float | None] | None = None) -> str:
+def trial_note(
+    number: int,
+    outcome: Outcome,
+    reason: str,
+    doubt: str | None,
+    samples_per_s: float | None,
+    baseline: float | None,
+    bottleneck: str | None,
+    attrs: Mapping[str, Any],
+    loss: tuple[float, float | None] | None = None,
+) -> str:
     """A trial's MLflow description (its note): what it ran, how it ended and why, its speed
     against the baseline's at the time, its loss against the baseline's (``loss``: its
     ``loss_excess`` and ``loss_tolerance``, said where the reason does not), its bottleneck;
     one paragraph a person reads."""
     kind, of = kind_of(attrs), attrs.get(ATTR_OF)
-    what = {Kind.BASELINE: "the baseline: your code as written",
-            Kind.SAMPLED: "a config the study drew",
-            Kind.CONFIRM: f"trial {of}'s config again, to confirm it",
-            Kind.REMEASURE: f"trial {of}'s config again, measured on a quiet machine",
-            Kind.RETRY: f"trial {of}'s config, whose lr held it back, with lr_scaling "
-                        f"{attrs.get(ATTR_SAMPLED, {}).get('lr_scaling')}",
-            Kind.MORE_WORKERS: f"trial {of}'s config with more DataLoader workers",
-            Kind.SMALLER_BATCH: f"trial {of}'s config at a smaller batch size with more DataLoader workers",
-            Kind.WARM_START: "a top config of an earlier study of this target, run first (warm start)"}[kind]
+    what = {
+        Kind.BASELINE: "the baseline: your code as written",
+        Kind.SAMPLED: "a config the study drew",
+        Kind.CONFIRM: f"trial {of}'s config again, to confirm it",
+        Kind.REMEASURE: f"trial {of}'s config again, measured on a quiet machine",
+        Kind.RETRY: f"trial {of}'s config, whose lr held it back, with lr_scaling "
+        f"{attrs.get(ATTR_SAMPLED, {}).get('lr_scaling')}",
+        Kind.MORE_WORKERS: f"trial {of}'s config with more DataLoader workers",
+        Kind.SMALLER_BATCH: f"trial {of}'s config at a smaller batch size with more DataLoader workers",
+        Kind.WARM_START: "a top config of an earlier study of this target, run first (warm start)",
+    }[kind]
     parts = [f"Trial {number} ({what}): {outcome.value}."]
     if samples_per_s:
-        parts.append(f"{samples_per_s:,.0f} samples/s" + (f", {samples_per_s / baseline:.2f}x the baseline's "
-                                                          f"{baseline:,.0f}" if baseline else "") + ".")
+        parts.append(
+            f"{samples_per_s:,.0f} samples/s"
+            + (f", {samples_per_s / baseline:.2f}x the baseline's {baseline:,.0f}" if baseline else "")
+            + "."
+        )
     if doubt:
         parts.append(f"Not ranked: {doubt}.")
     if reason:
@@ -316,8 +348,9 @@ def trial_note(number: int, outcome: Outcome, reason: str, doubt: str | None, sa
     return " ".join(parts)
 
 
-def bottleneck_of(metrics: Mapping[str, float], config: Mapping[str, Any], ceilings: Ceilings,
-                  own: list[dict[str, Any]]) -> Bottleneck:
+def bottleneck_of(
+    metrics: Mapping[str, float], config: Mapping[str, Any], ceilings: Ceilings, own: list[dict[str, Any]]
+) -> Bottleneck:
     """A measured trial's bottleneck, from its figures and its ceilings.
 
     A ceiling the trial measured itself (``own``) comes first: taken seconds after
@@ -329,8 +362,11 @@ def bottleneck_of(metrics: Mapping[str, float], config: Mapping[str, Any], ceili
 
     mine = {entry["part"]: entry for entry in own}
     # Its own ceilings found wrong (under load, or run past), and the study's it ran past.
-    doubted = {part: entry.get("doubt") or entry["distrust"] for part, entry in mine.items()
-               if entry.get("doubt") or entry.get("distrust")}
+    doubted = {
+        part: entry.get("doubt") or entry["distrust"]
+        for part, entry in mine.items()
+        if entry.get("doubt") or entry.get("distrust")
+    }
 
     def measured(part: Part, key: str) -> float | None:
         if part.value in doubted:
@@ -343,10 +379,13 @@ def bottleneck_of(metrics: Mapping[str, float], config: Mapping[str, Any], ceili
     cpus = next((e["cpus"] for e in own if e.get("cpus")), None) or ceilings.cpus
     # Past a ceiling by more than the two measurements' noise together shows it wrong.
     spreads = [metrics.get("samples_per_s_spread", 0.0), *(e.get("spread", 0.0) for e in own)]
-    return bottleneck(metrics["samples_per_s"], metrics.get("data_wait_frac", 0.0),
-                      measured(Part.COMPUTE, "samples_per_s"), measured(Part.LOADER, "samples_per_s"),
-                      cpu_roof(measured(Part.COMPUTE, "cpu_per_sample"), measured(Part.LOADER, "cpu_per_sample"),
-                               cpus), noise=max(CEILING_NOISE, sum(spreads) / 2), doubted=doubted,
-                      main=metrics.get("main_roof"))
-
-
+    return bottleneck(
+        metrics["samples_per_s"],
+        metrics.get("data_wait_frac", 0.0),
+        measured(Part.COMPUTE, "samples_per_s"),
+        measured(Part.LOADER, "samples_per_s"),
+        cpu_roof(measured(Part.COMPUTE, "cpu_per_sample"), measured(Part.LOADER, "cpu_per_sample"), cpus),
+        noise=max(CEILING_NOISE, sum(spreads) / 2),
+        doubted=doubted,
+        main=metrics.get("main_roof"),
+    )

@@ -34,7 +34,7 @@ def sqlite_path(uri: str) -> Path | None:
     prefix = "sqlite:///"
     if not uri.startswith(prefix) or "?" in uri:
         return None
-    path = uri[len(prefix):]
+    path = uri[len(prefix) :]
     return None if not path or path == ":memory:" else Path(path)
 
 

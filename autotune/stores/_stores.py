@@ -37,8 +37,9 @@ STORE_PATIENCE_S = 300.0
 #: Free bytes the store folder needs before a study starts: logs, artifacts, SQLite.
 MIN_FREE_BYTES = 64 * 2**20
 #: MLflow error codes a server answers with when it, or its database, is down for now.
-TRANSIENT_CODES = frozenset({"INTERNAL_ERROR", "TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED",
-                             "DEADLINE_EXCEEDED", "ENDPOINT_NOT_FOUND"})
+TRANSIENT_CODES = frozenset(
+    {"INTERNAL_ERROR", "TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED", "DEADLINE_EXCEEDED", "ENDPOINT_NOT_FOUND"}
+)
 #: OS errors that an operator can mend while the tuner waits.
 TRANSIENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EIO, errno.EAGAIN})
 
@@ -65,7 +66,7 @@ LINE_LIMIT = 200
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     line = text.splitlines()[0] if text else type(exc).__name__
-    return line if len(line) <= LINE_LIMIT else line[:LINE_LIMIT - 3] + "..."
+    return line if len(line) <= LINE_LIMIT else line[: LINE_LIMIT - 3] + "..."
 
 
 def root_cause(exc: BaseException) -> BaseException:
@@ -82,8 +83,9 @@ def transient(exc: BaseException) -> bool:
     while seen is not None:
         kind = type(seen)
         names = {c.__name__ for c in kind.__mro__}
-        if isinstance(seen, OSError) and (seen.errno in TRANSIENT_ERRNOS or isinstance(
-                seen, (ConnectionError, TimeoutError))):
+        if isinstance(seen, OSError) and (
+            seen.errno in TRANSIENT_ERRNOS or isinstance(seen, (ConnectionError, TimeoutError))
+        ):
             return True
         if names & {"OperationalError", "InterfaceError", "ConnectionError", "Timeout", "DisconnectionError"}:
             return True
@@ -105,9 +107,14 @@ class Patience:
         clock, sleep: Injected in tests.
     """
 
-    def __init__(self, store: str, patience: float = STORE_PATIENCE_S,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                 on_wait: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        store: str,
+        patience: float = STORE_PATIENCE_S,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        on_wait: Callable[[str], None] | None = None,
+    ) -> None:
         self.store, self.patience = store, patience
         self._clock, self._sleep, self._on_wait = clock, sleep, on_wait
         self._failing_since: float | None = None
@@ -124,8 +131,10 @@ class Patience:
                 if self._failing_since is None:
                     self._failing_since = now
                     if self._on_wait:
-                        self._on_wait(f"{self.store} does not answer ({first_line(root_cause(exc))}); "
-                                      f"retrying for up to {self.patience:.0f} s (--store-patience)")
+                        self._on_wait(
+                            f"{self.store} does not answer ({first_line(root_cause(exc))}); "
+                            f"retrying for up to {self.patience:.0f} s (--store-patience)"
+                        )
                 waited = now - self._failing_since
                 if waited >= self.patience:
                     raise StoreDown(self.store, first_line(root_cause(exc)), waited) from exc
@@ -140,12 +149,32 @@ class Patience:
 
 #: The storage methods Optuna's ``BaseStorage`` declares (Optuna 5): all of them retried.
 _STORAGE_METHODS = (
-    "create_new_study", "delete_study", "set_study_user_attr", "set_study_system_attr", "get_study_id_from_name",
-    "get_study_name_from_id", "get_study_directions", "get_study_user_attrs", "get_study_system_attrs",
-    "get_all_studies", "create_new_trial", "set_trial_param", "get_trial_id_from_study_id_trial_number",
-    "get_trial_number_from_id", "get_trial_param", "set_trial_state_values", "set_trial_intermediate_value",
-    "set_trial_user_attr", "set_trial_system_attr", "get_trial", "get_all_trials", "get_n_trials",
-    "get_best_trial", "get_trial_params", "get_trial_user_attrs", "get_trial_system_attrs",
+    "create_new_study",
+    "delete_study",
+    "set_study_user_attr",
+    "set_study_system_attr",
+    "get_study_id_from_name",
+    "get_study_name_from_id",
+    "get_study_directions",
+    "get_study_user_attrs",
+    "get_study_system_attrs",
+    "get_all_studies",
+    "create_new_trial",
+    "set_trial_param",
+    "get_trial_id_from_study_id_trial_number",
+    "get_trial_number_from_id",
+    "get_trial_param",
+    "set_trial_state_values",
+    "set_trial_intermediate_value",
+    "set_trial_user_attr",
+    "set_trial_system_attr",
+    "get_trial",
+    "get_all_trials",
+    "get_n_trials",
+    "get_best_trial",
+    "get_trial_params",
+    "get_trial_user_attrs",
+    "get_trial_system_attrs",
     "check_trial_is_updatable",
 )
 
@@ -184,8 +213,11 @@ def check_folder(folder: Path, store: str) -> None:
         raise StoreDown(store, f"cannot write in {existing}: {first_line(exc)}", 0.0) from None
     free = shutil.disk_usage(existing).free
     if free < MIN_FREE_BYTES:
-        raise StoreDown(store, f"{existing} has {free / 2**20:.0f} MiB free; a study needs "
-                               f"{MIN_FREE_BYTES / 2**20:.0f} MiB or more", 0.0)
+        raise StoreDown(
+            store,
+            f"{existing} has {free / 2**20:.0f} MiB free; a study needs {MIN_FREE_BYTES / 2**20:.0f} MiB or more",
+            0.0,
+        )
 
 
 class Spool:
@@ -239,8 +271,9 @@ def _rdb_storage(url: str, engine_kwargs: dict[str, Any] | None, attempts: int =
 DRIVER_HINTS = {"postgresql": "pip install 'autotune[postgres]'"}
 
 
-def open_storage(store: Path, url: str | None, patience: float | None = None,
-                 on_wait: Callable[[str], None] | None = None):
+def open_storage(
+    store: Path, url: str | None, patience: float | None = None, on_wait: Callable[[str], None] | None = None
+):
     """An Optuna storage: ``url`` (an RDB URL, or a journal file), else a journal in ``store``.
 
     Nothing is created when the URL is bad or its driver is missing. With
@@ -264,12 +297,16 @@ def open_storage(store: Path, url: str | None, patience: float | None = None,
                 parsed.get_dialect().import_dbapi()
             except ImportError as exc:
                 hint = DRIVER_HINTS.get(parsed.get_backend_name(), f"install a driver for {parsed.drivername}")
-                raise ConfigError(f"--storage {shown!r}: the database driver is not installed ({exc}); "
-                                  f"{hint}") from None
+                raise ConfigError(
+                    f"--storage {shown!r}: the database driver is not installed ({exc}); {hint}"
+                ) from None
             # A server that does not answer should fail in seconds, not hang the tuner; a
             # pooled connection that a server restart broke is replaced, not used.
-            kwargs = ({"connect_args": {"connect_timeout": 10}, "pool_pre_ping": True}
-                      if parsed.get_backend_name() in ("postgresql", "mysql") else None)
+            kwargs = (
+                {"connect_args": {"connect_timeout": 10}, "pool_pre_ping": True}
+                if parsed.get_backend_name() in ("postgresql", "mysql")
+                else None
+            )
             storage = _rdb_storage(url, kwargs)
         else:
             path = Path(url) if url else store / "optuna.journal"

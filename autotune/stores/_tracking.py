@@ -62,8 +62,11 @@ def runs_pages(uri: str, base: str) -> list[str]:
         experiments = MlflowClient(uri).search_experiments()
     except Exception:  # noqa: BLE001 - the UI still serves the store; the line is a courtesy
         return []
-    return [f"  study {e.name}, every trial fastest first: {runs_url(base, e.experiment_id)}"
-            for e in experiments if e.name != "Default"]
+    return [
+        f"  study {e.name}, every trial fastest first: {runs_url(base, e.experiment_id)}"
+        for e in experiments
+        if e.name != "Default"
+    ]
 
 
 class Tracker:
@@ -81,17 +84,21 @@ class Tracker:
         on_wait: Told when the store stops and starts answering.
     """
 
-    def __init__(self, uri: str, artifact_root: Path | None = None, patience: float = STORE_PATIENCE_S,
-                 on_wait: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        uri: str,
+        artifact_root: Path | None = None,
+        patience: float = STORE_PATIENCE_S,
+        on_wait: Callable[[str], None] | None = None,
+    ) -> None:
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
         # MLflow's own retries off: ours (Patience) know which failures to wait out, and for how long.
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
         import logging
 
-        from mlflow import MlflowClient
-
         from autotune.stores._schema import seed_store
+        from mlflow import MlflowClient
 
         # MLflow logs its schema migrations at INFO; the study's own output says enough.
         logging.getLogger("mlflow").setLevel(logging.WARNING)
@@ -151,16 +158,22 @@ class Tracker:
         if run_id is not None:
             self._call(self.client.update_run, run_id, status="RUNNING")
             return run_id
-        return self._call(self.client.create_run, experiment_id, tags=dict(tags),
-                          run_name=tags.get("autotune.study")).info.run_id
+        return self._call(
+            self.client.create_run, experiment_id, tags=dict(tags), run_name=tags.get("autotune.study")
+        ).info.run_id
 
-    def start_trial(self, experiment_id: str, parent_id: str, number: int,
-                    params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
+    def start_trial(
+        self, experiment_id: str, parent_id: str, number: int, params: Mapping[str, Any], tags: Mapping[str, str]
+    ) -> str:
         """Start a trial's child run with its knob values as params."""
         from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-        run = self._call(self.client.create_run, experiment_id, run_name=f"trial-{number}",
-                         tags={MLFLOW_PARENT_RUN_ID: parent_id, "autotune.trial": str(number), **tags})
+        run = self._call(
+            self.client.create_run,
+            experiment_id,
+            run_name=f"trial-{number}",
+            tags={MLFLOW_PARENT_RUN_ID: parent_id, "autotune.trial": str(number), **tags},
+        )
         self.log_params(run.info.run_id, params)
         return run.info.run_id
 
@@ -169,19 +182,34 @@ class Tracker:
 
         self._call(self.client.log_batch, run_id, params=[Param(k, _text(v)) for k, v in params.items()])
 
-    def end_trial(self, run_id: str, outcome: Outcome, reason: str, metrics: Mapping[str, float],
-                  series: Mapping[str, list[float]], params: Mapping[str, Any],
-                  log_path: Path | None = None, tags: Mapping[str, str] | None = None) -> None:
+    def end_trial(
+        self,
+        run_id: str,
+        outcome: Outcome,
+        reason: str,
+        metrics: Mapping[str, float],
+        series: Mapping[str, list[float]],
+        params: Mapping[str, Any],
+        log_path: Path | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> None:
         """Log a finished trial in one batch (one REST call against a server) and close it."""
         from mlflow.entities import Metric, Param, RunTag
 
         now = int(time.time() * 1000)
         rows = [Metric(k, float(v), now, 0) for k, v in metrics.items()]
-        rows += [Metric(k, float(v), now, step) for k, values in series.items()
-                 for step, v in enumerate(values)]
-        self._call(self.client.log_batch, run_id, metrics=rows, params=[Param(k, _text(v)) for k, v in params.items()],
-                   tags=[RunTag("autotune.outcome", outcome.value), RunTag("autotune.reason", clip(reason, _TAG_LIMIT)),
-                         *(RunTag(k, clip(v, _TAG_LIMIT)) for k, v in (tags or {}).items())])
+        rows += [Metric(k, float(v), now, step) for k, values in series.items() for step, v in enumerate(values)]
+        self._call(
+            self.client.log_batch,
+            run_id,
+            metrics=rows,
+            params=[Param(k, _text(v)) for k, v in params.items()],
+            tags=[
+                RunTag("autotune.outcome", outcome.value),
+                RunTag("autotune.reason", clip(reason, _TAG_LIMIT)),
+                *(RunTag(k, clip(v, _TAG_LIMIT)) for k, v in (tags or {}).items()),
+            ],
+        )
         if log_path is not None and log_path.exists():
             self._call(self.client.log_artifact, run_id, str(log_path))
         self._call(self.client.set_terminated, run_id, status=RUN_STATUS[outcome])
@@ -198,30 +226,50 @@ class Tracker:
         from mlflow.entities import RunTag
 
         if reason is not None:
-            self._call(self.client.log_batch, run_id, tags=[RunTag("autotune.outcome", Outcome.INTERRUPTED.value),
-                                                            RunTag("autotune.reason", clip(reason, _TAG_LIMIT))])
+            self._call(
+                self.client.log_batch,
+                run_id,
+                tags=[
+                    RunTag("autotune.outcome", Outcome.INTERRUPTED.value),
+                    RunTag("autotune.reason", clip(reason, _TAG_LIMIT)),
+                ],
+            )
         if log_path is not None and log_path.exists():
             self._call(self.client.log_artifact, run_id, str(log_path))
         self._call(self.client.set_terminated, run_id, status="KILLED")
 
     def delete_runs(self, experiment_id: str, parent_id: str) -> None:
         """Delete a parent run and its children (MLflow's deleted stage: gone from the UI and searches)."""
-        children = self._call(self.client.search_runs, [experiment_id],
-                              filter_string=f"tags.mlflow.parentRunId = '{parent_id}'", max_results=1000)
+        children = self._call(
+            self.client.search_runs,
+            [experiment_id],
+            filter_string=f"tags.mlflow.parentRunId = '{parent_id}'",
+            max_results=1000,
+        )
         for run_id in [r.info.run_id for r in children] + [parent_id]:
             self._call(self.client.delete_run, run_id)
 
-    def finish_parent(self, run_id: str, artifacts: Mapping[str, str],
-                      metrics: Mapping[str, float], images: Mapping[str, bytes] | None = None,
-                      status: str = "FINISHED", tags: Mapping[str, str] | None = None,
-                      files: Mapping[str, Sequence[str]] | None = None) -> None:
+    def finish_parent(
+        self,
+        run_id: str,
+        artifacts: Mapping[str, str],
+        metrics: Mapping[str, float],
+        images: Mapping[str, bytes] | None = None,
+        status: str = "FINISHED",
+        tags: Mapping[str, str] | None = None,
+        files: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
         """Attach text artifacts, images (PNG bytes, by artifact name), files (by artifact folder), summary
         metrics and tags to the parent run and close it."""
         from mlflow.entities import Metric, RunTag
 
         now = int(time.time() * 1000)
-        self._call(self.client.log_batch, run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
-                   tags=[RunTag(k, v) for k, v in (tags or {}).items()])
+        self._call(
+            self.client.log_batch,
+            run_id,
+            metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
+            tags=[RunTag(k, v) for k, v in (tags or {}).items()],
+        )
         for name, text in artifacts.items():
             self._call(self.client.log_text, run_id, text, name)
         for name, data in (images or {}).items():

@@ -21,11 +21,17 @@ from collections.abc import Callable
 from typing import Any
 
 #: Frames of these packages are not the script's line that started the children.
-_NOT_THE_SCRIPTS = (os.sep + "multiprocessing" + os.sep, os.sep + "torch" + os.sep, os.sep + "autotune" + os.sep,
-                    "<frozen ")
+_NOT_THE_SCRIPTS = (
+    os.sep + "multiprocessing" + os.sep,
+    os.sep + "torch" + os.sep,
+    os.sep + "autotune" + os.sep,
+    "<frozen ",
+)
 #: What a user can do instead, said with each refusal.
-INSTEAD = ("autotune measures the training loop of the script's own process: train in it, or launch one process "
-           "per rank with --nproc-per-node (torchrun)")
+INSTEAD = (
+    "autotune measures the training loop of the script's own process: train in it, or launch one process "
+    "per rank with --nproc-per-node (torchrun)"
+)
 
 
 def callers_line() -> str:
@@ -82,12 +88,16 @@ class ChildWatch:
             Exception: ``make_error``'s, with the line to say.
         """
         if not self.stepped and os.getpid() == self.pid:
-            raise self._make_error(f"starts its training in child processes ({how} at {callers_line()}) before "
-                                   f"any optimizer stepped in its own process; {INSTEAD}")
+            raise self._make_error(
+                f"starts its training in child processes ({how} at {callers_line()}) before "
+                f"any optimizer stepped in its own process; {INSTEAD}"
+            )
 
     def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if os.getpid() == self.pid:
             self.stepped = True
             return
-        self._refuse_in_child(f"trains in child processes: {type(optimizer).__name__}.step() at {callers_line()} "
-                              f"ran in process {os.getpid()}, a child the script started; {INSTEAD}")
+        self._refuse_in_child(
+            f"trains in child processes: {type(optimizer).__name__}.step() at {callers_line()} "
+            f"ran in process {os.getpid()}, a child the script started; {INSTEAD}"
+        )

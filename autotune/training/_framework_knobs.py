@@ -77,12 +77,14 @@ class FrameworkKnobs:
                 bound = signature.bind(trainer, *args, **kwargs)
                 if "precision" in bound.arguments:  # (passed, even as 32: the script's own setting wins)
                     given = bound.arguments["precision"]
-                    amp.hold_own(f"your Trainer sets precision={given!r} itself, and it is what runs",
-                                 lightning_own(given))
+                    amp.hold_own(
+                        f"your Trainer sets precision={given!r} itself, and it is what runs", lightning_own(given)
+                    )
                 elif amp.value != "off" and amp.held is None:
                     bound.arguments["precision"] = LIGHTNING_PRECISION[amp.value]
                     amp.by_framework(f"Trainer(precision={LIGHTNING_PRECISION[amp.value]!r})")
                 return original(*bound.args, **bound.kwargs)
+
             return __init__
 
         assert knobs._patch is not None  # (set by install, before any framework module is seen)
@@ -110,6 +112,7 @@ class FrameworkKnobs:
                         amp.by_framework(f"TrainingArguments({amp.value}=True)")
                         return
                 original(args)
+
             return __post_init__
 
         assert self._patch is not None  # (set by install, before any framework module is seen)

@@ -9,14 +9,18 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from autotune.training._framework_knobs import LIGHTNING_PRECISION
 from autotune.core._knobs import KNOBS
+from autotune.training._framework_knobs import LIGHTNING_PRECISION
 
 LIGHTNING, TRANSFORMERS = "lightning", "transformers"
 
 #: The loader knobs as the Trainer's TrainingArguments name them.
-_TRAINING_ARGUMENTS = {"num_workers": "dataloader_num_workers", "persistent_workers": "dataloader_persistent_workers",
-                       "prefetch_factor": "dataloader_prefetch_factor", "pin_memory": "dataloader_pin_memory"}
+_TRAINING_ARGUMENTS = {
+    "num_workers": "dataloader_num_workers",
+    "persistent_workers": "dataloader_persistent_workers",
+    "prefetch_factor": "dataloader_prefetch_factor",
+    "pin_memory": "dataloader_pin_memory",
+}
 _LOADER = ("batch_size", "num_workers", "persistent_workers", "prefetch_factor", "pin_memory")
 
 
@@ -45,8 +49,11 @@ def own_settings(framework: str | None, config: Mapping[str, Any], baseline: Map
     'in TrainingArguments: fp16=True, torch_compile=True, torch_compile_mode="max-autotune-no-cudagraphs"'
     """
     # (a knob the baseline does not report, inactive there, counts at its default: prefetch_factor=2 without workers)
-    changed = {k: v for k, v in config.items()
-               if v is not None and baseline.get(k, KNOBS[k].default if k in KNOBS else None) != v}
+    changed = {
+        k: v
+        for k, v in config.items()
+        if v is not None and baseline.get(k, KNOBS[k].default if k in KNOBS else None) != v
+    }
     scaled = "batch_size" in changed and config.get("lr_scaling") not in (None, "none")
     if framework == TRANSFORMERS:
         parts = [f"per_device_train_batch_size={changed['batch_size']}"] if "batch_size" in changed else []
@@ -58,8 +65,10 @@ def own_settings(framework: str | None, config: Mapping[str, Any], baseline: Map
         if changed.get("amp") in ("bf16", "fp16"):
             parts.append(f"{changed['amp']}=True")
         if changed.get("compile") not in (None, "off"):
-            parts.append("torch_compile=True" + ("" if changed["compile"] == "default"
-                                                 else f', torch_compile_mode="{changed["compile"]}"'))
+            parts.append(
+                "torch_compile=True"
+                + ("" if changed["compile"] == "default" else f', torch_compile_mode="{changed["compile"]}"')
+            )
         where, sep = "in TrainingArguments", ", "
     elif framework == LIGHTNING:
         loader = [f"{k}={changed[k]!r}" for k in _LOADER if k in changed]
@@ -73,12 +82,16 @@ def own_settings(framework: str | None, config: Mapping[str, Any], baseline: Map
         if changed.get("channels_last"):
             parts.append("model.to(memory_format=torch.channels_last) before Trainer.fit")
         if changed.get("compile") not in (None, "off"):
-            parts.append("model.compile(" + ("" if changed["compile"] == "default" else f'mode="{changed["compile"]}"')
-                         + ") before Trainer.fit")
+            parts.append(
+                "model.compile("
+                + ("" if changed["compile"] == "default" else f'mode="{changed["compile"]}"')
+                + ") before Trainer.fit"
+            )
         where, sep = "in your Lightning script", "; "
     else:
         return None
     if not parts:
         return None
-    return f"{where}: {sep.join(parts)}" + (f" (and the learning rate scaled {config['lr_scaling']} with the "
-                                             "batch size)" if scaled else "")
+    return f"{where}: {sep.join(parts)}" + (
+        f" (and the learning rate scaled {config['lr_scaling']} with the batch size)" if scaled else ""
+    )

@@ -131,14 +131,18 @@ class Run:
         workers = kw.get("num_workers", 0)
         if workers:
             # The same batches from a loader without workers (which refuses these kwargs).
-            alone = {k: v for k, v in kw.items() if k not in ("num_workers", "prefetch_factor", "persistent_workers",
-                                                              "multiprocessing_context")}
+            alone = {
+                k: v
+                for k, v in kw.items()
+                if k not in ("num_workers", "prefetch_factor", "persistent_workers", "multiprocessing_context")
+            }
             batches = batches_per_epoch(DataLoader(dataset, **alone))
             if batches is not None and 0 < batches < workers:
                 # A worker makes whole batches: past one per batch of the epoch, the rest never work.
                 kw["num_workers"] = batches
-                warnings.warn(f"num_workers={workers} exceeds the {batches} batches of an epoch; "
-                              f"using {batches}", stacklevel=3)
+                warnings.warn(
+                    f"num_workers={workers} exceeds the {batches} batches of an epoch; using {batches}", stacklevel=3
+                )
         return kw
 
     def _batch_value(self, value: Any) -> Any:
@@ -152,8 +156,7 @@ class Run:
             if knob.dataloader_kwarg:
                 self._observed[knob.name] = kw.get(knob.dataloader_kwarg, knob.default)
 
-    def optimizer(self, cls: Callable[..., Any], params: Iterable[Any], lr: float | None = None,
-                  **kwargs: Any):
+    def optimizer(self, cls: Callable[..., Any], params: Iterable[Any], lr: float | None = None, **kwargs: Any):
         """Build ``cls(params, lr=..., **kwargs)`` with this run's optimizer knobs.
 
         ``lr`` is the user's lr for their own batch size; it is scaled to the run's
@@ -170,8 +173,10 @@ class Run:
         scaling = self.config.lr_scaling or "none"
         if lr is not None and scaling != "none":
             if "batch_size" not in self._observed:
-                raise RuntimeError("run.optimizer(...) was called before run.dataloader(...): "
-                                   "lr_scaling needs the batch size the loader uses")
+                raise RuntimeError(
+                    "run.optimizer(...) was called before run.dataloader(...): "
+                    "lr_scaling needs the batch size the loader uses"
+                )
             # No base (batch_size=None, or the user's own batch_sampler): nothing was resized.
             base = self._base_batch_size
             ratio = 1.0 if base is None else self._observed["batch_size"] / base
@@ -184,8 +189,9 @@ class Run:
                 kwargs["fused"] = True
                 kwargs.pop("foreach", None)  # torch refuses both at once
             else:
-                warnings.warn(f"{getattr(cls, '__name__', cls)} takes no fused= argument; "
-                              "running it unfused", stacklevel=3)
+                warnings.warn(
+                    f"{getattr(cls, '__name__', cls)} takes no fused= argument; running it unfused", stacklevel=3
+                )
         self._observed["fused_optimizer"] = bool(kwargs.get("fused", False))
         self.lr = lr
         return lr, kwargs
@@ -195,8 +201,9 @@ class Run:
         floating-point inputs in channels-last format when the model is)."""
         self._retain_host_memory()
         channels_last = self._model_seen and bool(self._value("channels_last"))
-        return iter_batches(loader, self.device, self._value("prefetch"), self._non_blocking(), channels_last,
-                            self._copy_edge())
+        return iter_batches(
+            loader, self.device, self._value("prefetch"), self._non_blocking(), channels_last, self._copy_edge()
+        )
 
     def autocast(self):
         """A context manager for the forward pass: AMP per the ``amp`` knob, or nothing."""
@@ -229,8 +236,7 @@ class Run:
             if clip_grad_norm is not None:
                 if fp16:
                     self._scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]],
-                                               clip_grad_norm)
+                torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], clip_grad_norm)
             if fp16:
                 self._scaler.step(optimizer)
                 self._scaler.update()
@@ -271,9 +277,12 @@ class Run:
         What the user's code passed counts where the config sets nothing. The model
         knobs are inactive, and left out, when the model never went through :meth:`model`.
         """
-        values = {name: self._observed.get(name, self._value(name)) for name in KNOBS
-                  if (self._model_seen or name not in MODEL_KNOBS)
-                  and (self.stages is None or KNOBS[name].stage in self.stages)}
+        values = {
+            name: self._observed.get(name, self._value(name))
+            for name in KNOBS
+            if (self._model_seen or name not in MODEL_KNOBS)
+            and (self.stages is None or KNOBS[name].stage in self.stages)
+        }
         return {name: v for name, v in values.items() if KNOBS[name].is_active(values)}
 
     def apply_backends(self) -> None:

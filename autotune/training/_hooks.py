@@ -169,6 +169,7 @@ class Hooks:
                 run._base_batch_size = kept  # the first loader's stays the base until one trains
                 if getattr(run, "adaptive", None) is not None:
                     hooks._call_ours(lambda: run.adaptive.built(loader, dataset, kw))
+
         return __init__
 
     def _persistent_reset(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -185,6 +186,7 @@ class Hooks:
             if not first_iter and loader in hooks._made_persistent:
                 torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
             return original(it, loader, first_iter)
+
         return _reset
 
     def _adapted_iter(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -195,6 +197,7 @@ class Hooks:
 
         def __iter__(loader: Any) -> Iterator[Any]:
             return original(loader) if hooks._ours() else hooks._epoch_of(loader, original)
+
         return __iter__
 
     def _epoch_of(self, loader: Any, original: Callable[..., Any]) -> Iterator[Any]:
@@ -216,6 +219,7 @@ class Hooks:
             if loader is hooks.training:
                 return EpochIterator(it, hooks._trained(loader, it))
             return EpochIterator(it, hooks._watched(loader, it))
+
         return __iter__
 
     def _trained(self, loader: Any, it: Iterator[Any]) -> Iterator[Any]:
@@ -241,18 +245,24 @@ class Hooks:
         self.training = loader
         record = self._built.get(loader)
         if record is None:  # built before the hooks (or by a class that skips DataLoader.__init__)
-            print("autotune: the training loader was built before autotune's hooks; its own settings are measured",
-                  flush=True)
+            print(
+                "autotune: the training loader was built before autotune's hooks; its own settings are measured",
+                flush=True,
+            )
             return
         dataset, kw, base = record
         self.run._base_batch_size = base
         self.run._loader_built(loader, dataset, kw)
-        print(f"autotune: measuring the loader of {type(dataset).__name__} (batch_size {kw.get('batch_size')}): "
-              "its batches are the ones optimizer.step() follows", flush=True)
+        print(
+            f"autotune: measuring the loader of {type(dataset).__name__} (batch_size {kw.get('batch_size')}): "
+            "its batches are the ones optimizer.step() follows",
+            flush=True,
+        )
         self._batch_to_training(loader)
 
     def _batch_to_training(self, training: Any) -> None:
         from torch.utils.data import DataLoader  # (its __init__, ours, is torch's own under _call_ours)
+
         own_batch_elsewhere(self._built, training, DataLoader.__init__, self._call_ours, sys.stderr)
 
     # -- optimizers, backward ------------------------------------------------------------
@@ -275,8 +285,10 @@ class Hooks:
             lr = None if lr is inspect.Parameter.empty else lr
             run = hooks.run
             if "batch_size" not in run._observed and (run.config.lr_scaling or "none") != "none":
-                warnings.warn(f"{cls.__name__} was built before any DataLoader: its lr is not scaled to the "
-                              "batch size", stacklevel=2)
+                warnings.warn(
+                    f"{cls.__name__} was built before any DataLoader: its lr is not scaled to the batch size",
+                    stacklevel=2,
+                )
                 kw = dict(given)
             else:
                 lr, kw = run._optimizer_kwargs(cls, lr, given)
@@ -284,6 +296,7 @@ class Hooks:
                 kw["lr"] = lr
             hooks.optimizers.append(cls.__name__)
             hooks._call_ours(lambda: original(opt, params, **kw))
+
         return __init__
 
     def _any_optimizer_init(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -295,6 +308,7 @@ class Hooks:
         def __init__(opt: Any, *args: Any, **kwargs: Any) -> None:
             original(opt, *args, **kwargs)
             loop.optimizer_built(opt)
+
         return __init__
 
     def _backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -307,13 +321,18 @@ class Hooks:
             hooks._loss = getattr(tensor, "_autotune_unscaled", tensor)
             hooks.run._edge("backward")
             out = loop.backward(original, tensor, *args, **kwargs)
-            if hooks.measure and hooks.training is None and not loop._optimizers \
-                    and (hooks.last_fetched is None or hooks.run.loaderless):
+            if (
+                hooks.measure
+                and hooks.training is None
+                and not loop._optimizers
+                and (hooks.last_fetched is None or hooks.run.loaderless)
+            ):
                 # no optimizer at all (word_language_model, pytorch/examples' regression update their
                 # parameters by hand): each backward() is a step of the loop's clock
                 hooks.steps += 1
                 hooks.run._loaderless_step(hooks._loss)
             return out
+
         return backward
 
     def _stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -342,19 +361,28 @@ class Hooks:
             run._after_step(self._loss)
 
 
-def own_batch_elsewhere(built: Any, training: Any, init: Callable[..., Any], call: Callable[[Callable[[], Any]], Any],
-                        out: Any) -> None:
+def own_batch_elsewhere(
+    built: Any, training: Any, init: Callable[..., Any], call: Callable[[Callable[[], Any]], Any], out: Any
+) -> None:
     """Each loader in ``built`` (loader -> its dataset, kwargs and the script's batch size) but
     ``training``, built with a batch size the knob changed, built again by ``init``
     (``DataLoader.__init__``, run through ``call``) with the script's own, said on ``out``; one that
     holds live workers (persistent, iterated before the first step) is left as it is."""
     for loader, (dataset, kw, base) in list(built.items()):
-        if loader is training or base is None or kw.get("batch_size") in (None, base) \
-                or getattr(loader, "_iterator", None) is not None:
+        if (
+            loader is training
+            or base is None
+            or kw.get("batch_size") in (None, base)
+            or getattr(loader, "_iterator", None) is not None
+        ):
             continue
         own = {**kw, "batch_size": base}
         loader._DataLoader__initialized = False  # (DataLoader refuses a new batch_size once built)
         call(functools.partial(init, loader, dataset, **own))
         built[loader] = (dataset, own, base)
-        print(f"autotune: the loader of {type(dataset).__name__} keeps your batch_size {base}: the batch knob "
-              "applies to the training loader only", flush=True, file=out)
+        print(
+            f"autotune: the loader of {type(dataset).__name__} keeps your batch_size {base}: the batch knob "
+            "applies to the training loader only",
+            flush=True,
+            file=out,
+        )

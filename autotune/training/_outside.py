@@ -41,8 +41,7 @@ class OutsideLoop:
         self.run = run
         self._stream = stream
         self._optimizers: list[Any] = []  # every optimizer the script built (amp's too: one list)
-        self.amp = OutsideAmp(run._value("amp"), lambda: (self.device or run.device).type, self.say,
-                              self._optimizers)
+        self.amp = OutsideAmp(run._value("amp"), lambda: (self.device or run.device).type, self.say, self._optimizers)
         self.prefetch: str = run._value("prefetch")
         self._step_hooks: list[Any] = []
         self.held: dict[str, str] = {}  # knob -> why it does not apply (prefetch's; amp and model keep their own)
@@ -142,6 +141,7 @@ class OutsideLoop:
             if loop._learning and out is not tensor and out.device != tensor.device:
                 loop._moved[id(tensor)] = weakref.ref(tensor)
             return out
+
         return move
 
     def fetched(self, batch: Any) -> None:
@@ -155,8 +155,11 @@ class OutsideLoop:
         if not self._learning:
             return
         self._learning = False
-        self.moved_paths = {path for path, tensor in paths_of(self._fetched)
-                            if (ref := self._moved.get(id(tensor))) is not None and ref() is tensor}
+        self.moved_paths = {
+            path
+            for path, tensor in paths_of(self._fetched)
+            if (ref := self._moved.get(id(tensor))) is not None and ref() is tensor
+        }
         self._fetched, self._moved = None, {}
         self._remove_shadows()  # (nothing of ours on Tensor.to for the rest of the run)
 
@@ -206,11 +209,18 @@ class OutsideLoop:
     def observed(self) -> dict[str, Any]:
         """The loop knobs in force, as ``resolved()`` reports them: a held knob at its default,
         the script's own precision where it has one."""
-        values: dict[str, Any] = {"amp": self.amp.applied,
-                                  "prefetch": "none" if "prefetch" in self.held else self.prefetch}
+        values: dict[str, Any] = {
+            "amp": self.amp.applied,
+            "prefetch": "none" if "prefetch" in self.held else self.prefetch,
+        }
         if self.finder is not None and self.finder.model is not None:
-            values.update({knob: default for knob, default in (("channels_last", False), ("compile", "off"))
-                           if knob in self.finder.held})
+            values.update(
+                {
+                    knob: default
+                    for knob, default in (("channels_last", False), ("compile", "off"))
+                    if knob in self.finder.held
+                }
+            )
         return values
 
     def facts(self) -> dict[str, Any]:
@@ -236,4 +246,5 @@ def _marks_unscaled(original: Callable[..., Any]) -> Callable[..., Any]:
         if scaled is not outputs and hasattr(scaled, "grad_fn") and hasattr(outputs, "grad_fn"):
             scaled._autotune_unscaled = outputs
         return scaled
+
     return scale

@@ -61,8 +61,9 @@ class OutsideAmp:
         steps: Optimizer steps taken through the scaler.
     """
 
-    def __init__(self, value: str, device_type: Callable[[], str], say: Callable[[str], None],
-                 optimizers: list[Any]) -> None:
+    def __init__(
+        self, value: str, device_type: Callable[[], str], say: Callable[[str], None], optimizers: list[Any]
+    ) -> None:
         self.value = value
         self._device_type = device_type  # read when needed: a model may move after its optimizer is built
         self._say = say
@@ -115,10 +116,14 @@ class OutsideAmp:
             if getattr(ctx, "_autotune", False):
                 return original(ctx)
             if amp._ctx is not None and not amp._in_backward and getattr(ctx, "_enabled", False):
-                amp.hold_own(f"your model enters torch.autocast ({dtype_name(ctx.fast_dtype)}) itself, and its "
-                             "own precision is what runs", dtype_name(ctx.fast_dtype))
+                amp.hold_own(
+                    f"your model enters torch.autocast ({dtype_name(ctx.fast_dtype)}) itself, and its "
+                    "own precision is what runs",
+                    dtype_name(ctx.fast_dtype),
+                )
             amp._foreign.append(ctx)
             return original(ctx)
+
         return __enter__
 
     def patch_autocast_exit(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -129,6 +134,7 @@ class OutsideAmp:
             if not getattr(ctx, "_autotune", False) and ctx in amp._foreign:
                 del amp._foreign[len(amp._foreign) - 1 - amp._foreign[::-1].index(ctx)]
             return original(ctx, *exc)
+
         return __exit__
 
     def watch_model(self, module: Any) -> None:
@@ -173,11 +179,17 @@ class OutsideAmp:
         if self._foreign:  # (the step that finds the training loader too: its own precision from the first)
             ctx = self._foreign[-1]
             if getattr(ctx, "_enabled", False):
-                self.hold_own(f"your script uses torch.autocast ({dtype_name(ctx.fast_dtype)}) itself, and its "
-                              "own precision is what runs", dtype_name(ctx.fast_dtype))
+                self.hold_own(
+                    f"your script uses torch.autocast ({dtype_name(ctx.fast_dtype)}) itself, and its "
+                    "own precision is what runs",
+                    dtype_name(ctx.fast_dtype),
+                )
             else:
-                self.hold_own("your script turns autocast off around its model (torch.autocast(enabled=False)): "
-                              "its own switch decides its precision", "off")
+                self.hold_own(
+                    "your script turns autocast off around its model (torch.autocast(enabled=False)): "
+                    "its own switch decides its precision",
+                    "off",
+                )
             return False
         return self._training
 
@@ -198,6 +210,7 @@ class OutsideAmp:
             original(scaler, *args, **kwargs)
             if amp.framework is None and scaler is not amp._scaler and scaler.is_enabled():
                 amp.hold_own("your script uses a GradScaler itself, and its own precision is what runs", "fp16")
+
         return __init__
 
     def patch_clip(self, original: Callable[..., Any], grads: bool = False) -> Callable[..., Any]:
@@ -214,6 +227,7 @@ class OutsideAmp:
                 tensors = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
                 amp._unscale_for({id(t) for t in tensors}, grads)
             return original(tensors, *args, **kwargs)
+
         return clip
 
     def _unscale_for(self, ids: set[int], grads: bool) -> None:
@@ -256,6 +270,7 @@ class OutsideAmp:
                 amp.steps += 1
                 amp._count_skip(opt)
             return result
+
         opt.step = types.MethodType(functools.wraps(original)(step), opt)
         self._routed.add(id(opt))
 
@@ -282,8 +297,10 @@ class OutsideAmp:
         autotune's hooks, or whose class skips ``Optimizer.__init__``) holds fp16: its gradients are
         unscaled for this step, and no later backward is scaled."""
         if self._outstanding and not self._in_step and id(opt) not in self._routed:
-            self.hold(f"{type(opt).__name__} steps outside autotune's GradScaler, which would hand it "
-                      "gradients scaled by 65536 and skip none on inf")
+            self.hold(
+                f"{type(opt).__name__} steps outside autotune's GradScaler, which would hand it "
+                "gradients scaled by 65536 and skip none on inf"
+            )
             if any(p.grad is not None for g in opt.param_groups for p in g["params"]):
                 self._scaler.unscale_(opt)
 

@@ -35,8 +35,9 @@ class ModelFinder:
         own_compile: The script compiled the model, or a part of it, before its first call.
     """
 
-    def __init__(self, channels_last: bool, compile: str, found: Callable[[Any], None],
-                 say: Callable[[str], None]) -> None:
+    def __init__(
+        self, channels_last: bool, compile: str, found: Callable[[Any], None], say: Callable[[str], None]
+    ) -> None:
         self.channels_last, self.compile = channels_last, compile
         self._found, self._say = found, say
         self.model: Any = None
@@ -50,8 +51,10 @@ class ModelFinder:
     def install(self) -> None:
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-        self._handles = [register_module_forward_pre_hook(self._before),
-                         register_module_forward_hook(self._after, always_call=True)]
+        self._handles = [
+            register_module_forward_pre_hook(self._before),
+            register_module_forward_hook(self._after, always_call=True),
+        ]
 
     def remove(self) -> None:
         while self._handles:
@@ -88,16 +91,18 @@ class ModelFinder:
         name = type(module).__name__
         if self.channels_last:
             if name in BUCKETED:
-                self.held["channels_last"] = (f"your model is wrapped in {name} before its first call, whose "
-                                              "buckets keep its parameters' layout")
+                self.held["channels_last"] = (
+                    f"your model is wrapped in {name} before its first call, whose buckets keep its parameters' layout"
+                )
             else:
                 module.to(memory_format=torch.channels_last)
                 module.register_forward_pre_hook(_channels_last_inputs)
         # (said whatever the knob: the study stops drawing compile from the first trial that saw it)
         self.own_compile = _compiled_by_script(module)
         if self.compile != "off" and self.own_compile:
-            self.held["compile"] = ("your script compiles its model itself (torch.compile), and its own "
-                                    "compile is what runs")
+            self.held["compile"] = (
+                "your script compiles its model itself (torch.compile), and its own compile is what runs"
+            )
         elif self.compile != "off":
             module.compile(mode=None if self.compile == "default" else self.compile)
             self._eager_if_it_fails(module)
@@ -144,8 +149,9 @@ def _compiled_by_script(module: Any) -> bool:
         return False
     from torch._dynamo.eval_frame import OptimizedModule
 
-    return any(isinstance(m, OptimizedModule) or m.__dict__.get("_compiled_call_impl") is not None
-               for m in module.modules())
+    return any(
+        isinstance(m, OptimizedModule) or m.__dict__.get("_compiled_call_impl") is not None for m in module.modules()
+    )
 
 
 def _channels_last_inputs(_module: Any, args: Any) -> Any:

@@ -35,8 +35,14 @@ def map_tensors(batch: Any, fn, only: Collection[tuple] | None = None, path: tup
     if isinstance(batch, (list, tuple)):
         return type(batch)(map_tensors(v, fn, only, (*path, i)) for i, v in enumerate(batch))
     if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
-        return dataclasses.replace(batch, **{f.name: map_tensors(getattr(batch, f.name), fn, only, (*path, f.name))
-                                             for f in dataclasses.fields(batch) if f.init})
+        return dataclasses.replace(
+            batch,
+            **{
+                f.name: map_tensors(getattr(batch, f.name), fn, only, (*path, f.name))
+                for f in dataclasses.fields(batch)
+                if f.init
+            },
+        )
     return batch
 
 
@@ -81,8 +87,9 @@ def count_tensors(batch: Any) -> int:
     return len(found)
 
 
-def to_device(batch: Any, device, non_blocking: bool, channels_last: bool = False,
-              only: Collection[tuple] | None = None) -> Any:
+def to_device(
+    batch: Any, device, non_blocking: bool, channels_last: bool = False, only: Collection[tuple] | None = None
+) -> Any:
     """Copy every tensor in ``batch`` (with ``only``, those at its paths) to ``device`` (4-D
     floating-point ones in channels-last memory format if asked: images for a channels-last model)."""
     if not channels_last:
@@ -97,9 +104,15 @@ def to_device(batch: Any, device, non_blocking: bool, channels_last: bool = Fals
     return map_tensors(batch, move, only)
 
 
-def iter_batches(loader: Iterable, device, strategy: str, non_blocking: bool,
-                 channels_last: bool = False, before_copy: Callable[[], None] | None = None,
-                 only: Collection[tuple] | None = None) -> Iterator[Any]:
+def iter_batches(
+    loader: Iterable,
+    device,
+    strategy: str,
+    non_blocking: bool,
+    channels_last: bool = False,
+    before_copy: Callable[[], None] | None = None,
+    only: Collection[tuple] | None = None,
+) -> Iterator[Any]:
     """Yield the loader's batches on ``device`` using a prefetch strategy.
 
     Args:
@@ -124,8 +137,9 @@ def iter_batches(loader: Iterable, device, strategy: str, non_blocking: bool,
     raise ValueError(f"prefetch={strategy!r}; allowed: none, thread, cuda_stream")
 
 
-def _edged_batches(loader: Iterable, device, non_blocking: bool, channels_last: bool,
-                   before_copy: Callable[[], None]) -> Iterator[Any]:
+def _edged_batches(
+    loader: Iterable, device, non_blocking: bool, channels_last: bool, before_copy: Callable[[], None]
+) -> Iterator[Any]:
     """The loader's batches copied on this thread, ``before_copy`` called between each batch's
     arrival and its copy."""
     for batch in loader:
@@ -141,8 +155,9 @@ class _Failure:
         self.exc = exc
 
 
-def _thread_batches(loader: Iterable, device, non_blocking: bool, channels_last: bool = False,
-                    only: Collection[tuple] | None = None) -> Iterator[Any]:
+def _thread_batches(
+    loader: Iterable, device, non_blocking: bool, channels_last: bool = False, only: Collection[tuple] | None = None
+) -> Iterator[Any]:
     """A background thread loads (and copies) the next batches into a bounded queue.
 
     The producer's exceptions are re-raised here; closing the generator (a
@@ -189,8 +204,9 @@ def _thread_batches(loader: Iterable, device, non_blocking: bool, channels_last:
         thread.join()
 
 
-def _stream_batches(loader: Iterable, device, channels_last: bool = False,
-                    only: Collection[tuple] | None = None) -> Iterator[Any]:
+def _stream_batches(
+    loader: Iterable, device, channels_last: bool = False, only: Collection[tuple] | None = None
+) -> Iterator[Any]:
     """Issue the next batch's copy on a side stream while the current one computes.
 
     The source is pinned (so the copy is truly asynchronous), the compute stream

@@ -42,8 +42,15 @@ LAST_WINDOWS_S = 5.0
 
 def torchrun(nproc: int, module_args: Sequence[str]) -> list[str]:
     """The command that runs ``python -m MODULE ARGS`` on ``nproc`` ranks of this host."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            "-m", *module_args]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        "-m",
+        *module_args,
+    ]
 
 
 def local_rank() -> tuple[int, int] | None:
@@ -63,7 +70,7 @@ def rank_share(cpus: Sequence[int], rank: int, ranks: int) -> list[int]:
     if len(cpus) < ranks:
         return [cpus[rank % len(cpus)]]
     size = len(cpus) // ranks
-    return list(cpus[rank * size:(rank + 1) * size])
+    return list(cpus[rank * size : (rank + 1) * size])
 
 
 def check_ranks(nproc: int, jobs: int = 1) -> None:
@@ -74,9 +81,12 @@ def check_ranks(nproc: int, jobs: int = 1) -> None:
 
     cpus = usable_cpus()
     if nproc * jobs > cpus:
-        raise ConfigError(f"--nproc-per-node {nproc}" + (f" with --jobs {jobs}" if jobs > 1 else "")
-                          + f": this machine gives it {cpus} CPU(s), and each rank needs one of its own "
-                            f"(at most {cpus // jobs})")
+        raise ConfigError(
+            f"--nproc-per-node {nproc}"
+            + (f" with --jobs {jobs}" if jobs > 1 else "")
+            + f": this machine gives it {cpus} CPU(s), and each rank needs one of its own "
+            f"(at most {cpus // jobs})"
+        )
 
 
 def pin_rank(cpus: Sequence[int] | None = None) -> list[int] | None:
@@ -124,8 +134,12 @@ def combine(windows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     seconds = first["seconds"]
     rates = [w["samples"] / w["seconds"] if w.get("seconds") else 0.0 for w in windows]
     waits = [w["data_wait"] / w["seconds"] if w.get("seconds") else 0.0 for w in windows]
-    first.update(samples=round(sum(rates) * seconds), data_wait=max(waits) * seconds,
-                 rank_samples_per_s=[round(r, 1) for r in rates], rank_data_wait=[round(w, 3) for w in waits])
+    first.update(
+        samples=round(sum(rates) * seconds),
+        data_wait=max(waits) * seconds,
+        rank_samples_per_s=[round(r, 1) for r in rates],
+        rank_data_wait=[round(w, 3) for w in waits],
+    )
     return first
 
 
@@ -154,8 +168,11 @@ def launch_ranks(payload: str, ranks: int, send: Callable[[dict[str, Any]], None
     channels = _Ranks(folder, ranks)
     env = {**rank_environ(os.environ, ranks, sorted(os.sched_getaffinity(0))), RANKS_ENV: folder}
     proc = subprocess.Popen(torchrun(ranks, ["autotune.worker._trial_main", payload]), env=env)
-    print(f"autotune: {ranks} ranks through torch.distributed.run (pid {proc.pid}); samples/s is summed over "
-          "them, data wait is the slowest rank's", flush=True)
+    print(
+        f"autotune: {ranks} ranks through torch.distributed.run (pid {proc.pid}); samples/s is summed over "
+        "them, data wait is the slowest rank's",
+        flush=True,
+    )
     pending: dict[int, dict[int, dict[str, Any]]] = {}  # window index -> rank -> its window
     sent, closed, exited_at = 0, set(), None
     end, deadline = None, 0.0  # the end event to send, and when to stop waiting for windows

@@ -28,7 +28,7 @@ SCRIPT_WAYS = {
     Stage.TRANSFER: "its training loader's batches, moved ahead to its trained parameters' device",
     Stage.OPTIMIZER: "every torch.optim optimizer it builds",
     Stage.PRECISION: "autocast from its training batch to backward(), fp16 through a GradScaler "
-                     "(Lightning, the HF Trainer: their own precision setting)",
+    "(Lightning, the HF Trainer: their own precision setting)",
     Stage.MODEL: "its model (the module called with the parameters an optimizer trains), in place",
     Stage.BACKENDS: "set before it runs",
     Stage.ENVIRONMENT: "set before torch starts",
@@ -41,7 +41,7 @@ NPROC = "--nproc-per-node"
 
 def module_of(target: str) -> str | None:
     """The module of a ``-m package.module`` target, or None for a script's path."""
-    return target[len(MODULE):].strip() if target.startswith(MODULE) else None
+    return target[len(MODULE) :].strip() if target.startswith(MODULE) else None
 
 
 def is_script(target: str) -> bool:
@@ -80,8 +80,14 @@ def check_script(target: str) -> None:
         return
     path = Path(target)
     if not path.is_file():
-        raise ConfigError(f"script {target}: no such file" + (
-            "; a training function that takes the Run is named file.py:function" if not target.endswith(".py") else ""))
+        raise ConfigError(
+            f"script {target}: no such file"
+            + (
+                "; a training function that takes the Run is named file.py:function"
+                if not target.endswith(".py")
+                else ""
+            )
+        )
     try:
         ast.parse(read_text(path), filename=target)
     except SyntaxError as exc:
@@ -135,8 +141,11 @@ def run_script(target: str, argv: Sequence[str]) -> str:
     except SystemExit as exc:
         if exc.code not in (None, 0):
             said = kept.lines(3)
-            raise ScriptExited(f"{label(target, argv)} exited with status {exc.code!r}"
-                               + (f"; its last words: {said}" if said else ""), exc.code) from None
+            raise ScriptExited(
+                f"{label(target, argv)} exited with status {exc.code!r}"
+                + (f"; its last words: {said}" if said else ""),
+                exc.code,
+            ) from None
     finally:
         sys.stdout, sys.stderr = out, err
     return kept.lines(3)
@@ -164,7 +173,7 @@ class _Tail:
         self.stream, self.kept = stream, kept
 
     def write(self, text: str) -> int:
-        self.kept.text = (self.kept.text + text)[-_Kept.KEEP:]
+        self.kept.text = (self.kept.text + text)[-_Kept.KEEP :]
         return self.stream.write(text)
 
     def __getattr__(self, name: str):
@@ -177,11 +186,15 @@ def command_line(target: str | None, args: tuple[str, ...], module: str | None) 
     if module is not None:
         return MODULE + module, [target, *args] if target is not None else list(args)
     if target is None:
-        raise ConfigError("TARGET: missing; give a script (train.py -- ARGS), -m package.module, "
-                          "or a function that takes the Run (file.py:train)")
+        raise ConfigError(
+            "TARGET: missing; give a script (train.py -- ARGS), -m package.module, "
+            "or a function that takes the Run (file.py:train)"
+        )
     if is_script(target):
         return target, list(args)
     if args:
-        raise ConfigError(f"{' '.join(args)}: {target} is a function that takes the Run; a command line "
-                          "after -- is for a script (train.py -- ARGS)")
+        raise ConfigError(
+            f"{' '.join(args)}: {target} is a function that takes the Run; a command line "
+            "after -- is for a script (train.py -- ARGS)"
+        )
     return target, None

@@ -61,10 +61,15 @@ class Broke(NamedTuple):
         """What the study says, and keeps as the hold's reason (a batch in a shape: the issue's words)."""
         at = f" at {self.where}" if self.where else ""
         shown = f"{self.knob}={show_value(self.value)}"
-        what = ("your code shapes a batch with its own batch size" if self.knob == "batch_size"
-                and _SHAPE_ERROR.search(self.error) else f"your code breaks with {shown}")
-        return (f"{what}{at}: {self.knob} held at your code's own for the rest of the study (trial {self.trial} "
-                f"with {shown} crashed where the baseline ran: {self.error})")
+        what = (
+            "your code shapes a batch with its own batch size"
+            if self.knob == "batch_size" and _SHAPE_ERROR.search(self.error)
+            else f"your code breaks with {shown}"
+        )
+        return (
+            f"{what}{at}: {self.knob} held at your code's own for the rest of the study (trial {self.trial} "
+            f"with {shown} crashed where the baseline ran: {self.error})"
+        )
 
 
 def users_line(reason: str) -> str | None:
@@ -149,8 +154,12 @@ def broke_caps(found: Sequence[Broke], rows: Sequence[Any], ints: Iterable[str])
         below = [v for v in ran if v < b.value]
         if below and max(ran) < b.value and (b.knob not in out or b.value - 1 < out[b.knob][0]):
             held = f"{b.knob} held at your code's own for the rest of the study"
-            out[b.knob] = (b.value - 1, b.line().replace(held, f"{b.knob} drawn below {b.value} for the rest of the "
-                                                                f"study, where {max(below)} ran"))
+            out[b.knob] = (
+                b.value - 1,
+                b.line().replace(
+                    held, f"{b.knob} drawn below {b.value} for the rest of the study, where {max(below)} ran"
+                ),
+            )
     return out
 
 

@@ -17,8 +17,8 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from autotune.machine._launch import TrialSpec
 from autotune.core._outcome import Outcome
+from autotune.machine._launch import TrialSpec
 from autotune.tuner._training_shape import DEADLINE_FACTOR
 from autotune.tuner._watch import TrialResult
 
@@ -39,12 +39,13 @@ def ceiling_marks(marks: Sequence[int], windows: int) -> tuple[int, ...]:
     ((64, 128, 192), (64, 128), (64, 192))
     """
     if len(marks) >= 3:
-        return tuple(marks[:min(1 + windows, len(marks) - 1)])
+        return tuple(marks[: min(1 + windows, len(marks) - 1)])
     return (marks[0], (marks[0] + marks[1]) // 2) if len(marks) == 2 else ()
 
 
-def with_ceilings(spec: TrialSpec, result: TrialResult, log_path: Path,
-                  run: Callable[[TrialSpec, Path], TrialResult]) -> TrialResult:
+def with_ceilings(
+    spec: TrialSpec, result: TrialResult, log_path: Path, run: Callable[[TrialSpec, Path], TrialResult]
+) -> TrialResult:
     """``result`` with the ceilings of its config, where it ran whole and its budget asks for
     ceilings: measured by ``run`` (``autotune.tuner._watch.run_trial`` with the trial's other
     arguments) at ``result``'s first marks. Unchanged where it did not run whole, or where
@@ -53,15 +54,24 @@ def with_ceilings(spec: TrialSpec, result: TrialResult, log_path: Path,
         return result
     marks = ceiling_marks(result.shape.get("marks", ()), spec.budget.windows)
     if not marks:
-        return dataclasses.replace(result, reason="\n".join(filter(None, [
-            result.reason, "its ceilings were not measured: its run is its warmup alone"])))
+        return dataclasses.replace(
+            result,
+            reason="\n".join(
+                filter(None, [result.reason, "its ceilings were not measured: its run is its warmup alone"])
+            ),
+        )
     again, log = ceilings_run(spec, log_path)
     at = result.shape["at"][-1] + 2 * spec.budget.ceiling_windows * spec.budget.window_s
-    again = dataclasses.replace(again, budget=dataclasses.replace(
-        again.budget, marks=marks, timeout_s=spec.budget.timeout_s or spec.budget.startup_s + DEADLINE_FACTOR * at))
+    again = dataclasses.replace(
+        again,
+        budget=dataclasses.replace(
+            again.budget, marks=marks, timeout_s=spec.budget.timeout_s or spec.budget.startup_s + DEADLINE_FACTOR * at
+        ),
+    )
     measured = run(again, log)
     if not measured.ceilings:
-        note = f"its ceilings were not measured: their run ended as {measured.outcome.value}" \
-            + (f" ({measured.reason.splitlines()[0]})" if measured.reason else "")
+        note = f"its ceilings were not measured: their run ended as {measured.outcome.value}" + (
+            f" ({measured.reason.splitlines()[0]})" if measured.reason else ""
+        )
         return dataclasses.replace(result, reason="\n".join(filter(None, [result.reason, note])))
     return dataclasses.replace(result, ceilings=measured.ceilings)

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from autotune.core._guard import blew_up
-from autotune.machine._noise import is_noisy
 from autotune.core._outcome import RUNNING, WAITING, Outcome
+from autotune.machine._noise import is_noisy
 
 if TYPE_CHECKING:
     from autotune.stores._records import TrialRow
@@ -146,8 +146,11 @@ def speed_only(rows: Sequence[TrialRow]) -> list[TrialRow]:
     for row in rows:
         metrics = {k: v for k, v in row.metrics.items() if k not in _TO_LOSS}
         if row.outcome == Outcome.DIVERGED.value and blew_up(row.losses, row.curve) is None:
-            row = dataclasses.replace(row, outcome=Outcome.COMPLETE.value,
-                                      reason=f"not diverged: the loss is no signal for this script ({row.reason})")
+            row = dataclasses.replace(
+                row,
+                outcome=Outcome.COMPLETE.value,
+                reason=f"not diverged: the loss is no signal for this script ({row.reason})",
+            )
         out.append(dataclasses.replace(row, metrics=metrics))
     return out
 
@@ -228,8 +231,7 @@ def decide(groups: Sequence[Group]) -> Decision:
     judged = base is not None and base.confirmed  # (a baseline with no believed figure is not)
     contenders = [g for g in feasible if g is base or not judged or (base is not None and beats(g, base))]
     winner = max(contenders, key=lambda g: g.ranked_median)
-    ties = tuple(g for g in feasible if g is not winner and g.confirmed and winner.confirmed
-                 and not beats(winner, g))
+    ties = tuple(g for g in feasible if g is not winner and g.confirmed and winner.confirmed and not beats(winner, g))
     return Decision(winner, base, fastest, ties)
 
 
@@ -241,15 +243,18 @@ def _only_noisy(group: Group) -> bool:
 
 def _diverged_on_loss(group: Group, than: float) -> bool:
     """One of its runs ran faster than ``than`` and was judged diverged on a finite loss (not a nan or inf)."""
-    return any(r.outcome == Outcome.DIVERGED.value and (r.rate or 0) > than and blew_up(r.losses, r.curve) is None
-               for r in group.runs)
+    return any(
+        r.outcome == Outcome.DIVERGED.value and (r.rate or 0) > than and blew_up(r.losses, r.curve) is None
+        for r in group.runs
+    )
 
 
 def _rank(group: Group) -> float:
     """Its median, or for a config with noisy runs only, their best: a lower bound, mostly
     (others slow a run down more often than they speed it up)."""
-    return group.ranked_median if group.rates else max(rate for r in group.doubted
-                                                       if (rate := r.ranked_rate) is not None)  # (measured: all)
+    return (
+        group.ranked_median if group.rates else max(rate for r in group.doubted if (rate := r.ranked_rate) is not None)
+    )  # (measured: all)
 
 
 def plan(groups: Sequence[Group], runs: int, top: int = CONFIRM_TOP) -> list[int]:
@@ -260,12 +265,20 @@ def plan(groups: Sequence[Group], runs: int, top: int = CONFIRM_TOP) -> list[int
     none of them again. A config whose runs were all noisy competes on its best one:
     measured again here, it gets believed figures if the machine is quiet now."""
     base = baseline_group(groups)
-    ranked = sorted((g for g in groups if (g.feasible or _only_noisy(g)) and g is not base),
-                    key=_rank, reverse=True)[:top]
+    ranked = sorted((g for g in groups if (g.feasible or _only_noisy(g)) and g is not base), key=_rank, reverse=True)[
+        :top
+    ]
     if not ranked:  # nothing to compare the baseline with; but a faster config judged diverged on
         # a finite loss may be one the loss's own noise condemned: one re-run of the baseline tells
-        return [base.first.number] if runs and base is not None and len(base.runs) == 1 and base.feasible \
-            and any(_diverged_on_loss(g, base.median) for g in groups) else []
+        return (
+            [base.first.number]
+            if runs
+            and base is not None
+            and len(base.runs) == 1
+            and base.feasible
+            and any(_diverged_on_loss(g, base.median) for g in groups)
+            else []
+        )
     targets = ranked + ([base] if base is not None and (base.feasible or _only_noisy(base)) else [])
     need = {g.first.number: max(0, 1 + runs - len(g.rates) - g.pending) for g in targets}
     order = []

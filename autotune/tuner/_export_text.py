@@ -23,11 +23,21 @@ def export_text(study: optuna.Study, found: Standing) -> str:
     # A config tuned on a --jobs slot is tuned for that share of the host.
     share = f"; each trial on {best.slot['share']} (--jobs)" if best.slot.get("cpus") else ""
     memory = winner_memory(found)
-    held = ["memory: the winner's highest " + ", ".join(f"{value} GiB {MEMORY_WORDS[key]}"
-                                                        for key, value in memory.items())] if memory else []
-    header = [f"autotune: study {study.study_name}, {first}", *rest, *held,
-              f"measured on: {fingerprint.get('summary', 'unknown machine')}{share}",
-              _how_to_use(study.user_attrs.get("target", ""), study.user_attrs.get("script"))]
+    held = (
+        [
+            "memory: the winner's highest "
+            + ", ".join(f"{value} GiB {MEMORY_WORDS[key]}" for key, value in memory.items())
+        ]
+        if memory
+        else []
+    )
+    header = [
+        f"autotune: study {study.study_name}, {first}",
+        *rest,
+        *held,
+        f"measured on: {fingerprint.get('summary', 'unknown machine')}{share}",
+        _how_to_use(study.user_attrs.get("target", ""), study.user_attrs.get("script")),
+    ]
     base = found.base.first if found.base else None
     own = own_settings(best.dataset.get("framework"), best.config, base.config if base else {})
     if own:  # a Lightning or Trainer script: the same, in the framework's own settings
@@ -38,13 +48,16 @@ def export_text(study: optuna.Study, found: Standing) -> str:
     machine.update(memory)
     if found.base is not None and found.base.run_s and win.run_s:  # for `autotune exec`'s line
         machine.update(run_s=round(found.base.run_s, 2), winner_run_s=round(win.run_s, 2))
-    return render(best.config, best.base_batch_size, header, machine,
-                  f"study {study.study_name}: {first.split(' (')[0]}")
+    return render(
+        best.config, best.base_batch_size, header, machine, f"study {study.study_name}: {first.split(' (')[0]}"
+    )
 
 
 #: What an export's memory figures (``winner_memory``) are, in its header.
-MEMORY_WORDS = {"ram_peak_gib": "host RAM (its process tree: PSS, and batches in shared memory no process maps)",
-                "gpu_mem_peak_gib": "GPU memory"}
+MEMORY_WORDS = {
+    "ram_peak_gib": "host RAM (its process tree: PSS, and batches in shared memory no process maps)",
+    "gpu_mem_peak_gib": "GPU memory",
+}
 
 
 def winner_memory(found: Standing) -> dict[str, float]:

@@ -14,14 +14,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.tuner._confirm import UNFINISHED
 from autotune.core._kinds import Kind
 from autotune.core._knobs import show_value
 from autotune.machine._noise import is_noisy
+from autotune.stores._records import kind_of, run_name
+from autotune.tuner._confirm import UNFINISHED
+from autotune.tuner._export_text import export_text
 from autotune.tuner._profiling import PROFILE_ATTR, parent_figures
 from autotune.tuner._recorder import ParentRecord, Recorder
-from autotune.stores._records import kind_of, run_name
-from autotune.tuner._export_text import export_text
 from autotune.tuner._standing import Standing, findings, standing
 from autotune.tuner._tuners import Liveness, Registry, TunerPhase, describe
 
@@ -29,9 +29,15 @@ if TYPE_CHECKING:
     import optuna
 
 
-
-def finish(study: optuna.Study, store: Path, registry: Registry, liveness: Liveness, recorder: Recorder,
-           signum: int | None, say: Callable[[str], None]) -> Standing:
+def finish(
+    study: optuna.Study,
+    store: Path,
+    registry: Registry,
+    liveness: Liveness,
+    recorder: Recorder,
+    signum: int | None,
+    say: Callable[[str], None],
+) -> Standing:
     """Export the winner; close the MLflow parent run with the study's figures if this is the
     last tuner running the study (else the last one does); return the standing."""
     found = standing(study)
@@ -39,8 +45,10 @@ def finish(study: optuna.Study, store: Path, registry: Registry, liveness: Liven
     ended = f"interrupted by {signal.Signals(signum).name}" if signum else "finished"
     others = leave(registry, liveness, ended, recorder)
     if others:
-        say(f"the study's MLflow parent run stays open: {describe(others)} still run study {study.study_name}, "
-            "and the last one closes it")
+        say(
+            f"the study's MLflow parent run stays open: {describe(others)} still run study {study.study_name}, "
+            "and the last one closes it"
+        )
         return found
     from autotune.tuner._report import throughput_png
 
@@ -50,8 +58,9 @@ def finish(study: optuna.Study, store: Path, registry: Registry, liveness: Liven
     return found
 
 
-def leave(registry: Registry, liveness: Liveness, ended: str, recorder: Recorder,
-          killed: bool = False) -> list[dict[str, Any]]:
+def leave(
+    registry: Registry, liveness: Liveness, ended: str, recorder: Recorder, killed: bool = False
+) -> list[dict[str, Any]]:
     """Mark this tuner done; return the other tuners still running the study.
 
     Marked done first, then the others read: of tuners leaving together at least one sees
@@ -95,32 +104,46 @@ def export(study: optuna.Study, found: Standing, store: Path) -> Path | None:
     return path
 
 
-def parent_record(study: optuna.Study, found: Standing, ended: str, tuners: int,
-                  throughput: bytes | None = None) -> ParentRecord:
+def parent_record(
+    study: optuna.Study, found: Standing, ended: str, tuners: int, throughput: bytes | None = None
+) -> ParentRecord:
     """The parent run's closing record, from the study's standing (``throughput``: its samples/s
     plot as PNG, if rendered already)."""
     from autotune.tuner._report import report_html
 
     name, rows, best = study.study_name, found.rows, found.best
-    artifacts = {"trials.json": json.dumps([dataclasses.asdict(r) for r in rows], indent=1),
-                 "ceilings.json": json.dumps(found.ceilings.table(), indent=1),
-                 "report.html": report_html(name, found, study.user_attrs.get("fingerprint"),
-                                            study.user_attrs.get(PROFILE_ATTR), throughput)}
-    metrics: dict[str, float] = {"trials": float(len(rows)),
-                                 "noisy_trials": float(sum(1 for r in rows if is_noisy(r.doubt)))}
+    artifacts = {
+        "trials.json": json.dumps([dataclasses.asdict(r) for r in rows], indent=1),
+        "ceilings.json": json.dumps(found.ceilings.table(), indent=1),
+        "report.html": report_html(
+            name, found, study.user_attrs.get("fingerprint"), study.user_attrs.get(PROFILE_ATTR), throughput
+        ),
+    }
+    metrics: dict[str, float] = {
+        "trials": float(len(rows)),
+        "noisy_trials": float(sum(1 for r in rows if is_noisy(r.doubt))),
+    }
     lines = findings(found)
-    tags = {"autotune.ended": f"{ended} (last of {tuners} tuner(s))", "autotune.result": lines[0],
-            "mlflow.note.content": f"Study {name}: " + "\n\n".join(lines)}
+    tags = {
+        "autotune.ended": f"{ended} (last of {tuners} tuner(s))",
+        "autotune.result": lines[0],
+        "mlflow.note.content": f"Study {name}: " + "\n\n".join(lines),
+    }
     if best is not None:
         win = found.decision.winner
         assert win is not None  # (best is its lead)
         artifacts["best.yaml"] = export_text(study, found)
-        metrics.update(best_samples_per_s=win.median, best_trial=float(best.number),
-                       best_runs=float(len(win.rates)), best_spread=win.spread)
+        metrics.update(
+            best_samples_per_s=win.median,
+            best_trial=float(best.number),
+            best_runs=float(len(win.rates)),
+            best_spread=win.spread,
+        )
         speedup = found.speedup(win)  # (None when every baseline run was noisy)
         if found.base is not None and found.base.rates and speedup is not None:
-            metrics.update(best_speedup=speedup, baseline_samples_per_s=found.base.median,
-                           baseline_spread=found.base.spread)
+            metrics.update(
+                best_speedup=speedup, baseline_samples_per_s=found.base.median, baseline_spread=found.base.spread
+            )
             tags["mlflow.runName"] = f"{name}: trial {best.number} wins, {speedup:.2f}x"
         if win.run_s and found.base is not None and found.base.run_s:  # whole runs: the answer in wall time
             metrics.update(best_run_s=win.run_s, baseline_run_s=found.base.run_s)
@@ -131,14 +154,22 @@ def parent_record(study: optuna.Study, found: Standing, ended: str, tuners: int,
             metrics["best_efficiency"] = best.bottleneck.efficiency
         if win.loss_excess is not None and win is not found.base:  # (the baseline is judged against itself)
             metrics["best_loss_excess"] = win.loss_excess
-        tags.update({"autotune.winner_trial": str(best.number),
-                     "autotune.winner_config": " ".join(f"{k}={show_value(v)}" for k, v in best.config.items())})
+        tags.update(
+            {
+                "autotune.winner_trial": str(best.number),
+                "autotune.winner_config": " ".join(f"{k}={show_value(v)}" for k, v in best.config.items()),
+            }
+        )
     profiled, traces = parent_figures(study.user_attrs.get(PROFILE_ATTR) or {})
     metrics.update(profiled)
     winners = {r.number for r in found.decision.winner.runs} if found.decision.winner else set()
     # The runs page shows names by default: each says how its trial ended, and which won
-    runs = {r.run_id: {"autotune.winner": str(r.number in winners).lower(),
-                       "mlflow.runName": run_name(r, r.number in winners)}
-            for r in rows if r.run_id and r.outcome not in UNFINISHED}
+    runs = {
+        r.run_id: {
+            "autotune.winner": str(r.number in winners).lower(),
+            "mlflow.runName": run_name(r, r.number in winners),
+        }
+        for r in rows
+        if r.run_id and r.outcome not in UNFINISHED
+    }
     return ParentRecord(artifacts, metrics, tags, runs, traces)
-

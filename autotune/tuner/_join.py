@@ -36,8 +36,9 @@ def found_or_join(storage, name: str, sampler) -> tuple[optuna.Study, bool]:
     import optuna
 
     try:
-        return optuna.create_study(study_name=name, storage=storage, direction="maximize",
-                                   sampler=sampler, load_if_exists=False), True
+        return optuna.create_study(
+            study_name=name, storage=storage, direction="maximize", sampler=sampler, load_if_exists=False
+        ), True
     except optuna.exceptions.DuplicatedStudyError:
         return optuna.load_study(study_name=name, storage=storage, sampler=sampler), False
 
@@ -49,9 +50,19 @@ class Joined:
         self.study, self.experiment_id, self.parent_id = study, experiment_id, parent_id
 
 
-def join(storage, name: str, sampler, target: str, space: str, fingerprint: Fingerprint, tracker: Tracker,
-         say: Callable[[str], None], script: bool = False, warm_start: bool = False,
-         horizon_h: float | None = None) -> Joined:
+def join(
+    storage,
+    name: str,
+    sampler,
+    target: str,
+    space: str,
+    fingerprint: Fingerprint,
+    tracker: Tracker,
+    say: Callable[[str], None],
+    script: bool = False,
+    warm_start: bool = False,
+    horizon_h: float | None = None,
+) -> Joined:
     """Found study ``name`` or join it; the founder sets it up (``set_up``), a joiner waits for
     that, and does it itself if the founder died first (its baseline is then asked for by the
     first tuner that finds none). ``horizon_h``: the founder's ``--horizon``, the study's for good
@@ -78,10 +89,11 @@ def join(storage, name: str, sampler, target: str, space: str, fingerprint: Fing
         deadline = time.monotonic() + SETUP_WAIT_S
         while ATTR_PARENT not in study.user_attrs:
             if time.monotonic() > deadline:
-                say(f"study {name}: the tuner that created it did not set it up within {SETUP_WAIT_S:.0f} s; "
-                    "setting it up here")
-                set_up(study, target, space, fingerprint, tracker, baseline=False, script=script,
-                       horizon_h=horizon_h)
+                say(
+                    f"study {name}: the tuner that created it did not set it up within {SETUP_WAIT_S:.0f} s; "
+                    "setting it up here"
+                )
+                set_up(study, target, space, fingerprint, tracker, baseline=False, script=script, horizon_h=horizon_h)
                 break
             time.sleep(0.5)
     known = study.user_attrs.get("target")
@@ -91,8 +103,16 @@ def join(storage, name: str, sampler, target: str, space: str, fingerprint: Fing
     return Joined(study, experiment_id, tracker.parent_run(experiment_id, study.user_attrs[ATTR_PARENT], {}))
 
 
-def set_up(study: optuna.Study, target: str, space: str, fingerprint: Fingerprint, tracker: Tracker,
-           baseline: bool, script: bool = False, horizon_h: float | None = None) -> None:
+def set_up(
+    study: optuna.Study,
+    target: str,
+    space: str,
+    fingerprint: Fingerprint,
+    tracker: Tracker,
+    baseline: bool,
+    script: bool = False,
+    horizon_h: float | None = None,
+) -> None:
     """Record what the study tunes (``target``, and ``script``: whether it is an unmodified script,
     which production runs with ``autotune exec``), ask for its baseline, start its MLflow parent run.
 
@@ -113,6 +133,9 @@ def set_up(study: optuna.Study, target: str, space: str, fingerprint: Fingerprin
     if baseline:
         write(study, baseline_request())
     experiment_id = tracker.experiment(study.study_name)
-    parent = tracker.parent_run(experiment_id, None, {"autotune.study": study.study_name, "autotune.target": target,
-                                                      "autotune.fingerprint": fingerprint.summary()})
+    parent = tracker.parent_run(
+        experiment_id,
+        None,
+        {"autotune.study": study.study_name, "autotune.target": target, "autotune.fingerprint": fingerprint.summary()},
+    )
     study.set_user_attr(ATTR_PARENT, parent)

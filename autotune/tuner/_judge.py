@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.core._ceilings import Ceilings, ceiling_key
 from autotune.core._knobs import Part
-from autotune.machine._noise import ceiling_doubt, doubt
 from autotune.core._outcome import Outcome, clip
+from autotune.machine._noise import ceiling_doubt, doubt
 from autotune.stores._records import (
     ATTR_BASE_BATCH,
     ATTR_CEILINGS,
@@ -37,13 +37,21 @@ from autotune.stores._records import (
 if TYPE_CHECKING:
     import optuna
 
-    from autotune.tuner._watch import TrialResult
     from autotune.tuner._space import Domain
+    from autotune.tuner._watch import TrialResult
 
 
-def checked_ceilings(number: int, outcome: Outcome, reason: str, metrics: Mapping[str, float],
-                     resolved: Mapping[str, Any], measured: Sequence[Mapping[str, Any]], ceilings: Ceilings,
-                     max_load: float, max_spread: float) -> list[dict[str, Any]]:
+def checked_ceilings(
+    number: int,
+    outcome: Outcome,
+    reason: str,
+    metrics: Mapping[str, float],
+    resolved: Mapping[str, Any],
+    measured: Sequence[Mapping[str, Any]],
+    ceilings: Ceilings,
+    max_load: float,
+    max_spread: float,
+) -> list[dict[str, Any]]:
     """The trial's own ceiling entries, each marked with a ``doubt`` when others loaded the
     CPUs while it was measured or the trial ran past it beyond the noise; and a
     ``distrust`` entry for each ceiling of the study it ran past. Either way the
@@ -67,15 +75,28 @@ def checked_ceilings(number: int, outcome: Outcome, reason: str, metrics: Mappin
         else:
             value = ceilings.get(Part(part), resolved)
             assert value is not None  # (ran past: the study's figure it was compared with)
-            own.append({"part": part, "key": ceiling_key(Part(part), resolved),
-                        "distrust": f"trial {number} ran at {sps / value:.0%} of the {value:,.0f} "
-                                    "other trials measured"})
+            own.append(
+                {
+                    "part": part,
+                    "key": ceiling_key(Part(part), resolved),
+                    "distrust": f"trial {number} ran at {sps / value:.0%} of the {value:,.0f} other trials measured",
+                }
+            )
     return own
 
 
-def result_record(number: int, trial_id: int, run_id: str, attrs: Mapping[str, Any], result: TrialResult,
-                  ceilings: Ceilings, base_rate: float | None, max_load: float, max_spread: float,
-                  optuna_params: Mapping[str, list[Any]]) -> dict[str, Any]:
+def result_record(
+    number: int,
+    trial_id: int,
+    run_id: str,
+    attrs: Mapping[str, Any],
+    result: TrialResult,
+    ceilings: Ceilings,
+    base_rate: float | None,
+    max_load: float,
+    max_spread: float,
+    optuna_params: Mapping[str, list[Any]],
+) -> dict[str, Any]:
     """A finished trial's record, as the recorder writes it to the pending file, then Optuna
     (``attrs``, ``optuna_params``), then MLflow (``mlflow``). JSON data throughout.
 
@@ -85,52 +106,109 @@ def result_record(number: int, trial_id: int, run_id: str, attrs: Mapping[str, A
         optuna_params: See ``optuna_params``.
     """
     derived = {f"resolved.{k}": v for k, v in result.resolved.items()}
-    derived.update(base_batch_size=result.base_batch_size, effective_lr=result.lr,
-                   **{f"dataset.{k}": v for k, v in result.dataset.items() if k != "optimizers"})
+    derived.update(
+        base_batch_size=result.base_batch_size,
+        effective_lr=result.lr,
+        **{f"dataset.{k}": v for k, v in result.dataset.items() if k != "optimizers"},
+    )
     if result.dataset.get("optimizers"):  # e.g. "Adadelta (no fused=)"
-        derived["optimizers"] = ", ".join(f"{name}{'' if fusable else ' (no fused=)'}"
-                                          for name, fusable in result.dataset["optimizers"].items())
+        derived["optimizers"] = ", ".join(
+            f"{name}{'' if fusable else ' (no fused=)'}" for name, fusable in result.dataset["optimizers"].items()
+        )
     # Every knob a param, as the space writes it: those the config did not set (the
     # baseline's every knob) at the code's own value, named in own_knobs.
     sampled = attrs.get(ATTR_SAMPLED, {})
-    own = {k: "1x" if k == "batch_size" and v == result.base_batch_size else v
-           for k, v in result.resolved.items() if k not in sampled}
+    own = {
+        k: "1x" if k == "batch_size" and v == result.base_batch_size else v
+        for k, v in result.resolved.items()
+        if k not in sampled
+    }
     derived.update(own, own_knobs=",".join(own) or "-")
     metrics, tags = dict(result.metrics), {}
-    measured = checked_ceilings(number, result.outcome, result.reason, result.metrics, result.resolved,
-                                result.ceilings, ceilings, max_load, max_spread)
-    why = doubt(metrics, result.reason, max_load, max_spread) \
-        if result.outcome == Outcome.COMPLETE and "samples_per_s" in metrics else None
+    measured = checked_ceilings(
+        number,
+        result.outcome,
+        result.reason,
+        result.metrics,
+        result.resolved,
+        result.ceilings,
+        ceilings,
+        max_load,
+        max_spread,
+    )
+    why = (
+        doubt(metrics, result.reason, max_load, max_spread)
+        if result.outcome == Outcome.COMPLETE and "samples_per_s" in metrics
+        else None
+    )
     if why:
         tags["autotune.doubt"] = why
     bound = None
     if "samples_per_s" in metrics:
         bound = bottleneck_of(metrics, result.resolved, ceilings, measured)
         tags.update({"autotune.bottleneck": bound.verdict, "autotune.bottleneck_why": bound.why})
-        metrics.update({name: value for name, value in (
-            ("efficiency", bound.efficiency), ("compute_ceiling", bound.compute),
-            ("loader_ceiling", bound.loader), ("cpu_roof", bound.cpu), ("of_roof", bound.of_roof))
-            if value is not None})
-    tags["mlflow.note.content"] = trial_note(number, result.outcome, result.reason, why, metrics.get("samples_per_s"),
-                                            base_rate, bound.why if bound else None, attrs,
-                                            (metrics["loss_excess"], metrics.get("loss_tolerance"))
-                                            if "loss_excess" in metrics else None)
+        metrics.update(
+            {
+                name: value
+                for name, value in (
+                    ("efficiency", bound.efficiency),
+                    ("compute_ceiling", bound.compute),
+                    ("loader_ceiling", bound.loader),
+                    ("cpu_roof", bound.cpu),
+                    ("of_roof", bound.of_roof),
+                )
+                if value is not None
+            }
+        )
+    tags["mlflow.note.content"] = trial_note(
+        number,
+        result.outcome,
+        result.reason,
+        why,
+        metrics.get("samples_per_s"),
+        base_rate,
+        bound.why if bound else None,
+        attrs,
+        (metrics["loss_excess"], metrics.get("loss_tolerance")) if "loss_excess" in metrics else None,
+    )
     return {
-        "trial_id": trial_id, "number": number, "run_id": run_id, "optuna_params": dict(optuna_params),
-        "attrs": {ATTR_OUTCOME: result.outcome.value, ATTR_REASON: clip(result.reason, REASON_LIMIT),
-                  ATTR_METRICS: result.metrics, ATTR_CONFIG: result.resolved,
-                  ATTR_BASE_BATCH: result.base_batch_size, ATTR_LR: result.lr,
-                  ATTR_LOSSES: result.losses, ATTR_CEILINGS: measured, ATTR_DOUBT: why, ATTR_CURVE: result.curve,
-                  ATTR_DATASET: result.dataset, ATTR_SHAPE: result.shape},
-        "mlflow": {"outcome": result.outcome.value, "reason": result.reason, "metrics": metrics,
-                   "series": result.series, "params": {k: v for k, v in derived.items() if v is not None},
-                   "log_path": str(result.log_path), "tags": tags},
+        "trial_id": trial_id,
+        "number": number,
+        "run_id": run_id,
+        "optuna_params": dict(optuna_params),
+        "attrs": {
+            ATTR_OUTCOME: result.outcome.value,
+            ATTR_REASON: clip(result.reason, REASON_LIMIT),
+            ATTR_METRICS: result.metrics,
+            ATTR_CONFIG: result.resolved,
+            ATTR_BASE_BATCH: result.base_batch_size,
+            ATTR_LR: result.lr,
+            ATTR_LOSSES: result.losses,
+            ATTR_CEILINGS: measured,
+            ATTR_DOUBT: why,
+            ATTR_CURVE: result.curve,
+            ATTR_DATASET: result.dataset,
+            ATTR_SHAPE: result.shape,
+        },
+        "mlflow": {
+            "outcome": result.outcome.value,
+            "reason": result.reason,
+            "metrics": metrics,
+            "series": result.series,
+            "params": {k: v for k, v in derived.items() if v is not None},
+            "log_path": str(result.log_path),
+            "tags": tags,
+        },
     }
 
 
-def optuna_params(first: optuna.trial.FrozenTrial | None, sampled: Mapping[str, Any],
-                  resolved: Mapping[str, Any], base_batch_size: int | None,
-                  domains: Mapping[str, Domain]) -> dict[str, list[Any]]:
+def optuna_params(
+    first: optuna.trial.FrozenTrial | None,
+    sampled: Mapping[str, Any],
+    resolved: Mapping[str, Any],
+    base_batch_size: int | None,
+    domains: Mapping[str, Domain],
+) -> dict[str, list[Any]]:
     """Optuna params for a trial the sampler did not draw, so that every trial has them
     (optuna-dashboard, importances), each as ``[distribution json, value]``: a repeat or
     retry gets its ``first`` trial's (a retry with its own ``lr_scaling``, from ``sampled``);
@@ -142,8 +220,9 @@ def optuna_params(first: optuna.trial.FrozenTrial | None, sampled: Mapping[str, 
 
     to_json = optuna.distributions.distribution_to_json
     if first is not None:  # as its first trial drew them
-        return {name: [to_json(first.distributions[name]), sampled.get(name, value)]
-                for name, value in first.params.items()}
+        return {
+            name: [to_json(first.distributions[name]), sampled.get(name, value)] for name, value in first.params.items()
+        }
     params = {}
     dist: optuna.distributions.BaseDistribution
     for name, domain in domains.items():
@@ -152,8 +231,12 @@ def optuna_params(first: optuna.trial.FrozenTrial | None, sampled: Mapping[str, 
             value = "1x"
         if isinstance(domain, Choice) and value in domain.choices:
             dist = optuna.distributions.CategoricalDistribution(list(domain.choices))
-        elif isinstance(domain, IntRange) and isinstance(value, int) and domain.low <= value <= domain.high \
-                and (value - domain.low) % domain.step == 0:
+        elif (
+            isinstance(domain, IntRange)
+            and isinstance(value, int)
+            and domain.low <= value <= domain.high
+            and (value - domain.low) % domain.step == 0
+        ):
             dist = optuna.distributions.IntDistribution(domain.low, domain.high, log=domain.log, step=domain.step)
         else:
             continue

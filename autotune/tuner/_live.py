@@ -124,20 +124,31 @@ class Board:
         self.best = ""  # "best 2.01x (trial 4)"
         self.ends: float | None = None  # when the study should end (time.monotonic), as last estimated
 
-    def started(self, number: int, kind: Kind, of: int | None, knobs: Mapping[str, Any],
-                index: int, total: int) -> None:
+    def started(
+        self, number: int, kind: Kind, of: int | None, knobs: Mapping[str, Any], index: int, total: int
+    ) -> None:
         key = of if kind.repeats and of is not None else number
         self._row_of[number] = key
         self.since[number] = time.monotonic()
         new = key not in self.lines  # (a re-run of a trial an earlier invocation ran: its row too)
         line = self.lines.setdefault(key, Line(key))
         if key == number:
-            line.why = ("baseline" if kind is Kind.BASELINE else "" if kind is Kind.SAMPLED
-                        else f"{kind.label} of {of}" if of is not None else kind.label)
+            line.why = (
+                "baseline"
+                if kind is Kind.BASELINE
+                else ""
+                if kind is Kind.SAMPLED
+                else f"{kind.label} of {of}"
+                if of is not None
+                else kind.label
+            )
         if key == number or new:
-            line.knobs = changed(knobs, self._base) if self._base is not None else \
-                " ".join(f"{k}={show_value(v)}" for k, v in knobs.items())
-        line.outcome = (f"{kind.value} {index + 1}/{total}" if kind.repeats else "starting")
+            line.knobs = (
+                changed(knobs, self._base)
+                if self._base is not None
+                else " ".join(f"{k}={show_value(v)}" for k, v in knobs.items())
+            )
+        line.outcome = f"{kind.value} {index + 1}/{total}" if kind.repeats else "starting"
 
     def window(self, number: int, index: int | None) -> None:
         """Trial ``number`` measured its window ``index`` (None: it is warming up)."""
@@ -187,15 +198,20 @@ class Board:
         widths = [max(len(row[i]) for row in rows) for i in range(len(self.HEADS) - 1)]
         said = []
         for row in rows:
-            cells = [cell.rjust(w) if i == self._RIGHT else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))]
+            cells = [
+                cell.rjust(w) if i == self._RIGHT else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))
+            ]
             said.append(fit("  ".join([*cells, row[-1]]).rstrip(), width))
         marks = [False, *(line.best for line in lines)]
         shown = list(zip(said, marks))
         if last is not None and len(shown) > max(last, 2) + 1:  # (a very short terminal: still the last row)
             last = max(last, 2)
             hidden = len(shown) - last
-            shown = [shown[0], (fit(f"... {hidden} more above (all of them at the end)", width), False),
-                     *shown[-(last - 1):]]
+            shown = [
+                shown[0],
+                (fit(f"... {hidden} more above (all of them at the end)", width), False),
+                *shown[-(last - 1) :],
+            ]
         return shown
 
     def status(self, width: int, now: float | None = None) -> str:
@@ -247,9 +263,11 @@ def short_summary(name: str, found: Standing, store: Path) -> list[str]:
         lines.append(f"limit: {win.lead.bottleneck.why.partition('; ')[0]}")  # (the rest: which bounds went unused)
     if base is not None and win is not base:
         lines.append(f"config: {changed(win.lead.config, base.first.config) or '(the baseline)'}")
-    lines += [f"exported: {store / 'exports' / (name + '.yaml')}",
-              "next: autotune export -o best.yaml | autotune show | autotune report",
-              "(every figure: autotune run -v, autotune show, autotune ui)"]
+    lines += [
+        f"exported: {store / 'exports' / (name + '.yaml')}",
+        "next: autotune export -o best.yaml | autotune show | autotune report",
+        "(every figure: autotune run -v, autotune show, autotune ui)",
+    ]
     return lines[:SUMMARY_LINES]
 
 

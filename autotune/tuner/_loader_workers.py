@@ -123,9 +123,20 @@ def ranked(rows: Iterable[Any], cpus: int) -> list[Evidence]:
     of the ``cpus`` (the job's). A loader counts as waiting only once a trial without workers
     bounded what a sample costs to read (``read_cpu``): the busy share of its main thread,
     which read and stepped, over what it read."""
-    read = [(row, rank_loader(row.metrics.get("samples_per_s"), row.metrics.get("data_wait_frac"),
-                              row.metrics.get("main_thread_busy"), row.config.get("num_workers"), ranks_of(row)))
-            for row in rows if ranks_of(row) > 1 and isinstance(row.config.get("num_workers"), int)]
+    read = [
+        (
+            row,
+            rank_loader(
+                row.metrics.get("samples_per_s"),
+                row.metrics.get("data_wait_frac"),
+                row.metrics.get("main_thread_busy"),
+                row.config.get("num_workers"),
+                ranks_of(row),
+            ),
+        )
+        for row in rows
+        if ranks_of(row) > 1 and isinstance(row.config.get("num_workers"), int)
+    ]
     cost = read_cpu(r for _, r in read)
     found = []
     for row, rank in read:
@@ -134,15 +145,16 @@ def ranked(rows: Iterable[Any], cpus: int) -> list[Evidence]:
         share = max(1, cpus // ranks_of(row))
         if rank.cpus_used(cost) >= WAITING_BELOW * min(max(1, rank.workers), share):
             continue  # (as above, on the rank's share of the CPUs)
-        found.append(Evidence(row.number, rank.workers, rank.loader, rank.cpus_used(cost), rank.wanted,
-                              ranks_of(row)))
+        found.append(Evidence(row.number, rank.workers, rank.loader, rank.cpus_used(cost), rank.wanted, ranks_of(row)))
     return found
 
 
 def _ram_peaks(rows: Iterable[Any]) -> list[tuple[int, float, bool]]:
     """(workers, RAM peak, whether its heap retained freed memory) of each trial that has both."""
-    peaks = [(row.config.get("num_workers"), row.metrics.get("ram_peak"), bool(row.config.get("malloc_retain")))
-             for row in rows]
+    peaks = [
+        (row.config.get("num_workers"), row.metrics.get("ram_peak"), bool(row.config.get("malloc_retain")))
+        for row in rows
+    ]
     return [(w, p, kept) for w, p, kept in peaks if isinstance(w, int) and p]
 
 
@@ -161,8 +173,7 @@ def worker_ram(rows: Iterable[Any]) -> float | None:
     alone = [p for w, p, _ in peaks if w == 0]
     if not alone:
         return None
-    least = {kept: min((p for w, p, k in peaks if w == 0 and k == kept), default=min(alone))
-             for kept in (False, True)}
+    least = {kept: min((p for w, p, k in peaks if w == 0 and k == kept), default=min(alone)) for kept in (False, True)}
     per = [(p - least[kept]) / w for w, p, kept in peaks if w > 0 and p > least[kept]]
     return max(per) if per else None
 
@@ -187,10 +198,16 @@ def epoch_samples(rows: Iterable[Any]) -> int | None:
     which has no length, counts the rows of a whole epoch (never a distorted trial's, which
     delivered some twice: ``autotune.worker._streams``)."""
     rows = list(rows)
-    seen = [row.dataset["epoch_batches"] * row.config["batch_size"] for row in rows
-            if row.dataset.get("epoch_batches") and isinstance(row.config.get("batch_size"), int)]
-    seen += [int(row.metrics["epoch_rows"]) for row in rows
-             if row.metrics.get("epoch_rows") and row.outcome != Outcome.DISTORTED.value]
+    seen = [
+        row.dataset["epoch_batches"] * row.config["batch_size"]
+        for row in rows
+        if row.dataset.get("epoch_batches") and isinstance(row.config.get("batch_size"), int)
+    ]
+    seen += [
+        int(row.metrics["epoch_rows"])
+        for row in rows
+        if row.metrics.get("epoch_rows") and row.outcome != Outcome.DISTORTED.value
+    ]
     return max(seen) if seen else None
 
 
@@ -238,9 +255,16 @@ def prefetch_high(batches: int, workers: int) -> int:
     return max(1, math.ceil(batches / min(workers, batches)))
 
 
-def widened_range(high: int, low: int, rows: Iterable[Any], ceilings: Ceilings, cpus: int,
-                  ram_budget: int | None, caps: Mapping[str, int] | None = None,
-                  also: Mapping[str, int] | None = None) -> WorkerRange | None:
+def widened_range(
+    high: int,
+    low: int,
+    rows: Iterable[Any],
+    ceilings: Ceilings,
+    cpus: int,
+    ram_budget: int | None,
+    caps: Mapping[str, int] | None = None,
+    also: Mapping[str, int] | None = None,
+) -> WorkerRange | None:
     """The range's new high end, if what the loaders measured asks for more than ``high``
     (``caps``: the limits, by default this machine's and the RAM budget's; ``also``: more
     of them, such as an epoch's batches at the space's smallest batch size): Little's law
@@ -255,23 +279,34 @@ def widened_range(high: int, low: int, rows: Iterable[Any], ceilings: Ceilings, 
     if most.needed > high:
         new = most.needed
         who = f"{most.workers} workers" if most.workers else "the main process (no workers)"
-        alone, of = ("loader alone", f"{cpus} CPUs") if most.ranks == 1 else \
-            (f"loader on each of {most.ranks} ranks", f"the rank's {max(1, cpus // most.ranks)} CPUs")
-        why.append(f"workers wait {most.waiting:.0%} of their time (trial {most.trial}'s {alone}: "
-                   f"{most.loader:,.0f} samples/s from {who}, using {most.cpus_used:.1f} of {of}; "
-                   f"its model takes {most.wanted:,.0f})")
+        alone, of = (
+            ("loader alone", f"{cpus} CPUs")
+            if most.ranks == 1
+            else (f"loader on each of {most.ranks} ranks", f"the rank's {max(1, cpus // most.ranks)} CPUs")
+        )
+        why.append(
+            f"workers wait {most.waiting:.0%} of their time (trial {most.trial}'s {alone}: "
+            f"{most.loader:,.0f} samples/s from {who}, using {most.cpus_used:.1f} of {of}; "
+            f"its model takes {most.wanted:,.0f})"
+        )
     # (against the range each drew from, as Optuna recorded it: a leader's verdict never changes)
-    topped = [(r, behind) for r, behind in leads(rows)
-              if isinstance(r.sampled.get("num_workers"), int) and r.workers_high
-              and r.sampled["num_workers"] >= max(1, TOP_SHARE * r.workers_high)
-              and r.metrics.get("data_wait_frac", 0.0) >= TOP_WAITS]
+    topped = [
+        (r, behind)
+        for r, behind in leads(rows)
+        if isinstance(r.sampled.get("num_workers"), int)
+        and r.workers_high
+        and r.sampled["num_workers"] >= max(1, TOP_SHARE * r.workers_high)
+        and r.metrics.get("data_wait_frac", 0.0) >= TOP_WAITS
+    ]
     if topped:
         lead, behind = max(topped, key=lambda rb: rb[0].sampled["num_workers"])
         drawn = lead.sampled["num_workers"]
         if 2 * drawn > new:
             new = 2 * drawn
-            why.append(f"trial {lead.number}, {led_when(behind)}, drew num_workers={drawn} of {low}-{lead.workers_high} "
-                       f"and waited on data {lead.metrics['data_wait_frac']:.0%} of its time")
+            why.append(
+                f"trial {lead.number}, {led_when(behind)}, drew num_workers={drawn} of {low}-{lead.workers_high} "
+                f"and waited on data {lead.metrics['data_wait_frac']:.0%} of its time"
+            )
     if new <= high:
         return None
     caps = dict(limits(ram_budget, worker_ram(rows), ram_without_workers(rows)) if caps is None else caps)

@@ -42,12 +42,22 @@ def to_loss_clause(win: Group) -> str:
     ratio = to_loss_of(win)
     target = next((r.metrics["to_loss_target"] for r in win.runs if r.metrics.get("to_loss_target")), None)
     if ratio is None:
-        early = [r.metrics["to_loss_ratio"] for r in win.runs
-                 if r.reliable and r.run_s and r.metrics.get("to_loss_ratio") and r.base_batch_size
-                 and r.config.get("batch_size") not in (None, r.base_batch_size)]
+        early = [
+            r.metrics["to_loss_ratio"]
+            for r in win.runs
+            if r.reliable
+            and r.run_s
+            and r.metrics.get("to_loss_ratio")
+            and r.base_batch_size
+            and r.config.get("batch_size") not in (None, r.base_batch_size)
+        ]
         if not early or target is None:
             return ""
-        return (f"; it reached the baseline's loss ({target:.3g}) on {statistics.median(early):.2f}x the "
-                "baseline's samples: not counted, as your run trains all of them")
-    return (f"; ranked on its time to the baseline's loss ({target:.3g}), for which it took {ratio:.2f}x "
-            "the baseline's samples")
+        return (
+            f"; it reached the baseline's loss ({target:.3g}) on {statistics.median(early):.2f}x the "
+            "baseline's samples: not counted, as your run trains all of them"
+        )
+    return (
+        f"; ranked on its time to the baseline's loss ({target:.3g}), for which it took {ratio:.2f}x "
+        "the baseline's samples"
+    )

@@ -46,8 +46,13 @@ def value_of(row: Any, knob: str) -> Any:
     return row.sampled.get(knob, row.config.get(knob))
 
 
-def clear_losses(rows: Sequence[Any], base_rate: float | None, knobs: Iterable[str], base_config: Mapping[str, Any],
-                 believed: Callable[[Any], bool] = lambda row: True) -> list[Loss]:
+def clear_losses(
+    rows: Sequence[Any],
+    base_rate: float | None,
+    knobs: Iterable[str],
+    base_config: Mapping[str, Any],
+    believed: Callable[[Any], bool] = lambda row: True,
+) -> list[Loss]:
     """The values of ``knobs`` (those the space draws) that lost clearly (see the module), in
     trial order. ``base_rate``: the baseline's loop samples/s; ``base_config``: the values it ran
     with; ``believed(row)``: whether a row's figure may count (a noisy one may not).
@@ -61,8 +66,11 @@ def clear_losses(rows: Sequence[Any], base_rate: float | None, knobs: Iterable[s
     if not base_rate:
         return []
     knobs = list(knobs)
-    rows = [r for r in rows if not getattr(r.kind, "repeats", False) and r.outcome in _FIGURES
-            and r.samples_per_s and believed(r)]
+    rows = [
+        r
+        for r in rows
+        if not getattr(r.kind, "repeats", False) and r.outcome in _FIGURES and r.samples_per_s and believed(r)
+    ]
 
     def drawn(row: Any) -> set[tuple[str, str]]:
         return {(k, show_value(value_of(row, k))) for k in knobs if value_of(row, k) is not None}
@@ -74,8 +82,11 @@ def clear_losses(rows: Sequence[Any], base_rate: float | None, knobs: Iterable[s
             cleared |= drawn(row)
     lost: list[Loss] = []
     for row in rows:
-        if row.samples_per_s >= LOSS_BELOW * base_rate \
-                or value_of(row, "compile") not in (None, "off", base_config.get("compile")):
+        if row.samples_per_s >= LOSS_BELOW * base_rate or value_of(row, "compile") not in (
+            None,
+            "off",
+            base_config.get("compile"),
+        ):
             continue  # (fast enough; or its loop may still have been compiling: compile's own hold judges it)
         suspects = sorted(drawn(row) - cleared)
         if set(suspects) & {(x.knob, show_value(x.value)) for x in lost}:
@@ -83,9 +94,16 @@ def clear_losses(rows: Sequence[Any], base_rate: float | None, knobs: Iterable[s
         stepping = [s for s in suspects if KNOBS[s[0]].stage in STEP_STAGES]
         for knob, _ in suspects if len(suspects) == 1 else stepping if len(stepping) == 1 else []:
             value = value_of(row, knob)
-            lost.append(Loss(knob, value, row.number, f"{knob}={show_value(value)} lost clearly: trial "
-                             f"{row.number} with it ran at {row.samples_per_s / base_rate:.0%} of the baseline's "
-                             f"{base_rate:,.0f} samples/s"))
+            lost.append(
+                Loss(
+                    knob,
+                    value,
+                    row.number,
+                    f"{knob}={show_value(value)} lost clearly: trial "
+                    f"{row.number} with it ran at {row.samples_per_s / base_rate:.0%} of the baseline's "
+                    f"{base_rate:,.0f} samples/s",
+                )
+            )
     return lost
 
 
@@ -102,6 +120,8 @@ def loss_holds(losses: Sequence[Loss], choices: Mapping[str, Sequence[Any]]) -> 
         mine = [x for x in losses if x.knob == knob]
         left = [v for v in values if all(show_value(v) != show_value(x.value) for x in mine)]
         if mine and len(left) == 1:
-            out[knob] = (left[0], f"{knob} held at {show_value(left[0])} for the rest of the study: "
-                         + "; ".join(x.why for x in mine))
+            out[knob] = (
+                left[0],
+                f"{knob} held at {show_value(left[0])} for the rest of the study: " + "; ".join(x.why for x in mine),
+            )
     return out

@@ -29,13 +29,21 @@ def flag(field: dataclasses.Field[Any]) -> Callable[[F], F]:
     """The flag of an option's field (``autotune.tuner._option_groups``): ``--name-with-dashes``,
     its default, bounds and help; a bool reads ``on``/``off``."""
     meta, default = field.metadata, field.default
-    kw: dict[str, Any] = {"default": default, "show_default": default is not None, "help": meta["help"],
-                          "metavar": meta["metavar"], "envvar": meta["envvar"]}
+    kw: dict[str, Any] = {
+        "default": default,
+        "show_default": default is not None,
+        "help": meta["help"],
+        "metavar": meta["metavar"],
+        "envvar": meta["envvar"],
+    }
     if meta["bound"]:
         kw["type"] = ranged(meta["bound"])
     elif isinstance(default, bool):
-        kw.update(type=click.Choice(["on", "off"]), default="on" if default else "off",
-                  callback=lambda _ctx, _param, value: value == "on")
+        kw.update(
+            type=click.Choice(["on", "off"]),
+            default="on" if default else "off",
+            callback=lambda _ctx, _param, value: value == "on",
+        )
     elif isinstance(default, Path):
         kw["type"] = click.Path(path_type=Path)
     elif str(field.type).startswith("int"):

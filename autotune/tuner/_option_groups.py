@@ -28,8 +28,8 @@ from autotune.machine._noise import (
 from autotune.stores._stores import STORE_PATIENCE_S
 from autotune.tuner._confirm import CONFIRM_TOP
 from autotune.tuner._option_fields import OptionGroup, fields_of, option
-from autotune.tuner._training_shape import WHOLE_RUN_S
 from autotune.tuner._space import SPACES_DIR
+from autotune.tuner._training_shape import WHOLE_RUN_S
 
 #: A trial's measuring defaults and limits (``Budget``'s, where each is explained).
 _BUDGET = Budget()
@@ -44,7 +44,9 @@ class Basics(OptionGroup):
     """The everyday options: ``autotune.tune`` takes them flat, ``autotune run`` as flags."""
 
     trials: int = option(
-        12, "Trials to run now (the baseline first, if the study has none).", bound=Bound(low=1, integer=True),
+        12,
+        "Trials to run now (the baseline first, if the study has none).",
+        bound=Bound(low=1, integer=True),
         short="-n",
     )
     space: str = option("default", f"Search space: a shipped name ({_SPACES}) or a YAML file.")

@@ -81,10 +81,17 @@ class StudyOptions:
         """A trial's budget, from ``Measure`` and ``Limits``; no ceilings on several ranks (a part
         measured alone on one rank would wait on the others' collectives)."""
         measure, limits = self.options.measure, self.options.limits
-        return Budget(warmup_s=measure.warmup, window_s=measure.window, windows=measure.windows,
-                      ceiling_windows=0 if self.nproc_per_node > 1 else measure.ceiling_windows,
-                      startup_s=limits.startup_timeout, stall_s=limits.stall_timeout,
-                      compile_s=limits.compile_timeout, timeout_s=limits.timeout, whole_s=measure.whole_run)
+        return Budget(
+            warmup_s=measure.warmup,
+            window_s=measure.window,
+            windows=measure.windows,
+            ceiling_windows=0 if self.nproc_per_node > 1 else measure.ceiling_windows,
+            startup_s=limits.startup_timeout,
+            stall_s=limits.stall_timeout,
+            compile_s=limits.compile_timeout,
+            timeout_s=limits.timeout,
+            whole_s=measure.whole_run,
+        )
 
     @property
     def hold_limits(self) -> tuple[float, float, float]:
@@ -109,8 +116,16 @@ class Reporter:
         """A line worth showing once (capability drops, paths)."""
         LOGGER.info(line)
 
-    def trial_started(self, number: int, index: int, total: int, config: Config,
-                      share: str | None = None, kind: Kind = Kind.SAMPLED, of: int | None = None) -> None:
+    def trial_started(
+        self,
+        number: int,
+        index: int,
+        total: int,
+        config: Config,
+        share: str | None = None,
+        kind: Kind = Kind.SAMPLED,
+        of: int | None = None,
+    ) -> None:
         """Trial ``index`` of ``total`` of this invocation is starting, of ``kind`` (its ``of``:
         the trial whose config it runs again or starts from); on ``share`` of the host, with
         ``--jobs``."""
@@ -120,8 +135,11 @@ class Reporter:
 
     def trial_done(self, row: TrialRow, found: Standing, seconds_left: float) -> None:
         """A trial ended; ``found`` is the study's standing with it (its winner so far)."""
-        figures = [f"{row.samples_per_s:,.1f} samples/s" if row.samples_per_s else "",
-                   f"{row.speedup:.2f}x the baseline" if row.speedup else "", headline(row.doubt or row.reason)]
+        figures = [
+            f"{row.samples_per_s:,.1f} samples/s" if row.samples_per_s else "",
+            f"{row.speedup:.2f}x the baseline" if row.speedup else "",
+            headline(row.doubt or row.reason),
+        ]
         LOGGER.info(", ".join([f"trial {row.number} {row.outcome}", *filter(None, figures)]))
 
 
@@ -144,8 +162,10 @@ def baseline_failed(row: TrialRow) -> BaselineFailed:
     kind, _, said = headline(row.reason).partition(": ")
     if kind in BAD_INPUT:
         return BaselineFailed(said, status=2)
-    return BaselineFailed(f"the baseline (trial {row.number}: your code as written) ended as "
-                          f"{row.outcome}; every trial would fail the same way:\n{row.reason}")
+    return BaselineFailed(
+        f"the baseline (trial {row.number}: your code as written) ended as "
+        f"{row.outcome}; every trial would fail the same way:\n{row.reason}"
+    )
 
 
 def default_study_name(target: str) -> str:

@@ -31,8 +31,7 @@ OVER = 1.5
 MIN_RUNS = 2
 
 
-def pace_line(said_s: float, runs: int, elapsed_s: float, done: Sequence[TrialRow],
-              base_s: float | None) -> str | None:
+def pace_line(said_s: float, runs: int, elapsed_s: float, done: Sequence[TrialRow], base_s: float | None) -> str | None:
     """One line where the study's runs since its cost line (``done``, in ``elapsed_s``) put it on
     pace for over ``OVER`` times the ``said_s`` it said for ``runs`` runs; None while it is not.
     ``base_s``: the baseline's own run time, to say which runs took longest against it.
@@ -51,13 +50,18 @@ def pace_line(said_s: float, runs: int, elapsed_s: float, done: Sequence[TrialRo
     projected = max(elapsed_s, elapsed_s / len(done) * runs)
     if projected <= OVER * said_s:
         return None
-    line = (f"this study is on pace for about {duration(projected)}, not the {duration(said_s)} it said "
-            f"({len(done)} of {runs} runs took {duration(elapsed_s)})")
+    line = (
+        f"this study is on pace for about {duration(projected)}, not the {duration(said_s)} it said "
+        f"({len(done)} of {runs} runs took {duration(elapsed_s)})"
+    )
     timed = [(r.metrics["duration_s"] / base_s, r) for r in done if base_s and r.metrics.get("duration_s")]
     slow = sorted((t for t in timed if t[0] >= OVER), key=lambda t: -t[0])[:2]
     if slow:
-        line += ": " + ", ".join(f"trial {r.number} ran {ratio:.1f}x the baseline's time" + (
-            f" ({r.outcome})" if r.outcome != "complete" else "") for ratio, r in slow)
+        line += ": " + ", ".join(
+            f"trial {r.number} ran {ratio:.1f}x the baseline's time"
+            + (f" ({r.outcome})" if r.outcome != "complete" else "")
+            for ratio, r in slow
+        )
     return line
 
 
@@ -83,8 +87,11 @@ class CostWatch:
             trials = max(0, self.options.trials - 1)  # (its re-runs: of the top configs there can be, and of it)
             reruns = self.options.judge.confirm * (min(CONFIRM_TOP, trials) + 1)
             self.note(cost_line(shape, self.options.budget, trials, reruns))
-            self.said_s, self.runs, self.since = cost_s(shape, self.options.budget, trials + reruns), trials + reruns, \
-                time.monotonic()
+            self.said_s, self.runs, self.since = (
+                cost_s(shape, self.options.budget, trials + reruns),
+                trials + reruns,
+                time.monotonic(),
+            )
             self.base_s = row.metrics.get("duration_s")
             for line in objective_lines(row.metrics, self.options.judge.horizon) if row.run_s else ():
                 self.note(line)

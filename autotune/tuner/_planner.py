@@ -18,15 +18,15 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from autotune.tuner._confirm import UNFINISHED, noisy_loss, plan
 from autotune.core._guard import blew_up, flat_reference, learned_share, lr_retry
 from autotune.core._kinds import Kind, Line, Request, baseline_request
 from autotune.core._knobs import batch_of
-from autotune.machine._noise import is_noisy
 from autotune.core._outcome import Outcome
+from autotune.machine._noise import is_noisy
+from autotune.tuner._confirm import UNFINISHED, noisy_loss, plan
+from autotune.tuner._loader_workers import epoch_samples, useful_workers
 from autotune.tuner._space import Choice, IntRange, Space
 from autotune.tuner._space_now import base_batch_size
-from autotune.tuner._loader_workers import epoch_samples, useful_workers
 from autotune.tuner._worker_climb import climbed, more_workers
 from autotune.worker._streams import duplicating
 
@@ -105,8 +105,10 @@ def loss_unit(row: TrialRow) -> Line | None:
     and its loss disagreed with the first run's), or that a loss summed over the batch is compared
     per sample (``row`` was found so); each said once (``Line.once``)."""
     said = "no signal" if noisy_loss([row]) is row else "per sample" if "loss_per_sample" in row.metrics else None
-    return next((Line(f"trial {row.number}: {ln}", f"loss-{said}") for ln in row.reason.splitlines()
-                 if said and said in ln), None)
+    return next(
+        (Line(f"trial {row.number}: {ln}", f"loss-{said}") for ln in row.reason.splitlines() if said and said in ln),
+        None,
+    )
 
 
 def owed_again(row: TrialRow, found: Standing) -> Request | None:
@@ -127,22 +129,39 @@ def measure_again(row: TrialRow, limit: int) -> Decision | None:
     if not is_noisy(row.doubt):
         return None
     if row.remeasure >= limit:
-        return Line(f"trial {row.number}: {row.doubt}; measured {row.remeasure + 1} times, never quietly: its "
-                    "figure is not ranked") if limit else None
+        return (
+            Line(
+                f"trial {row.number}: {row.doubt}; measured {row.remeasure + 1} times, never quietly: its "
+                "figure is not ranked"
+            )
+            if limit
+            else None
+        )
     first = row.of if row.kind.repeats else row.number
-    return Request(Kind.REMEASURE, row.sampled, first, f"trial {row.number}: {row.doubt}; measuring it again",
-                   baseline=row.baseline, attempt=row.remeasure + 1)
+    return Request(
+        Kind.REMEASURE,
+        row.sampled,
+        first,
+        f"trial {row.number}: {row.doubt}; measuring it again",
+        baseline=row.baseline,
+        attempt=row.remeasure + 1,
+    )
 
 
 def after_quiet_wait(request: Request, quiet: bool, load: float, waited: float, limit: int) -> Request | Line:
     """The remeasure ``request`` once the wait for a quiet machine ended: written with the
     line that says how long it waited, or, when the machine stayed busy, a line instead."""
     if not quiet:
-        return Line(f"{request.why.removesuffix('; measuring it again')}; the machine is still busy (others use "
-                    f"{load:.0%} of its CPUs after {waited:.0f} s): its figure is not ranked")
-    return dataclasses.replace(request, why=request.why + (
-        f" after {waited:.0f} s, once the machine was quiet" if waited >= 2 else "")
-        + f" (attempt {request.attempt + 1} of {limit + 1})")
+        return Line(
+            f"{request.why.removesuffix('; measuring it again')}; the machine is still busy (others use "
+            f"{load:.0%} of its CPUs after {waited:.0f} s): its figure is not ranked"
+        )
+    return dataclasses.replace(
+        request,
+        why=request.why
+        + (f" after {waited:.0f} s, once the machine was quiet" if waited >= 2 else "")
+        + f" (attempt {request.attempt + 1} of {limit + 1})",
+    )
 
 
 #: A complete run at a larger batch that took at least this many times the baseline's samples
@@ -155,9 +174,14 @@ def slow_learner(row: TrialRow) -> bool:
     """A complete run at a larger batch than the code's that needed ``SLOW_LEARNER`` times the
     baseline's samples (or more: not there by its end) to the baseline's loss."""
     ratio = row.to_loss
-    return row.outcome == Outcome.COMPLETE.value and ratio is not None and ratio >= SLOW_LEARNER \
-        and isinstance(row.config.get("batch_size"), int) and bool(row.base_batch_size) \
+    return (
+        row.outcome == Outcome.COMPLETE.value
+        and ratio is not None
+        and ratio >= SLOW_LEARNER
+        and isinstance(row.config.get("batch_size"), int)
+        and bool(row.base_batch_size)
         and row.config["batch_size"] > row.base_batch_size
+    )
 
 
 def retry_lr(row: TrialRow, found: Standing, space: Space, trials_left: bool) -> Decision | None:
@@ -179,30 +203,50 @@ def retry_lr(row: TrialRow, found: Standing, space: Space, trials_left: bool) ->
     base = found.base.median if found.base and found.base.rates else None
     winner = found.decision.winner
     best = winner.ranked_median if winner is not None and winner.ranked else base
-    if not isinstance(domain, Choice) or row.lr is None or not rate or not best or rate <= best \
-            or not row.base_batch_size or not isinstance(size, int):
+    if (
+        not isinstance(domain, Choice)
+        or row.lr is None
+        or not rate
+        or not best
+        or rate <= best
+        or not row.base_batch_size
+        or not isinstance(size, int)
+    ):
         return None
     first = row.of if row.kind is Kind.RETRY else row.number
-    tried = {r.sampled.get("lr_scaling") for r in found.rows
-             if r.number == first or (r.kind is Kind.RETRY and r.of == first)}
+    tried = {
+        r.sampled.get("lr_scaling") for r in found.rows if r.number == first or (r.kind is Kind.RETRY and r.of == first)
+    }
     scaling = row.sampled.get("lr_scaling")
-    step = lr_retry(scaling, size / row.base_batch_size, blew_up(row.losses, row.curve) is not None,
-                    tried, domain.choices)
+    step = lr_retry(
+        scaling, size / row.base_batch_size, blew_up(row.losses, row.curve) is not None, tried, domain.choices
+    )
     if step is None or not trials_left:
         return None
     wanted = {**row.sampled, "lr_scaling": step}
-    what = "diverged" if row.outcome == Outcome.DIVERGED.value else \
-        f"took {row.to_loss:.2g}x the baseline's samples to its loss"
-    said = (f"trial {row.number} {what} at batch size {size} ({size / row.base_batch_size:g}x the code's) "
-            f"with lr_scaling {scaling}, but ran at {rate:,.0f} samples/s{' over its whole run' if row.run_s else ''}, "
-            f"past the best so far ({best:,.0f})")
+    what = (
+        "diverged"
+        if row.outcome == Outcome.DIVERGED.value
+        else f"took {row.to_loss:.2g}x the baseline's samples to its loss"
+    )
+    said = (
+        f"trial {row.number} {what} at batch size {size} ({size / row.base_batch_size:g}x the code's) "
+        f"with lr_scaling {scaling}, but ran at {rate:,.0f} samples/s{' over its whole run' if row.run_s else ''}, "
+        f"past the best so far ({best:,.0f})"
+    )
     other = next((r for r in found.rows if r.sampled == wanted), None)
     if other is not None:
-        return Line(f"{said}; its config with lr_scaling {step} "
-                    + ("runs already" if other.outcome in UNFINISHED else "ran already")
-                    + f" (trial {other.number}): not run again")
-    return Request(Kind.RETRY, wanted, first, f"{said}: its config runs again with lr_scaling {step} (its speed "
-                                              "does not depend on the lr)")
+        return Line(
+            f"{said}; its config with lr_scaling {step} "
+            + ("runs already" if other.outcome in UNFINISHED else "ran already")
+            + f" (trial {other.number}): not run again"
+        )
+    return Request(
+        Kind.RETRY,
+        wanted,
+        first,
+        f"{said}: its config runs again with lr_scaling {step} (its speed does not depend on the lr)",
+    )
 
 
 def climb(row: TrialRow, found: Standing, space: Space, cpus: int) -> Request | None:
@@ -221,8 +265,16 @@ def climb(row: TrialRow, found: Standing, space: Space, cpus: int) -> Request | 
     below = smaller_batch(drawn, base, domains.get("batch_size"))
     smaller = None if below is None else (below, useful_workers(below, base, samples))
     high = 1 if duplicating(found.rows) else domain.high  # (a stream every worker yields whole)
-    more = more_workers(row, found.rows, found.ceilings, found.ceilings.cpus or cpus, high, useful,
-                        can_persist=isinstance(persist, Choice) and True in persist.choices, smaller=smaller)
+    more = more_workers(
+        row,
+        found.rows,
+        found.ceilings,
+        found.ceilings.cpus or cpus,
+        high,
+        useful,
+        can_persist=isinstance(persist, Choice) and True in persist.choices,
+        smaller=smaller,
+    )
     if more is None:
         return None
     # (an epoch's batches at the batch size it runs at: its own, or the smaller one)
@@ -250,13 +302,17 @@ def baseline_curve(row: TrialRow, tolerance: float, planned: int) -> Line | None
     # its warmup, then a point per window (a whole run's windows are the whole run, none added)
     added = 0 if row.run_s else len(row.losses) - 1 - planned
     if flat:
-        return Line(f"{flat}, in {planned + max(added, 0)} windows: a config that learns nothing may pass as "
-                    f"complete; only a loss over {tolerance:.0%} worse than the baseline's shows as divergence. "
-                    "Longer windows (--window) give it more")
+        return Line(
+            f"{flat}, in {planned + max(added, 0)} windows: a config that learns nothing may pass as "
+            f"complete; only a loss over {tolerance:.0%} worse than the baseline's shows as divergence. "
+            "Longer windows (--window) give it more"
+        )
     if added > 0:
-        return Line(f"the baseline measured {added} more window{'s' if added > 1 else ''} than planned, until "
-                    f"its loss fell to {learned_share(tolerance):.0%} of its warmup's: every config's divergence "
-                    "is judged against its curve")
+        return Line(
+            f"the baseline measured {added} more window{'s' if added > 1 else ''} than planned, until "
+            f"its loss fell to {learned_share(tolerance):.0%} of its warmup's: every config's divergence "
+            "is judged against its curve"
+        )
     return None
 
 
@@ -276,6 +332,12 @@ def confirmation(found: Standing, runs: int) -> Round:
     firsts = {g.first.number: g.first for g in found.groups}
     numbers = plan(found.groups, runs)
     requests = tuple(Request(Kind.CONFIRM, firsts[n].sampled, n, baseline=firsts[n].baseline) for n in numbers)
-    why = (f"confirming: {len(numbers)} re-runs of trials {', '.join(str(n) for n in dict.fromkeys(numbers))} "
-           "(the winner is chosen on the median of its runs)") if numbers else ""
+    why = (
+        (
+            f"confirming: {len(numbers)} re-runs of trials {', '.join(str(n) for n in dict.fromkeys(numbers))} "
+            "(the winner is chosen on the median of its runs)"
+        )
+        if numbers
+        else ""
+    )
     return Round(f"confirm-after-{len(found.groups)}", requests, why)

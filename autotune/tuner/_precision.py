@@ -49,8 +49,7 @@ def value_of(row: Any) -> Any:
     return row.sampled.get(KNOB, row.config.get(KNOB))
 
 
-def precision_hold(rows: Iterable[Any], choices: Sequence[str],
-                   believed: Callable[[Any], bool]) -> Hold | None:
+def precision_hold(rows: Iterable[Any], choices: Sequence[str], believed: Callable[[Any], bool]) -> Hold | None:
     """The value to hold ``amp`` at, when every other of ``choices`` is done (see the
     module), else None. ``believed(row)``: whether a row's figure may count (a noisy one
     may not)."""
@@ -64,9 +63,11 @@ def precision_hold(rows: Iterable[Any], choices: Sequence[str],
         best_mine = max(mine, key=lambda r: r.samples_per_s)
         rival = max(rivals, key=lambda r: r.samples_per_s)
         if best_mine.samples_per_s < DOMINATED_BELOW * rival.samples_per_s:
-            done[value] = (f"its {len(mine)} {value} trials ran at most {best_mine.samples_per_s:,.0f} samples/s, "
-                           f"{best_mine.samples_per_s / rival.samples_per_s:.0%} of trial {rival.number}'s "
-                           f"{rival.samples_per_s:,.0f} ({KNOB}={value_of(rival)})")
+            done[value] = (
+                f"its {len(mine)} {value} trials ran at most {best_mine.samples_per_s:,.0f} samples/s, "
+                f"{best_mine.samples_per_s / rival.samples_per_s:.0%} of trial {rival.number}'s "
+                f"{rival.samples_per_s:,.0f} ({KNOB}={value_of(rival)})"
+            )
     left = [value for value in choices if value not in done]
     if len(left) != 1 or not done:
         return None

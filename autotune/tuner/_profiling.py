@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.core._config import Config
-from autotune.machine._launch import Budget, TrialSpec
 from autotune.core._memline import EXPANDABLE, MemoryFinding, memory_lines, swing_reason
-from autotune.worker._profile import LABELS, PARTS, changed, shares
+from autotune.machine._launch import Budget, TrialSpec
 from autotune.tuner._tuners import TunerPhase
 from autotune.tuner._watch import run_trial
+from autotune.worker._profile import LABELS, PARTS, changed, shares
 
 if TYPE_CHECKING:
     from autotune.tuner._standing import Standing
@@ -42,8 +42,10 @@ def profile_plan(found: Standing, nproc: int = 1) -> tuple[list[tuple[str, int, 
     if found is None or found.base is None or not found.base.rates:
         return [], "no profile: the study has no baseline figure"
     if nproc > 1:
-        return [], (f"no profile on {nproc} ranks: each rank would trace itself into one file "
-                    "(profile a single rank's run with --nproc-per-node 1)")
+        return [], (
+            f"no profile on {nproc} ranks: each rank would trace itself into one file "
+            "(profile a single rank's run with --nproc-per-node 1)"
+        )
     plan: list[tuple[str, int, dict[str, Any]]] = [("baseline", found.base.first.number, {})]
     winner = found.decision.winner
     if winner is not None and winner is not found.base and found.best is not None:
@@ -59,8 +61,15 @@ def profile_budget(budget: Budget, marks: Sequence[int] = ()) -> Budget:
     >>> profile_budget(Budget(), [64, 128, 192, 256]).marks, profile_budget(Budget(), [64, 128]).marks
     ((64, 128), ())
     """
-    return dataclasses.replace(budget, windows=1, ceiling_windows=0, learn_windows=0, learn_to=0.0, whole_s=0.0,
-                               marks=tuple(marks[:2]) if len(marks) >= 3 else ())
+    return dataclasses.replace(
+        budget,
+        windows=1,
+        ceiling_windows=0,
+        learn_windows=0,
+        learn_to=0.0,
+        whole_s=0.0,
+        marks=tuple(marks[:2]) if len(marks) >= 3 else (),
+    )
 
 
 def run_profiles(runner: Any, found: Standing) -> dict[str, Any]:
@@ -90,44 +99,78 @@ def run_profiles(runner: Any, found: Standing) -> dict[str, Any]:
         if found_here is not None:
             kept[role] = found_here
     for role, again in expandable_plan(kept, plan):
-        found_here = _profile_run(runner, found, again, kept[role]["trial"],
-                                  {**dict(next(s for r, _, s in plan if r == role)), "cuda_alloc_conf": EXPANDABLE},
-                                  folder)
+        found_here = _profile_run(
+            runner,
+            found,
+            again,
+            kept[role]["trial"],
+            {**dict(next(s for r, _, s in plan if r == role)), "cuda_alloc_conf": EXPANDABLE},
+            folder,
+        )
         if found_here is not None:
             kept[again] = found_here
     spent = time.monotonic() - began
     if kept:
         runner.study.set_user_attr(PROFILE_ATTR, kept)
-        runner.reporter.note(summary_line(kept, folder) + f"; the profile runs took {spent:.0f} s, "
-                             f"{spent / max(spent, time.monotonic() - runner._started):.0%} of this tuner's time "
-                             "(--profile off skips them)")
+        runner.reporter.note(
+            summary_line(kept, folder) + f"; the profile runs took {spent:.0f} s, "
+            f"{spent / max(spent, time.monotonic() - runner._started):.0%} of this tuner's time "
+            "(--profile off skips them)"
+        )
         for line in memory_lines(kept):
             runner.reporter.note(line)
     return kept
 
 
-def _profile_run(runner: Any, found: Standing, role: str, number: int, sampled: Mapping[str, Any],
-                 folder: Path) -> dict[str, Any] | None:
+def _profile_run(
+    runner: Any, found: Standing, role: str, number: int, sampled: Mapping[str, Any], folder: Path
+) -> dict[str, Any] | None:
     """One profile run of trial ``number``'s ``sampled`` config as ``role``; what it found (None:
     it wrote no trace, and the terminal says why)."""
     options, slot = runner.options, runner.slots[0]
     started = time.monotonic()
     trace = folder / TRACE_NAME.format(role=role)
     marks = found.base.first.shape.get("marks", ()) if found.base else ()
-    spec = TrialSpec(options.target, Config(**sampled), slot.device, profile_budget(options.budget, marks),
-                     seed=found.seed(options.seed), cpus=slot.cpus, argv=options.argv, trace=str(trace))
-    with runner.host.turn(slot.runs_on, f"the {role}'s profile run of study {runner.name} (tuner pid {os.getpid()})",
-                          runner.reporter.note, runner.scheduler.interrupt):
-        result = run_trial(spec, folder / f"{role}.log", runner.ram_budget, warm=runner._warm.get(slot.index),
-                           interrupt=runner.scheduler.interrupt)
+    spec = TrialSpec(
+        options.target,
+        Config(**sampled),
+        slot.device,
+        profile_budget(options.budget, marks),
+        seed=found.seed(options.seed),
+        cpus=slot.cpus,
+        argv=options.argv,
+        trace=str(trace),
+    )
+    with runner.host.turn(
+        slot.runs_on,
+        f"the {role}'s profile run of study {runner.name} (tuner pid {os.getpid()})",
+        runner.reporter.note,
+        runner.scheduler.interrupt,
+    ):
+        result = run_trial(
+            spec,
+            folder / f"{role}.log",
+            runner.ram_budget,
+            warm=runner._warm.get(slot.index),
+            interrupt=runner.scheduler.interrupt,
+        )
     if result.profile is None:
-        why = result.reason.splitlines()[0] if result.reason else \
-            "no trace written: the code returned before the steps it records (it is that short)"
+        why = (
+            result.reason.splitlines()[0]
+            if result.reason
+            else "no trace written: the code returned before the steps it records (it is that short)"
+        )
         runner.reporter.note(f"no profile of the {role} (trial {number}'s config): {result.outcome.value}: {why}")
         return None
-    return {"trial": number, "parts": result.profile["parts"], "trace": result.profile["trace"],
-            "recorded_step_s": result.profile["recorded_step_s"], "memory": result.profile.get("memory"),
-            "samples_per_s": result.metrics.get("samples_per_s"), "seconds": time.monotonic() - started}
+    return {
+        "trial": number,
+        "parts": result.profile["parts"],
+        "trace": result.profile["trace"],
+        "recorded_step_s": result.profile["recorded_step_s"],
+        "memory": result.profile.get("memory"),
+        "samples_per_s": result.metrics.get("samples_per_s"),
+        "seconds": time.monotonic() - started,
+    }
 
 
 def expandable_plan(kept: Mapping[str, Any], plan: list[tuple[str, int, dict[str, Any]]]) -> list[tuple[str, str]]:
@@ -142,9 +185,14 @@ def expandable_plan(kept: Mapping[str, Any], plan: list[tuple[str, int, dict[str
     []
     """
     configs = {role: sampled for role, _, sampled in plan}
-    swinging = [role for role, found in kept.items()
-                if role in configs and configs[role].get("cuda_alloc_conf") != EXPANDABLE
-                and found.get("memory") and swing_reason(MemoryFinding.from_dict(found["memory"]))]
+    swinging = [
+        role
+        for role, found in kept.items()
+        if role in configs
+        and configs[role].get("cuda_alloc_conf") != EXPANDABLE
+        and found.get("memory")
+        and swing_reason(MemoryFinding.from_dict(found["memory"]))
+    ]
     pick = "winner" if "winner" in swinging else (swinging[0] if swinging else None)
     return [] if pick is None else [(pick, f"{pick}_expandable")]
 
@@ -162,8 +210,9 @@ def summary_line(kept: Mapping[str, Any], folder: Path) -> str:
         one = base or win
         assert one is not None  # (kept: the baseline's run or the winner's, at least)
         big = sorted(((share, p) for p, share in shares(one["parts"]).items() if share >= 0.05), reverse=True)
-        said = f"the {'baseline' if base else 'winner'}'s step {one['parts']['step'] * 1e3:.1f} ms: " + \
-            ", ".join(f"{LABELS[p]} {share:.0%}" for share, p in big)
+        said = f"the {'baseline' if base else 'winner'}'s step {one['parts']['step'] * 1e3:.1f} ms: " + ", ".join(
+            f"{LABELS[p]} {share:.0%}" for share, p in big
+        )
     return f"profile: {said} (traces: {folder}; in MLflow: the parent run's traces/)"
 
 

@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.core._ceilings import Ceilings
-from autotune.core._prune import PRUNE_MIN_WINDOWS, prune_reason, prune_so_far
-from autotune.tuner._judge import optuna_params, optuna_state, result_record
 from autotune.core._kinds import Kind
-from autotune.stores._optuna_io import frozen_by_id, frozen_trial, handle, set_param, trial_id_of
 from autotune.core._outcome import Outcome, headline
+from autotune.core._prune import PRUNE_MIN_WINDOWS, prune_reason, prune_so_far
+from autotune.stores._optuna_io import frozen_by_id, frozen_trial, handle, set_param, trial_id_of
 from autotune.stores._records import (
     ATTR_BASE_BATCH,
     ATTR_BASELINE,
@@ -44,15 +43,16 @@ from autotune.stores._records import (
     told_rate,
 )
 from autotune.stores._stores import Spool, first_line
+from autotune.tuner._judge import optuna_params, optuna_state, result_record
 
 if TYPE_CHECKING:
     import optuna
 
     from autotune.core._config import Config
-    from autotune.tuner._watch import Stop, TrialResult
     from autotune.machine._slots import Slot
-    from autotune.tuner._space import Space
     from autotune.stores._tracking import Tracker
+    from autotune.tuner._space import Space
+    from autotune.tuner._watch import Stop, TrialResult
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,8 +88,19 @@ class Recorder:
         max_load, max_spread: When a figure is not believed (``autotune.machine._noise.doubt``).
     """
 
-    def __init__(self, study: optuna.Study, tracker: Tracker, experiment_id: str, parent_id: str, spool: Spool,
-                 space: Space, say: Callable[[str], None], log_dir: Path, max_load: float, max_spread: float) -> None:
+    def __init__(
+        self,
+        study: optuna.Study,
+        tracker: Tracker,
+        experiment_id: str,
+        parent_id: str,
+        spool: Spool,
+        space: Space,
+        say: Callable[[str], None],
+        log_dir: Path,
+        max_load: float,
+        max_spread: float,
+    ) -> None:
         self.study, self.tracker, self.spool, self.space, self.say = study, tracker, spool, space, say
         self.experiment_id, self.parent_id, self.log_dir = experiment_id, parent_id, log_dir
         self._max_load, self._max_spread = max_load, max_spread
@@ -97,8 +108,15 @@ class Recorder:
     def log_path(self, number: int) -> Path:
         return self.log_dir / f"trial-{number}.log"
 
-    def begin(self, trial: optuna.Trial, owner: Mapping[str, Any], config: Config, slot: Slot,
-              seed: int, tags: Mapping[str, str]) -> str:
+    def begin(
+        self,
+        trial: optuna.Trial,
+        owner: Mapping[str, Any],
+        config: Config,
+        slot: Slot,
+        seed: int,
+        tags: Mapping[str, str],
+    ) -> str:
         """Record a claimed trial as started: who runs it, its kind, what it runs, where, from
         which seed; start its MLflow child run (its id kept with the trial); return that id.
 
@@ -114,13 +132,19 @@ class Recorder:
         trial.set_user_attr(ATTR_SAMPLED, config.set_values())
         trial.set_user_attr(ATTR_SLOT, slot.record())
         trial.set_user_attr(ATTR_SEED, seed)
-        run_tags = {"autotune.kind": kind.value, "autotune.baseline": str(baseline).lower(),
-                    "autotune.slot": str(slot.index), "autotune.share": slot.share(), "autotune.seed": str(seed),
-                    **tags}
+        run_tags = {
+            "autotune.kind": kind.value,
+            "autotune.baseline": str(baseline).lower(),
+            "autotune.slot": str(slot.index),
+            "autotune.share": slot.share(),
+            "autotune.seed": str(seed),
+            **tags,
+        }
         if attrs.get(ATTR_OF) is not None:
             run_tags["autotune.of"] = str(attrs[ATTR_OF])
-        run_id = self.tracker.start_trial(self.experiment_id, self.parent_id, trial.number, config.set_values(),
-                                          run_tags)
+        run_id = self.tracker.start_trial(
+            self.experiment_id, self.parent_id, trial.number, config.set_values(), run_tags
+        )
         trial.set_user_attr(ATTR_RUN, run_id)
         return run_id
 
@@ -130,8 +154,14 @@ class Recorder:
         trial.set_user_attr(ATTR_HEARTBEAT, count)
 
     @staticmethod
-    def watcher(trial: optuna.Trial, best: float | None, prune: float, max_load: float,
-                relay: Callable[[Mapping[str, Any]], None], window_s: float = 0.0) -> Callable[[dict[str, Any]], Stop | None]:
+    def watcher(
+        trial: optuna.Trial,
+        best: float | None,
+        prune: float,
+        max_load: float,
+        relay: Callable[[Mapping[str, Any]], None],
+        window_s: float = 0.0,
+    ) -> Callable[[dict[str, Any]], Stop | None]:
         """The running trial's event handler: relays each event (the progress on the terminal),
         records its worker process (what a tuner that resumes kills if it outlived us) and
         each window's samples/s (Optuna's intermediate values), and stops it when the pruning
@@ -158,34 +188,59 @@ class Recorder:
                 reason = prune_reason(rates, best, prune)
                 if reason:
                     return Outcome.PRUNED, reason
-            elif event["event"] == "progress" and "seconds" in event \
-                    and max(event.get("foreign_cpu", 0.0), event.get("foreign_gpu", 0.0)) <= max_load:
-                reason = prune_so_far(event["samples"], event["seconds"], best, prune, PRUNE_MIN_WINDOWS * window_s,
-                                      event.get("window_s"))
+            elif (
+                event["event"] == "progress"
+                and "seconds" in event
+                and max(event.get("foreign_cpu", 0.0), event.get("foreign_gpu", 0.0)) <= max_load
+            ):
+                reason = prune_so_far(
+                    event["samples"], event["seconds"], best, prune, PRUNE_MIN_WINDOWS * window_s, event.get("window_s")
+                )
                 if reason:
                     return Outcome.PRUNED, reason
             return None
 
         return on_event
 
-    def end(self, trial: optuna.Trial, run_id: str, result: TrialResult, ceilings: Ceilings,
-            base_rate: float | None) -> bool:
+    def end(
+        self, trial: optuna.Trial, run_id: str, result: TrialResult, ceilings: Ceilings, base_rate: float | None
+    ) -> bool:
         """Record a finished trial in both stores; False if another tuner had closed it
         meanwhile (it stalled past the staleness limit): both stores then keep what that
         tuner wrote, which is not contradicted."""
         attrs = trial.user_attrs
         kind, of = kind_of(attrs), attrs.get(ATTR_OF)
-        first = frozen_trial(self.study, of) if of is not None and (kind.repeats or kind is Kind.RETRY) \
-            and not trial.params else None
-        params = {} if trial.params else optuna_params(first, attrs.get(ATTR_SAMPLED, {}), result.resolved,
-                                                       result.base_batch_size, self.space.domains)
-        record = result_record(trial.number, trial_id_of(trial), run_id, attrs, result, ceilings, base_rate,
-                               self._max_load, self._max_spread, params)
+        first = (
+            frozen_trial(self.study, of)
+            if of is not None and (kind.repeats or kind is Kind.RETRY) and not trial.params
+            else None
+        )
+        params = (
+            {}
+            if trial.params
+            else optuna_params(
+                first, attrs.get(ATTR_SAMPLED, {}), result.resolved, result.base_batch_size, self.space.domains
+            )
+        )
+        record = result_record(
+            trial.number,
+            trial_id_of(trial),
+            run_id,
+            attrs,
+            result,
+            ceilings,
+            base_rate,
+            self._max_load,
+            self._max_spread,
+            params,
+        )
         try:
             path = self.spool.write(trial.number, record)
         except OSError as exc:  # the local disk is full: the stores may still take it
-            self.say(f"trial {trial.number}: cannot keep its result in {self.spool.folder} ({first_line(exc)}); "
-                     "recording it straight away")
+            self.say(
+                f"trial {trial.number}: cannot keep its result in {self.spool.folder} ({first_line(exc)}); "
+                "recording it straight away"
+            )
             path = None
         applied = self.apply(record)
         if path is not None:
@@ -204,11 +259,15 @@ class Recorder:
         trial_id, attrs = record["trial_id"], record["attrs"]
         frozen = frozen_by_id(self.study, trial_id)
         if frozen.state.is_finished():
-            if frozen.user_attrs.get(ATTR_OUTCOME) != attrs[ATTR_OUTCOME] or \
-                    frozen.user_attrs.get(ATTR_METRICS) != attrs[ATTR_METRICS]:
+            if (
+                frozen.user_attrs.get(ATTR_OUTCOME) != attrs[ATTR_OUTCOME]
+                or frozen.user_attrs.get(ATTR_METRICS) != attrs[ATTR_METRICS]
+            ):
                 reason = frozen.user_attrs.get(ATTR_REASON, "")
-                self.say(f"trial {record['number']}: closed by another tuner while it ran "
-                         f"({headline(reason)}); its measurement is not used")
+                self.say(
+                    f"trial {record['number']}: closed by another tuner while it ran "
+                    f"({headline(reason)}); its measurement is not used"
+                )
                 return False
         else:
             trial = handle(self.study, trial_id)
@@ -223,18 +282,26 @@ class Recorder:
                     set_param(self.study, trial_id, name, dist, value)
             trial.set_user_attr(ATTR_OUTCOME, attrs[ATTR_OUTCOME])
             try:
-                rate = told_rate(attrs[ATTR_OUTCOME], attrs[ATTR_METRICS], attrs.get(ATTR_CONFIG) or {},
-                                 attrs.get(ATTR_BASE_BATCH))
+                rate = told_rate(
+                    attrs[ATTR_OUTCOME], attrs[ATTR_METRICS], attrs.get(ATTR_CONFIG) or {}, attrs.get(ATTR_BASE_BATCH)
+                )
                 self._tell(frozen.number, trial, Outcome(attrs[ATTR_OUTCOME]), rate, attrs.get(ATTR_DOUBT))
             except optuna.exceptions.UpdateFinishedTrialError:
                 return self.apply(record)  # closed meanwhile: judged as above
         logged = record["mlflow"]
-        self.tracker.end_trial(record["run_id"], Outcome(logged["outcome"]), logged["reason"], logged["metrics"],
-                               logged["series"], logged["params"], Path(logged["log_path"]), logged["tags"])
+        self.tracker.end_trial(
+            record["run_id"],
+            Outcome(logged["outcome"]),
+            logged["reason"],
+            logged["metrics"],
+            logged["series"],
+            logged["params"],
+            Path(logged["log_path"]),
+            logged["tags"],
+        )
         return True
 
-    def _tell(self, number: int, trial: optuna.Trial, outcome: Outcome, sps: float | None,
-              doubt: str | None) -> None:
+    def _tell(self, number: int, trial: optuna.Trial, outcome: Outcome, sps: float | None, doubt: str | None) -> None:
         """Finish the trial in Optuna, as its sampler should learn from it (``optuna_state``)."""
         import optuna
 
@@ -253,8 +320,10 @@ class Recorder:
             applied = self.apply(record)
             self.spool.done(path)
             if applied:
-                self.say(f"trial {record['number']}: its result, kept in {path.parent} while a store was down, "
-                         "is now recorded")
+                self.say(
+                    f"trial {record['number']}: its result, kept in {path.parent} while a store was down, "
+                    "is now recorded"
+                )
 
     def abandon(self, trial: optuna.Trial, run_id: str, error: BaseException) -> None:
         """Close a trial whose tuner stops on an error (a second Ctrl-C, a bug of ours)."""
@@ -285,8 +354,15 @@ class Recorder:
         """Close the study's MLflow parent run with what the study found (the last tuner does);
         ``images``: PNGs by artifact name."""
         self.tracker.tag_runs(record.runs)
-        self.tracker.finish_parent(self.parent_id, record.artifacts, record.metrics, images, status=status,
-                                   tags=record.tags, files={"traces": record.traces})
+        self.tracker.finish_parent(
+            self.parent_id,
+            record.artifacts,
+            record.metrics,
+            images,
+            status=status,
+            tags=record.tags,
+            files={"traces": record.traces},
+        )
 
     def kill_parent(self) -> None:
         """Close the parent run as KILLED: the last tuner running the study stopped on an error."""

@@ -46,9 +46,11 @@ class Heartbeat(Background):
                 self._beat()
             except Exception as exc:  # a storage hiccup must not kill the trial; the next beat retries
                 if not failing and self._note:
-                    self._note(f"{self._what}: a heartbeat failed ({first_line(exc)}); retrying every "
-                               f"{HEARTBEAT_S:.0f} s (other tuners close it as stale after {STALE_AFTER_S:.0f} s "
-                               "without one)")
+                    self._note(
+                        f"{self._what}: a heartbeat failed ({first_line(exc)}); retrying every "
+                        f"{HEARTBEAT_S:.0f} s (other tuners close it as stale after {STALE_AFTER_S:.0f} s "
+                        "without one)"
+                    )
                 failing = True
                 continue
             if failing and self._note:
@@ -135,8 +137,10 @@ class Scheduler:
                 errors.append(exc)
                 self.stop()
 
-        threads = [threading.Thread(target=run_slot, args=(slot,), name=f"autotune-slot-{slot.index}", daemon=True)
-                   for slot in self.slots]
+        threads = [
+            threading.Thread(target=run_slot, args=(slot,), name=f"autotune-slot-{slot.index}", daemon=True)
+            for slot in self.slots
+        ]
         for thread in threads:
             thread.start()
         try:

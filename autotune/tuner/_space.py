@@ -109,8 +109,11 @@ class Space:
         notes: list[str] = []
         for name, domain in self.domains.items():
             knob = KNOBS[name]
-            missing = {v: cap for v in domain.values()
-                       if (cap := knob.need(v)) is not None and not fingerprint.capabilities[cap.value]}
+            missing = {
+                v: cap
+                for v in domain.values()
+                if (cap := knob.need(v)) is not None and not fingerprint.capabilities[cap.value]
+            }
             if not missing:
                 domains[name] = domain
                 continue
@@ -133,8 +136,7 @@ class Space:
         assert isinstance(domain, IntRange)  # (only an int range is widened)
         return dataclasses.replace(self, domains={**self.domains, name: dataclasses.replace(domain, high=high)})
 
-    def sample(self, trial: optuna.Trial, held: Mapping[str, Any] | None = None,
-               cap: Cap | None = None) -> Config:
+    def sample(self, trial: optuna.Trial, held: Mapping[str, Any] | None = None, cap: Cap | None = None) -> Config:
         """Draw a config define-by-run, skipping knobs whose condition fails.
 
         Knobs in ``held`` take its value (None: the user's own) and are not sampled, but for
@@ -165,8 +167,7 @@ def resolve_space_path(space: str) -> Path:
     if shipped.exists():
         return shipped
     known = ", ".join(sorted(p.stem for p in SPACES_DIR.glob("*.yaml")))
-    raise ConfigError(f"--space {space!r}: no such file and no shipped space of that name; "
-                      f"shipped: {known}")
+    raise ConfigError(f"--space {space!r}: no such file and no shipped space of that name; shipped: {known}")
 
 
 def load_space(space: str) -> Space:
@@ -193,8 +194,7 @@ def space_from_mapping(data: Any, where: str) -> Space:
     for name in knobs:
         if name not in KNOBS:
             raise ConfigError(f"{where}: knobs.{unknown_knob_message(name)}")
-    domains = {name: _domain(knobs[name], name, f"{where}: knobs.{name}")
-               for name in KNOBS if name in knobs}
+    domains = {name: _domain(knobs[name], name, f"{where}: knobs.{name}") for name in KNOBS if name in knobs}
     return Space(where, domains)
 
 
@@ -209,20 +209,19 @@ def _domain(raw: Any, name: str, where: str) -> Domain:
 
     if isinstance(raw, list):
         if not raw:
-            raise ConfigError(f"{where}: empty choice list; give at least one value "
-                              f"({knob.allowed()})")
+            raise ConfigError(f"{where}: empty choice list; give at least one value ({knob.allowed()})")
         values = tuple(check(v) for v in raw)
         if len(set(values)) != len(values):
             raise ConfigError(f"{where}: duplicate choices in {raw!r}")
         return Choice(values) if len(values) > 1 else Fixed(values[0])
     if isinstance(raw, Mapping):
         if knob.kind not in ("int", "batch"):
-            raise ConfigError(f"{where}: a range {{low, high}} needs an integer knob; "
-                              f"{name} takes {knob.allowed()}")
+            raise ConfigError(f"{where}: a range {{low, high}} needs an integer knob; {name} takes {knob.allowed()}")
         unknown = sorted(set(raw) - set(_RANGE_KEYS))
         if unknown or "low" not in raw or "high" not in raw:
-            raise ConfigError(f"{where}: a range takes keys {', '.join(_RANGE_KEYS)} "
-                              f"(low and high required); got {dict(raw)!r}")
+            raise ConfigError(
+                f"{where}: a range takes keys {', '.join(_RANGE_KEYS)} (low and high required); got {dict(raw)!r}"
+            )
         low = check(_range_end(raw["low"], knob, where))
         high = check(_range_end(raw["high"], knob, where))
         log, step = raw.get("log", False), raw.get("step", 1)
@@ -233,8 +232,7 @@ def _domain(raw: Any, name: str, where: str) -> Domain:
         if low > high:
             raise ConfigError(f"{where}: low <= high must hold, but got (low={low}, high={high})")
         if log and (step != 1 or low < 1):
-            raise ConfigError(f"{where}: log=true needs step=1 and low >= 1; "
-                              f"got (low={low}, step={step})")
+            raise ConfigError(f"{where}: log=true needs step=1 and low >= 1; got (low={low}, step={step})")
         return IntRange(low, high, log, step, auto=raw["high"] == "auto")
     return Fixed(check(raw))
 
@@ -245,7 +243,8 @@ def _range_end(value: Any, knob: Any, where: str) -> int:
         return value
     factor = 1.0 if value == "auto" else parse_relative(value)
     if factor is None or knob.relative_to != "usable CPUs":
-        allowed = "integers" + (", 'auto' or 'Nx' (N times the usable CPUs)"
-                                if knob.relative_to == "usable CPUs" else "")
+        allowed = "integers" + (
+            ", 'auto' or 'Nx' (N times the usable CPUs)" if knob.relative_to == "usable CPUs" else ""
+        )
         raise ConfigError(f"{where}: {value!r} is not allowed as a range end; allowed: {allowed}")
     return max(1, math.floor(factor * usable_cpus()))

@@ -18,18 +18,18 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from autotune.core._compile_cost import cold_and_warm
 from autotune.core._ceilings import loader_only
+from autotune.core._compile_cost import cold_and_warm
 from autotune.core._kinds import Line
 from autotune.core._knobs import KNOBS, MODEL_KNOBS, Stage, batch_of, show_value
 from autotune.core._whole_runs import HORIZON_H
+from autotune.machine._noise import doubt
 from autotune.tuner._loader_workers import (
     epoch_samples,
     prefetch_high,
     useful_workers,
     widened_range,
 )
-from autotune.machine._noise import doubt
 from autotune.tuner._space import Cap, Choice, IntRange, Space
 from autotune.worker._streams import duplicating
 
@@ -60,8 +60,15 @@ def space_now(space: Space, found: Standing, cpus: int, ram_budget: int | None) 
     if len(known) == len(counts):  # (every size's count known)
         size, most = max(known.items(), key=lambda kv: kv[1])
         epoch[f"an epoch's {most} batches at batch size {batch_of(size, base)}"] = most
-    wider = widened_range(domain.high, domain.low, [r for r in found.rows if r.measured], found.ceilings,
-                          found.ceilings.cpus or cpus, ram_budget, also=epoch)
+    wider = widened_range(
+        domain.high,
+        domain.low,
+        [r for r in found.rows if r.measured],
+        found.ceilings,
+        found.ceilings.cpus or cpus,
+        ram_budget,
+        also=epoch,
+    )
     if wider is None:
         return space, None
     return space.with_high("num_workers", wider.high), Line(wider.why, f"workers-{wider.high}")
@@ -95,25 +102,38 @@ def draw_caps(found: Standing, space: Space, say: Callable[[Line], None]) -> Cap
         workers = values.get("num_workers")
         domain = space.domains.get(name)  # (as widened)
         if duplicated is not None and name == "num_workers" and isinstance(domain, IntRange):
-            say(Line(f"num_workers drawn up to 1: with {duplicated.config.get('num_workers')} the loader delivered "
-                     f"rows more than once (trial {duplicated.number}), as it will with any number past one",
-                     "duplicated-workers"))
+            say(
+                Line(
+                    f"num_workers drawn up to 1: with {duplicated.config.get('num_workers')} the loader delivered "
+                    f"rows more than once (trial {duplicated.number}), as it will with any number past one",
+                    "duplicated-workers",
+                )
+            )
             return 1
         if batches is None or not isinstance(domain, IntRange):
             return None
         size = batch_of(values.get("batch_size"), base)
         if name == "num_workers":
             if batches < domain.high:
-                say(Line(f"num_workers drawn up to the batches of an epoch ({samples:,} samples; {batches} "
-                         f"batches at batch size {size}): past one worker per batch, the rest would sit idle",
-                         "epoch-workers"))
+                say(
+                    Line(
+                        f"num_workers drawn up to the batches of an epoch ({samples:,} samples; {batches} "
+                        f"batches at batch size {size}): past one worker per batch, the rest would sit idle",
+                        "epoch-workers",
+                    )
+                )
             return batches
         if name == "prefetch_factor" and isinstance(workers, int) and workers > 0:
             most = prefetch_high(batches, workers)
             if most < domain.high:
-                say(Line(f"prefetch_factor drawn up to an epoch's batches per worker (e.g. {batches} batches at "
-                         f"batch size {size} over {workers} workers: {most}): the loader never asks for more "
-                         "than an epoch ahead, so a larger one holds nothing more", "epoch-prefetch"))
+                say(
+                    Line(
+                        f"prefetch_factor drawn up to an epoch's batches per worker (e.g. {batches} batches at "
+                        f"batch size {size} over {workers} workers: {most}): the loader never asks for more "
+                        "than an epoch ahead, so a larger one holds nothing more",
+                        "epoch-prefetch",
+                    )
+                )
             return most
         return None
 
@@ -139,8 +159,15 @@ class Holds:
     settled_by: int | None
 
 
-def holds(found: Standing, space: Space, settled_by: int | None, max_load: float, max_spread: float,
-          horizon_h: float = HORIZON_H, learnt: Mapping[str, str] | None = None) -> Holds:
+def holds(
+    found: Standing,
+    space: Space,
+    settled_by: int | None,
+    max_load: float,
+    max_spread: float,
+    horizon_h: float = HORIZON_H,
+    learnt: Mapping[str, str] | None = None,
+) -> Holds:
     """The holds of the space now (see the module): the model knobs, the loader knobs and
     ``amp``. ``settled_by``: the trial whose loader hold was last said (None: none);
     ``horizon_h``: the hours production trains for (compile must pay back within them);
@@ -201,8 +228,13 @@ def _loss_holds(found: Standing, space: Space, max_load: float, max_spread: floa
     choices = {name: domain.values() for name, domain in space.domains.items() if isinstance(domain, Choice)}
     if found.base is None or not choices:
         return {}
-    losses = clear_losses(found.rows, found.base.loop_median, space.domains, found.base.first.config,
-                          lambda row: row.doubt is None and doubt(row.metrics, "", max_load, max_spread) is None)
+    losses = clear_losses(
+        found.rows,
+        found.base.loop_median,
+        space.domains,
+        found.base.first.config,
+        lambda row: row.doubt is None and doubt(row.metrics, "", max_load, max_spread) is None,
+    )
     return loss_holds(losses, choices)
 
 
@@ -215,8 +247,10 @@ def _fused_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | N
     if not built or any(built.values()):
         return {}, None
     names = ", ".join(built)
-    return {FUSED: None}, Line(f"{FUSED} not tuned: your code's optimizer ({names}) takes no fused= argument, "
-                               "so no config can fuse it", "fused")
+    return {FUSED: None}, Line(
+        f"{FUSED} not tuned: your code's optimizer ({names}) takes no fused= argument, so no config can fuse it",
+        "fused",
+    )
 
 
 def _no_loader_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
@@ -229,7 +263,9 @@ def _no_loader_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line
         return {}, None
     return dict.fromkeys(names, None), Line(
         f"{', '.join(names)} not tuned: your loop takes its batches from no DataLoader (it slices its own), so "
-        "none of them reaches it; it is measured in optimizer steps", "no-loader")
+        "none of them reaches it; it is measured in optimizer steps",
+        "no-loader",
+    )
 
 
 def _own_precision_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
@@ -240,8 +276,11 @@ def _own_precision_hold(found: Standing, space: Space) -> tuple[dict[str, Any], 
     own = next((r.dataset["amp_own"] for r in found.rows if r.dataset.get("amp_own")), None)
     if own is None:
         return {}, None
-    return {"amp": None}, Line(f"amp not tuned: your script sets its own precision ({own}: torch.autocast or a "
-                               "GradScaler), and it is what runs", "amp-own")
+    return {"amp": None}, Line(
+        f"amp not tuned: your script sets its own precision ({own}: torch.autocast or a "
+        "GradScaler), and it is what runs",
+        "amp-own",
+    )
 
 
 def _own_compile_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
@@ -250,8 +289,10 @@ def _own_compile_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Li
     every drawn value would run the same."""
     if "compile" not in space.domains or not any(r.dataset.get("compile_own") for r in found.rows):
         return {}, None
-    return {"compile": None}, Line("compile not tuned: your script compiles its model itself (torch.compile), "
-                                   "and its own compile is what runs", "compile-own")
+    return {"compile": None}, Line(
+        "compile not tuned: your script compiles its model itself (torch.compile), and its own compile is what runs",
+        "compile-own",
+    )
 
 
 def _compile_hold(found: Standing, space: Space, horizon_h: float) -> tuple[dict[str, Any], Line | None]:
@@ -278,8 +319,10 @@ def _compile_hold(found: Standing, space: Space, horizon_h: float) -> tuple[dict
         if saved > 0 and cost / saved <= horizon_h * 3600:
             return {}, None
         pays = f"pays back after {cost / saved / 3600:.1f} h of training" if saved > 0 else "never pays back"
-        why = (f"trial {best.number} compiled in {cost:.0f} s and runs {rate / base:.2f}x "
-               f"the baseline, so compiling {pays}, past the {horizon_h:g} h horizon (--horizon)")
+        why = (
+            f"trial {best.number} compiled in {cost:.0f} s and runs {rate / base:.2f}x "
+            f"the baseline, so compiling {pays}, past the {horizon_h:g} h horizon (--horizon)"
+        )
     return {"compile": "off"}, Line(f"compile held at off: {why}", "compile-hold")
 
 
@@ -288,12 +331,14 @@ def _order_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | N
     order may mean something (a curriculum, a stream's sequence), and the loader keeps it."""
     if "in_order" not in space.domains or not any(r.dataset.get("shuffles") is False for r in found.rows):
         return {}, None
-    return {"in_order": None}, Line("in_order not tuned: your training loader does not shuffle, so the order "
-                                    "of its batches is kept", "in-order")
+    return {"in_order": None}, Line(
+        "in_order not tuned: your training loader does not shuffle, so the order of its batches is kept", "in-order"
+    )
 
 
-def _precision_hold(found: Standing, space: Space, max_load: float,
-                    max_spread: float) -> tuple[dict[str, Any], str | None]:
+def _precision_hold(
+    found: Standing, space: Space, max_load: float, max_spread: float
+) -> tuple[dict[str, Any], str | None]:
     from autotune.tuner._precision import KNOB, precision_hold
 
     domain = space.domains.get(KNOB)
@@ -312,26 +357,42 @@ def _model_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | N
     base = found.base.first if found.base else None
     if not tuned or base is None or not base.config or any(name in base.config for name in MODEL_KNOBS):
         return {}, None
-    return dict.fromkeys(tuned), Line(f"{' and '.join(tuned)} not tuned: no model was found (a training function "
-                                      "hands it to run.model(...); in a script, it is the module called with the "
-                                      "parameters an optimizer trains)", "model-knobs")
+    return dict.fromkeys(tuned), Line(
+        f"{' and '.join(tuned)} not tuned: no model was found (a training function "
+        "hands it to run.model(...); in a script, it is the module called with the "
+        "parameters an optimizer trains)",
+        "model-knobs",
+    )
 
 
-def _loader_hold(found: Standing, space: Space, settled_by: int | None) -> tuple[dict[str, Any], int | None,
-                                                                                 Line | None]:
+def _loader_hold(
+    found: Standing, space: Space, settled_by: int | None
+) -> tuple[dict[str, Any], int | None, Line | None]:
     """The loader-only knobs held at the best trial's values once it is compute-bound at high
     efficiency (``held_loader_knobs``); the line when the hold starts, moves or is lifted."""
     best = found.best
     held = held_loader_knobs(best, space.domains)
     if held and best is not None and best.bottleneck is not None and best.number != settled_by:  # (held: both)
         knobs = ", ".join(f"{k}={'as in your code' if v is None else show_value(v)}" for k, v in held.items())
-        return held, best.number, Line(f"loader knobs held at trial {best.number}'s ({knobs}): it is "
-                                       f"compute-bound at {best.bottleneck.efficiency:.0%} of its data-on-device "
-                                       "ceiling")
+        return (
+            held,
+            best.number,
+            Line(
+                f"loader knobs held at trial {best.number}'s ({knobs}): it is "
+                f"compute-bound at {best.bottleneck.efficiency:.0%} of its data-on-device "
+                "ceiling"
+            ),
+        )
     if not held and settled_by is not None:
         now = f"the best is trial {best.number}, " if best is not None and best.number != settled_by else ""
-        return held, None, Line(f"loader knobs sampled again: {now}not compute-bound at high efficiency "
-                                f"(trial {settled_by}'s hold is lifted)")
+        return (
+            held,
+            None,
+            Line(
+                f"loader knobs sampled again: {now}not compute-bound at high efficiency "
+                f"(trial {settled_by}'s hold is lifted)"
+            ),
+        )
     return held, settled_by, None
 
 

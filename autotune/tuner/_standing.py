@@ -10,16 +10,17 @@ from typing import TYPE_CHECKING
 
 from autotune.core._ceilings import Ceilings, Verdict
 from autotune.core._compile_cost import cold_and_warm, compile_line, paid_compile
-from autotune.tuner._confirm import UNFINISHED, Decision, Group, baseline_group, decide, group_runs, speed_only
 from autotune.core._knobs import KNOBS, show_value
 from autotune.core._outcome import Outcome, headline
 from autotune.core._whole_runs import horizon_rate, other_training, wall_rate
 from autotune.stores._records import ATTR_CEILINGS, ATTR_HORIZON, TrialRow, row_of
+from autotune.tuner._confirm import UNFINISHED, Decision, Group, baseline_group, decide, group_runs, speed_only
 from autotune.tuner._loss_lines import to_loss_clause, to_loss_of, winner_loss_line
 from autotune.tuner._training_shape import flat_runs, run_time_line
 
 if TYPE_CHECKING:
     import optuna
+
 
 @dataclasses.dataclass(frozen=True)
 class Standing:
@@ -71,7 +72,6 @@ class Standing:
         return group.ranked_median / self.base.ranked_median if self.base and self.base.rates and group.rates else None
 
 
-
 def standing(study: optuna.Study) -> Standing:
     """Every trial as a row, grouped by config, and the winner (see ``Standing``)."""
     trials = study.get_trials(deepcopy=False)
@@ -89,8 +89,11 @@ def standing_of(rows: Sequence[TrialRow], ceilings: Ceilings, horizon_h: float |
     base = baseline_group(groups)
     if base is not None and base.first.run_s and base.first.shape.get("samples"):  # whole runs: on wall time
         production = (base.loop_median or base.first.samples_per_s, horizon_h) if horizon_h else None
-        if production and any(horizon_rate(r.metrics, *production) is None for r in rows
-                              if r.outcome == Outcome.COMPLETE.value and r.run_s):
+        if production and any(
+            horizon_rate(r.metrics, *production) is None
+            for r in rows
+            if r.outcome == Outcome.COMPLETE.value and r.run_s
+        ):
             production = horizon_h = None  # (a run without the figures: all on wall time, one unit for all)
         cold = {r.number: cold_and_warm(x.metrics for x in g.runs)[0] for g in groups for r in g.runs}
         rows = [on_wall_time(r, base.first, production, cold.get(r.number)) for r in rows]
@@ -108,14 +111,20 @@ def standing_of(rows: Sequence[TrialRow], ceilings: Ceilings, horizon_h: float |
             return rate / base.ranked_median
 
         # (none for a distorted one: its figure is another training's, autotune.worker._streams)
-        rows = [dataclasses.replace(r, speedup=speedup(r))
-                if r.rate and r.outcome != Outcome.DISTORTED.value else r for r in rows]
+        rows = [
+            dataclasses.replace(r, speedup=speedup(r)) if r.rate and r.outcome != Outcome.DISTORTED.value else r
+            for r in rows
+        ]
         groups = group_runs(rows)
     return Standing(rows, groups, decide(groups), ceilings, horizon_h)
 
 
-def on_wall_time(row: TrialRow, base: TrialRow, production: tuple[float | None, float] | None = None,
-                 cold_compile: float | None = None) -> TrialRow:
+def on_wall_time(
+    row: TrialRow,
+    base: TrialRow,
+    production: tuple[float | None, float] | None = None,
+    cold_compile: float | None = None,
+) -> TrialRow:
     """A complete whole run as it ranks against the baseline's (``base``: its first run): on its
     wall time (``TrialRow.wall_rate``), or on its projected time for ``production`` (the baseline's
     loop samples/s and the hours: ``autotune.core._whole_runs.horizon_rate``), or, where it trained
@@ -153,20 +162,31 @@ def throughput_figure(name: str, found: Standing):
     PRUNED, DISTORTED = Outcome.PRUNED.value, Outcome.DISTORTED.value  # noqa: N806
     finished = [r for r in rows if r.outcome not in UNFINISHED]
     done = [r for r in finished if r.samples_per_s]
-    kinds = {"baseline": ("tab:gray", [r for r in done if r.baseline and r.reliable]),
-             "believed": ("tab:blue", [r for r in done if not r.baseline and r.reliable]),
-             "noisy or short (not ranked)": ("tab:orange", [r for r in done if r.measured and not r.reliable]),
-             "pruned (its windows so far)": ("tab:purple", [r for r in done if r.outcome == PRUNED]),
-             "distorted (another training, not ranked)": ("tab:brown", [r for r in done if r.outcome == DISTORTED]),
-             "diverged": ("tab:red", [r for r in done if not r.measured and r.outcome not in (PRUNED, DISTORTED)])}
+    kinds = {
+        "baseline": ("tab:gray", [r for r in done if r.baseline and r.reliable]),
+        "believed": ("tab:blue", [r for r in done if not r.baseline and r.reliable]),
+        "noisy or short (not ranked)": ("tab:orange", [r for r in done if r.measured and not r.reliable]),
+        "pruned (its windows so far)": ("tab:purple", [r for r in done if r.outcome == PRUNED]),
+        "distorted (another training, not ranked)": ("tab:brown", [r for r in done if r.outcome == DISTORTED]),
+        "diverged": ("tab:red", [r for r in done if not r.measured and r.outcome not in (PRUNED, DISTORTED)]),
+    }
     for label, (color, those) in kinds.items():
         if those:
-            ax.scatter([r.number for r in those], [r.samples_per_s or 0.0 for r in those], c=color, s=20, zorder=3,
-                       label=label)
+            ax.scatter(
+                [r.number for r in those], [r.samples_per_s or 0.0 for r in those], c=color, s=20, zorder=3, label=label
+            )
     failed = [r for r in finished if not r.samples_per_s]
     if failed:
-        ax.scatter([r.number for r in failed], [0] * len(failed), marker="x", c="tab:red", s=30, zorder=3,
-                   clip_on=False, label="no figure (" + ", ".join(sorted({r.outcome for r in failed})) + ")")
+        ax.scatter(
+            [r.number for r in failed],
+            [0] * len(failed),
+            marker="x",
+            c="tab:red",
+            s=30,
+            zorder=3,
+            clip_on=False,
+            label="no figure (" + ", ".join(sorted({r.outcome for r in failed})) + ")",
+        )
     group_of = found.first_of
     runs: dict[int, list[float]] = {}
     xs, best = [], []
@@ -189,8 +209,9 @@ def throughput_figure(name: str, found: Standing):
 def _runs(group: Group) -> str:
     numbers = ", ".join(str(r.number) for r in group.runs if r.reliable)
     doubted = ", ".join(str(r.number) for r in group.doubted)
-    return (f"median of {len(group.rates)} runs ({numbers}), ±{group.spread / 2:.0%}"
-            + (f"; not counted: {doubted} (noisy or short)" if doubted else ""))
+    return f"median of {len(group.rates)} runs ({numbers}), ±{group.spread / 2:.0%}" + (
+        f"; not counted: {doubted} (noisy or short)" if doubted else ""
+    )
 
 
 def _doubts(rows: list[TrialRow], numbers: bool = False, most: int = 4) -> str:
@@ -201,8 +222,11 @@ def _doubts(rows: list[TrialRow], numbers: bool = False, most: int = 4) -> str:
     parts = []
     for kind, those in kinds.items():
         which = ", ".join(str(r.number) for r in those[:most]) + (", ..." if len(those) > most else "")
-        parts.append(f"{kind} (trial {which}: {(those[0].doubt or '').partition(': ')[2] or those[0].doubt})"
-                     if numbers or len(kinds) == 1 else f"{kind} ({len(those)})")
+        parts.append(
+            f"{kind} (trial {which}: {(those[0].doubt or '').partition(': ')[2] or those[0].doubt})"
+            if numbers or len(kinds) == 1
+            else f"{kind} ({len(those)})"
+        )
     return "; ".join(parts)
 
 
@@ -219,50 +243,70 @@ def findings(found: Standing) -> list[str]:
     if win is None:
         if not doubted:
             return ["no complete trial"]
-        return [f"unreliable: no figure to rank; {len(doubted)} trial(s) completed, but each was "
-                f"{_doubts(doubted)}. Run again on a quiet machine (and with enough data for every window)"]
+        return [
+            f"unreliable: no figure to rank; {len(doubted)} trial(s) completed, but each was "
+            f"{_doubts(doubted)}. Run again on a quiet machine (and with enough data for every window)"
+        ]
     spread = win.spread if win.confirmed else win.lead.metrics.get("samples_per_s_spread", 0.0)
     whole = base is not None and bool(base.run_s) and bool(win.run_s)  # whole runs: said in seconds
     if base is not None and not base.rates:
-        lines = [f"trial {win.first.number}, {_figure(win)}, ±{spread / 2:.0%}; no speedup: "
-                 f"unreliable baseline, every run of it was {_doubts(base.doubted)}"]
+        lines = [
+            f"trial {win.first.number}, {_figure(win)}, ±{spread / 2:.0%}; no speedup: "
+            f"unreliable baseline, every run of it was {_doubts(base.doubted)}"
+        ]
     elif base is not None and win is not base and to_loss_of(win):
-        measured = (f"its whole run {base.run_s / win.run_s:.2f}x as fast ({win.run_s:.1f} s against "
-                    f"{base.run_s:.1f} s as written" if whole and base.run_s and win.run_s else
-                    f"{win.median / base.median:.2f}x its samples/s ({win.median:,.0f} vs {base.median:,.0f}")
-        lines = [f"trial {win.first.number}, {found.speedup(win):.2f}x the baseline in time to its loss: "
-                 f"{measured}, ±{spread / 2:.0%}) at {to_loss_of(win):.2f}x the samples for the baseline's loss "
-                 f"(batch size {win.lead.config.get('batch_size')}, the code's {win.lead.base_batch_size})"]
+        measured = (
+            f"its whole run {base.run_s / win.run_s:.2f}x as fast ({win.run_s:.1f} s against "
+            f"{base.run_s:.1f} s as written"
+            if whole and base.run_s and win.run_s
+            else f"{win.median / base.median:.2f}x its samples/s ({win.median:,.0f} vs {base.median:,.0f}"
+        )
+        lines = [
+            f"trial {win.first.number}, {found.speedup(win):.2f}x the baseline in time to its loss: "
+            f"{measured}, ±{spread / 2:.0%}) at {to_loss_of(win):.2f}x the samples for the baseline's loss "
+            f"(batch size {win.lead.config.get('batch_size')}, the code's {win.lead.base_batch_size})"
+        ]
     elif base is not None and win is not base:
-        measured = (f"your script's whole run in {win.run_s:.1f} s against {base.run_s:.1f} s as written" if whole
-                    else f"{win.median:,.0f} vs {base.median:,.0f} samples/s")
+        measured = (
+            f"your script's whole run in {win.run_s:.1f} s against {base.run_s:.1f} s as written"
+            if whole
+            else f"{win.median:,.0f} vs {base.median:,.0f} samples/s"
+        )
         if whole and found.horizon_h and win.loop_median and base.loop_median:  # (ranked on the projection)
-            measured = (f"in {found.horizon_h:g} h of production (--horizon): start-up + compile + the loop at "
-                        f"{win.loop_median:,.0f} vs {base.loop_median:,.0f} samples/s; {measured}")
+            measured = (
+                f"in {found.horizon_h:g} h of production (--horizon): start-up + compile + the loop at "
+                f"{win.loop_median:,.0f} vs {base.loop_median:,.0f} samples/s; {measured}"
+            )
         lines = [f"trial {win.first.number}, {found.speedup(win):.2f}x the baseline ({measured}, ±{spread / 2:.0%})"]
     else:
-        lines = [f"trial {win.first.number} (the baseline: your code as written), "
-                 f"{_figure(win)}, ±{spread / 2:.0%}"]
+        lines = [f"trial {win.first.number} (the baseline: your code as written), {_figure(win)}, ±{spread / 2:.0%}"]
     if decision.no_win and decision.fastest is not None:  # (a winner: there is a fastest)
         fastest = decision.fastest
-        lines.append(f"no config beat the baseline beyond the run-to-run noise: the fastest, trial "
-                     f"{fastest.first.number} ({found.speedup(fastest):.2f}x, {_runs(fastest)}), "
-                     f"has runs as slow as the baseline's fastest")
+        lines.append(
+            f"no config beat the baseline beyond the run-to-run noise: the fastest, trial "
+            f"{fastest.first.number} ({found.speedup(fastest):.2f}x, {_runs(fastest)}), "
+            f"has runs as slow as the baseline's fastest"
+        )
     if win.confirmed and (base is None or base.confirmed):
         lines.append(f"runs: {_runs(win)}" + (f"; the baseline's: {_runs(base)}" if base not in (None, win) else ""))
     else:
-        lines.append("runs: one each, not confirmed by re-runs (--confirm 0, or the study stopped "
-                     "first); ± is half the spread of its windows")
+        lines.append(
+            "runs: one each, not confirmed by re-runs (--confirm 0, or the study stopped "
+            "first); ± is half the spread of its windows"
+        )
     lines += filter(None, [run_time_line(base, win)])
     if decision.ties and not decision.no_win:
-        lines.append("inside the noise of it: " + ", ".join(
-            f"trial {g.first.number} ({_figure(g)})" for g in decision.ties))
+        lines.append(
+            "inside the noise of it: " + ", ".join(f"trial {g.first.number} ({_figure(g)})" for g in decision.ties)
+        )
     if doubted:
         lines.append(f"not ranked, figure not believed: {_doubts(doubted, numbers=True)}")
     distorted = [r for r in found.rows if r.outcome == Outcome.DISTORTED.value]
     if distorted:  # their figures are another training's (autotune.worker._streams): the first one's why
-        lines.append(f"not ranked, another training: trial{'s' if len(distorted) > 1 else ''} "
-                     f"{', '.join(str(r.number) for r in distorted)}: {headline(distorted[0].reason)}")
+        lines.append(
+            f"not ranked, another training: trial{'s' if len(distorted) > 1 else ''} "
+            f"{', '.join(str(r.number) for r in distorted)}: {headline(distorted[0].reason)}"
+        )
     loss = winner_loss_line(win)
     if loss is not None and win is not base:
         lines.append(loss + to_loss_clause(win))
@@ -290,9 +334,11 @@ def fetch_hint(lead: TrialRow) -> str | None:
         return None
     if bound.verdict != Verdict.DATA.value and bound.limit not in ("loader", "main"):
         return None
-    return (f"hint: {lead.dataset.get('name', 'your dataset')} fetches one sample per call; a "
-            "__getitems__(self, indices) method returning the batch's samples lets the DataLoader fetch "
-            "each batch in one call (one read, one lock, one index), which no knob can do")
+    return (
+        f"hint: {lead.dataset.get('name', 'your dataset')} fetches one sample per call; a "
+        "__getitems__(self, indices) method returning the batch's samples lets the DataLoader fetch "
+        "each batch in one call (one read, one lock, one index), which no knob can do"
+    )
 
 
 def rank_hint(lead: TrialRow) -> str | None:
@@ -301,10 +347,12 @@ def rank_hint(lead: TrialRow) -> str | None:
     if lead.dataset.get("splits_ranks") is not False:
         return None
     ranks = lead.dataset.get("ranks", 2)
-    return (f"note: each of the {ranks} ranks reads every row of {lead.dataset.get('name', 'your dataset')} "
-            f"an epoch (its sampler does not split it by rank): samples/s counts each row {ranks} times, "
-            f"{ranks}x the rows training sees; a torch.utils.data.DistributedSampler gives each rank its share "
-            "(the speedups compare configs of the same code, and hold)")
+    return (
+        f"note: each of the {ranks} ranks reads every row of {lead.dataset.get('name', 'your dataset')} "
+        f"an epoch (its sampler does not split it by rank): samples/s counts each row {ranks} times, "
+        f"{ranks}x the rows training sees; a torch.utils.data.DistributedSampler gives each rank its share "
+        "(the speedups compare configs of the same code, and hold)"
+    )
 
 
 def compile_payback(win: Group, base: Group | None) -> str | None:

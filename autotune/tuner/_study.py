@@ -19,15 +19,19 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from autotune.tuner._pace import CostWatch
-from autotune.tuner._trial_steps import TrialSteps, recover
-from autotune.tuner._finish import finish, leave
 from autotune.core._kinds import Kind, Line, Request
-from autotune.machine._launch import new_tag
-from autotune.stores._optuna_io import frozen_trial
-from autotune.machine._margin import RAM_BUDGET_FRACTION
-from autotune.tuner._options import Reporter, StudyOptions, baseline_failed, default_study_name
 from autotune.core._outcome import Outcome
+from autotune.machine._launch import new_tag
+from autotune.machine._margin import RAM_BUDGET_FRACTION
+from autotune.machine._reap import sweep_orphans
+from autotune.machine._slots import Slot
+from autotune.stores._optuna_io import frozen_trial
+from autotune.stores._records import ATTR_BASELINE, ATTR_OWNER, kind_of
+from autotune.stores._stores import Spool, open_storage
+from autotune.tuner._finish import finish, leave
+from autotune.tuner._join import join
+from autotune.tuner._options import Reporter, StudyOptions, baseline_failed, default_study_name
+from autotune.tuner._pace import CostWatch
 from autotune.tuner._planner import (
     Failed,
     Settings,
@@ -38,14 +42,10 @@ from autotune.tuner._planner import (
 )
 from autotune.tuner._profiling import run_profiles
 from autotune.tuner._queue import claim, claim_waiting, write
-from autotune.machine._reap import sweep_orphans
 from autotune.tuner._recorder import Recorder
-from autotune.stores._records import ATTR_BASELINE, ATTR_OWNER, kind_of
 from autotune.tuner._scheduler import Heartbeat, Scheduler
-from autotune.machine._slots import Slot
 from autotune.tuner._standing import Standing, standing
-from autotune.stores._stores import Spool, open_storage
-from autotune.tuner._join import join
+from autotune.tuner._trial_steps import TrialSteps, recover
 from autotune.tuner._tuners import (
     HostRegistry,
     Liveness,
@@ -61,8 +61,8 @@ if TYPE_CHECKING:
 
     from autotune.machine._launch import Launcher
     from autotune.machine._probe import Fingerprint
-    from autotune.tuner._space import Space
     from autotune.stores._tracking import Tracker
+    from autotune.tuner._space import Space
 
 #: Seconds between looks at the study while waiting on another tuner (its baseline).
 POLL_S = 2.0
@@ -72,20 +72,39 @@ class StudyRunner(TrialSteps):
     """Runs ``options.trials`` trials of one study, beside any number of other tuners on the
     same study (``autotune.tuner._tuners``)."""
 
-    def __init__(self, options: StudyOptions, fingerprint: Fingerprint, space: Space,
-                 tracker: Tracker, reporter: Reporter | None = None, storage=None,
-                 slots: list[Slot] | None = None, warm: Mapping[int, Launcher] | None = None) -> None:
+    def __init__(
+        self,
+        options: StudyOptions,
+        fingerprint: Fingerprint,
+        space: Space,
+        tracker: Tracker,
+        reporter: Reporter | None = None,
+        storage=None,
+        slots: list[Slot] | None = None,
+        warm: Mapping[int, Launcher] | None = None,
+    ) -> None:
         import optuna
 
         self.options, self.fingerprint, self.space = options, fingerprint, space
         self.reporter = reporter or Reporter()
         self.name = options.stores.study or default_study_name(options.target)
-        storage = storage or open_storage(options.store, options.stores.storage, options.stores.store_patience,
-                                          self.reporter.note)
+        storage = storage or open_storage(
+            options.store, options.stores.storage, options.stores.store_patience, self.reporter.note
+        )
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        joined = join(storage, self.name, optuna.samplers.TPESampler(seed=options.seed), options.label,
-                      space.name, fingerprint, tracker, self.reporter.note, script=options.argv is not None,
-                      warm_start=options.warm_start, horizon_h=options.judge.horizon)
+        joined = join(
+            storage,
+            self.name,
+            optuna.samplers.TPESampler(seed=options.seed),
+            options.label,
+            space.name,
+            fingerprint,
+            tracker,
+            self.reporter.note,
+            script=options.argv is not None,
+            warm_start=options.warm_start,
+            horizon_h=options.judge.horizon,
+        )
         self.study = joined.study
         self._owner = this_process()
         self._liveness = Liveness(self._owner["host"])
@@ -95,14 +114,25 @@ class StudyRunner(TrialSteps):
         self.host = HostRegistry()
         neighbours = self.host.join(self._owner, self.name, "; ".join(s.share() for s in self.slots))
         # The default budget is shared with the other tuners on this host, and split over --jobs slots.
-        self.ram_budget = (int((options.options.limits.ram_budget or 0) * 2**30) or int(
-            fingerprint.ram_available_gib * 2**30 * RAM_BUDGET_FRACTION) // (1 + len(neighbours))) // len(self.slots)
+        self.ram_budget = (
+            int((options.options.limits.ram_budget or 0) * 2**30)
+            or int(fingerprint.ram_available_gib * 2**30 * RAM_BUDGET_FRACTION) // (1 + len(neighbours))
+        ) // len(self.slots)
         if neighbours:
             self.reporter.note(neighbours_line(neighbours))
         self.scheduler = Scheduler(self.slots, options.trials, self.reporter.note)
-        self.recorder = Recorder(self.study, tracker, joined.experiment_id, joined.parent_id,
-                                 Spool(options.store / "pending", self.name), space, self.reporter.note,
-                                 options.store / "trials" / self.name, options.noise.max_load, options.noise.max_spread)
+        self.recorder = Recorder(
+            self.study,
+            tracker,
+            joined.experiment_id,
+            joined.parent_id,
+            Spool(options.store / "pending", self.name),
+            space,
+            self.reporter.note,
+            options.store / "trials" / self.name,
+            options.noise.max_load,
+            options.noise.max_spread,
+        )
         self._warm = dict(warm or {})  # slot index -> its warm worker (autotune.worker._warm), started early
         self._started = 0.0
         self._holding = threading.Lock()  # the slots' threads draw configs at once
@@ -154,8 +184,15 @@ class StudyRunner(TrialSteps):
             self.host.leave()
             for warm in self._warm.values():
                 warm.close()
-        return finish(self.study, self.options.store, self.registry, self._liveness, self.recorder,
-                      self.scheduler.signum, self.reporter.note)
+        return finish(
+            self.study,
+            self.options.store,
+            self.registry,
+            self._liveness,
+            self.recorder,
+            self.scheduler.signum,
+            self.reporter.note,
+        )
 
     def _work(self, slot: Slot) -> None:
         """One slot's share of the work: trials of this tuner's own until ``options.trials``
@@ -169,8 +206,9 @@ class StudyRunner(TrialSteps):
             own = not kind_of(trial.user_attrs).repeats
             if not own:  # a re-run that ask() handed out first: not one of this tuner's trials
                 self.scheduler.give_back_own()
-            found = self._trial_and_report(trial, slot, found, index if own else 0,
-                                           self.options.trials if own else 1, self._started)
+            found = self._trial_and_report(
+                trial, slot, found, index if own else 0, self.options.trials if own else 1, self._started
+            )
         if self.scheduler.interrupt.is_set():
             return
         self.scheduler.done_sampling(self._plan_confirmation)
@@ -183,8 +221,10 @@ class StudyRunner(TrialSteps):
         self.registry.enter(TunerPhase.CONFIRMING)
         sampling = self.registry.live_others(self._liveness, (TunerPhase.SAMPLING,))
         if sampling:
-            self.reporter.note(f"this tuner's trials are done; {describe(sampling)} still run trials "
-                               f"of study {self.name}: the last one to finish plans the confirmation")
+            self.reporter.note(
+                f"this tuner's trials are done; {describe(sampling)} still run trials "
+                f"of study {self.name}: the last one to finish plans the confirmation"
+            )
         elif self.options.judge.confirm:
             round_ = confirmation(standing(self.study), self.options.judge.confirm)
             if claim(self.study, round_.once):
@@ -222,8 +262,9 @@ class StudyRunner(TrialSteps):
                 continue
             watched = step.number
             owner = frozen_trial(self.study, watched).user_attrs.get(ATTR_OWNER) or {}
-            line = f"waiting for the baseline (trial {watched}), run by " \
-                   + (describe([owner]) if owner else "another tuner")
+            line = f"waiting for the baseline (trial {watched}), run by " + (
+                describe([owner]) if owner else "another tuner"
+            )
             self.scheduler.say(Line(line, line))
             self.scheduler.interrupt.wait(POLL_S)
             self.recover()
@@ -239,13 +280,16 @@ class StudyRunner(TrialSteps):
             trial = claim_waiting(self.study, lambda t: kind_of(t.user_attrs).repeats)
             if trial is None:
                 break
-            left = sum(kind_of(w.user_attrs).repeats for w in self.study.get_trials(
-                deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
+            left = sum(
+                kind_of(w.user_attrs).repeats
+                for w in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+            )
             found = self._trial_and_report(trial, slot, found, index, index + 1 + left, started)
             index += 1
 
-    def _trial_and_report(self, trial: optuna.Trial, slot: Slot, found: Standing, index: int, total: int,
-                          started: float) -> Standing:
+    def _trial_and_report(
+        self, trial: optuna.Trial, slot: Slot, found: Standing, index: int, total: int, started: float
+    ) -> Standing:
         """Run one claimed trial, report it, act on what the planner decides of it; return the
         new standing.
 
@@ -258,8 +302,14 @@ class StudyRunner(TrialSteps):
         left = (time.monotonic() - started) / (index + 1) * (total - index - 1)
         self.reporter.trial_done(row, found, left)
         if recorded:  # (else another tuner closed it, and owes what it owed)
-            settings = Settings(self._space_now(found), self.fingerprint.cpus, self.options.judge.divergence_tolerance,
-                                self.options.budget.windows, self.options.noise.remeasure, self.scheduler.trials_left())
+            settings = Settings(
+                self._space_now(found),
+                self.fingerprint.cpus,
+                self.options.judge.divergence_tolerance,
+                self.options.budget.windows,
+                self.options.noise.remeasure,
+                self.scheduler.trials_left(),
+            )
             for decision in after_trial(row, found, settings):
                 self._act(decision, slot)
         if row.kind is Kind.BASELINE and row.outcome not in (Outcome.COMPLETE.value, Outcome.INTERRUPTED.value):
@@ -272,8 +322,9 @@ class StudyRunner(TrialSteps):
         if isinstance(decision, Request) and decision.kind is Kind.REMEASURE:
             if self.scheduler.interrupt.is_set():
                 return
-            quiet, load, waited = self.scheduler.wait_quiet(slot.runs_on, self.options.noise.max_load,
-                                                            self.options.noise.quiet_wait)
+            quiet, load, waited = self.scheduler.wait_quiet(
+                slot.runs_on, self.options.noise.max_load, self.options.noise.quiet_wait
+            )
             if self.scheduler.interrupt.is_set():
                 return
             decision = after_quiet_wait(decision, quiet, load, waited, self.options.noise.remeasure)

@@ -27,8 +27,8 @@ from autotune.core._kinds import Kind
 from autotune.machine._launch import Budget
 
 if TYPE_CHECKING:
-    from autotune.tuner._confirm import Group
     from autotune.stores._records import TrialRow
+    from autotune.tuner._confirm import Group
 
 #: Seconds (from its worker's start) within which the baseline's code must return by itself for
 #: the study to run it whole in every trial (``--whole-run``; 0: never). A minute: a study of 8
@@ -79,13 +79,21 @@ def shape_of(base: TrialRow | None) -> Shape | None:
     startup = metrics.get("startup_s")
     if startup is None and all(k in metrics for k in ("spawn_s", "import_s", "setup_s")):
         startup = metrics["spawn_s"] + metrics["import_s"] + metrics["setup_s"]
-    return Shape(tuple(base.shape["marks"]), tuple(base.shape["at"]), bool(base.shape.get("ended")),
-                 metrics.get("run_s"), startup, metrics.get("samples_per_step", 0.0), metrics.get("step_time_p95"),
-                 base.base_batch_size)
+    return Shape(
+        tuple(base.shape["marks"]),
+        tuple(base.shape["at"]),
+        bool(base.shape.get("ended")),
+        metrics.get("run_s"),
+        startup,
+        metrics.get("samples_per_step", 0.0),
+        metrics.get("step_time_p95"),
+        base.base_batch_size,
+    )
 
 
-def trial_budget(budget: Budget, kind: Kind, shape: Shape | None, tolerance: float, whole: bool = True,
-                 batch_size: object = None) -> Budget:
+def trial_budget(
+    budget: Budget, kind: Kind, shape: Shape | None, tolerance: float, whole: bool = True, batch_size: object = None
+) -> Budget:
     """What a trial of ``kind`` measures, given the study's ``budget`` and the baseline's ``shape``.
 
     The baseline learns (``Budget.learning``) and may run on to its code's end (``whole_s``);
@@ -113,12 +121,22 @@ def trial_budget(budget: Budget, kind: Kind, shape: Shape | None, tolerance: flo
     ratio, stall_s = limits(budget, shape, batch_size)
     plain = dataclasses.replace(plain, stall_s=stall_s)
     if whole and shape.whole and shape.run_s:
-        return dataclasses.replace(plain, whole=True, marks=shape.marks, ceiling_windows=0, learn_windows=0,
-                                   timeout_s=budget.timeout_s or budget.startup_s + DEADLINE_FACTOR * shape.run_s * ratio)
+        return dataclasses.replace(
+            plain,
+            whole=True,
+            marks=shape.marks,
+            ceiling_windows=0,
+            learn_windows=0,
+            timeout_s=budget.timeout_s or budget.startup_s + DEADLINE_FACTOR * shape.run_s * ratio,
+        )
     marks, at = extended(shape, budget.windows)
     measured_s = at + 2 * budget.ceiling_windows * budget.window_s
-    return dataclasses.replace(plain, marks=marks, step_samples=shape.step_samples,
-                               timeout_s=budget.timeout_s or budget.startup_s + DEADLINE_FACTOR * measured_s * ratio)
+    return dataclasses.replace(
+        plain,
+        marks=marks,
+        step_samples=shape.step_samples,
+        timeout_s=budget.timeout_s or budget.startup_s + DEADLINE_FACTOR * measured_s * ratio,
+    )
 
 
 def limits(budget: Budget, shape: Shape, batch_size: object) -> tuple[float, float]:
@@ -145,7 +163,7 @@ def extended(shape: Shape, windows: int) -> tuple[tuple[int, ...], float]:
     >>> extended(Shape((100, 200, 300), (1.0, 2.0, 3.0), False, None, None), 4)
     ((100, 200, 300, 400, 500), 5.0)
     """
-    marks, at = list(shape.marks[:1 + windows]), shape.at[min(windows, len(shape.at) - 1)]
+    marks, at = list(shape.marks[: 1 + windows]), shape.at[min(windows, len(shape.at) - 1)]
     if len(marks) < 1 + windows and len(shape.marks) > 1:
         step = (shape.marks[-1] - shape.marks[0]) / (len(shape.marks) - 1)
         seconds = (shape.at[-1] - shape.at[0]) / (len(shape.at) - 1)
@@ -168,12 +186,17 @@ def cost_line(shape: Shape, budget: Budget, trials: int, reruns: int) -> str:
         return f"each trial runs your script whole: about {shape.run_s:.0f} s as written; {runs}: about {total}"
     marks, at = extended(shape, budget.windows)
     ceilings = 2 * budget.ceiling_windows * budget.window_s
-    why = (f"your code runs past the {budget.whole_s:.0f} s a trial may run whole (--whole-run)" if budget.whole_s
-           else "no trial runs your code whole (--whole-run 0)")
-    return (f"{why}: each trial "
-            f"measures the same {marks[-1] - marks[0]:,} samples after a warmup of {marks[0]:,} (about "
-            f"{(shape.startup_s or 0.0) + at:.0f} s with its start-up at the baseline's speed, plus up to "
-            f"{ceilings:.0f} s of ceilings); {runs}: about {total}")
+    why = (
+        f"your code runs past the {budget.whole_s:.0f} s a trial may run whole (--whole-run)"
+        if budget.whole_s
+        else "no trial runs your code whole (--whole-run 0)"
+    )
+    return (
+        f"{why}: each trial "
+        f"measures the same {marks[-1] - marks[0]:,} samples after a warmup of {marks[0]:,} (about "
+        f"{(shape.startup_s or 0.0) + at:.0f} s with its start-up at the baseline's speed, plus up to "
+        f"{ceilings:.0f} s of ceilings); {runs}: about {total}"
+    )
 
 
 def cost_s(shape: Shape, budget: Budget, runs: int) -> float:
@@ -186,8 +209,13 @@ def cost_s(shape: Shape, budget: Budget, runs: int) -> float:
 
 
 def duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min" if seconds < 5400 else \
-        f"{seconds / 3600:.1f} h"
+    return (
+        f"{seconds:.0f} s"
+        if seconds < 90
+        else f"{seconds / 60:.1f} min"
+        if seconds < 5400
+        else f"{seconds / 3600:.1f} h"
+    )
 
 
 def parts(group: Group) -> str:
@@ -196,8 +224,12 @@ def parts(group: Group) -> str:
     import statistics
 
     runs = [r for r in group.runs if r.reliable and r.run_s]
-    names = (("startup_s", "start-up"), ("loop_s", "training"), ("outside_s", "between epochs"),
-             ("after_s", "after it"))
+    names = (
+        ("startup_s", "start-up"),
+        ("loop_s", "training"),
+        ("outside_s", "between epochs"),
+        ("after_s", "after it"),
+    )
     pieces = [f"{label} {statistics.median(r.metrics.get(key, 0.0) for r in runs):.1f} s" for key, label in names]
     return f"{group.run_s:.1f} s ({', '.join(pieces)})"
 
@@ -208,16 +240,21 @@ def run_time_line(base: Group | None, win: Group | None) -> str | None:
     if base is None or win is None:
         return None
     if base.run_s and win.run_s:
-        runs = f"medians of {len(base.rates)} and {len(win.rates)} runs" if win is not base \
+        runs = (
+            f"medians of {len(base.rates)} and {len(win.rates)} runs"
+            if win is not base
             else f"median of {len(base.rates)} run{'s' * (len(base.rates) != 1)}"
+        )
         with_it = "" if win is base else f"; with trial {win.first.number}'s config {parts(win)}"
         return f"run time, measured whole ({runs}): as written {parts(base)}{with_it}"
     if win is base or not base.loop_median or not win.loop_median or not base.first.shape.get("marks"):
         return None  # (a study from before shapes were recorded did not try to run it whole)
     share = base.loop_median / win.loop_median
-    return (f"run time, projected from the loop's samples/s (your code ran past --whole-run, so no trial ran "
-            f"it whole): an hour of its training as written takes {60 * share:.0f} min with trial "
-            f"{win.first.number}'s config ({1 / share:.2f}x), start-up aside")
+    return (
+        f"run time, projected from the loop's samples/s (your code ran past --whole-run, so no trial ran "
+        f"it whole): an hour of its training as written takes {60 * share:.0f} min with trial "
+        f"{win.first.number}'s config ({1 / share:.2f}x), start-up aside"
+    )
 
 
 def flat_runs(rows: Sequence[TrialRow]) -> str | None:
@@ -229,6 +266,8 @@ def flat_runs(rows: Sequence[TrialRow]) -> str | None:
         return None
     start = flat.metrics.get("to_loss_start")
     since = f" from {start:.3g} at its windows' start" if start is not None else ""
-    return ("ranked on speed, not time to the baseline's loss: after its warmup the baseline's loss did not fall "
-            f"beyond its own noise{since} to {flat.metrics.get('to_loss_target', float('nan')):.3g} over the "
-            "samples judged, so reaching it sooner would be noise")
+    return (
+        "ranked on speed, not time to the baseline's loss: after its warmup the baseline's loss did not fall "
+        f"beyond its own noise{since} to {flat.metrics.get('to_loss_target', float('nan')):.3g} over the "
+        "samples judged, so reaching it sooner would be noise"
+    )

@@ -23,9 +23,9 @@ from autotune.tuner._planner import owed_again
 from autotune.tuner._queue import write
 from autotune.tuner._recorder import Recorder
 from autotune.tuner._scheduler import Heartbeat, Scheduler
-from autotune.tuner._training_shape import shape_of, trial_budget
 from autotune.tuner._space_now import draw_caps, holds, space_now
 from autotune.tuner._standing import Standing, standing
+from autotune.tuner._training_shape import shape_of, trial_budget
 from autotune.tuner._tuners import HostRegistry, Liveness, stale_trials
 from autotune.tuner._watch import run_trial
 from autotune.worker._streams import same_training
@@ -76,15 +76,19 @@ class TrialSteps:
             return Config(**trial.user_attrs.get(ATTR_SAMPLED, {})), {}
         space = self._space_now(found)
         with self._holding:
-            held = holds(found, self.space, self._settled_by, *self.options.hold_limits,
-                         learnt=self.study.user_attrs.get(BROKE_ATTR))  # (a warm start's: autotune.tuner._broke)
+            held = holds(
+                found,
+                self.space,
+                self._settled_by,
+                *self.options.hold_limits,
+                learnt=self.study.user_attrs.get(BROKE_ATTR),
+            )  # (a warm start's: autotune.tuner._broke)
             self._settled_by = held.settled_by
         for line in held.lines:
             self.scheduler.say(line)
         return space.sample(trial, held.values, draw_caps(found, space, self.scheduler.say)), held.why
 
-    def _one_trial(self, trial: optuna.Trial, slot: Slot, index: int, total: int,
-                   found: Standing) -> tuple[int, bool]:
+    def _one_trial(self, trial: optuna.Trial, slot: Slot, index: int, total: int, found: Standing) -> tuple[int, bool]:
         """Run one claimed trial to its end in both stores; return its number, and whether
         this tuner recorded it (False: another tuner closed it as stale meanwhile).
 
@@ -95,31 +99,79 @@ class TrialSteps:
         config, holding = self._config(trial, kind, found)
         base, judged = found.base.first if found.base else None, noisy_loss(found.rows) is None  # (else: nan/inf only)
         seed = found.seed(self.options.seed)
-        tags = {"autotune.fingerprint": self.fingerprint.summary(),
-                **{f"autotune.held.{knob}": why for knob, why in holding.items()}}  # (the MLflow UI shows why)
+        tags = {
+            "autotune.fingerprint": self.fingerprint.summary(),
+            **{f"autotune.held.{knob}": why for knob, why in holding.items()},
+        }  # (the MLflow UI shows why)
         run_id = self.recorder.begin(trial, self._owner, config, slot, seed, tags)
-        self.reporter.trial_started(trial.number, index, total, config, slot.share() if len(self.slots) > 1 else None,
-                                    kind, trial.user_attrs.get(ATTR_OF))
-        budget = trial_budget(self.options.budget, kind, shape_of(base), self.options.judge.divergence_tolerance, batch_size=config.batch_size)
-        spec = TrialSpec(self.options.target, config, slot.device, budget, seed, {} if kind.repeats else found.ceilings.known(),
-                         slot.cpus, self.options.argv, self.options.nproc_per_node, compile_cache=str(self.options.store / "inductor" / self.name))
+        self.reporter.trial_started(
+            trial.number,
+            index,
+            total,
+            config,
+            slot.share() if len(self.slots) > 1 else None,
+            kind,
+            trial.user_attrs.get(ATTR_OF),
+        )
+        budget = trial_budget(
+            self.options.budget,
+            kind,
+            shape_of(base),
+            self.options.judge.divergence_tolerance,
+            batch_size=config.batch_size,
+        )
+        spec = TrialSpec(
+            self.options.target,
+            config,
+            slot.device,
+            budget,
+            seed,
+            {} if kind.repeats else found.ceilings.known(),
+            slot.cpus,
+            self.options.argv,
+            self.options.nproc_per_node,
+            compile_cache=str(self.options.store / "inductor" / self.name),
+        )
         # (its windows' samples/s against the winner's loop's: a whole run ranks with its start-up)
         prune_below = found.decision.winner.loop_median if found.decision.winner and kind.explores else None
         beats = itertools.count(1)
         interrupt = self.scheduler.interrupt
         try:
-            with Heartbeat(lambda: self.recorder.beat(trial, next(beats)), f"trial {trial.number}",
-                           self.reporter.note), \
-                    self.host.turn(slot.runs_on, f"trial {trial.number} of study {self.name} "
-                                   f"(tuner pid {os.getpid()})", lambda line: self.scheduler.say(Line(line, "turn")),
-                                   interrupt):
-                result = run_trial(spec, self.recorder.log_path(trial.number), self.ram_budget,
-                                   self.recorder.watcher(trial, prune_below, self.options.judge.prune, self.options.noise.max_load,
-                                                         self.reporter.event, self.options.budget.window_s),
-                                   interrupt=interrupt, reference=base.losses if base and judged else (), tolerance=self.options.judge.divergence_tolerance,
-                                   reference_curve=base.curve if base and judged else (), warm=self._warm.get(slot.index))
-                result = with_ceilings(spec, result, self.recorder.log_path(trial.number), lambda again, log: run_trial(
-                    again, log, self.ram_budget, interrupt=interrupt, warm=self._warm.get(slot.index)))
+            with (
+                Heartbeat(lambda: self.recorder.beat(trial, next(beats)), f"trial {trial.number}", self.reporter.note),
+                self.host.turn(
+                    slot.runs_on,
+                    f"trial {trial.number} of study {self.name} (tuner pid {os.getpid()})",
+                    lambda line: self.scheduler.say(Line(line, "turn")),
+                    interrupt,
+                ),
+            ):
+                result = run_trial(
+                    spec,
+                    self.recorder.log_path(trial.number),
+                    self.ram_budget,
+                    self.recorder.watcher(
+                        trial,
+                        prune_below,
+                        self.options.judge.prune,
+                        self.options.noise.max_load,
+                        self.reporter.event,
+                        self.options.budget.window_s,
+                    ),
+                    interrupt=interrupt,
+                    reference=base.losses if base and judged else (),
+                    tolerance=self.options.judge.divergence_tolerance,
+                    reference_curve=base.curve if base and judged else (),
+                    warm=self._warm.get(slot.index),
+                )
+                result = with_ceilings(
+                    spec,
+                    result,
+                    self.recorder.log_path(trial.number),
+                    lambda again, log: run_trial(
+                        again, log, self.ram_budget, interrupt=interrupt, warm=self._warm.get(slot.index)
+                    ),
+                )
         except BaseException as exc:  # a second Ctrl-C, or our own bug: close both records, go on raising
             self.recorder.abandon(trial, run_id, exc)
             raise

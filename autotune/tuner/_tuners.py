@@ -56,7 +56,6 @@ class TunerPhase(str, enum.Enum):
     DONE = "done"
 
 
-
 def this_process() -> dict[str, Any]:
     """This tuner's identity as stored with its trials: host, pid, start time."""
     import psutil
@@ -84,8 +83,13 @@ class Liveness:
         after: Seconds a heartbeat may stay unchanged before its writer is stale.
     """
 
-    def __init__(self, host: str, alive: Callable[[int, float], bool] = process_alive,
-                 clock: Callable[[], float] = time.monotonic, after: float = STALE_AFTER_S) -> None:
+    def __init__(
+        self,
+        host: str,
+        alive: Callable[[int, float], bool] = process_alive,
+        clock: Callable[[], float] = time.monotonic,
+        after: float = STALE_AFTER_S,
+    ) -> None:
         self.host, self._alive, self._clock, self._after = host, alive, clock, after
         self._seen: dict[str, tuple[Any, float]] = {}
 
@@ -144,8 +148,12 @@ class Registry:
 
     def live_others(self, liveness: Liveness, phases: tuple[TunerPhase, ...]) -> list[dict[str, Any]]:
         """Other tuners in one of ``phases`` that are not known to be gone."""
-        return [t for t in self.others() if t.get("phase") in {p.value for p in phases}
-                and liveness.stale(f"tuner {t['host']}:{t['pid']}:{t['started']}", t, t.get("beat")) is None]
+        return [
+            t
+            for t in self.others()
+            if t.get("phase") in {p.value for p in phases}
+            and liveness.stale(f"tuner {t['host']}:{t['pid']}:{t['started']}", t, t.get("beat")) is None
+        ]
 
 
 def stale_trials(study: optuna.Study, liveness: Liveness) -> list[tuple[optuna.trial.FrozenTrial, str]]:
@@ -168,18 +176,25 @@ def stale_trials(study: optuna.Study, liveness: Liveness) -> list[tuple[optuna.t
         killed = 0
         if worker and attrs.get(ATTR_OWNER, {}).get("host") == liveness.host:
             killed = kill_orphans(worker["pid"], worker["started"], worker.get("tag"))
-        found.append((frozen, f"left RUNNING: {why}; closed by pid {os.getpid()} on {liveness.host}"
-                              + (f", which killed {killed} orphaned worker process(es)" if killed else "")))
+        found.append(
+            (
+                frozen,
+                f"left RUNNING: {why}; closed by pid {os.getpid()} on {liveness.host}"
+                + (f", which killed {killed} orphaned worker process(es)" if killed else ""),
+            )
+        )
     return found
 
 
 def neighbours_line(neighbours: Sequence[Mapping[str, Any]]) -> str:
     """What a tuner says when other tuners run on its host (``HostRegistry.join``)."""
-    return (f"{len(neighbours)} other tuner(s) run on this host ("
-            + "; ".join(f"pid {n['pid']}: study {n['study']} on {n['cpus']}" for n in neighbours)
-            + "): their trials and these take turns on each CPU (beside another, a trial read 9% of alone on "
-            f"2 cores), and the RAM budget is split {1 + len(neighbours)} ways. One tuner with --jobs N runs "
-            "trials at once, each on CPUs of its own")
+    return (
+        f"{len(neighbours)} other tuner(s) run on this host ("
+        + "; ".join(f"pid {n['pid']}: study {n['study']} on {n['cpus']}" for n in neighbours)
+        + "): their trials and these take turns on each CPU (beside another, a trial read 9% of alone on "
+        f"2 cores), and the RAM budget is split {1 + len(neighbours)} ways. One tuner with --jobs N runs "
+        "trials at once, each on CPUs of its own"
+    )
 
 
 def describe(tuners: Sequence[Mapping[str, Any]]) -> str:
@@ -206,8 +221,7 @@ class HostRegistry:
         import tempfile
 
         shm = Path("/dev/shm")
-        default = (shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())) \
-            / "autotune-tuners"
+        default = (shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())) / "autotune-tuners"
         self.folder = folder or Path(os.environ.get(HOST_DIR_ENV) or default)
         self._path: Path | None = None
 
@@ -238,8 +252,13 @@ class HostRegistry:
             self._path = None
 
     @contextlib.contextmanager
-    def turn(self, cpus: Sequence[int], who: str, on_wait: Callable[[str], None] | None = None,
-             stop: threading.Event | None = None):
+    def turn(
+        self,
+        cpus: Sequence[int],
+        who: str,
+        on_wait: Callable[[str], None] | None = None,
+        stop: threading.Event | None = None,
+    ):
         """Hold the measuring turn of ``cpus`` on this host for the ``with`` block: one trial at a
         time runs on a CPU, whatever tuner it belongs to, so that no tuner's trial measures
         another's (a trial beside another read 9% of alone on 2 cores; ``--jobs`` slots have
@@ -270,8 +289,10 @@ class HostRegistry:
                         if not told and on_wait:
                             told = True
                             lock.seek(0)
-                            on_wait(f"waiting for CPU {cpu}: {lock.read().strip() or 'another trial'} runs on it "
-                                    "(trials on this host take turns on a CPU, so none measures another)")
+                            on_wait(
+                                f"waiting for CPU {cpu}: {lock.read().strip() or 'another trial'} runs on it "
+                                "(trials on this host take turns on a CPU, so none measures another)"
+                            )
                         time.sleep(0.2)
                 if stopped:
                     break

@@ -47,16 +47,27 @@ class Source:
 
     def line(self) -> str:
         """What the warm start does, in one line."""
-        held = (f"{', '.join(self.broke)} held at your code's own, as study {self.name} found a value of "
-                f"{'each' if len(self.broke) > 1 else 'it'} breaks your code") if self.broke else ""
+        held = (
+            (
+                f"{', '.join(self.broke)} held at your code's own, as study {self.name} found a value of "
+                f"{'each' if len(self.broke) > 1 else 'it'} breaks your code"
+            )
+            if self.broke
+            else ""
+        )
         if not self.configs:
             return f"warm start: {held} (--warm-start off skips this)"
         shown = ", ".join(f"{s:.2f}x" for s in self.speedups)
-        where = ("the same target on this machine" if self.same_machine else
-                 "the same target on another machine: they set the order of the first draws only, "
-                 "their figures are not used")
-        return (f"warm start: the {len(self.configs)} top config(s) of study {self.name} ({shown} there) run "
-                f"first, measured here ({where}; --warm-start off skips this){'; ' + held if held else ''}")
+        where = (
+            "the same target on this machine"
+            if self.same_machine
+            else "the same target on another machine: they set the order of the first draws only, "
+            "their figures are not used"
+        )
+        return (
+            f"warm start: the {len(self.configs)} top config(s) of study {self.name} ({shown} there) run "
+            f"first, measured here ({where}; --warm-start off skips this){'; ' + held if held else ''}"
+        )
 
 
 def same_machine(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
@@ -78,8 +89,10 @@ def top_configs(found: Standing, top: int = TOP) -> tuple[list[dict[str, Any]], 
     distinct configs as sampled, believed figures only."""
     if found.base is None or not found.base.ranked:
         return [], []
-    ranked = sorted((g for g in found.groups if g is not found.base and g.ranked and not g.first.baseline),
-                    key=lambda g: -g.ranked_median)
+    ranked = sorted(
+        (g for g in found.groups if g is not found.base and g.ranked and not g.first.baseline),
+        key=lambda g: -g.ranked_median,
+    )
     configs, speedups = [], []
     for group in ranked:
         speedup = found.speedup(group)
@@ -101,8 +114,9 @@ def learnt(found: Standing, carried: Mapping[str, str]) -> dict[str, str]:
     if found.base is None:
         return dict(carried)
     knobs = {k for r in found.rows for k in r.sampled}
-    return {k: line for k, (_, line) in broke_holds(broken(found.rows, knobs, found.base.first.config),
-                                                     carried).items()}
+    return {
+        k: line for k, (_, line) in broke_holds(broken(found.rows, knobs, found.base.first.config), carried).items()
+    }
 
 
 def pick(candidates: Sequence[tuple[str, Mapping[str, Any], float]], fingerprint: Mapping[str, Any]) -> list[str]:
@@ -115,8 +129,7 @@ def pick(candidates: Sequence[tuple[str, Mapping[str, Any], float]], fingerprint
     return [name for name, _, _ in sorted(candidates, key=lambda c: (not same_machine(c[1], fingerprint), -c[2]))]
 
 
-def find_source(storage: Any, name: str, target: str, fingerprint: Mapping[str, Any],
-                top: int = TOP) -> Source | None:
+def find_source(storage: Any, name: str, target: str, fingerprint: Mapping[str, Any], top: int = TOP) -> Source | None:
     """The earlier study of ``target`` in ``storage`` a new study ``name`` starts from, or None."""
     import optuna
 
@@ -137,8 +150,10 @@ def find_source(storage: Any, name: str, target: str, fingerprint: Mapping[str, 
         found = standing(study)
         configs, speedups = top_configs(found, top)
         carried = study.user_attrs.get(BROKE_ATTR) or {}
-        broke = {k: line if line.startswith("study ") else f"study {source} learnt: {line}"
-                 for k, line in learnt(found, carried).items()}
+        broke = {
+            k: line if line.startswith("study ") else f"study {source} learnt: {line}"
+            for k, line in learnt(found, carried).items()
+        }
         if configs or broke:
             return Source(source, configs, speedups, same_machine(known[source], fingerprint), broke)
     return None

@@ -13,16 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.core._events import EventReader
-from autotune.machine._figures import (
-    add_foreign_load,
-    log_tail,
-    marks_of,
-    overheads,
-    run_figures,
-    summarize,
-    summarize_ceilings,
-    window_series,
-)
 from autotune.core._guard import (
     DIVERGENCE_TOLERANCE,
     Chunk,
@@ -33,13 +23,23 @@ from autotune.core._guard import (
     loss_curve,
     loss_history,
 )
+from autotune.core._loss_signal import noise_line, per_sample, per_sample_factor, per_sample_line, self_disagreement
+from autotune.core._outcome import Outcome, classify
+from autotune.core._to_loss import loss_fall, to_loss
+from autotune.machine._figures import (
+    add_foreign_load,
+    log_tail,
+    marks_of,
+    overheads,
+    run_figures,
+    summarize,
+    summarize_ceilings,
+    window_series,
+)
 from autotune.machine._launch import Budget, TrialSpec, launch
 from autotune.machine._monitor import Monitor, nvml_handle
-from autotune.core._outcome import Outcome, classify
-from autotune.core._loss_signal import noise_line, per_sample, per_sample_factor, per_sample_line, self_disagreement
-from autotune.stores._records import changes_batch
-from autotune.core._to_loss import loss_fall, to_loss
 from autotune.machine._reap import kill_group, kill_processes
+from autotune.stores._records import changes_batch
 
 if TYPE_CHECKING:
     from autotune.machine._launch import Launcher
@@ -83,11 +83,19 @@ _PROGRESS = frozenset({"resolved", "progress", "warmup", "window", "ceiling"})
 Stop = tuple[Outcome, str]
 
 
-def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
-              on_event: Callable[[dict[str, Any]], Stop | None] | None = None, *,
-              interrupt: threading.Event | None = None, reference: Sequence[Point] = (),
-              tolerance: float = DIVERGENCE_TOLERANCE, floor: int | None = None,
-              reference_curve: Sequence[Chunk] = (), warm: Launcher | None = None) -> TrialResult:
+def run_trial(
+    spec: TrialSpec,
+    log_path: Path,
+    ram_budget: int | None = None,
+    on_event: Callable[[dict[str, Any]], Stop | None] | None = None,
+    *,
+    interrupt: threading.Event | None = None,
+    reference: Sequence[Point] = (),
+    tolerance: float = DIVERGENCE_TOLERANCE,
+    floor: int | None = None,
+    reference_curve: Sequence[Chunk] = (),
+    warm: Launcher | None = None,
+) -> TrialResult:
     """Run one worker to its end and classify it. Never raises for the trial's own faults.
 
     The worker runs in its own process group, which is killed when the trial ends
@@ -134,8 +142,7 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
         if verdict:
             kill(*verdict)
 
-    gpu = nvml_handle(int(spec.device.partition(":")[2] or 0), os.environ) \
-        if spec.device.startswith("cuda") else None
+    gpu = nvml_handle(int(spec.device.partition(":")[2] or 0), os.environ) if spec.device.startswith("cuda") else None
     events: dict[str, Any] = {}
     windows: list[dict[str, Any]] = []
     ceilings: list[dict[str, Any]] = []
@@ -155,8 +162,15 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     paged_from = 0  # the tree's memory at the last step, or when a stall was last put off for paging
     judge({"event": "spawned", "pid": proc.pid, "tag": tag})
     try:
-        with Monitor(proc.pid, ram_budget, lambda why: kill(Outcome.OOM_HOST, why), gpu, floor,
-                     cpus=spec.cpus, on_error=lambda why: kill(Outcome.CRASHED, why)) as monitor:
+        with Monitor(
+            proc.pid,
+            ram_budget,
+            lambda why: kill(Outcome.OOM_HOST, why),
+            gpu,
+            floor,
+            cpus=spec.cpus,
+            on_error=lambda why: kill(Outcome.CRASHED, why),
+        ) as monitor:
             while True:
                 exited = proc.poll() is not None
                 if exited and "exit" not in arrived:
@@ -194,10 +208,15 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
                     kill(Outcome.INTERRUPTED, "the tuner was interrupted (Ctrl-C or SIGTERM)")
                 # (after its end is said, the code's exit, its threads joined and atexit run, is bounded
                 # by the deadline alone: no step is due)
-                elif late := _late(now - spawned, 0.0 if "end" in events else now - alive if "resolved" in events
-                                   else None,
-                                   stall_limit, now - compiling if compiling is not None else None, step,
-                                   budget, compiled_s):
+                elif late := _late(
+                    now - spawned,
+                    0.0 if "end" in events else now - alive if "resolved" in events else None,
+                    stall_limit,
+                    now - compiling if compiling is not None else None,
+                    step,
+                    budget,
+                    compiled_s,
+                ):
                     # A tree paging in gigabytes stops stepping: its memory is read now, so that it
                     # ends as over its RAM, not as stalled, where the sampling thread was behind.
                     why = monitor.limit_now()
@@ -233,8 +252,11 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
         metrics.update(run_figures(end, arrived))
     if not windows and so_far.get("seconds") and killed and killed[0][0] is Outcome.PRUNED:
         # pruned on its measure so far (autotune.core._prune.prune_so_far): that is its figure
-        metrics.update(samples_per_s=so_far["samples"] / so_far["seconds"], samples_per_s_spread=0.0,
-                       measured_samples=float(so_far["samples"]))
+        metrics.update(
+            samples_per_s=so_far["samples"] / so_far["seconds"],
+            samples_per_s_spread=0.0,
+            measured_samples=float(so_far["samples"]),
+        )
     if compiling is not None:  # stopped while torch.compile compiled: how long it had been at it
         metrics["compile_unfinished_s"] = time.monotonic() - compiling
     measured = summarize_ceilings(ceilings)
@@ -246,27 +268,50 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
     own = not spec.config.set_values() and bool(reference or reference_curve)
     factor = 1.0 if own else per_sample_factor(reference, losses, reference_curve, curve)
     history, judged_c = per_sample(losses, curve, factor)  # (a summed loss, per sample)
-    outcome, reason = classify(proc.returncode, killed[0] if killed else None, events.get("error"),
-                               windows, stderr_tail, history=history, reference=() if own else reference,
-                               tolerance=tolerance, memory_low=memory_low,
-                               # (the worker says whether it ran out before its measure was done)
-                               expected_windows=len(windows) + 1 if end.get("short") and not ended else 0,
-                               reference_curve=() if own else reference_curve, curve=judged_c,
-                               batches=events["end"].get("steps") if "end" in events else None)
+    outcome, reason = classify(
+        proc.returncode,
+        killed[0] if killed else None,
+        events.get("error"),
+        windows,
+        stderr_tail,
+        history=history,
+        reference=() if own else reference,
+        tolerance=tolerance,
+        memory_low=memory_low,
+        # (the worker says whether it ran out before its measure was done)
+        expected_windows=len(windows) + 1 if end.get("short") and not ended else 0,
+        reference_curve=() if own else reference_curve,
+        curve=judged_c,
+        batches=events["end"].get("steps") if "end" in events else None,
+    )
     if monitor.problems and not killed:
         reason = "\n".join(filter(None, [reason, *monitor.problems]))
     # Kept for the trials the verdict judged (those that ran to their end), not for one stopped
     # early (pruned, timed out, crashed), whose partial loss was never held against the tolerance.
-    judged = judge_loss(reference, history, reference_curve, judged_c) \
-        if (reference or reference_curve) and outcome in (Outcome.COMPLETE, Outcome.DIVERGED) else None
-    noise = self_disagreement(reference, history, reference_curve, judged_c, tolerance) \
-        if own and outcome is Outcome.COMPLETE else None
+    judged = (
+        judge_loss(reference, history, reference_curve, judged_c)
+        if (reference or reference_curve) and outcome in (Outcome.COMPLETE, Outcome.DIVERGED)
+        else None
+    )
+    noise = (
+        self_disagreement(reference, history, reference_curve, judged_c, tolerance)
+        if own and outcome is Outcome.COMPLETE
+        else None
+    )
     if noise is not None:
         metrics["loss_noise"] = abs(noise.excess)
     if factor != 1.0 and judged is not None:
         metrics["loss_per_sample"] = factor
-    reason = "\n".join(filter(None, [reason, noise and noise_line(noise, tolerance),
-                                     per_sample_line(factor) if factor != 1.0 and judged is not None else None]))
+    reason = "\n".join(
+        filter(
+            None,
+            [
+                reason,
+                noise and noise_line(noise, tolerance),
+                per_sample_line(factor) if factor != 1.0 and judged is not None else None,
+            ],
+        )
+    )
     if judged is not None and math.isfinite(judged.excess):
         metrics.update(loss_excess=judged.excess, loss_tolerance=tolerance)
         reached, fall = to_loss(reference_curve, judged_c), loss_fall(reference_curve)
@@ -278,14 +323,29 @@ def run_trial(spec: TrialSpec, log_path: Path, ram_budget: int | None = None,
         elif reached is not None and reached.reach > reached.reference:  # not there by its last sample:
             metrics.update(to_loss_beyond=reached.reach / reached.reference, to_loss_target=reached.target)
     final = events.get("end") or events.get("resolved") or {}
-    return TrialResult(outcome, reason, metrics, window_series(windows, monitor), windows,
-                       final.get("config", {}), final.get("base_batch_size"), final.get("lr"), log_path,
-                       losses, measured, loss_curve(windows), final.get("dataset") or {}, judged,
-                       events.get("profile"), shape_of_run(events.get("warmup"), windows, end, ended))
+    return TrialResult(
+        outcome,
+        reason,
+        metrics,
+        window_series(windows, monitor),
+        windows,
+        final.get("config", {}),
+        final.get("base_batch_size"),
+        final.get("lr"),
+        log_path,
+        losses,
+        measured,
+        loss_curve(windows),
+        final.get("dataset") or {},
+        judged,
+        events.get("profile"),
+        shape_of_run(events.get("warmup"), windows, end, ended),
+    )
 
 
-def shape_of_run(warmup: dict[str, Any] | None, windows: Sequence[dict[str, Any]], end: dict[str, Any],
-                 ended: bool) -> dict[str, Any]:
+def shape_of_run(
+    warmup: dict[str, Any] | None, windows: Sequence[dict[str, Any]], end: dict[str, Any], ended: bool
+) -> dict[str, Any]:
     """What a run tells of the training's shape: its marks (``marks_of``), and, where its code
     returned by itself, that it did (``ended``) with its epochs, steps and samples."""
     if warmup is None:
@@ -306,8 +366,15 @@ def paging(monitor: Monitor, since: int) -> bool:
     return bool(since) and monitor.ram_now > since + PAGING_BYTES
 
 
-def _late(running_s: float, since_step_s: float | None, stall_limit: float, compiling_s: float | None,
-          step: int, budget: Budget, compiled_s: float) -> str | None:
+def _late(
+    running_s: float,
+    since_step_s: float | None,
+    stall_limit: float,
+    compiling_s: float | None,
+    step: int,
+    budget: Budget,
+    compiled_s: float,
+) -> str | None:
     """Why a running trial is past its time, or None: no batch by ``budget.startup_s``, no step
     for ``stall_limit`` seconds since its config was resolved (``since_step_s``; None before),
     or past its deadline, which moves by what compiling took (``compiled_s``) and by what the
@@ -315,14 +382,16 @@ def _late(running_s: float, since_step_s: float | None, stall_limit: float, comp
     bounded by --compile-timeout, not the deadline (beside the suite's load, one ran past a 64 s
     deadline and its trial ended as a timeout)."""
     if since_step_s is None and running_s > budget.startup_s:
-        return (f"startup: no batch after {budget.startup_s:.0f} s "
-                "(imports, the dataset, DataLoader workers starting)")
+        return f"startup: no batch after {budget.startup_s:.0f} s (imports, the dataset, DataLoader workers starting)"
     if since_step_s is not None and since_step_s > stall_limit:
-        return (f"stalled: no step finished for {stall_limit:.0f} s"
-                + (" while torch.compile compiled the model (--compile-timeout)" if compiling_s is not None else "")
-                + (f" (the last report was at step {step})" if step else ""))
+        return (
+            f"stalled: no step finished for {stall_limit:.0f} s"
+            + (" while torch.compile compiled the model (--compile-timeout)" if compiling_s is not None else "")
+            + (f" (the last report was at step {step})" if step else "")
+        )
     compiled_s += compiling_s or 0.0
     if running_s > budget.deadline() + compiled_s:
-        return (f"deadline: still running after {budget.deadline() + compiled_s:.0f} s"
-                + (f" ({compiled_s:.0f} s of it compiling)" if compiled_s else ""))
+        return f"deadline: still running after {budget.deadline() + compiled_s:.0f} s" + (
+            f" ({compiled_s:.0f} s of it compiling)" if compiled_s else ""
+        )
     return None

@@ -34,9 +34,16 @@ class MoreWorkers:
     batch_size: Any = None
 
 
-def more_workers(row: Any, rows: Iterable[Any], ceilings: Ceilings, cpus: int, high: int,
-                 useful: int | None, can_persist: bool = True,
-                 smaller: tuple[Any, int | None] | None = None) -> MoreWorkers | None:
+def more_workers(
+    row: Any,
+    rows: Iterable[Any],
+    ceilings: Ceilings,
+    cpus: int,
+    high: int,
+    useful: int | None,
+    can_persist: bool = True,
+    smaller: tuple[Any, int | None] | None = None,
+) -> MoreWorkers | None:
     """``row``'s config with twice the workers it drew, when ``row`` leads (``leads``), waited on
     data ``TOP_WAITS`` of its time or more, and the study's loaders wait (``evidence``): at
     most ``high`` (the range now) and ``useful`` (an epoch's batches at its batch size); None
@@ -55,14 +62,21 @@ def more_workers(row: Any, rows: Iterable[Any], ceilings: Ceilings, cpus: int, h
     drawn = row.sampled.get("num_workers")
     waits = row.metrics.get("data_wait_frac", 0.0)
     led = {r.number: behind for r, behind in leads(rows)}
-    if not isinstance(drawn, int) or drawn < 1 or row.number not in led or waits < TOP_WAITS \
-            or not evidence(rows, ceilings, cpus):
+    if (
+        not isinstance(drawn, int)
+        or drawn < 1
+        or row.number not in led
+        or waits < TOP_WAITS
+        or not evidence(rows, ceilings, cpus)
+    ):
         return None
     size, at = None, ""
     if useful is not None and drawn >= useful and smaller is not None and high > drawn:
         size, useful = smaller  # (its own epoch gives no worker a batch more)
-        at = (f", one per batch of its epoch at batch_size={show_value(row.sampled.get('batch_size'))}: "
-              f"its config runs again at batch_size={show_value(size)}")
+        at = (
+            f", one per batch of its epoch at batch_size={show_value(row.sampled.get('batch_size'))}: "
+            f"its config runs again at batch_size={show_value(size)}"
+        )
     epoch = f"an epoch's batches at {'that' if at else 'its'} batch size"
     bounds = {"the range's high end": high, **({epoch: useful} if useful else {})}
     bound = min(bounds.items(), key=lambda kv: kv[1])
@@ -71,12 +85,19 @@ def more_workers(row: Any, rows: Iterable[Any], ceilings: Ceilings, cpus: int, h
         return None
     capped = f" ({bound[0]}, {bound[1]})" if workers < 2 * drawn else ""
     persistent = can_persist and row.sampled.get("persistent_workers") is False
-    kept = " and persistent_workers=true (started anew each epoch, twice the workers restart twice the work)" \
-        if persistent else ""
+    kept = (
+        " and persistent_workers=true (started anew each epoch, twice the workers restart twice the work)"
+        if persistent
+        else ""
+    )
     runs = f"{at} with" if at else ": its config runs again with"
-    return MoreWorkers(workers, f"trial {row.number}, {led_when(led[row.number])}, drew num_workers={drawn} and waited on data "
-                                f"{waits:.0%} of its time{runs} num_workers={workers}{capped}{kept}",
-                       persistent, size)
+    return MoreWorkers(
+        workers,
+        f"trial {row.number}, {led_when(led[row.number])}, drew num_workers={drawn} and waited on data "
+        f"{waits:.0%} of its time{runs} num_workers={workers}{capped}{kept}",
+        persistent,
+        size,
+    )
 
 
 def climbed(sampled: Mapping[str, Any], more: MoreWorkers, useful: int | None) -> dict[str, Any]:

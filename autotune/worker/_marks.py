@@ -91,10 +91,12 @@ class Stretches(TrialState):
         with its numbers, or None: too few for a warmup and one window (the floor of any measure)."""
         if self._windows_done:
             return None
-        return (f"ended after {steps} training step{'s' * (steps != 1)}, before one measured window: a measure "
-                f"needs a warmup (at least {self._warmup_steps} steps and {self._warmup_s:g} s: DataLoader workers "
-                f"starting, caches filling), then a window of at least {self._min_window_steps} steps; give it "
-                "more epochs or steps (its own arguments), or shorten --warmup")
+        return (
+            f"ended after {steps} training step{'s' * (steps != 1)}, before one measured window: a measure "
+            f"needs a warmup (at least {self._warmup_steps} steps and {self._warmup_s:g} s: DataLoader workers "
+            f"starting, caches filling), then a window of at least {self._min_window_steps} steps; give it "
+            "more epochs or steps (its own arguments), or shorten --warmup"
+        )
 
     def _scale_marks(self, batch: int) -> None:
         """At the first batch: on batches larger than the baseline's (its knob or its code), measured
@@ -128,8 +130,14 @@ class Stretches(TrialState):
         mark a whole run's window closes only where the code returns."""
         if not self._marks or self._extra:
             return self._window_due(now)
-        if not self._whole and self._window_s and self._mark < len(self._marks) and self._seen < self._marks[self._mark] \
-                and now - self._win.start >= SLOW_WINDOWS * self._window_s and self._win.steps >= self._min_window_steps:
+        if (
+            not self._whole
+            and self._window_s
+            and self._mark < len(self._marks)
+            and self._seen < self._marks[self._mark]
+            and now - self._win.start >= SLOW_WINDOWS * self._window_s
+            and self._win.steps >= self._min_window_steps
+        ):
             self._mark += 1  # (a window of its time, not its samples: see SLOW_WINDOWS)
             return True
         if self._mark < len(self._marks) and self._seen >= self._marks[self._mark]:
@@ -150,8 +158,9 @@ class Stretches(TrialState):
         if self._phase is Phase.WARMUP:
             if self._warm(now) and not self._aligned():
                 self._end_warmup()
-        elif self._mark_due(now) and (not self._aligned()
-                                        or now - self._win.start >= ALIGNED_MAX * max(self._window_s, MIN_WINDOW_S)):
+        elif self._mark_due(now) and (
+            not self._aligned() or now - self._win.start >= ALIGNED_MAX * max(self._window_s, MIN_WINDOW_S)
+        ):
             self._end_window()
 
     def _epoch_done(self, seconds: float) -> None:
@@ -180,8 +189,14 @@ class Stretches(TrialState):
     def _still_learning(self) -> bool:
         """Whether to measure one more window: ``learn_windows`` are left and the loss over
         the judged span is still above ``learn_to`` times the warmup's (a positive loss)."""
-        if self._marks or self._extra or self._windows_done >= self._windows + self._learn_windows \
-                or not self._warmup_loss or self._warmup_loss < 0 or not math.isfinite(self._warmup_loss):
+        if (
+            self._marks
+            or self._extra
+            or self._windows_done >= self._windows + self._learn_windows
+            or not self._warmup_loss
+            or self._warmup_loss < 0
+            or not math.isfinite(self._warmup_loss)
+        ):
             return False
         span = judged_span(self._chunks)
         loss = mean_over(self._chunks, *span) if span else None
@@ -207,8 +222,16 @@ class Stretches(TrialState):
         at = win.ends[k - 1]
         first, rest = win.split(k, at, self._seen)
         self._win = first
-        self._emit("warmup", steps=k, seconds=sum(first.step_times), samples=first.samples, samples_seen=at,
-                   loss=first.loss(), curve=first.curve(at), **said)
+        self._emit(
+            "warmup",
+            steps=k,
+            seconds=sum(first.step_times),
+            samples=first.samples,
+            samples_seen=at,
+            loss=first.loss(),
+            curve=first.curve(at),
+            **said,
+        )
         self._phase, self._win = Phase.MEASURE, rest
         if self._marks:
             self._mark = marks_reached(self._marks, at)
@@ -216,5 +239,8 @@ class Stretches(TrialState):
     def _last_window_wanted(self) -> bool:
         """Whether the code's return closes a last, partial window: in a whole run, in the
         baseline's run past its windows, or where the windows were not all measured."""
-        return self._phase is Phase.MEASURE and self._win.steps >= self._min_window_steps \
+        return (
+            self._phase is Phase.MEASURE
+            and self._win.steps >= self._min_window_steps
             and (self._whole or self._extra or not self._measured_all())
+        )

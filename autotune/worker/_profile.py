@@ -32,8 +32,14 @@ from autotune.worker._trial_state import TrialState
 #: asked for (logging, ``loss.item()``, the loop's own work).
 PARTS = ("data_wait", "copy", "forward", "backward", "optimizer", "other")
 #: What the report and the summary call each part.
-LABELS = {"data_wait": "data wait", "copy": "copy to device", "forward": "forward",
-          "backward": "backward", "optimizer": "optimizer step", "other": "other"}
+LABELS = {
+    "data_wait": "data wait",
+    "copy": "copy to device",
+    "forward": "forward",
+    "backward": "backward",
+    "optimizer": "optimizer step",
+    "other": "other",
+}
 #: Steps recorded under torch.profiler after the timed window, all in the trace; the first 2
 #: carry the profiler's own start and are left out of the recorded steps' time.
 PROFILER_WARMUP, PROFILER_ACTIVE = 2, 6
@@ -94,8 +100,12 @@ def recorder(device: Any):
     activities = [ProfilerActivity.CPU]
     if getattr(device, "type", "cpu") == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    return profile(activities=activities, record_shapes=False,
-                   profile_memory=getattr(device, "type", "cpu") == "cuda", with_stack=False)
+    return profile(
+        activities=activities,
+        record_shapes=False,
+        profile_memory=getattr(device, "type", "cpu") == "cuda",
+        with_stack=False,
+    )
 
 
 def write_trace(prof: Any, path: Path) -> int:
@@ -157,17 +167,23 @@ def changed(base: Mapping[str, float], winner: Mapping[str, float]) -> str:
     n0, n1 = base.get("samples", 0.0), winner.get("samples", 0.0)
     per_sample = bool(n0 and n1 and abs(n0 - n1) > 0.01 * n0)  # another batch: a step is not the same work
     scale0, scale1, unit = (1e6 / n0, 1e6 / n1, "us a sample") if per_sample else (1e3, 1e3, "ms")
-    moved = sorted((part for part in PARTS if base.get(part, 0.0) or winner.get(part, 0.0)),
-                   key=lambda p: -abs(base.get(p, 0.0) * scale0 - winner.get(p, 0.0) * scale1))
+    moved = sorted(
+        (part for part in PARTS if base.get(part, 0.0) or winner.get(part, 0.0)),
+        key=lambda p: -abs(base.get(p, 0.0) * scale0 - winner.get(p, 0.0) * scale1),
+    )
     before, after = shares(base), shares(winner)
-    parts = [f"{LABELS[p]} {base.get(p, 0.0) * scale0:.1f} -> {winner.get(p, 0.0) * scale1:.1f} {unit} "
-             f"({before.get(p, 0.0):.0%} -> {after.get(p, 0.0):.0%} of the step)"
-             for p in moved[:2]
-             if abs(base.get(p, 0.0) * scale0 - winner.get(p, 0.0) * scale1) >= 0.1 * base.get("step", 0.0) * scale0]
+    parts = [
+        f"{LABELS[p]} {base.get(p, 0.0) * scale0:.1f} -> {winner.get(p, 0.0) * scale1:.1f} {unit} "
+        f"({before.get(p, 0.0):.0%} -> {after.get(p, 0.0):.0%} of the step)"
+        for p in moved[:2]
+        if abs(base.get(p, 0.0) * scale0 - winner.get(p, 0.0) * scale1) >= 0.1 * base.get("step", 0.0) * scale0
+    ]
     step = f"step {base.get('step', 0.0) * 1e3:.1f} ms -> {winner.get('step', 0.0) * 1e3:.1f} ms"
     if per_sample:
-        step = (f"step {base['step'] * 1e3:.1f} ms ({n0:.0f} samples) -> {winner['step'] * 1e3:.1f} ms "
-                f"({n1:.0f} samples), {base['step'] * scale0:.1f} -> {winner['step'] * scale1:.1f} us a sample")
+        step = (
+            f"step {base['step'] * 1e3:.1f} ms ({n0:.0f} samples) -> {winner['step'] * 1e3:.1f} ms "
+            f"({n1:.0f} samples), {base['step'] * scale0:.1f} -> {winner['step'] * scale1:.1f} us a sample"
+        )
     return "; ".join([step, *parts])
 
 
@@ -233,5 +249,12 @@ class ProfilePhase(TrialState):
         recording.__exit__(None, None, None)
         path = Path(self._trace)
         size = write_trace(recording, path)
-        self._emit("profile", parts=self._timed, trace=str(path), trace_bytes=size,
-                   recorded_steps=steps, recorded_step_s=seconds / steps, memory=self._memory)
+        self._emit(
+            "profile",
+            parts=self._timed,
+            trace=str(path),
+            trace_bytes=size,
+            recorded_steps=steps,
+            recorded_step_s=seconds / steps,
+            memory=self._memory,
+        )

@@ -43,8 +43,10 @@ FILL_MARGIN = 0.9
 #: the store), and of one for smaller batches.
 DUPLICATED, SMALLER = "distorted", "not the same training"
 
-_FIX = ("split the rows in the dataset's __iter__ by torch.utils.data.get_worker_info() (its id and "
-        "num_workers), or every worker yields the whole stream")
+_FIX = (
+    "split the rows in the dataset's __iter__ by torch.utils.data.get_worker_info() (its id and "
+    "num_workers), or every worker yields the whole stream"
+)
 
 
 def _widest(batch: Any) -> Any:
@@ -115,8 +117,12 @@ def fill(metrics: Mapping[str, Any], batch_size: Any) -> float | None:
     return per_step / size if per_step and size and size > 0 else None
 
 
-def distortion(metrics: Mapping[str, Any], config: Mapping[str, Any], base_metrics: Mapping[str, Any],
-               base_config: Mapping[str, Any]) -> str | None:
+def distortion(
+    metrics: Mapping[str, Any],
+    config: Mapping[str, Any],
+    base_metrics: Mapping[str, Any],
+    base_config: Mapping[str, Any],
+) -> str | None:
     """Why a trial's figure is not the same training as the baseline's, or None.
 
     Compares its rows seen again in its first batches, the rows of a whole epoch and its
@@ -142,12 +148,16 @@ def distortion(metrics: Mapping[str, Any], config: Mapping[str, Any], base_metri
     by = f"its {workers} DataLoader workers" if isinstance(workers, int) and workers > 1 else "its loader"
     repeats, base_repeats = _number(metrics.get("repeat_share")), _number(base_metrics.get("repeat_share")) or 0.0
     if repeats is not None and repeats - base_repeats >= REPEAT_MARGIN:
-        return (f"{DUPLICATED}: {repeats:.0%} of the rows of its first batches came again (the baseline's: "
-                f"{base_repeats:.0%}): {by} deliver the same rows more than once; {_FIX}")
+        return (
+            f"{DUPLICATED}: {repeats:.0%} of the rows of its first batches came again (the baseline's: "
+            f"{base_repeats:.0%}): {by} deliver the same rows more than once; {_FIX}"
+        )
     rows, base_rows = _number(metrics.get("epoch_rows")), _number(base_metrics.get("epoch_rows"))
     if rows and base_rows and rows > EPOCH_MARGIN * base_rows:
-        return (f"{DUPLICATED}: an epoch of its loader delivered {rows:,.0f} rows, {rows / base_rows:.1f}x the "
-                f"baseline's {base_rows:,.0f}: {by} deliver rows more than once; {_FIX}")
+        return (
+            f"{DUPLICATED}: an epoch of its loader delivered {rows:,.0f} rows, {rows / base_rows:.1f}x the "
+            f"baseline's {base_rows:,.0f}: {by} deliver rows more than once; {_FIX}"
+        )
     share, base_share = fill(metrics, config.get("batch_size")), fill(base_metrics, base_config.get("batch_size"))
     size = _number(config.get("batch_size"))
     # an epoch's last batch is partial where its rows are no multiple of it (only counts say so: a
@@ -155,18 +165,21 @@ def distortion(metrics: Mapping[str, Any], config: Mapping[str, Any], base_metri
     if base_share and rows is not None and rows >= 1 and size is not None and size >= 1:
         base_share = min(base_share, rows / (size * math.ceil(rows / size)))
     if share and base_share and share < FILL_MARGIN * base_share:
-        return (f"{SMALLER}: the model saw batches of {metrics['samples_per_step']:.1f} samples on "
-                f"average, {share:.0%} of its batch_size {config['batch_size']} (the baseline's: {base_share:.0%}): "
-                f"each worker of a stream batches its own rows, so {by} end in partial batches; a smaller batch "
-                "is not a faster config of the same training")
+        return (
+            f"{SMALLER}: the model saw batches of {metrics['samples_per_step']:.1f} samples on "
+            f"average, {share:.0%} of its batch_size {config['batch_size']} (the baseline's: {base_share:.0%}): "
+            f"each worker of a stream batches its own rows, so {by} end in partial batches; a smaller batch "
+            "is not a faster config of the same training"
+        )
     return None
 
 
 def duplicating(rows: Iterable[TrialRow]) -> TrialRow | None:
     """The first trial whose loader delivered rows more than once (a stream that every worker
     yields whole): past one worker, every config would, so none is drawn or climbed to."""
-    return next((r for r in rows if r.outcome == Outcome.DISTORTED.value and r.reason.startswith(f"{DUPLICATED}:")),
-                None)
+    return next(
+        (r for r in rows if r.outcome == Outcome.DISTORTED.value and r.reason.startswith(f"{DUPLICATED}:")), None
+    )
 
 
 def same_training(result: TrialResult, base: TrialRow | None) -> TrialResult:
@@ -178,6 +191,5 @@ def same_training(result: TrialResult, base: TrialRow | None) -> TrialResult:
         return result
     why = distortion(result.metrics, result.resolved, base.metrics, base.config)
     if why is None and result.outcome == Outcome.COMPLETE:
-        why = other_training(result.shape, result.resolved.get("batch_size"), base.shape,
-                             base.config.get("batch_size"))
+        why = other_training(result.shape, result.resolved.get("batch_size"), base.shape, base.config.get("batch_size"))
     return result if why is None else dataclasses.replace(result, outcome=Outcome.DISTORTED, reason=why)

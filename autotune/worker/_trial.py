@@ -13,13 +13,13 @@ from typing import Any
 
 from autotune.core._ceilings import CACHED_BATCHES
 from autotune.core._config import Config
-from autotune.training._handles import Run
 from autotune.core._knobs import Part
 from autotune.core._loaders import batch_len, close_epoch
-from autotune.worker._loaderless import LoaderlessSteps
-from autotune.worker._profile import ProfilePhase
 from autotune.machine._proctree import tree_cpu_s
+from autotune.training._handles import Run
+from autotune.worker._loaderless import LoaderlessSteps
 from autotune.worker._marks import Stretches, marks_reached
+from autotune.worker._profile import ProfilePhase
 from autotune.worker._streams import Repeats
 from autotune.worker._trial_phases import BudgetSpent, CeilingPhases
 from autotune.worker._trial_state import Phase
@@ -28,6 +28,7 @@ from autotune.worker._window import Window, compile_s, compile_warm
 #: Seconds between a trial's ``progress`` events: the parent's stall detector
 #: (``Budget.stall_s``) needs a sign of life, and a clock read per step costs nothing.
 PROGRESS_S = 1.0
+
 
 class Trial(Stretches, CeilingPhases, ProfilePhase, LoaderlessSteps, Run):
     """A run under tuning: measures the loop in windows and stops it when done.
@@ -62,12 +63,27 @@ class Trial(Stretches, CeilingPhases, ProfilePhase, LoaderlessSteps, Run):
     file.
     """
 
-    def __init__(self, config: Config, device: Any, emit: Callable[..., None], *,
-                 warmup_steps: int, warmup_s: float, window_s: float, windows: int,
-                 min_window_steps: int = 2, ceiling_windows: int = 0, learn_windows: int = 0,
-                 learn_to: float = 0.0, known_ceilings: Mapping[str, Sequence[str]] | None = None,
-                 trace: str | None = None, marks: Sequence[int] = (), whole: bool = False,
-                 whole_s: float = 0.0, step_samples: float = 0.0) -> None:
+    def __init__(
+        self,
+        config: Config,
+        device: Any,
+        emit: Callable[..., None],
+        *,
+        warmup_steps: int,
+        warmup_s: float,
+        window_s: float,
+        windows: int,
+        min_window_steps: int = 2,
+        ceiling_windows: int = 0,
+        learn_windows: int = 0,
+        learn_to: float = 0.0,
+        known_ceilings: Mapping[str, Sequence[str]] | None = None,
+        trace: str | None = None,
+        marks: Sequence[int] = (),
+        whole: bool = False,
+        whole_s: float = 0.0,
+        step_samples: float = 0.0,
+    ) -> None:
         super().__init__(config, device)
         self._emit = emit
         self._warmup_steps, self._warmup_s = warmup_steps, warmup_s
@@ -133,8 +149,10 @@ class Trial(Stretches, CeilingPhases, ProfilePhase, LoaderlessSteps, Run):
 
     def _after_step(self, loss: Any) -> None:
         if not self._announced:  # a step with no batch from run.batches: nothing would be measured
-            raise RuntimeError("run.step() ran before any batch came from run.batches(loader): autotune "
-                               "measures the loop through it; iterate `for batch in run.batches(loader):`")
+            raise RuntimeError(
+                "run.step() ran before any batch came from run.batches(loader): autotune "
+                "measures the loop through it; iterate `for batch in run.batches(loader):`"
+            )
         self.stepped += 1
         curve = self._phase in (Phase.WARMUP, Phase.MEASURE)  # its curve: where each step ends, its loss
         self._win.add_loss(loss.detach().float(), self._seen + self._batch_samples if curve else None)
@@ -178,8 +196,13 @@ class Trial(Stretches, CeilingPhases, ProfilePhase, LoaderlessSteps, Run):
                     self._announced = True
                     self._started = self._beat = self._loop_t0 = time.perf_counter()
                     self._scale_marks(batch_len(batch))
-                    self._emit("resolved", config=self.resolved(), base_batch_size=self._base_batch_size,
-                               lr=self.lr, dataset=self.facts())
+                    self._emit(
+                        "resolved",
+                        config=self.resolved(),
+                        base_batch_size=self._base_batch_size,
+                        lr=self.lr,
+                        dataset=self.facts(),
+                    )
                 if self._phase == Phase.MEASURE and Part.COMPUTE in self._pending:
                     self._cached.append(batch)
                 elif self._phase == Phase.WARMUP and self._epoch_rows is None:  # its first epoch's rows:
@@ -230,13 +253,23 @@ class Trial(Stretches, CeilingPhases, ProfilePhase, LoaderlessSteps, Run):
         seconds = time.perf_counter() - self._started
         # at most the warmup's own time: the first step's time counts its wait for the first
         # batch, which came before the warmup's clock started
-        cost = {"compile_s": min(seconds, compile_s(self._win.step_times)), **_compile_cache()} \
-            if self._compiling else {}
+        cost = (
+            {"compile_s": min(seconds, compile_s(self._win.step_times)), **_compile_cache()} if self._compiling else {}
+        )
         repeats = {"repeat_share": self._repeats.share} if self._repeats.share is not None else {}
         self._said_warmup = {**cost, **repeats}  # (said again if the code's end makes it the whole run)
         self._warmup_win = self._win
-        self._emit("warmup", steps=self._step, seconds=seconds, samples=self._win.samples,
-                   samples_seen=self._seen, loss=loss, curve=self._win.curve(self._seen), **cost, **repeats)
+        self._emit(
+            "warmup",
+            steps=self._step,
+            seconds=seconds,
+            samples=self._win.samples,
+            samples_seen=self._seen,
+            loss=loss,
+            curve=self._win.curve(self._seen),
+            **cost,
+            **repeats,
+        )
         self._reset_window(time.perf_counter())
         self._stop_if_nonfinite(loss)
 
@@ -245,8 +278,16 @@ class Trial(Stretches, CeilingPhases, ProfilePhase, LoaderlessSteps, Run):
             self._beat = now
             # measuring: its samples and seconds so far, the window under way's too (a slow config
             # is pruned on them before its windows, at the baseline's marks, are done)
-            so_far = {"samples": self._so_far[0] + self._win.samples, "seconds": self._so_far[1] + now - self._win.start,
-                      "window_s": now - self._win.start, "wall": time.time()} if self._phase == Phase.MEASURE else {}
+            so_far = (
+                {
+                    "samples": self._so_far[0] + self._win.samples,
+                    "seconds": self._so_far[1] + now - self._win.start,
+                    "window_s": now - self._win.start,
+                    "wall": time.time(),
+                }
+                if self._phase == Phase.MEASURE
+                else {}
+            )
             self._emit("progress", step=self._step, **so_far)
 
     @staticmethod
@@ -268,11 +309,22 @@ class Trial(Stretches, CeilingPhases, ProfilePhase, LoaderlessSteps, Run):
             extra["gpu_mem_peak"] = torch.cuda.max_memory_allocated(self.device)
         curve = self._win.curve(self._seen)
         self._chunks.extend(curve)
-        self._emit("window", index=self._windows_done, steps=self._win.steps,
-                   samples=self._win.samples, samples_seen=self._seen, seconds=now - self._win.start,
-                   data_wait=self._win.wait, loss=loss, step_times=self._win.step_times,
-                   curve=curve, wall=time.time(), main_thread_s=time.thread_time() - self._win.thread,
-                   outside_s=self._win.outside, **extra)
+        self._emit(
+            "window",
+            index=self._windows_done,
+            steps=self._win.steps,
+            samples=self._win.samples,
+            samples_seen=self._seen,
+            seconds=now - self._win.start,
+            data_wait=self._win.wait,
+            loss=loss,
+            step_times=self._win.step_times,
+            curve=curve,
+            wall=time.time(),
+            main_thread_s=time.thread_time() - self._win.thread,
+            outside_s=self._win.outside,
+            **extra,
+        )
         self._windows_done += 1
         self._so_far = (self._so_far[0] + self._win.samples, self._so_far[1] + now - self._win.start)
         self._reset_window(now)
@@ -293,13 +345,30 @@ class Trial(Stretches, CeilingPhases, ProfilePhase, LoaderlessSteps, Run):
             self._close_window()
         whole = {}
         if ended and self._loop_t0 is not None:
-            whole = {"ended": True, "loop_s": self._last_step - self._loop_t0 - self._outside_total,
-                     "outside_s": self._outside_total, "epochs": self._epochs, "samples": self._seen}
-        short = self._phase in (Phase.WARMUP, Phase.MEASURE) and not self._whole and not self._extra \
+            whole = {
+                "ended": True,
+                "loop_s": self._last_step - self._loop_t0 - self._outside_total,
+                "outside_s": self._outside_total,
+                "epochs": self._epochs,
+                "samples": self._seen,
+            }
+        short = (
+            self._phase in (Phase.WARMUP, Phase.MEASURE)
+            and not self._whole
+            and not self._extra
             and not self._measured_all()
-        self._emit("end", steps=self._step, windows=self._windows_done, short=short,
-                   config=self.resolved(), base_batch_size=self._base_batch_size, lr=self.lr,
-                   dataset=self.facts(), **whole)
+        )
+        self._emit(
+            "end",
+            steps=self._step,
+            windows=self._windows_done,
+            short=short,
+            config=self.resolved(),
+            base_batch_size=self._base_batch_size,
+            lr=self.lr,
+            dataset=self.facts(),
+            **whole,
+        )
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -317,4 +386,3 @@ def _compile_cache() -> dict[str, float]:
     misses = counters["inductor"]["fxgraph_cache_miss"] + counters["aot_autograd"]["autograd_cache_miss"]
     warm = compile_warm(hits, misses)
     return {} if warm is None else {"compile_warm": warm}
-

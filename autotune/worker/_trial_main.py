@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from autotune.core._events import FD_ENV, EventWriter
-from autotune.training._ranks import RANKS_ENV, launch_ranks, local_rank, pin_rank
 from autotune.machine._slots import CPUS_ENV
+from autotune.training._ranks import RANKS_ENV, launch_ranks, local_rank, pin_rank
 
 #: Lines of a traceback kept as a trial's reason.
 TRACEBACK_LINES = 12
@@ -51,8 +51,7 @@ def error_event(exc: BaseException) -> dict[str, Any]:
     """What the parent needs to classify an exception: type, message, traceback tail."""
     lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
     text = "".join(lines).rstrip().splitlines()
-    return {"type": type(exc).__name__, "message": str(exc),
-            "traceback": "\n".join(text[-TRACEBACK_LINES:])}
+    return {"type": type(exc).__name__, "message": str(exc), "traceback": "\n".join(text[-TRACEBACK_LINES:])}
 
 
 class _Logged:
@@ -80,8 +79,12 @@ def _log_line(kind: str, e: dict[str, Any]) -> str | None:
         compiled = f", {e['compile_s']:.1f} s of it compiling" if "compile_s" in e else ""
         return f"warmup done: {e['steps']} steps in {e['seconds']:.2f} s{compiled}{loss}"
     if kind == "window":
-        return (f"window {e['index'] + 1}: {e['samples']} samples in {e['seconds']:.3f} s = {rate:,.0f} samples/s, "
-                f"data wait {e['data_wait'] / e['seconds']:.0%}{loss}" if e.get("seconds") else None)
+        return (
+            f"window {e['index'] + 1}: {e['samples']} samples in {e['seconds']:.3f} s = {rate:,.0f} samples/s, "
+            f"data wait {e['data_wait'] / e['seconds']:.0%}{loss}"
+            if e.get("seconds")
+            else None
+        )
     if kind == "ceiling":
         return f"{e['part']} ceiling window {e['index'] + 1}: {rate:,.0f} samples/s"
     if kind == "end":
@@ -119,11 +122,19 @@ def run_script_measured(run: Any, target: str, argv: list[str], emit: Any) -> No
         run.hooks.remove()
     hooks, why = run.hooks, None
     if hooks.training is None and not run.loaderless:
-        why = ("stepped no torch.optim optimizer after taking a batch" if hooks.last_fetched is not None
-               else "took no batch from the DataLoader it built" if hooks.built_loader else None)
-        why = (f"{why} (autotune measures the DataLoader whose batches an optimizer.step() follows)" if why else
-               "has no training loop: it built no DataLoader, stepped no optimizer and called no backward() "
-               "(autotune measures a loop of optimizer steps, with or without a DataLoader)")
+        why = (
+            "stepped no torch.optim optimizer after taking a batch"
+            if hooks.last_fetched is not None
+            else "took no batch from the DataLoader it built"
+            if hooks.built_loader
+            else None
+        )
+        why = (
+            f"{why} (autotune measures the DataLoader whose batches an optimizer.step() follows)"
+            if why
+            else "has no training loop: it built no DataLoader, stepped no optimizer and called no backward() "
+            "(autotune measures a loop of optimizer steps, with or without a DataLoader)"
+        )
     else:
         run.finish(ended=True)
         why = run.too_short(hooks.steps)  # (its optimizer steps: the first batch came before the loader was known)
@@ -158,8 +169,11 @@ def main(argv: list[str] | None = None) -> int:
     if ranked is None and spec.get("nproc", 1) > 1:  # the launcher of a trial's ranks (autotune.training._ranks)
         writer = EventWriter(int(os.environ[FD_ENV]))
         writer("started", pid=os.getpid())
-        return launch_ranks(sys.argv[1] if argv is None else argv[0], spec["nproc"], lambda e: writer(
-            e["event"], **{k: v for k, v in e.items() if k not in ("event", "at")}))
+        return launch_ranks(
+            sys.argv[1] if argv is None else argv[0],
+            spec["nproc"],
+            lambda e: writer(e["event"], **{k: v for k, v in e.items() if k not in ("event", "at")}),
+        )
     if ranked is not None:  # one rank of them: its events on its own FIFO
         fd = os.open(os.path.join(os.environ[RANKS_ENV], str(ranked[0])), os.O_WRONLY)
         emit = _Logged(EventWriter(fd)) if ranked[0] == 0 else EventWriter(fd)
@@ -168,8 +182,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         emit = _Logged(EventWriter(int(os.environ[FD_ENV])))
     rank = f" (rank {ranked[0]} of {ranked[1]})" if ranked else ""
-    print(f"autotune: trial worker pid {os.getpid()}{rank}: {spec['target']} on {spec['device']}, seed {spec['seed']}, "
-          f"config {spec['config'] or '(your code as written)'}", flush=True)
+    print(
+        f"autotune: trial worker pid {os.getpid()}{rank}: {spec['target']} on {spec['device']}, seed {spec['seed']}, "
+        f"config {spec['config'] or '(your code as written)'}",
+        flush=True,
+    )
     emit("started", pid=os.getpid())
     # A --jobs slot's CPUs: pinned before torch starts, so that its thread pool and the
     # DataLoader workers (which inherit the mask) stay on them.
@@ -194,8 +211,14 @@ def main(argv: list[str] | None = None) -> int:
             from autotune.worker._script_trial import ScriptTrial
 
             kind = ScriptTrial
-        run = kind(Config(**spec["config"]), spec["device"], emit, **spec["budget"],
-                   known_ceilings=spec.get("known_ceilings"), trace=spec.get("trace"))
+        run = kind(
+            Config(**spec["config"]),
+            spec["device"],
+            emit,
+            **spec["budget"],
+            known_ceilings=spec.get("known_ceilings"),
+            trace=spec.get("trace"),
+        )
         run.apply_backends()  # before the user's code: its own later settings win, and are reported
         if script:
             run_script_measured(run, spec["target"], spec["argv"], emit)

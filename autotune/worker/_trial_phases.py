@@ -57,10 +57,18 @@ class CeilingPhases(TrialState):
         self._sync()
         now = time.perf_counter()
         assert self._win.cpu is not None  # a ceiling's window counts its CPU (Trial._reset_window)
-        self._emit("ceiling", part=part.value, key=ceiling_key(part, self.resolved()),
-                   index=self._ceiling_index, steps=self._win.steps, samples=self._win.samples,
-                   seconds=now - self._win.start, cpu_s=tree_cpu_s() - self._win.cpu, cpus=usable_cpus(),
-                   wall=time.time())
+        self._emit(
+            "ceiling",
+            part=part.value,
+            key=ceiling_key(part, self.resolved()),
+            index=self._ceiling_index,
+            steps=self._win.steps,
+            samples=self._win.samples,
+            seconds=now - self._win.start,
+            cpu_s=tree_cpu_s() - self._win.cpu,
+            cpus=usable_cpus(),
+            wall=time.time(),
+        )
         self._ceiling_index += 1
         self._reset_window(now)
         if self._ceiling_index >= self._ceiling_windows:
@@ -75,8 +83,9 @@ class CeilingPhases(TrialState):
         from autotune.training._prefetch import THREAD_DEPTH
 
         resolved = self.resolved()
-        queued = resolved.get("num_workers", 0) * resolved.get("prefetch_factor", 0) \
-            + (THREAD_DEPTH if resolved.get("prefetch") == "thread" else 0)
+        queued = resolved.get("num_workers", 0) * resolved.get("prefetch_factor", 0) + (
+            THREAD_DEPTH if resolved.get("prefetch") == "thread" else 0
+        )
         drain = queued + 1
         epochs = [it]
         try:
@@ -99,8 +108,7 @@ class CeilingPhases(TrialState):
                 self._win.samples += batch_len(batch)
                 elapsed = now - self._win.start
                 # A fast loader is timed over a quarter window: its rate is precise by then.
-                if self._window_due(now) or (elapsed >= self._window_s / 4
-                                             and self._win.steps >= QUICK_LOADER_BATCHES):
+                if self._window_due(now) or (elapsed >= self._window_s / 4 and self._win.steps >= QUICK_LOADER_BATCHES):
                     self._close_ceiling_window(Part.LOADER)  # the last one raises BudgetSpent
         finally:
             for extra in epochs[1:]:

@@ -47,9 +47,21 @@ from autotune.machine._launch import worker_environ
 READY_TIMEOUT_S = 60.0
 #: Environment variables whose value is read when an interpreter starts: a forked
 #: child keeps the warm worker's, so a trial that wants others is spawned cold.
-_AT_STARTUP = ("PYTHONPATH", "PYTHONHASHSEED", "PYTHONUNBUFFERED", "PYTHONOPTIMIZE", "PYTHONDONTWRITEBYTECODE",
-               "PYTHONWARNINGS", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "PYTHONMALLOC", "PYTHONDEVMODE",
-               "PYTHONFAULTHANDLER", "PYTHONIOENCODING", "PYTHONUTF8")
+_AT_STARTUP = (
+    "PYTHONPATH",
+    "PYTHONHASHSEED",
+    "PYTHONUNBUFFERED",
+    "PYTHONOPTIMIZE",
+    "PYTHONDONTWRITEBYTECODE",
+    "PYTHONWARNINGS",
+    "PYTHONSAFEPATH",
+    "PYTHONNOUSERSITE",
+    "PYTHONMALLOC",
+    "PYTHONDEVMODE",
+    "PYTHONFAULTHANDLER",
+    "PYTHONIOENCODING",
+    "PYTHONUTF8",
+)
 
 
 class WarmWorker:
@@ -82,9 +94,14 @@ class WarmWorker:
         What the tuner uses of the process: ``pid``, ``wait(timeout)``, ``kill()`` (the suite's
         tuners fork it from a template that has done the imports: tests/lib/forked_cli.py)."""
         return subprocess.Popen(
-            [sys.executable, "-m", "autotune.worker._warm", str(fd), ",".join(map(str, cpus))], env=self.environ,
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            pass_fds=(fd,), start_new_session=True)  # Ctrl-C is the tuner's to handle
+            [sys.executable, "-m", "autotune.worker._warm", str(fd), ",".join(map(str, cpus))],
+            env=self.environ,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(fd,),
+            start_new_session=True,
+        )  # Ctrl-C is the tuner's to handle
 
     @property
     def pid(self) -> int:
@@ -191,6 +208,7 @@ def _serve(sock: socket.socket, cpus: set[int]) -> None:
     if cpus:
         os.sched_setaffinity(0, cpus)
     import torch  # noqa: F401  (the point: paid once, not per trial)
+
     # A training function's first optimizer imports torch._dynamo (about 1.1 s on a 2-core
     # host, torch 2.13): importing it here takes that out of every trial's set-up too.
     import torch._dynamo  # noqa: F401
@@ -223,8 +241,9 @@ def _reap(pid: int, sock: socket.socket) -> int | None:
     waiter = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None
     try:
         while True:
-            readable, _, _ = select.select([sock] + ([waiter] if waiter is not None else []), [], [],
-                                           None if waiter is not None else 0.05)
+            readable, _, _ = select.select(
+                [sock] + ([waiter] if waiter is not None else []), [], [], None if waiter is not None else 0.05
+            )
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 return os.waitstatus_to_exitcode(status)

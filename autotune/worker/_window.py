@@ -17,8 +17,9 @@ from typing import Any
 CURVE_CHUNKS = 16
 
 
-def chunk_curve(losses: Sequence[float], ends: Sequence[int], start: int,
-                chunks: int = CURVE_CHUNKS) -> list[list[float]]:
+def chunk_curve(
+    losses: Sequence[float], ends: Sequence[int], start: int, chunks: int = CURVE_CHUNKS
+) -> list[list[float]]:
     """Step losses in up to ``chunks`` pieces of consecutive steps, each ``[start, end, mean
     loss, steps]`` in samples since the first batch: ``ends[i]`` is where step ``i`` ends,
     ``start`` where the first step begins.
@@ -105,7 +106,11 @@ class Window:
         """This stretch and the ``later`` one that followed it, as one."""
         both = Window(self.start, self.cpu)
         both.thread, both.outside = self.thread, self.outside + later.outside
-        both.steps, both.samples, both.wait = self.steps + later.steps, self.samples + later.samples, self.wait + later.wait
+        both.steps, both.samples, both.wait = (
+            self.steps + later.steps,
+            self.samples + later.samples,
+            self.wait + later.wait,
+        )
         both.step_times, both.waits = self.step_times + later.step_times, self.waits + later.waits
         for loss, end in [*zip(self._losses, self._ends), *zip(later._losses, later._ends)]:
             both.add_loss(loss, end)
@@ -119,8 +124,10 @@ class Window:
         first, rest = Window(self.start, self.cpu), Window(self.start + sum(self.step_times[:steps]), self.cpu)
         first.thread = rest.thread = self.thread
         first.outside, rest.outside = 0.0, self.outside
-        for part, times, waits in ((first, self.step_times[:steps], self.waits[:steps]),
-                                   (rest, self.step_times[steps:], self.waits[steps:])):
+        for part, times, waits in (
+            (first, self.step_times[:steps], self.waits[:steps]),
+            (rest, self.step_times[steps:], self.waits[steps:]),
+        ):
             part.step_times, part.waits, part.steps, part.wait = list(times), list(waits), len(times), sum(waits)
         rest.samples = seen - samples
         first.samples = self.samples - rest.samples

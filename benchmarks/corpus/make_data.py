@@ -39,11 +39,31 @@ def mnist(dest: Path) -> None:
 
 #: A small vocabulary for the language model's corpus: sentences drawn from a fixed grammar,
 #: so the model has something to learn (wikitext-2 is 11 MB and CC BY-SA: not shipped here).
-_SUBJECTS = ["the model", "a network", "the optimizer", "each batch", "the loader", "a worker", "the trainer",
-             "the gradient", "a layer", "the scheduler"]
+_SUBJECTS = [
+    "the model",
+    "a network",
+    "the optimizer",
+    "each batch",
+    "the loader",
+    "a worker",
+    "the trainer",
+    "the gradient",
+    "a layer",
+    "the scheduler",
+]
 _VERBS = ["reads", "updates", "scales", "moves", "computes", "returns", "holds", "feeds", "skips", "counts"]
-_OBJECTS = ["the weights", "a tensor", "the loss", "every sample", "the learning rate", "its state", "a window",
-            "the device", "two epochs", "the cache"]
+_OBJECTS = [
+    "the weights",
+    "a tensor",
+    "the loss",
+    "every sample",
+    "the learning rate",
+    "its state",
+    "a window",
+    "the device",
+    "two epochs",
+    "the cache",
+]
 _TAILS = ["", "", "quickly", "on the host", "after the warmup", "before the step", "in order", "at the end"]
 
 
@@ -90,7 +110,7 @@ def bsds(dest: Path, train: int = 24, test: int = 8, size: int = 64) -> None:
         folder = dest / "BSDS300" / "images" / part
         folder.mkdir(parents=True, exist_ok=True)
         for i in range(count):
-            tiles = images[(start + i) * 4:(start + i) * 4 + 4].reshape(4, 28, 28).astype(np.uint8)
+            tiles = images[(start + i) * 4 : (start + i) * 4 + 4].reshape(4, 28, 28).astype(np.uint8)
             square = np.block([[tiles[0], tiles[1]], [tiles[2], tiles[3]]])  # 56 x 56
             rgb = np.stack([square, np.roll(square, 3, axis=0), np.roll(square, 3, axis=1)], axis=-1)
             Image.fromarray(rgb).resize((size, size), Image.BILINEAR).save(folder / f"{i:03d}.jpg", quality=90)

@@ -77,11 +77,13 @@ def fence(name: str, text: str) -> str:
 
 def rewrite(page: str, examples: dict[str, str]) -> str:
     """`page` with each marked block replaced by its example; an unknown name is an error."""
+
     def one(m: re.Match[str]) -> str:
         name = m.group("name")
         if name not in examples:
             raise KeyError(f"<!-- example: {name} -->: no docs/examples/{name}.txt; known: {sorted(examples)}")
         return m.group(1) + fence(name, examples[name]) + m.group(4)
+
     return _BLOCK.sub(one, page)
 
 
@@ -113,7 +115,9 @@ def update_pages() -> list[Path]:
 
 def _run(argv: list[str], env: dict[str, str], log: Path) -> str:
     print("$", " ".join(argv), flush=True)
-    proc = subprocess.run(argv, check=False, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(
+        argv, check=False, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     log.write_text(proc.stdout)
     if proc.returncode != 0:
         sys.exit(f"{' '.join(argv)} exited {proc.returncode}; its output is in {log}")
@@ -131,13 +135,18 @@ def study(store: Path, trials: int, options: list[str]) -> None:
     logs = store / "examples"
     logs.mkdir(parents=True, exist_ok=True)
     (logs / "command.log").write_text(command(trials, options) + "\n")
-    _run(AUTOTUNE + ["run", SCRIPT, "--trials", str(trials), "--store", str(store), *options, "--", *SCRIPT_ARGS],
-         env, logs / "run.log")
+    _run(
+        AUTOTUNE + ["run", SCRIPT, "--trials", str(trials), "--store", str(store), *options, "--", *SCRIPT_ARGS],
+        env,
+        logs / "run.log",
+    )
     _run(AUTOTUNE + ["show", "--store", str(store)], env, logs / "show.log")
     export = store / "exports" / "mnist_script.yaml"
     if not export.exists():
-        sys.exit(f"the study exported nothing (every figure noisy?); its output: {logs / 'run.log'}. "
-                 "Run this on a quieter machine, or add `-- --max-load 1 --max-spread 1000`")
+        sys.exit(
+            f"the study exported nothing (every figure noisy?); its output: {logs / 'run.log'}. "
+            "Run this on a quieter machine, or add `-- --max-load 1 --max-spread 1000`"
+        )
     (logs / "export.log").write_text(export.read_text())
     _run(AUTOTUNE + ["exec", str(export), SCRIPT, "--", *SCRIPT_ARGS], env, logs / "exec.log")
 
@@ -155,7 +164,9 @@ def cut(store: Path) -> dict[str, str]:
         "export.yaml": scrub((logs / "export.log").read_text(), store),
         # The script's own output, then exec's last line: the last few are what to read.
         "exec-end.txt": f"$ autotune exec mlflow/exports/mnist_script.yaml {SCRIPT} -- {' '.join(SCRIPT_ARGS)}\n"
-                        + "...\n" + "\n".join(exec_lines[-3:]) + "\n",
+        + "...\n"
+        + "\n".join(exec_lines[-3:])
+        + "\n",
     }
     EXAMPLES.mkdir(parents=True, exist_ok=True)
     for name, text in out.items():
@@ -183,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         print("rewrote", path.relative_to(ROOT))
     if not args.no_screenshots:
         from screenshots import shoot  # docs/tools/screenshots.py, beside this file
+
         shoot(store)
     if not (args.store or args.source):
         shutil.rmtree(store, ignore_errors=True)

@@ -39,8 +39,17 @@ def free_port() -> int:
 
 def photograph(chrome: str, url: str, out: Path, size: str, wait_ms: int) -> None:
     """One page as a PNG; `wait_ms` of virtual time lets a JavaScript page (MLflow's) render."""
-    argv = [chrome, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-            f"--window-size={size}", f"--virtual-time-budget={wait_ms}", f"--screenshot={out}", url]
+    argv = [
+        chrome,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        f"--window-size={size}",
+        f"--virtual-time-budget={wait_ms}",
+        f"--screenshot={out}",
+        url,
+    ]
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=180)
     print("wrote", out.relative_to(ROOT))
 
@@ -69,8 +78,15 @@ def shoot(store: Path) -> list[Path]:
     photograph(chrome, report.as_uri(), made[0], "1400,1800", 3000)
     port = free_port()
     # Its own session, so that the whole server (MLflow starts workers) is stopped by its group.
-    ui = subprocess.Popen(AUTOTUNE + ["ui", "--store", str(store), "--port", str(port)], cwd=ROOT, env=env,
-                          stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True)
+    ui = subprocess.Popen(
+        AUTOTUNE + ["ui", "--store", str(store), "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert ui.stderr is not None
         page = None

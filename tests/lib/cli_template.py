@@ -33,10 +33,26 @@ import threading
 #: trial, but torch (which a tuner does not import: its trials and warm workers are other
 #: interpreters). ``warm``: what ``autotune.worker._warm`` imports before it says it is ready.
 PRELOAD = {
-    "cli": ("autotune._cli", "autotune._api", "autotune.tuner._study", "mlflow", "mlflow.store.tracking.sqlalchemy_store",
-            "mlflow.store.db.utils", "optuna", "optuna.storages.journal", "matplotlib.figure", "matplotlib.ticker",
-            "matplotlib.backends.backend_agg"),
-    "warm": ("torch", "torch._dynamo", "autotune.worker._trial", "autotune.worker._trial_main", "autotune.worker._warm"),
+    "cli": (
+        "autotune._cli",
+        "autotune._api",
+        "autotune.tuner._study",
+        "mlflow",
+        "mlflow.store.tracking.sqlalchemy_store",
+        "mlflow.store.db.utils",
+        "optuna",
+        "optuna.storages.journal",
+        "matplotlib.figure",
+        "matplotlib.ticker",
+        "matplotlib.backends.backend_agg",
+    ),
+    "warm": (
+        "torch",
+        "torch._dynamo",
+        "autotune.worker._trial",
+        "autotune.worker._trial_main",
+        "autotune.worker._warm",
+    ),
     "bare": (),  # (tests/process/test_forked_cli.py: a template to kill)
 }
 

@@ -47,9 +47,24 @@ import threading
 #: Variables read when the interpreter starts or when the template's modules are imported: a
 #: command whose environment differs from the template's in one of these starts as a real
 #: subprocess.
-STARTUP_PREFIXES = ("PYTHON", "LC_", "LANG", "LD_", "MALLOC_", "TZ", "OMP_", "OPENBLAS_", "MKL_",
-                    "MPL", "MLFLOW_CONFIGURE_LOGGING", "MLFLOW_LOGGING", "MLFLOW_DISABLE_TELEMETRY",
-                    "DO_NOT_TRACK", "SQLALCHEMY", "AUTOTUNE_TEST_FORK")
+STARTUP_PREFIXES = (
+    "PYTHON",
+    "LC_",
+    "LANG",
+    "LD_",
+    "MALLOC_",
+    "TZ",
+    "OMP_",
+    "OPENBLAS_",
+    "MKL_",
+    "MPL",
+    "MLFLOW_CONFIGURE_LOGGING",
+    "MLFLOW_LOGGING",
+    "MLFLOW_DISABLE_TELEMETRY",
+    "DO_NOT_TRACK",
+    "SQLALCHEMY",
+    "AUTOTUNE_TEST_FORK",
+)
 #: The template's program.
 TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cli_template.py")
 #: Where a forked tuner finds the warm workers' template (its folder): set in the forked commands'
@@ -142,8 +157,20 @@ class ForkedCLI:
     ``wait``, ``communicate``, ``send_signal``/``terminate``/``kill`` (through a pidfd: a pid the
     kernel reused is never signalled), and ``with``."""
 
-    def __init__(self, argv, *, cwd=None, env=None, stdout=None, stderr=None, text: bool = False, stdin=None,
-                 pass_fds=(), start_new_session: bool = False, template: str | None = None) -> None:
+    def __init__(
+        self,
+        argv,
+        *,
+        cwd=None,
+        env=None,
+        stdout=None,
+        stderr=None,
+        text: bool = False,
+        stdin=None,
+        pass_fds=(),
+        start_new_session: bool = False,
+        template: str | None = None,
+    ) -> None:
         self.args, self.returncode = list(argv), None
         self.stdout = self.stderr = None
         self._output: dict[str, list] = {}
@@ -164,8 +191,14 @@ class ForkedCLI:
                 else:
                     theirs.append(os.dup(stream if isinstance(stream, int) else stream.fileno()))
             self.env = dict(os.environ if env is None else env)
-            request = {"module": self.args[2], "args": self.args[3:], "cwd": os.path.abspath(cwd or os.getcwd()),
-                       "env": self.env, "setsid": start_new_session, "fd_arg": None}
+            request = {
+                "module": self.args[2],
+                "args": self.args[3:],
+                "cwd": os.path.abspath(cwd or os.getcwd()),
+                "env": self.env,
+                "setsid": start_new_session,
+                "fd_arg": None,
+            }
             for fd in pass_fds:  # (one at most: the template takes a fourth fd, named in the args)
                 request["fd_arg"] = request["args"].index(str(fd))
                 theirs.append(os.dup(fd))
@@ -222,8 +255,9 @@ class ForkedCLI:
                 line += chunk
             if line.endswith(b"\n"):
                 self.returncode = int(line)
-            elif select.select([self._pidfd], [], [], None if deadline is None
-                               else max(0.0, deadline - time.monotonic()))[0]:  # (readable once it has exited)
+            elif select.select(
+                [self._pidfd], [], [], None if deadline is None else max(0.0, deadline - time.monotonic())
+            )[0]:  # (readable once it has exited)
                 self.returncode = -signal.SIGKILL
             else:
                 return None
@@ -279,9 +313,14 @@ class _Template:
         self.env = _template_env() if role == "cli" else _warm_template_env()
         with open(os.path.join(self.folder, "env.json"), "w") as saved:
             json.dump(self.env, saved)
-        self.proc = subprocess.Popen([sys.executable, TEMPLATE, self.path, role],
-                                     env={**self.env, PAD: "x" * PAD_BYTES}, cwd=self.folder,
-                                     stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [sys.executable, TEMPLATE, self.path, role],
+            env={**self.env, PAD: "x" * PAD_BYTES},
+            cwd=self.folder,
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
         with open(os.path.join(self.folder, "pid.tmp"), "w") as pid:
             pid.write(str(self.proc.pid))
         os.rename(os.path.join(self.folder, "pid.tmp"), os.path.join(self.folder, "pid"))
@@ -412,9 +451,15 @@ def _forked_launch(folder: str, launch):
     def forked(worker, fd: int, cpus):
         if _warm_forkable(folder, worker.environ):
             try:
-                return ForkedCLI([sys.executable, "-m", "autotune.worker._warm", str(fd), ",".join(map(str, cpus))],
-                                 env=worker.environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                 pass_fds=(fd,), start_new_session=True, template=os.path.join(folder, "socket"))
+                return ForkedCLI(
+                    [sys.executable, "-m", "autotune.worker._warm", str(fd), ",".join(map(str, cpus))],
+                    env=worker.environ,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    pass_fds=(fd,),
+                    start_new_session=True,
+                    template=os.path.join(folder, "socket"),
+                )
             except NotStarted:
                 pass  # (the template died): a real process. (Where a fork may run, never a second.)
         return launch(worker, fd, cpus)

@@ -15,7 +15,6 @@ FIXTURES = TESTS / "fixtures"
 ROOT = TESTS.parent
 
 
-
 def cli_env(env: dict | None = None) -> dict:
     """This environment, telemetry off, the default tracking store, plus ``env``."""
     full = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", **(env or {})}
@@ -34,9 +33,14 @@ def cli(*args: str) -> list[str]:
     minute it may take; tests/study/test_whole_runs.py runs short code whole) unless the test
     asks for them."""
     if args[:1] == ("run",):
-        ours, script = (args[:args.index("--")], args[args.index("--"):]) if "--" in args else (args, ())
-        for option, value in (("--max-load", "1"), ("--max-spread", "1000"), ("--profile", "off"),
-                              ("--warm-start", "off"), ("--whole-run", "0")):
+        ours, script = (args[: args.index("--")], args[args.index("--") :]) if "--" in args else (args, ())
+        for option, value in (
+            ("--max-load", "1"),
+            ("--max-spread", "1000"),
+            ("--profile", "off"),
+            ("--warm-start", "off"),
+            ("--whole-run", "0"),
+        ):
             if option not in ours:
                 ours = (*ours, option, value)
         args = (*ours, *script)  # a script's own command line stays last, after --
@@ -95,8 +99,20 @@ FAULTY = f"{FIXTURES / 'faulty_train.py'}:train"
 #: Short trials at one seed, without confirmation re-runs or ceilings: for studies whose point
 #: is what happens to a trial, not what it measures. Two windows: a median needs no more, and the
 #: suite is CPU-bound on the 2-core CI machine (a third window was 0.3 s of a CPU per trial).
-SHORT_TRIALS = ["--warmup", "0.2", "--window", "0.3", "--windows", "2", "--seed", "0", "--confirm", "0",
-               "--ceiling-windows", "0"]
+SHORT_TRIALS = [
+    "--warmup",
+    "0.2",
+    "--window",
+    "0.3",
+    "--windows",
+    "2",
+    "--seed",
+    "0",
+    "--confirm",
+    "0",
+    "--ceiling-windows",
+    "0",
+]
 
 
 def faults_space(folder: Path, values) -> Path:

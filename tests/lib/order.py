@@ -54,12 +54,14 @@ def shares(total: int, workers: int) -> list[int]:
     return sizes
 
 
-def deal(files: Sequence[str], folders: Sequence[str], workers: int,
-         long: Sequence[tuple[tuple[str, ...], float]] = LONG) -> list[int]:
+def deal(
+    files: Sequence[str], folders: Sequence[str], workers: int, long: Sequence[tuple[tuple[str, ...], float]] = LONG
+) -> list[int]:
     """The run order, as indices into the collected tests (``files``: each test's file stem;
     ``folders``: its folder). One process (``workers`` < 2): folder by folder (``ORDER``), the long
     files first. Several: each long group goes whole to the share with the fewest seconds so far,
     at its front, longest first; the other tests fill the shares in folder order."""
+
     def folder_rank(i: int) -> int:
         return ORDER.index(folders[i]) if folders[i] in ORDER else len(ORDER)
 

@@ -129,7 +129,8 @@ def _watchdog(config: str) -> None:
     def watched_alive():
         # Checked after opening the pidfds: a pid reused since then cannot pass for the original.
         return os.getppid() == watch[0] and all(
-            parent_of(child) == parent for child, parent in itertools.pairwise(watch))
+            parent_of(child) == parent for child, parent in itertools.pairwise(watch)
+        )
 
     def descendants():
         children = {}
@@ -218,8 +219,7 @@ def _watchdog(config: str) -> None:
         if server in exits:
             kill_descendants()
             status = exits[server]
-            os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status)
-                     else 128 + os.WTERMSIG(status))
+            os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
 
 
 #: Carries the watchdog's program (see :func:`start_watched`).
@@ -232,9 +232,14 @@ def _watched_pids() -> list[int]:
     return [os.getpid(), *([os.getppid()] if os.environ.get("PYTEST_XDIST_WORKER") else [])]
 
 
-def start_watched(command: Sequence[str] | None, *, env: Mapping[str, str],
-                  cleanup: Sequence[Sequence[str]] = (), remove: Sequence[str | Path] = (),
-                  **popen: object) -> subprocess.Popen:
+def start_watched(
+    command: Sequence[str] | None,
+    *,
+    env: Mapping[str, str],
+    cleanup: Sequence[Sequence[str]] = (),
+    remove: Sequence[str | Path] = (),
+    **popen: object,
+) -> subprocess.Popen:
     """Start ``command`` under a watchdog (:func:`_watchdog`) that kills it and all it starts
     when this process is gone, even killed with SIGKILL.
 
@@ -244,17 +249,23 @@ def start_watched(command: Sequence[str] | None, *, env: Mapping[str, str],
     ``cleanup`` and delete ``remove`` after this process is gone; SIGTERM it when done.
     ``popen`` goes to :class:`subprocess.Popen` (stdout, stderr...).
     """
-    config = {"watch": _watched_pids(), "command": None if command is None else list(command),
-              "cleanup": [list(argv) for argv in cleanup], "remove": [str(f) for f in remove]}
+    config = {
+        "watch": _watched_pids(),
+        "command": None if command is None else list(command),
+        "cleanup": [list(argv) for argv in cleanup],
+        "remove": [str(f) for f in remove],
+    }
     program = f"{inspect.getsource(_watchdog)}\nimport sys\n_watchdog(sys.argv[1])\n"
     # The program travels in the environment, and leaves it before the server starts: ps then
     # shows a short command line, with the server's in the config. -I: only the standard
     # library, whatever PYTHONPATH the server's environment sets.
     return subprocess.Popen(
-        [sys.executable, "-I", "-c", f"import os; exec(os.environ.pop({_WATCHDOG_ENV!r}))",
-         json.dumps(config)],
-        env={**env, _WATCHDOG_ENV: program}, stdin=subprocess.DEVNULL, start_new_session=True,
-        **popen)
+        [sys.executable, "-I", "-c", f"import os; exec(os.environ.pop({_WATCHDOG_ENV!r}))", json.dumps(config)],
+        env={**env, _WATCHDOG_ENV: program},
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        **popen,
+    )
 
 
 def _process_identity(pid: int) -> str | None:
@@ -303,8 +314,9 @@ class PgServer:
         """An autocommit connection: CREATE and DROP DATABASE refuse to run in a transaction."""
         import psycopg
 
-        return psycopg.connect(host=self.host, port=self.port, user=self.user, dbname=database,
-                               autocommit=True, connect_timeout=10)
+        return psycopg.connect(
+            host=self.host, port=self.port, user=self.user, dbname=database, autocommit=True, connect_timeout=10
+        )
 
     def problem(self) -> str | None:
         """Why this server cannot be used, or None when it answers a query."""
@@ -330,8 +342,11 @@ class PgServer:
         with self.connect() as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
             if creator is not None:
-                conn.execute(sql.SQL("COMMENT ON DATABASE {} IS {}").format(
-                    sql.Identifier(name), sql.Literal(_CREATED_BY + creator)))
+                conn.execute(
+                    sql.SQL("COMMENT ON DATABASE {} IS {}").format(
+                        sql.Identifier(name), sql.Literal(_CREATED_BY + creator)
+                    )
+                )
         return self.url(name)
 
     def drop_stale_databases(self) -> list[str]:
@@ -352,13 +367,12 @@ class PgServer:
             return []
         here = mine.rsplit("/", 2)[0]
         with self.connect() as conn:
-            rows = conn.execute("SELECT datname, shobj_description(oid, 'pg_database')"
-                                " FROM pg_database").fetchall()
+            rows = conn.execute("SELECT datname, shobj_description(oid, 'pg_database') FROM pg_database").fetchall()
         stale = []
         for name, comment in rows:
             if not (comment or "").startswith(_CREATED_BY):
                 continue
-            creator = comment[len(_CREATED_BY):]
+            creator = comment[len(_CREATED_BY) :]
             where, _, rest = creator.rpartition("/")[0].rpartition("/")
             if where != here or not rest.isdigit():
                 continue  # another machine's or container's: whether it runs is not known here
@@ -368,8 +382,7 @@ class PgServer:
         for name in stale:
             # Another session may drop it at the same time.
             with contextlib.suppress(psycopg.Error), self.connect() as conn:
-                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                    sql.Identifier(name)))
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
                 dropped.append(name)
         return dropped
 
@@ -381,8 +394,7 @@ class PgServer:
         from psycopg import sql
 
         with self.connect() as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(_database_name(url))))
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(_database_name(url))))
 
 
 @contextlib.contextmanager
@@ -438,15 +450,19 @@ class PrivateCluster:
         data = self.folder / "data"
         # Before initdb: a process killed at any point leaves neither the server nor the folder.
         self._reaper = start_watched(
-            None, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            None,
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
             cleanup=[[*self._as_user, "pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop"]],
-            remove=[self.folder])
-        self._run("initdb", "-D", str(data), "-U", "postgres", "--auth=trust", "--no-sync",
-                  "-E", "UTF8")
+            remove=[self.folder],
+        )
+        self._run("initdb", "-D", str(data), "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8")
         # The socket goes in the folder: the default /var/run/postgresql may not be writable.
         options = f"-p {self.port} -k {self.folder} -c listen_addresses={PG_HOST} -c fsync=off"
-        self._run("pg_ctl", "-D", str(data), "-l", str(self.folder / "server.log"), "-w",
-                  "-t", "90", "-o", options, "start")
+        self._run(
+            "pg_ctl", "-D", str(data), "-l", str(self.folder / "server.log"), "-w", "-t", "90", "-o", options, "start"
+        )
         return PgServer(PG_HOST, self.port)
 
     def restart(self, down_s: float = 0.0) -> None:
@@ -456,8 +472,9 @@ class PrivateCluster:
         self._run("pg_ctl", "-D", str(data), "-m", "fast", "-w", "stop")
         time.sleep(down_s)
         options = f"-p {self.port} -k {self.folder} -c listen_addresses={PG_HOST} -c fsync=off"
-        self._run("pg_ctl", "-D", str(data), "-l", str(self.folder / "server.log"), "-w",
-                  "-t", "90", "-o", options, "start")
+        self._run(
+            "pg_ctl", "-D", str(data), "-l", str(self.folder / "server.log"), "-w", "-t", "90", "-o", options, "start"
+        )
 
     def stop(self) -> None:
         """Stop the server at once and delete the folder; a no-op if never started."""
@@ -475,13 +492,11 @@ class PrivateCluster:
             self._reaper = None
 
     def _run(self, *command: str) -> None:
-        done = subprocess.run([*self._as_user, *command], env=self.env, capture_output=True,
-                              text=True, timeout=120)
+        done = subprocess.run([*self._as_user, *command], env=self.env, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             log = self.folder / "server.log"
             tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-            raise RuntimeError(f"{' '.join(command)} exited {done.returncode}:\n"
-                               f"{done.stdout}{done.stderr}{tail}")
+            raise RuntimeError(f"{' '.join(command)} exited {done.returncode}:\n{done.stdout}{done.stderr}{tail}")
 
 
 def _without_test_tag(env: Mapping[str, str]) -> dict[str, str]:
@@ -517,29 +532,44 @@ class MlflowServer:
         >>> server.stop()
     """
 
-    def __init__(self, backend_uri: str, folder: Path, *, env: Mapping[str, str] | None = None,
-                 ready_timeout: float = 90.0):
+    def __init__(
+        self, backend_uri: str, folder: Path, *, env: Mapping[str, str] | None = None, ready_timeout: float = 90.0
+    ):
         self.backend_uri = backend_uri
         self.folder = Path(folder)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = self.folder / "mlflow-server.log"
         self.ready_timeout = ready_timeout
-        self.env = {**(os.environ if env is None else env),
-                    "MLFLOW_DISABLE_TELEMETRY": "true",
-                    # Else it also starts a huey job consumer (for GenAI jobs) we never use.
-                    "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
-                    "PYTHONUNBUFFERED": "1"}
+        self.env = {
+            **(os.environ if env is None else env),
+            "MLFLOW_DISABLE_TELEMETRY": "true",
+            # Else it also starts a huey job consumer (for GenAI jobs) we never use.
+            "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+            "PYTHONUNBUFFERED": "1",
+        }
         self._proc: subprocess.Popen | None = None
 
     def command(self) -> list[str]:
         """The command line that starts the server."""
-        return [sys.executable, "-m", "mlflow", "server",
-                "--backend-store-uri", self.backend_uri,
-                "--serve-artifacts", "--artifacts-destination", str(self.folder / "artifacts"),
-                "--host", "127.0.0.1", "--port", str(self.port),
-                # Its default is 4 uvicorn workers, each importing mlflow: slow on 2 cores.
-                "--workers", "1"]
+        return [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            self.backend_uri,
+            "--serve-artifacts",
+            "--artifacts-destination",
+            str(self.folder / "artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            # Its default is 4 uvicorn workers, each importing mlflow: slow on 2 cores.
+            "--workers",
+            "1",
+        ]
 
     @property
     def running(self) -> bool:
@@ -557,8 +587,7 @@ class MlflowServer:
             # Under a watchdog that leads a session and process group of its own, which the
             # server and its uvicorn child join: stop() signals them all, and they die with
             # this process even if it is killed.
-            self._proc = start_watched(self.command(), env=self.env, stdout=log,
-                                       stderr=subprocess.STDOUT)
+            self._proc = start_watched(self.command(), env=self.env, stdout=log, stderr=subprocess.STDOUT)
         self._wait_ready()
 
     def stop(self) -> None:
@@ -595,8 +624,7 @@ class MlflowServer:
             if self._proc.poll() is not None:
                 code = self._proc.returncode
                 self._proc = None
-                raise RuntimeError(f"mlflow server exited with {code} before it answered;"
-                                   f" log tail:\n{self.log_tail()}")
+                raise RuntimeError(f"mlflow server exited with {code} before it answered; log tail:\n{self.log_tail()}")
             try:
                 with opener.open(probe, timeout=5) as response:
                     if response.status == 200:
@@ -605,13 +633,16 @@ class MlflowServer:
                 pass
             time.sleep(0.2)
         self.stop()
-        raise RuntimeError(f"mlflow server on {self.url} did not answer {probe} within"
-                           f" {self.ready_timeout:.0f} s; log tail:\n{self.log_tail()}")
+        raise RuntimeError(
+            f"mlflow server on {self.url} did not answer {probe} within"
+            f" {self.ready_timeout:.0f} s; log tail:\n{self.log_tail()}"
+        )
 
 
 @contextlib.contextmanager
-def running_mlflow_server(postgres: PgServer, folder: Path,
-                          env: Mapping[str, str] | None = None) -> Iterator[MlflowServer]:
+def running_mlflow_server(
+    postgres: PgServer, folder: Path, env: Mapping[str, str] | None = None
+) -> Iterator[MlflowServer]:
     """A started :class:`MlflowServer` on a fresh database; stopped and dropped on exit."""
     with fresh_database(postgres) as backend:
         server = MlflowServer(backend, folder, env=env)
@@ -654,11 +685,11 @@ def postgres(postgres_server: PgServer) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def mlflow_server(postgres_server: PgServer,
-                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+def mlflow_server(postgres_server: PgServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
     """One MLflow server for the session; tests share it, so they must not stop it."""
-    with running_mlflow_server(postgres_server, tmp_path_factory.mktemp("mlflow-server"),
-                               env=_without_test_tag(os.environ)) as server:
+    with running_mlflow_server(
+        postgres_server, tmp_path_factory.mktemp("mlflow-server"), env=_without_test_tag(os.environ)
+    ) as server:
         yield server
 
 

@@ -13,23 +13,56 @@ from autotune.stores._records import bottleneck_of as _bottleneck_of
 from autotune.tuner._standing import Standing, standing_of
 
 
-def trial(number: int, rate: float | None = 1000.0, outcome: str = "complete", *, kind: Kind | None = None,
-          of: int | None = None, sampled: Mapping[str, Any] | None = None, config: Mapping[str, Any] | None = None,
-          waits: float = 0.0, spread: float = 0.05, doubt: str | None = None, remeasure: int = 0,
-          base_batch_size: int | None = 16, lr: float | None = None, losses: Iterable = (), curve: Iterable = (),
-          dataset: Mapping[str, Any] | None = None, workers_high: int | None = None,
-          baseline: bool | None = None, shape: Mapping[str, Any] | None = None, **metrics: float) -> TrialRow:
+def trial(
+    number: int,
+    rate: float | None = 1000.0,
+    outcome: str = "complete",
+    *,
+    kind: Kind | None = None,
+    of: int | None = None,
+    sampled: Mapping[str, Any] | None = None,
+    config: Mapping[str, Any] | None = None,
+    waits: float = 0.0,
+    spread: float = 0.05,
+    doubt: str | None = None,
+    remeasure: int = 0,
+    base_batch_size: int | None = 16,
+    lr: float | None = None,
+    losses: Iterable = (),
+    curve: Iterable = (),
+    dataset: Mapping[str, Any] | None = None,
+    workers_high: int | None = None,
+    baseline: bool | None = None,
+    shape: Mapping[str, Any] | None = None,
+    **metrics: float,
+) -> TrialRow:
     """A trial as ``row_of`` reads it back. ``kind`` defaults to the baseline for trial 0 and a
     draw after it; ``config`` (as it ran) to what it ``sampled``; ``shape`` what its run told of
     the training (``autotune.tuner._watch.shape_of_run``)."""
     kind = kind or (Kind.BASELINE if number == 0 else Kind.SAMPLED)
     figures = {"samples_per_s": rate, "samples_per_s_spread": spread, "data_wait_frac": waits} if rate else {}
     sampled = dict(sampled or {})
-    return TrialRow(number, kind is Kind.BASELINE if baseline is None else baseline, outcome, "",
-                    {**figures, **metrics}, dict(config if config is not None else sampled), base_batch_size, None,
-                    losses=list(losses), sampled=sampled, kind=kind, doubt=doubt, remeasure=remeasure,
-                    curve=list(curve), dataset=dict(dataset or {}), lr=lr, of=of, workers_high=workers_high,
-                    shape=dict(shape or {}))
+    return TrialRow(
+        number,
+        kind is Kind.BASELINE if baseline is None else baseline,
+        outcome,
+        "",
+        {**figures, **metrics},
+        dict(config if config is not None else sampled),
+        base_batch_size,
+        None,
+        losses=list(losses),
+        sampled=sampled,
+        kind=kind,
+        doubt=doubt,
+        remeasure=remeasure,
+        curve=list(curve),
+        dataset=dict(dataset or {}),
+        lr=lr,
+        of=of,
+        workers_high=workers_high,
+        shape=dict(shape or {}),
+    )
 
 
 def with_bound(row: TrialRow, ceilings: Ceilings) -> TrialRow:

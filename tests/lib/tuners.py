@@ -9,8 +9,9 @@ import time
 import uuid
 from pathlib import Path
 
-import forked_cli
 import pytest
+
+import forked_cli
 from helpers import FIXTURES, cli, cli_env
 
 #: The training function of the team's tests: a small loop every config trains the same way.
@@ -21,12 +22,18 @@ class Tuner:
     """``autotune run`` in a process of its own (forked from the template where it can be:
     tests/lib/forked_cli.py), its output in a file (a pipe could fill and block it)."""
 
-    def __init__(self, cwd: Path, *args: str, env: dict | None = None, prefix: list[str] | None = None,
-                 target: str = TARGET) -> None:
+    def __init__(
+        self, cwd: Path, *args: str, env: dict | None = None, prefix: list[str] | None = None, target: str = TARGET
+    ) -> None:
         self.log = cwd / f"tuner-{uuid.uuid4().hex[:6]}.log"
         with open(self.log, "w") as out:
-            self.proc = forked_cli.popen([*(prefix or []), *cli("run", target, *args)],
-                                         cwd=cwd, env=cli_env(env), stdout=out, stderr=subprocess.STDOUT)
+            self.proc = forked_cli.popen(
+                [*(prefix or []), *cli("run", target, *args)],
+                cwd=cwd,
+                env=cli_env(env),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
 
     def wait(self, timeout: float = 400) -> str:
         try:
@@ -47,8 +54,9 @@ def launch():
     """Starts tuners; any still running when the test ends (it failed) is stopped as Ctrl-C would."""
     started: list[Tuner] = []
 
-    def start(cwd: Path, *args: str, env: dict | None = None, prefix: list[str] | None = None,
-              target: str = TARGET) -> Tuner:
+    def start(
+        cwd: Path, *args: str, env: dict | None = None, prefix: list[str] | None = None, target: str = TARGET
+    ) -> Tuner:
         started.append(Tuner(cwd, *args, env=env, prefix=prefix, target=target))
         return started[-1]
 

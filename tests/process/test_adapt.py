@@ -11,7 +11,18 @@ from torch.utils.data import Dataset
 
 import autotune
 from autotune.production import _prodlog
-from autotune.production._adapt_rule import CHANGED, CPU_FULL, CPU_OWN, HIGH, PATIENCE, STUCK_S, Epoch, Mark, decide, held
+from autotune.production._adapt_rule import (
+    CHANGED,
+    CPU_FULL,
+    CPU_OWN,
+    HIGH,
+    PATIENCE,
+    STUCK_S,
+    Epoch,
+    Mark,
+    decide,
+    held,
+)
 
 #: A read's wait before and after the storage slows (4x), and when it does.
 READ_S, SLOWER, SLOW_AFTER_S = 0.002, 4, 3.0
@@ -143,8 +154,10 @@ def test_the_rule_waits_for_patience_and_never_moves_what_it_undid() -> None:
     # the wait with none made yet is what moves, and sets how many
     handed = Epoch(0.3, 300.0, 4, 2, unmade=0.02)
     assert decide([handed] * 10, 4, 16) is None
-    assert decide([Epoch(0.6, 300.0, 2, 2, unmade=0.5)] * PATIENCE, 2, 8).why == \
-        "data wait 50% over 2 epochs (over 10%): num_workers 2 -> 4"
+    assert (
+        decide([Epoch(0.6, 300.0, 2, 2, unmade=0.5)] * PATIENCE, 2, 8).why
+        == "data wait 50% over 2 epochs (over 10%): num_workers 2 -> 4"
+    )
     # ... and it is not calm either: the move down reads the whole wait
     assert decide([handed] * (2 * PATIENCE), 2, 16) is None
 
@@ -184,7 +197,8 @@ def test_an_adaptive_recipe_trains_the_same_batches(adapt: bool) -> None:
 
 
 def test_a_production_job_goes_on_while_its_mlflow_server_restarts_and_loses_no_figure(
-        tmp_path, own_mlflow_server, monkeypatch, capfd) -> None:
+    tmp_path, own_mlflow_server, monkeypatch, capfd
+) -> None:
     """The team's server stops after the job's second epoch and starts again after three more: the
     loop never waits for it (a background thread writes the figures), and every epoch's figures are
     in the run at the end."""

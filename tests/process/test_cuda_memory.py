@@ -7,13 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import FIXTURES
 
 from autotune import Config, Outcome
-from autotune.machine._launch import Budget, TrialSpec
 from autotune.core._memline import EXPANDABLE, memory_path
-from autotune.worker._profile import PARTS, trace_events
+from autotune.machine._launch import Budget, TrialSpec
 from autotune.tuner._watch import run_trial
+from autotune.worker._profile import PARTS, trace_events
+
+from helpers import FIXTURES
 
 SHAPES = FIXTURES / "shapes_train.py"
 BUDGET = Budget(warmup_s=0.5, window_s=1.0, windows=1, ceiling_windows=0)
@@ -47,4 +48,3 @@ def test_a_cuda_profile_run_records_the_allocator_over_its_window(tmp_path: Path
     assert [s[0] for s in samples] == sorted(s[0] for s in samples)
     kinds = {e.get("cat") for e in trace_events(trace)}
     assert "kernel" in kinds  # the profiler recorded the device's work, not only the host's
-

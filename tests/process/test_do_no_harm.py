@@ -15,13 +15,14 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import FIXTURES
 
 from autotune import Config, Outcome
 from autotune.core._knobs import KNOBS
 from autotune.machine._launch import Budget, TrialSpec
 from autotune.production._export import render
 from autotune.tuner._watch import run_trial
+
+from helpers import FIXTURES
 
 SCRIPT = FIXTURES / "scripts" / "harm_probe.py"
 #: The script's own config, as a study exports it: every knob at the value the script runs with.
@@ -39,8 +40,16 @@ def run(folder: Path, *args: str, export: str | None = None, term: bool = False)
         command = [sys.executable, str(SCRIPT), *args]
     else:
         (folder.parent / f"{folder.name}.yaml").write_text(export)
-        command = [sys.executable, "-m", "autotune", "exec", str(folder.parent / f"{folder.name}.yaml"), str(SCRIPT),
-                   "--", *args]
+        command = [
+            sys.executable,
+            "-m",
+            "autotune",
+            "exec",
+            str(folder.parent / f"{folder.name}.yaml"),
+            str(SCRIPT),
+            "--",
+            *args,
+        ]
     proc = subprocess.Popen(command, cwd=folder, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if term:
         deadline = time.monotonic() + 120
@@ -80,7 +89,7 @@ def test_exec_reports_the_scripts_error_as_python_does(tmp_path: Path) -> None:
     assert plain.returncode == under.returncode == 1
     assert under.stderr.rstrip().endswith("RuntimeError: a check after training failed")
     # the traceback starts at the script's own frame, as python's does: no autotune or runpy frame
-    traceback = under.stderr[under.stderr.index("Traceback"):]
+    traceback = under.stderr[under.stderr.index("Traceback") :]
     assert "autotune" not in traceback and "runpy" not in traceback, traceback
     assert files(tmp_path / "exec") == files(tmp_path / "python")
 
@@ -90,8 +99,12 @@ def test_exec_passes_a_message_to_sys_exit_on_as_python_does(tmp_path: Path) -> 
     message.write_text("import sys\nsys.exit('not this time')\n")
     (tmp_path / "own.yaml").write_text(OWN)
     plain = subprocess.run([sys.executable, str(message)], capture_output=True, text=True, env=ENV)
-    under = subprocess.run([sys.executable, "-m", "autotune", "exec", str(tmp_path / "own.yaml"), str(message)],
-                           capture_output=True, text=True, env=ENV)
+    under = subprocess.run(
+        [sys.executable, "-m", "autotune", "exec", str(tmp_path / "own.yaml"), str(message)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+    )
     assert plain.returncode == under.returncode == 1
     assert under.stderr.rstrip().endswith("not this time")
 
@@ -100,9 +113,13 @@ def test_a_trial_that_runs_the_script_whole_exits_as_python_does(tmp_path: Path,
     """A whole run in a trial (started cold) leaves the files ``python`` leaves, and its wall time
     counts the thread's checkpoint, which ends half a second after the script's last line."""
     monkeypatch.chdir(tmp_path)
-    spec = TrialSpec(target=str(SCRIPT), config=Config(), device="cpu", argv=("--steps", "60"),
-                     budget=dataclasses.replace(Budget(warmup_s=0.1, window_s=0.1, windows=2, ceiling_windows=0),
-                                                whole=True))
+    spec = TrialSpec(
+        target=str(SCRIPT),
+        config=Config(),
+        device="cpu",
+        argv=("--steps", "60"),
+        budget=dataclasses.replace(Budget(warmup_s=0.1, window_s=0.1, windows=2, ceiling_windows=0), whole=True),
+    )
     result = run_trial(spec, tmp_path / "logs" / "whole.log")
     assert result.outcome is Outcome.COMPLETE, result.reason
     assert (tmp_path / "train.log").read_text().startswith("trained 60 steps")
@@ -116,12 +133,19 @@ def test_execs_wall_time_counts_the_interpreters_teardown_as_a_stopwatch_does(tm
     ``time python train.py`` counts it, and so does exec's line, said once the process has exited
     (autotune.production._exit_clock); the script's output still comes first, the status is its own."""
     script = tmp_path / "slow_exit.py"
-    script.write_text("import json, time\n\nclass Slow:\n    def __del__(self):\n        time.sleep(1.5)\n\n"
-                      "json.keep = Slow()  # freed with the module, at teardown\nprint('trained')\n")
+    script.write_text(
+        "import json, time\n\nclass Slow:\n    def __del__(self):\n        time.sleep(1.5)\n\n"
+        "json.keep = Slow()  # freed with the module, at teardown\nprint('trained')\n"
+    )
     (tmp_path / "own.yaml").write_text(OWN)
     started = time.monotonic()
-    under = subprocess.run([sys.executable, "-m", "autotune", "exec", str(tmp_path / "own.yaml"), str(script)],
-                           capture_output=True, text=True, env=ENV, cwd=tmp_path)
+    under = subprocess.run(
+        [sys.executable, "-m", "autotune", "exec", str(tmp_path / "own.yaml"), str(script)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=tmp_path,
+    )
     stopwatch = time.monotonic() - started
     assert under.returncode == 0 and under.stdout == "trained\n", under.stderr
     last = under.stderr.strip().splitlines()[-1]

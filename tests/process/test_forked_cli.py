@@ -8,25 +8,37 @@ import subprocess
 import sys
 import time
 
-import forked_cli
 from conftest import TAG, tagged
-from helpers import FIXTURES, SHORT_TRIALS, cli, cli_env
 
 from autotune.machine._launch import TRIAL_TAG_ENV
+
+import forked_cli
+from helpers import FIXTURES, SHORT_TRIALS, cli, cli_env
 
 
 def both(*args: str, cwd, env: dict | None = None):
     """The command's result forked from the template, then as a real subprocess."""
     forked = forked_cli.run(cli(*args), cwd=cwd, env=cli_env(env), capture_output=True, text=True, timeout=120)
-    real = subprocess.run(cli(*args), cwd=cwd, env=cli_env({**(env or {}), "AUTOTUNE_TEST_FORK": "0"}),
-                          capture_output=True, text=True, timeout=120)
+    real = subprocess.run(
+        cli(*args),
+        cwd=cwd,
+        env=cli_env({**(env or {}), "AUTOTUNE_TEST_FORK": "0"}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return forked, real
 
 
 def test_a_forked_command_prints_and_exits_as_a_new_interpreter(tmp_path) -> None:
     (tmp_path / "bad.py").write_text("def train():\n    pass\n")
-    for args in (("--help",), ("show", "--help"), ("run", "bad.py:train"), ("run", "missing.py:train"),
-                 ("show", "--store", "nowhere")):
+    for args in (
+        ("--help",),
+        ("show", "--help"),
+        ("run", "bad.py:train"),
+        ("run", "missing.py:train"),
+        ("show", "--store", "nowhere"),
+    ):
         forked, real = both(*args, cwd=tmp_path, env={"COLUMNS": "90"})
         assert (forked.returncode, forked.stdout, forked.stderr) == (real.returncode, real.stdout, real.stderr), args
 
@@ -50,9 +62,13 @@ def start(tmp_path) -> tuple[forked_cli.ForkedCLI, object]:
 
     err = tmp_path / "stderr"
     with open(err, "w") as out:
-        proc = forked_cli.popen(cli("run", f"{FIXTURES / 'tiny_train.py'}:train", "--trials", "20", "--store", "st",
-                                    *SHORT_TRIALS), cwd=tmp_path, env=cli_env(), stdout=subprocess.DEVNULL,
-                                stderr=out)
+        proc = forked_cli.popen(
+            cli("run", f"{FIXTURES / 'tiny_train.py'}:train", "--trials", "20", "--store", "st", *SHORT_TRIALS),
+            cwd=tmp_path,
+            env=cli_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=out,
+        )
     assert isinstance(proc, forked_cli.ForkedCLI)
     assert psutil.Process(proc.pid).cwd() == str(tmp_path)  # set up before popen returns, as Popen's is
     deadline = time.monotonic() + 120
@@ -73,8 +89,9 @@ def test_a_forked_tuner_is_a_process_of_its_own_that_signals_reach(tmp_path) -> 
     found = tagged(tag)
     assert proc.pid in {p.pid for p in found} and len(found) > 1, ("the tuner started no worker", found)
     # its warm worker: a fork of this process's template of warm workers, with the tuner's tag for it
-    warm = [p for p in found if p.parent() and p.parent().cmdline()[-1:] == ["warm"]
-            and p.parent().ppid() == os.getpid()]
+    warm = [
+        p for p in found if p.parent() and p.parent().cmdline()[-1:] == ["warm"] and p.parent().ppid() == os.getpid()
+    ]
     assert len(warm) == 1, found
     assert warm[0].environ()[TRIAL_TAG_ENV].startswith(f"{proc.pid}-")
     proc.send_signal(signal.SIGTERM)
@@ -110,8 +127,9 @@ def test_a_command_whose_template_dies_is_still_waited_for_and_killed(tmp_path) 
     template = forked_cli._Template("bare")
     try:
         template.wait_ready()
-        proc = forked_cli.ForkedCLI([sys.executable, "-m", "sleeper"], cwd=tmp_path, env=cli_env(),
-                                    template=template.path)
+        proc = forked_cli.ForkedCLI(
+            [sys.executable, "-m", "sleeper"], cwd=tmp_path, env=cli_env(), template=template.path
+        )
         template.proc.kill()
         template.proc.wait()
         try:
@@ -123,8 +141,7 @@ def test_a_command_whose_template_dies_is_still_waited_for_and_killed(tmp_path) 
         assert proc.wait(timeout=30) == -signal.SIGKILL
         # a template that is gone answers no more: the launcher can tell, and falls back
         try:
-            forked_cli.ForkedCLI([sys.executable, "-m", "sleeper"], cwd=tmp_path, env=cli_env(),
-                                 template=template.path)
+            forked_cli.ForkedCLI([sys.executable, "-m", "sleeper"], cwd=tmp_path, env=cli_env(), template=template.path)
             raise AssertionError("a dead template started a command")
         except forked_cli.NotStarted:
             pass

@@ -30,23 +30,35 @@ def make(**values) -> Run:
         ({"num_workers": 1}, {"batch_size": 8, "num_workers": 2}, {"num_workers": 1}),
         ({"batch_size": 5}, {"batch_size": 8}, {"batch_size": 5}),
         # None keeps the user's value
-        ({"num_workers": None, "batch_size": None}, {"batch_size": 8, "num_workers": 2},
-         {"batch_size": 8, "num_workers": 2}),
+        (
+            {"num_workers": None, "batch_size": None},
+            {"batch_size": 8, "num_workers": 2},
+            {"batch_size": 8, "num_workers": 2},
+        ),
         # "Nx" is relative to the user's batch size
-        ({"batch_size": "2x"}, {"batch_size": 8}, {"batch_size": 16}),    # 2 * 8
-        ({"batch_size": "1x"}, {"batch_size": 8}, {"batch_size": 8}),     # 1 * 8
+        ({"batch_size": "2x"}, {"batch_size": 8}, {"batch_size": 16}),  # 2 * 8
+        ({"batch_size": "1x"}, {"batch_size": 8}, {"batch_size": 8}),  # 1 * 8
         ({"batch_size": "1.5x"}, {"batch_size": 10}, {"batch_size": 15}),  # 1.5 * 10
-        ({"batch_size": "4x"}, {}, {"batch_size": 4}),                    # 4 * DataLoader's 1
-        ({"batch_size": "0.5x"}, {"batch_size": 1}, {"batch_size": 1}),   # max(1, round(0.5))
+        ({"batch_size": "4x"}, {}, {"batch_size": 4}),  # 4 * DataLoader's 1
+        ({"batch_size": "0.5x"}, {"batch_size": 1}, {"batch_size": 1}),  # max(1, round(0.5))
         # loader knobs the user never passed
-        ({"num_workers": 2, "prefetch_factor": 4, "persistent_workers": True}, {"batch_size": 8},
-         {"num_workers": 2, "prefetch_factor": 4, "persistent_workers": True}),
+        (
+            {"num_workers": 2, "prefetch_factor": 4, "persistent_workers": True},
+            {"batch_size": 8},
+            {"num_workers": 2, "prefetch_factor": 4, "persistent_workers": True},
+        ),
         # without workers DataLoader refuses these, so they are dropped: config's ...
-        ({"num_workers": 0, "prefetch_factor": 4, "persistent_workers": True}, {"batch_size": 8},
-         {"num_workers": 0, "prefetch_factor": None, "persistent_workers": False}),
+        (
+            {"num_workers": 0, "prefetch_factor": 4, "persistent_workers": True},
+            {"batch_size": 8},
+            {"num_workers": 0, "prefetch_factor": None, "persistent_workers": False},
+        ),
         # ... and the user's own, when the config turns the workers off
-        ({"num_workers": 0}, {"num_workers": 2, "prefetch_factor": 4, "persistent_workers": True},
-         {"num_workers": 0, "prefetch_factor": None, "persistent_workers": False}),
+        (
+            {"num_workers": 0},
+            {"num_workers": 2, "prefetch_factor": 4, "persistent_workers": True},
+            {"num_workers": 0, "prefetch_factor": None, "persistent_workers": False},
+        ),
         # and the user's own when the config turns workers on keep theirs
         ({"num_workers": 2}, {"prefetch_factor": 6}, {"num_workers": 2, "prefetch_factor": 6}),
         # nothing to pin for on a CPU device
@@ -104,11 +116,11 @@ def params() -> list[torch.nn.Parameter]:
 @pytest.mark.parametrize(
     ("scaling", "batch", "expected_lr"),
     [
-        ("linear", "4x", 0.4),              # 0.1 * 32/8
-        ("sqrt", "4x", 0.2),                # 0.1 * sqrt(32/8)
-        ("none", "4x", 0.1),                # unscaled
-        (None, "4x", 0.1),                  # unset = none
-        ("linear", "0.5x", 0.05),           # 0.1 * 4/8
+        ("linear", "4x", 0.4),  # 0.1 * 32/8
+        ("sqrt", "4x", 0.2),  # 0.1 * sqrt(32/8)
+        ("none", "4x", 0.1),  # unscaled
+        (None, "4x", 0.1),  # unset = none
+        ("linear", "0.5x", 0.05),  # 0.1 * 4/8
         ("sqrt", 128, 0.1 * math.sqrt(16)),  # absolute 128 = 16x the user's 8
     ],
 )
@@ -242,7 +254,7 @@ def test_resolved_after_the_calls() -> None:
     run.dataloader(DATA, batch_size=8)
     run.optimizer(torch.optim.SGD, params(), lr=0.1)
     assert run.resolved() == {
-        "batch_size": 16,               # 2 * 8, absolute
+        "batch_size": 16,  # 2 * 8, absolute
         "num_workers": 0,
         "pin_memory": False,
         # persistent_workers and prefetch_factor are inactive without workers
@@ -349,8 +361,10 @@ def test_production_loads_no_trial_machinery() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, autotune; autotune.Recipe; loaded = set(sys.modules); "
-            "print('autotune.worker._trial' in loaded, 'autotune.core._ceilings' in loaded, autotune.Trial.__module__)")
+    code = (
+        "import sys, autotune; autotune.Recipe; loaded = set(sys.modules); "
+        "print('autotune.worker._trial' in loaded, 'autotune.core._ceilings' in loaded, autotune.Trial.__module__)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["False", "False", "autotune.worker._trial"], done.stderr
 
@@ -367,8 +381,17 @@ def _windows_measured(loss_after_warmup: float, **learning) -> list[dict]:
     from autotune.worker._trial import BudgetSpent, Trial
 
     events: list[dict] = []
-    trial = Trial(Config(), torch.device("cpu"), lambda kind, **e: events.append({"event": kind, **e}),
-                  warmup_steps=4, warmup_s=0.0, window_s=0.0, windows=2, min_window_steps=8, **learning)
+    trial = Trial(
+        Config(),
+        torch.device("cpu"),
+        lambda kind, **e: events.append({"event": kind, **e}),
+        warmup_steps=4,
+        warmup_s=0.0,
+        window_s=0.0,
+        windows=2,
+        min_window_steps=8,
+        **learning,
+    )
     weight = torch.nn.Parameter(torch.zeros(1))
     opt = torch.optim.SGD([weight], lr=0.0)
     loader = torch.utils.data.DataLoader(TensorDataset(torch.zeros(64, 1)), batch_size=4)
@@ -411,8 +434,15 @@ def _epoch_windows(window_s: float, wait_s: float) -> list[dict]:
     from autotune.worker._trial import BudgetSpent, Trial
 
     events: list[dict] = []
-    trial = Trial(Config(), torch.device("cpu"), lambda kind, **e: events.append({"event": kind, **e}),
-                  warmup_steps=20, warmup_s=0.0, window_s=window_s, windows=4)  # past an epoch
+    trial = Trial(
+        Config(),
+        torch.device("cpu"),
+        lambda kind, **e: events.append({"event": kind, **e}),
+        warmup_steps=20,
+        warmup_s=0.0,
+        window_s=window_s,
+        windows=4,
+    )  # past an epoch
     weight = torch.nn.Parameter(torch.zeros(1))
     opt = torch.optim.SGD([weight], lr=0.0)
     loader = torch.utils.data.DataLoader(_SlowStart(wait_s), batch_size=4)  # 16 batches an epoch

@@ -82,8 +82,16 @@ def measured(test_pause: float, **trial) -> tuple[ScriptTrial, list[tuple[str, d
     """``script`` run as a trial measures it (no loader workers, windows of 0.3 s after 2 warmup
     steps, ``trial`` for the rest) until its budget ends it; the trial and its events."""
     events: list[tuple[str, dict]] = []
-    run = ScriptTrial(Config(num_workers=0), "cpu", lambda kind, **e: events.append((kind, e)), warmup_steps=2,
-                      warmup_s=0.0, window_s=0.3, min_window_steps=2, **trial)
+    run = ScriptTrial(
+        Config(num_workers=0),
+        "cpu",
+        lambda kind, **e: events.append((kind, e)),
+        warmup_steps=2,
+        warmup_s=0.0,
+        window_s=0.3,
+        min_window_steps=2,
+        **trial,
+    )
     run.hooks.install()
     try:
         with pytest.raises(BudgetSpent):
@@ -134,7 +142,7 @@ def sliced(update: str) -> None:
     x, y = DATA.tensors
     for step in range(100_000):
         i = (step * 32) % 224
-        loss = F.cross_entropy(model(x[i:i + 32]), y[i:i + 32])
+        loss = F.cross_entropy(model(x[i : i + 32]), y[i : i + 32])
         model.zero_grad()
         loss.backward()
         if opt is not None:
@@ -151,8 +159,16 @@ def sliced(update: str) -> None:
 @pytest.mark.parametrize("update", ["optimizer", "by hand"])
 def test_a_loop_without_a_dataloader_is_measured_in_steps(update: str) -> None:
     events: list[tuple[str, dict]] = []
-    run = ScriptTrial(Config(), "cpu", lambda kind, **e: events.append((kind, e)), warmup_steps=2, warmup_s=0.0,
-                      window_s=0.05, min_window_steps=2, windows=3)
+    run = ScriptTrial(
+        Config(),
+        "cpu",
+        lambda kind, **e: events.append((kind, e)),
+        warmup_steps=2,
+        warmup_s=0.0,
+        window_s=0.05,
+        min_window_steps=2,
+        windows=3,
+    )
     run.hooks.install()
     try:
         with pytest.raises(BudgetSpent):

@@ -14,11 +14,10 @@ import warnings
 import pytest
 from fixtures.heap_rounds import PAGES
 
-from helpers import FIXTURES
-
 from autotune import Config, Recipe
 from autotune.machine import _malloc
 
+from helpers import FIXTURES
 
 
 def _thp() -> str:
@@ -34,8 +33,10 @@ pytestmark = [
     # the checks count 4 KiB pages faulted in: huge pages for every heap, or malloc tuned from
     # the environment, would change the control's count, not what retain does
     pytest.mark.skipif("[always]" in _thp(), reason="transparent huge pages are always on here"),
-    pytest.mark.skipif(any(k.startswith("MALLOC_") or k == "GLIBC_TUNABLES" for k in os.environ),
-                       reason="malloc is tuned from the environment"),
+    pytest.mark.skipif(
+        any(k.startswith("MALLOC_") or k == "GLIBC_TUNABLES" for k in os.environ),
+        reason="malloc is tuned from the environment",
+    ),
 ]
 
 #: In a fresh interpreter: ``setup``, then two rounds of a step's worth of host memory
@@ -50,8 +51,13 @@ print(json.dumps(second_round_faults()))
 
 
 def second_round_faults(setup: str = "") -> int:
-    out = subprocess.run([sys.executable, "-c", ROUNDS.format(fixtures=str(FIXTURES), setup=setup)],
-                         capture_output=True, text=True, check=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", ROUNDS.format(fixtures=str(FIXTURES), setup=setup)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
     return json.loads(out.stdout)
 
 
@@ -78,8 +84,10 @@ def test_a_recipe_with_malloc_retain_applies_it_when_training_starts(tmp_path) -
 def test_a_recipe_without_it_leaves_glibc_alone(tmp_path) -> None:
     recipe = tmp_path / "best.yaml"
     recipe.write_text("backends:\n  malloc_retain: false\n")
-    setup = (f"import autotune; run = autotune.load({str(recipe)!r}, device='cpu', check=False, quiet=True)\n"
-             "for _ in run.batches([]): pass")
+    setup = (
+        f"import autotune; run = autotune.load({str(recipe)!r}, device='cpu', check=False, quiet=True)\n"
+        "for _ in run.batches([]): pass"
+    )
     assert second_round_faults(setup) > PAGES // 2
 
 
@@ -87,14 +95,17 @@ def test_a_recipe_without_it_leaves_glibc_alone(tmp_path) -> None:
 def test_a_trial_with_malloc_retain_applies_it_in_its_worker(tmp_path, retained: bool) -> None:
     # a real trial, forked from a warm worker as a study runs it; the function frees and takes
     # 20 MiB again once its batches have started, and prints the faults that took
-    from autotune.worker._warm import WarmWorker
-    from autotune.machine._launch import Budget, new_tag, TrialSpec
+    from autotune.machine._launch import Budget, TrialSpec, new_tag
     from autotune.tuner._watch import run_trial
+    from autotune.worker._warm import WarmWorker
 
     log = tmp_path / "trial.log"
-    spec = TrialSpec(target=f"{FIXTURES / 'tiny_train.py'}:train_reports_heap_faults",
-                     config=Config(malloc_retain=retained), device="cpu",
-                     budget=Budget(warmup_s=0.1, window_s=0.2, windows=2, ceiling_windows=0, learn_windows=0))
+    spec = TrialSpec(
+        target=f"{FIXTURES / 'tiny_train.py'}:train_reports_heap_faults",
+        config=Config(malloc_retain=retained),
+        device="cpu",
+        budget=Budget(warmup_s=0.1, window_s=0.2, windows=2, ceiling_windows=0, learn_windows=0),
+    )
     warm = WarmWorker(os.environ, new_tag())
     try:
         result = run_trial(spec, log, warm=warm)
@@ -121,5 +132,6 @@ def test_elsewhere_it_is_refused_in_the_space_and_warned_about_in_production(mon
 
 def test_a_preloaded_allocator_is_not_glibc_s(monkeypatch) -> None:
     monkeypatch.setenv("LD_PRELOAD", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
-    assert _malloc.unavailable_reason() == ("needs glibc's malloc, which "
-                                            "LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 replaces")
+    assert _malloc.unavailable_reason() == (
+        "needs glibc's malloc, which LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 replaces"
+    )

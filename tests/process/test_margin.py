@@ -18,9 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import FIXTURES, cli_env
 
 from autotune.machine._margin import Cgroup
+
+from helpers import FIXTURES, cli_env
 
 JOB = FIXTURES / "growing_train.py"
 #: The job's memory limit, and the export: 6 workers x 8 batches of 16 MiB once the items grow,
@@ -37,8 +38,11 @@ def _new_cgroup() -> Path | None:
     except OSError:
         return None
     root = Path("/sys/fs/cgroup")
-    parents = [root / "memory" / line.split(":", 2)[2].lstrip("/") for line in lines
-               if "memory" in line.split(":", 2)[1].split(",")]
+    parents = [
+        root / "memory" / line.split(":", 2)[2].lstrip("/")
+        for line in lines
+        if "memory" in line.split(":", 2)[1].split(",")
+    ]
     parents += [root / line[3:].lstrip("/") for line in lines if line.startswith("0::")]
     for parent in parents:
         group = parent / f"autotune-test-{uuid.uuid4().hex[:8]}"
@@ -59,8 +63,10 @@ def _new_cgroup() -> Path | None:
 def memory_limit() -> Iterator[Path]:
     group = _new_cgroup()
     if group is None:
-        pytest.skip("no memory cgroup can be made here (needs cgroup v1, or v2 with the memory controller "
-                    "delegated, and the right to write there)")
+        pytest.skip(
+            "no memory cgroup can be made here (needs cgroup v1, or v2 with the memory controller "
+            "delegated, and the right to write there)"
+        )
     try:
         yield group
     finally:
@@ -91,8 +97,15 @@ def job(*args: str, group: Path | None = None) -> subprocess.CompletedProcess:
     def join() -> None:  # in the child, before it runs the job: the whole tree is in the cgroup
         (group / "cgroup.procs").write_text(str(os.getpid()))
 
-    return subprocess.run([sys.executable, str(JOB), *args], check=False, capture_output=True, text=True,
-                          timeout=180, env=cli_env(), preexec_fn=join if group is not None else None)
+    return subprocess.run(
+        [sys.executable, str(JOB), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=cli_env(),
+        preexec_fn=join if group is not None else None,
+    )
 
 
 def result(done: subprocess.CompletedProcess) -> dict:
@@ -116,7 +129,8 @@ def plain_order() -> list[list[int]]:
 
 
 def test_items_that_grow_kill_the_fixed_config_at_its_limit_and_the_adaptive_one_steps_down_and_finishes(
-        tmp_path, plain_order) -> None:
+    tmp_path, plain_order
+) -> None:
     export = tmp_path / "best.yaml"
     export.write_text(EXPORT)
     with memory_limit() as group:
@@ -127,7 +141,9 @@ def test_items_that_grow_kill_the_fixed_config_at_its_limit_and_the_adaptive_one
         fixed = job(str(export), "--step-s", "0.1", group=group)
         failures = _hits(group)
     assert fixed.returncode != 0 and failures, (fixed.returncode, fixed.stderr[-2000:])
-    assert fixed.returncode in (-signal.SIGKILL, 137) or "killed by signal: Killed" in fixed.stderr, fixed.stderr[-2000:]
+    assert fixed.returncode in (-signal.SIGKILL, 137) or "killed by signal: Killed" in fixed.stderr, fixed.stderr[
+        -2000:
+    ]
     with memory_limit() as group:
         adaptive = job(str(export), "--adapt", group=group)
     done = result(adaptive)
@@ -153,13 +169,27 @@ def test_autotune_exec_adapt_steps_the_loader_of_an_unmodified_script_down(tmp_p
     export.write_text(EXPORT)
     plain = result(job("-", "--plain", "--step-s", "0", "--grow", "4096"))["epochs"]
     command = [sys.executable, "-m", "autotune", "exec", str(export)]
-    done = subprocess.run([*command, "--adapt", "--ram-budget", "1", str(JOB), "--", "-", "--plain"], check=False,
-                          capture_output=True, text=True, timeout=180, env=cli_env())
+    done = subprocess.run(
+        [*command, "--adapt", "--ram-budget", "1", str(JOB), "--", "-", "--plain"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=cli_env(),
+    )
     assert result(done)["epochs"] == plain  # the script's own order, though its loader stepped down mid-epoch
-    assert "(adapting num_workers and prefetch_factor between epochs, and stepping them down past 85% of a " \
-           "1.00 GiB RAM budget" in done.stderr
+    assert (
+        "(adapting num_workers and prefetch_factor between epochs, and stepping them down past 85% of a "
+        "1.00 GiB RAM budget" in done.stderr
+    )
     steps = [line for line in done.stderr.splitlines() if line.startswith("autotune: adapt: ") and "budget:" in line]
     assert steps and "6 workers x 8 batches of 16 MiB" in steps[0], done.stderr[-2000:]
-    alone = subprocess.run([*command, "--ram-budget", "1", str(JOB)], check=False, capture_output=True, text=True,
-                           timeout=60, env=cli_env())
+    alone = subprocess.run(
+        [*command, "--ram-budget", "1", str(JOB)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cli_env(),
+    )
     assert alone.returncode == 2 and "--ram-budget: applies with --adapt only" in alone.stderr

@@ -23,8 +23,12 @@ def measured(config: Config = Config(), epochs: int = 100, step_s: float = 0.0, 
     from autotune.worker._trial import BudgetSpent, Trial
 
     events: list[dict] = []
-    trial = Trial(config, torch.device("cpu"), lambda kind, **e: events.append({"event": kind, **e}),
-                  **{"warmup_steps": 2, "warmup_s": 0.0, "window_s": 0.0, "windows": 3, **budget})
+    trial = Trial(
+        config,
+        torch.device("cpu"),
+        lambda kind, **e: events.append({"event": kind, **e}),
+        **{"warmup_steps": 2, "warmup_s": 0.0, "window_s": 0.0, "windows": 3, **budget},
+    )
     weight = torch.nn.Parameter(torch.zeros(1))
     opt = torch.optim.SGD([weight], lr=0.0)
     loader = trial.dataloader(TensorDataset(torch.zeros(ROWS, 1)), batch_size=BATCH)

@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from helpers import FIXTURES
 
 from autotune import Config, Outcome, Recipe
 from autotune.machine._launch import Budget, TrialSpec
 from autotune.tuner._watch import run_trial
+
+from helpers import FIXTURES
 
 FIXTURE = FIXTURES / "model_train.py"
 FAST = Budget(warmup_s=0.2, window_s=0.3, windows=2, ceiling_windows=0)
@@ -17,8 +18,12 @@ FAST = Budget(warmup_s=0.2, window_s=0.3, windows=2, ceiling_windows=0)
 
 def trial(tmp_path: Path, config: Config, func: str = "train", budget: Budget = FAST, warm=None):
     events: list[dict] = []
-    result = run_trial(TrialSpec(f"{FIXTURE}:{func}", config, "cpu", budget), tmp_path / f"{func}.log",
-                       on_event=events.append, warm=warm)
+    result = run_trial(
+        TrialSpec(f"{FIXTURE}:{func}", config, "cpu", budget),
+        tmp_path / f"{func}.log",
+        on_event=events.append,
+        warm=warm,
+    )
     return result, events
 
 
@@ -55,8 +60,9 @@ def test_a_compile_says_whether_it_found_the_studys_inductor_cache(tmp_path: Pat
     # The study's own cache (TrialSpec.compile_cache): the first run builds the graphs (cold, as
     # production's first run on a machine), the second finds them (warm) and compiles faster.
     budget = Budget(warmup_s=0.2, window_s=0.3, windows=2, ceiling_windows=0, stall_s=1)
-    spec = TrialSpec(f"{FIXTURE}:train", Config(compile="default"), "cpu", budget,
-                     compile_cache=str(tmp_path / "inductor"))
+    spec = TrialSpec(
+        f"{FIXTURE}:train", Config(compile="default"), "cpu", budget, compile_cache=str(tmp_path / "inductor")
+    )
     cold, warm = (run_trial(spec, tmp_path / f"{i}.log") for i in range(2))
     assert cold.outcome is warm.outcome is Outcome.COMPLETE, (cold.reason, warm.reason)
     assert (cold.metrics["compile_warm"], warm.metrics["compile_warm"]) == (0.0, 1.0)
@@ -69,8 +75,9 @@ def test_a_compile_past_its_timeout_is_killed_and_says_which_limit(tmp_path: Pat
     budget = Budget(warmup_s=0.2, window_s=0.3, windows=2, ceiling_windows=0, stall_s=1, compile_s=1)
     result, events = trial(tmp_path, Config(compile="default"), budget=budget, warm=warm)
     assert result.outcome is Outcome.TIMEOUT, result.reason
-    assert result.reason.startswith("stalled: no step finished for 1 s while torch.compile compiled the model "
-                                    "(--compile-timeout)"), result.reason
+    assert result.reason.startswith(
+        "stalled: no step finished for 1 s while torch.compile compiled the model (--compile-timeout)"
+    ), result.reason
     assert "compiling" in [e["event"] for e in events] and not result.windows
     assert result.metrics["compile_unfinished_s"] >= 1  # what the study holds compile on
 

@@ -8,13 +8,13 @@ import subprocess
 import sys
 import time
 
-from helpers import FIXTURES
-
 from autotune.core._config import Config
+from autotune.core._outcome import Outcome
 from autotune.machine._launch import Budget, TrialSpec
 from autotune.machine._monitor import Monitor
-from autotune.core._outcome import Outcome
 from autotune.tuner._watch import run_trial
+
+from helpers import FIXTURES
 
 TINY = str(FIXTURES / "tiny_train.py")
 BUDGET = Budget(warmup_steps=2, warmup_s=0.2, window_s=0.3, windows=3, ceiling_windows=1)
@@ -23,8 +23,10 @@ BUDGET = Budget(warmup_steps=2, warmup_s=0.2, window_s=0.3, windows=3, ceiling_w
 def test_foreign_load_of_a_hog_on_each_core_is_in_every_window_ceiling_and_the_metrics(tmp_path, warm) -> None:
     # A hog per core, pinned: whatever else runs, others then take a large share of the trial's CPUs
     # (each hog gets about its fair share of a core beside the trial's threads).
-    hogs = [subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", "while True: pass"])
-            for cpu in sorted(os.sched_getaffinity(0))[:2]]
+    hogs = [
+        subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", "while True: pass"])
+        for cpu in sorted(os.sched_getaffinity(0))[:2]
+    ]
     try:
         result = run_trial(TrialSpec(f"{TINY}:train", Config(), "cpu", BUDGET), tmp_path / "t.log", warm=warm)
     finally:
@@ -80,15 +82,17 @@ def test_pss_is_read_again_when_memory_climbs_not_when_it_swings(monkeypatch) ->
 
     monkeypatch.setattr(_monitor, "PSS_EVERY", 0.3)
     monkeypatch.setattr(_monitor, "PSS_SHARE", 1e-9)  # no reading for the record alone
-    code = ("import time\n"
-            "print('ready', flush=True)\n"
-            "t0 = time.monotonic()\n"
-            "while time.monotonic() - t0 < 3.0:\n"  # swings by 100 MiB every 0.2 s
-            "    x = b'1' * (100 << 20); time.sleep(0.1); del x; time.sleep(0.1)\n"
-            "print('climbs', flush=True)\n"
-            "y = b'1' * (400 << 20)\n"  # then climbs to 400 MiB (over a second or more on a busy host) and holds
-            "print('up', flush=True)\n"
-            "time.sleep(30)\n")
+    code = (
+        "import time\n"
+        "print('ready', flush=True)\n"
+        "t0 = time.monotonic()\n"
+        "while time.monotonic() - t0 < 3.0:\n"  # swings by 100 MiB every 0.2 s
+        "    x = b'1' * (100 << 20); time.sleep(0.1); del x; time.sleep(0.1)\n"
+        "print('climbs', flush=True)\n"
+        "y = b'1' * (400 << 20)\n"  # then climbs to 400 MiB (over a second or more on a busy host) and holds
+        "print('up', flush=True)\n"
+        "time.sleep(30)\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         said(proc, "ready")
@@ -115,18 +119,20 @@ def test_between_walks_the_known_processes_are_read_and_a_gone_or_new_one_is_fou
 
     monkeypatch.setattr(_monitor, "WALK_EVERY", 60.0)  # while the first child lives: no walk but for it
     monkeypatch.setattr(_monitor, "PSS_SHARE", 1e-9)  # PSS at PSS_EVERY only, out of the way
-    hold = ("'x = b\"1\" * (300 << 20); print(1, flush=True); import time; time.sleep(1.5)'")
-    code = ("import subprocess, sys, time\n"
-            f"child = subprocess.Popen([sys.executable, '-c', {hold}], stdout=subprocess.PIPE)\n"
-            "child.stdout.readline()\n"
-            "print('ready', flush=True)\n"
-            "child.wait()\n"
-            "print('gone', flush=True)\n"
-            "sys.stdin.readline()\n"
-            f"child = subprocess.Popen([sys.executable, '-c', {hold}], stdout=subprocess.PIPE)\n"
-            "child.stdout.readline()\n"
-            "print('born', flush=True)\n"
-            "time.sleep(30)\n")
+    hold = "'x = b\"1\" * (300 << 20); print(1, flush=True); import time; time.sleep(1.5)'"
+    code = (
+        "import subprocess, sys, time\n"
+        f"child = subprocess.Popen([sys.executable, '-c', {hold}], stdout=subprocess.PIPE)\n"
+        "child.stdout.readline()\n"
+        "print('ready', flush=True)\n"
+        "child.wait()\n"
+        "print('gone', flush=True)\n"
+        "sys.stdin.readline()\n"
+        f"child = subprocess.Popen([sys.executable, '-c', {hold}], stdout=subprocess.PIPE)\n"
+        "child.stdout.readline()\n"
+        "print('born', flush=True)\n"
+        "time.sleep(30)\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         ready = said(proc, "ready")

@@ -60,8 +60,13 @@ def recipe(**values) -> Recipe:
     return run
 
 
-def script(epochs: int = 3, clip: float | None = None, accumulate: int = 1, inf_at: int = -1,
-           own_autocast: torch.dtype | None = None) -> tuple[Net, list[float], list[float]]:
+def script(
+    epochs: int = 3,
+    clip: float | None = None,
+    accumulate: int = 1,
+    inf_at: int = -1,
+    own_autocast: torch.dtype | None = None,
+) -> tuple[Net, list[float], list[float]]:
     """A plain loop (8 steps an epoch): its model, its losses, and the norms its clip returned."""
     model = Net()
     loader = DataLoader(DATA, batch_size=64, shuffle=True)
@@ -188,8 +193,13 @@ def test_the_thread_prefetcher_makes_the_batches_ahead_and_the_scripts_to_finds_
     try:
         model = Net()
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        for batch in DataLoader(data, batch_size=32, collate_fn=lambda items: {"pair": Pair(
-                torch.stack([i["pair"].x for i in items]), torch.stack([i["pair"].y for i in items]))}):
+        for batch in DataLoader(
+            data,
+            batch_size=32,
+            collate_fn=lambda items: {
+                "pair": Pair(torch.stack([i["pair"].x for i in items]), torch.stack([i["pair"].y for i in items]))
+            },
+        ):
             x = batch["pair"].x
             kinds.add(type(batch["pair"]))  # a dict of a dataclass, moved as the structure it is
             same.append(x.to("cpu") is x)
@@ -220,7 +230,9 @@ def test_a_batch_the_prefetcher_cannot_move_holds_it_with_its_reason(capsys) -> 
     finally:
         hooks.remove()
     assert hooks.loop.observed()["prefetch"] == "none"
-    assert "prefetch=thread not applied: the loader's batches are Opaque, which holds no tensor" in capsys.readouterr().err
+    assert (
+        "prefetch=thread not applied: the loader's batches are Opaque, which holds no tensor" in capsys.readouterr().err
+    )
 
 
 class Conv(nn.Module):
@@ -299,8 +311,16 @@ def test_a_model_that_fails_to_compile_runs_as_written_and_compile_is_held_with_
 
 def test_a_trial_of_a_script_reports_the_loop_knobs_in_force_and_its_model() -> None:
     events: list[tuple[str, dict]] = []
-    run = ScriptTrial(Config(amp="bf16", prefetch="thread"), "cpu", lambda kind, **e: events.append((kind, e)),
-                      warmup_steps=2, warmup_s=0.0, window_s=0.05, windows=2, min_window_steps=2)
+    run = ScriptTrial(
+        Config(amp="bf16", prefetch="thread"),
+        "cpu",
+        lambda kind, **e: events.append((kind, e)),
+        warmup_steps=2,
+        warmup_s=0.0,
+        window_s=0.05,
+        windows=2,
+        min_window_steps=2,
+    )
     run.hooks.install()
     try:
         with pytest.raises(BudgetSpent):
@@ -336,9 +356,15 @@ def cuda_script(epochs: int = 3) -> tuple[Net, list[float], list[bool]]:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("values, dtype", [({"amp": "fp16"}, torch.float16), ({"amp": "bf16"}, torch.bfloat16),
-                                           ({"prefetch": "cuda_stream"}, torch.float32),
-                                           ({"prefetch": "thread", "amp": "bf16"}, torch.bfloat16)])
+@pytest.mark.parametrize(
+    "values, dtype",
+    [
+        ({"amp": "fp16"}, torch.float16),
+        ({"amp": "bf16"}, torch.bfloat16),
+        ({"prefetch": "cuda_stream"}, torch.float32),
+        ({"prefetch": "thread", "amp": "bf16"}, torch.bfloat16),
+    ],
+)
 def test_an_unmodified_cuda_script_trains_with_the_loop_knobs_from_outside(values, dtype) -> None:
     run = Recipe(Config(**values), "cuda", quiet=True)
     run.stages = SCRIPT_STAGES
@@ -375,6 +401,7 @@ def test_an_unmodified_cuda_script_is_compiled_in_place() -> None:
 
 # Found in review (2026-11-29): each a script that crashed, trained on scaled gradients, or ran another
 # precision than the one reported.
+
 
 def fp16_loop(model, opt, steps: int, each=None) -> list[float]:
     """A plain loop over DATA in batches of 64 (``each(step)`` after each backward)."""
@@ -430,8 +457,9 @@ def test_fp16_counts_the_steps_a_fused_optimizer_skips() -> None:
     try:
         model = Net()
         opt = torch.optim.Adam(model.parameters(), lr=1e-2, fused=True)  # its kernel skips, not the scaler
-        fp16_loop(model, opt, 12, each=lambda i: [p.grad.fill_(math.inf) for p in model.parameters()]
-                  if i == 6 else None)
+        fp16_loop(
+            model, opt, 12, each=lambda i: [p.grad.fill_(math.inf) for p in model.parameters()] if i == 6 else None
+        )
     finally:
         hooks.remove()
     assert hooks.loop.amp.counts() == {"fp16_steps": 12, "fp16_skipped_steps": 1}

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import FIXTURES
 from torch.nn.modules.module import register_module_forward_hook
 
 from autotune import Config, Recipe
 from autotune.training._hooks import Hooks
 from autotune.training._script import SCRIPT_STAGES, run_script
+
+from helpers import FIXTURES
 
 SCRIPTS = FIXTURES / "scripts"
 
@@ -48,8 +49,9 @@ def test_lightning_trains_in_bf16_through_its_trainers_precision(capsys) -> None
 
 def test_the_trainer_trains_in_bf16_through_its_training_arguments(tmp_path, capsys) -> None:
     pytest.importorskip("transformers")
-    hooks, dtypes = run("hf_trainer_style.py", ["--epochs", "0.25", "--read-ms", "0", "--output-dir",
-                                                str(tmp_path / "out")], amp="bf16")
+    hooks, dtypes = run(
+        "hf_trainer_style.py", ["--epochs", "0.25", "--read-ms", "0", "--output-dir", str(tmp_path / "out")], amp="bf16"
+    )
     said = capsys.readouterr()
     assert "amp=bf16 set through your framework: TrainingArguments(bf16=True)" in said.out + said.err
     assert torch.bfloat16 in dtypes and hooks.loop.amp.own is None

@@ -81,6 +81,7 @@ def loop(model, opts, epochs: int = 3, inf_at: int = -1) -> list[float]:
 
 # -- fp16: every optimizer that steps is under the scaler, else fp16 is held -------------------------
 
+
 def test_fp16_routes_an_optimizer_of_the_scripts_own_class_through_the_scaler() -> None:
     hooks = Hooks(recipe(amp="fp16")).install()
     try:
@@ -126,6 +127,7 @@ def test_fp16_routes_both_optimizers_of_a_step_where_one_is_the_scripts_own() ->
 
 
 # -- autocast: around the found model's training forward only ----------------------------------------
+
 
 class Generator(Net):
     pass
@@ -223,6 +225,7 @@ def test_amp_wraps_a_model_compiled_by_the_compile_knob_outside_its_compiled_cod
 
 # -- the DataLoader's iterator keeps its API ----------------------------------------------------------
 
+
 def test_the_loaders_iterator_keeps_its_api_and_its_workers_end_when_the_script_drops_it() -> None:
     import gc
 
@@ -257,13 +260,22 @@ def test_the_loaders_iterator_keeps_its_api_and_its_workers_end_when_the_script_
 
 # -- the loss a trial reads is the script's true one -----------------------------------------------------
 
+
 def test_a_trial_reads_the_unscaled_loss_of_a_script_that_scales_its_own() -> None:
     from autotune.worker._script_trial import ScriptTrial
     from autotune.worker._trial import BudgetSpent
 
     events: list[tuple[str, dict]] = []
-    run = ScriptTrial(Config(), "cpu", lambda kind, **e: events.append((kind, e)),
-                      warmup_steps=2, warmup_s=0.0, window_s=0.05, windows=2, min_window_steps=2)
+    run = ScriptTrial(
+        Config(),
+        "cpu",
+        lambda kind, **e: events.append((kind, e)),
+        warmup_steps=2,
+        warmup_s=0.0,
+        window_s=0.05,
+        windows=2,
+        min_window_steps=2,
+    )
     run.hooks.install()
     try:
         model = Net()
@@ -285,6 +297,7 @@ def test_a_trial_reads_the_unscaled_loss_of_a_script_that_scales_its_own() -> No
 
 # -- prefetch moves what the script moved, never a tensor that took a freed one's id -----------------------
 
+
 def test_prefetch_leaves_on_the_host_a_tensor_that_took_the_id_of_a_temporary_the_script_moved() -> None:
     hooks = Hooks(recipe(prefetch="thread")).install()
     try:
@@ -298,8 +311,11 @@ def test_prefetch_leaves_on_the_host_a_tensor_that_took_the_id_of_a_temporary_th
             kept.append(torch.ones(64))  # CPython hands the freed address to a later tensor
         lengths = kept[-1]
         assert id(lengths) == freed  # (the alias this test is about)
-        loader = DataLoader(DATA, batch_size=64, collate_fn=lambda items: (
-            torch.stack([i[0] for i in items]), torch.stack([i[1] for i in items]), lengths))
+        loader = DataLoader(
+            DATA,
+            batch_size=64,
+            collate_fn=lambda items: (torch.stack([i[0] for i in items]), torch.stack([i[1] for i in items]), lengths),
+        )
         for x, y, _n in loader:
             x.to("meta")  # it moves its inputs, and keeps the lengths on the host
             F.cross_entropy(model(x), y).backward()
@@ -311,6 +327,7 @@ def test_prefetch_leaves_on_the_host_a_tensor_that_took_the_id_of_a_temporary_th
 
 
 # -- a model the script compiles itself is its own ------------------------------------------------------------
+
 
 @pytest.mark.parametrize("how", ["torch.compile", "model.compile"])
 def test_a_model_the_script_compiles_itself_is_held_as_its_own(how, monkeypatch, capsys) -> None:

@@ -23,13 +23,15 @@ def random_batches(n: int, seed: int) -> list:
     for i in range(n):
         x = torch.randn(8, 3, generator=g)
         y = torch.randint(0, 10, (8,), generator=g)
-        out.append([
-            x,                                                        # a tensor
-            (x, y),                                                   # a tuple
-            [x, y, "label", 3],                                       # a list, non-tensor leaves
-            {"x": x, "y": y, "meta": {"ids": y + i, "name": f"b{i}"}},  # nested dicts
-            Pair(x, (y, [x * 2])),                                   # a namedtuple, nested
-        ][i % 5])
+        out.append(
+            [
+                x,  # a tensor
+                (x, y),  # a tuple
+                [x, y, "label", 3],  # a list, non-tensor leaves
+                {"x": x, "y": y, "meta": {"ids": y + i, "name": f"b{i}"}},  # nested dicts
+                Pair(x, (y, [x * 2])),  # a namedtuple, nested
+            ][i % 5]
+        )
     return out
 
 
@@ -162,8 +164,7 @@ def test_an_exception_in_the_loop_body_stops_the_producer() -> None:
 def test_map_tensors_preserves_structure() -> None:
     batch = {"a": (torch.ones(1), [torch.zeros(1), "s"]), "b": Pair(torch.ones(2), 7)}
     out = map_tensors(batch, lambda t: t + 1)
-    assert_same(out, {"a": (torch.full((1,), 2.0), [torch.ones(1), "s"]),
-                      "b": Pair(torch.full((2,), 2.0), 7)})
+    assert_same(out, {"a": (torch.full((1,), 2.0), [torch.ones(1), "s"]), "b": Pair(torch.full((2,), 2.0), 7)})
 
 
 @pytest.mark.gpu
@@ -206,8 +207,7 @@ def test_prefetched_batches_survive_slow_compute_without_a_race(strategy: str) -
     ``record_stream``), the sums would differ from the host's."""
     device = torch.device("cuda", 0)
     data = torch.randn(300 * 64, 512)
-    loader = DataLoader(TensorDataset(data, torch.arange(len(data))), batch_size=64, pin_memory=True,
-                        num_workers=2)
+    loader = DataLoader(TensorDataset(data, torch.arange(len(data))), batch_size=64, pin_memory=True, num_workers=2)
     sums, ids = [], []
     for x, i in iter_batches(loader, device, strategy, non_blocking=True):
         torch.cuda._sleep(200_000)  # about 0.1 ms on the compute stream before it reads x

@@ -62,17 +62,37 @@ def test_load_drops_what_this_machine_cannot_honour_and_names_it(tmp_path: Path,
     if torch.cuda.is_available():
         pytest.skip("checks a CPU machine's view of a GPU export")
     path = tmp_path / "best.yaml"
-    path.write_text(render({"batch_size": 64, "num_workers": 8, "pin_memory": True, "prefetch": "cuda_stream",
-                            "amp": "fp16", "cuda_alloc_conf": "expandable_segments:True"}, 32, ["header"],
-                           {"device": "cuda:0", "gpu": "NVIDIA H100 80GB HBM3", "cpus": 16, "torch": "2.13.0"},
-                           "study s: trial 7, 3.10x the baseline"))
+    path.write_text(
+        render(
+            {
+                "batch_size": 64,
+                "num_workers": 8,
+                "pin_memory": True,
+                "prefetch": "cuda_stream",
+                "amp": "fp16",
+                "cuda_alloc_conf": "expandable_segments:True",
+            },
+            32,
+            ["header"],
+            {"device": "cuda:0", "gpu": "NVIDIA H100 80GB HBM3", "cpus": 16, "torch": "2.13.0"},
+            "study s: trial 7, 3.10x the baseline",
+        )
+    )
     with pytest.warns(UserWarning) as caught:
         recipe = load(path)
     said = [str(w.message) for w in caught]
-    assert any("cannot honour pin_memory=true (needs CUDA" in m and "prefetch=cuda_stream" in m
-               and "amp=fp16" in m and "cuda_alloc_conf=expandable_segments:True" in m for m in said), said
-    assert any("was measured on another machine (device cuda:0 there, cpu here; gpu NVIDIA H100 80GB HBM3 "
-               "there, none here" in m for m in said), said
+    assert any(
+        "cannot honour pin_memory=true (needs CUDA" in m
+        and "prefetch=cuda_stream" in m
+        and "amp=fp16" in m
+        and "cuda_alloc_conf=expandable_segments:True" in m
+        for m in said
+    ), said
+    assert any(
+        "was measured on another machine (device cuda:0 there, cpu here; gpu NVIDIA H100 80GB HBM3 "
+        "there, none here" in m
+        for m in said
+    ), said
     assert recipe.config == Config(batch_size=64, num_workers=8)
     assert recipe.origin == f"{path} (study s: trial 7, 3.10x the baseline)"
     # it says once, on its first batch, what it trains with
@@ -123,8 +143,9 @@ def test_the_same_machine_loads_its_export_silently(tmp_path: Path, recwarn) -> 
 
     here = probe("cpu")
     path = tmp_path / "best.yaml"
-    path.write_text(render({"num_workers": 2}, None, [], {"device": "cpu", "gpu": None, "cpus": here.cpus,
-                                                          "torch": here.torch}))
+    path.write_text(
+        render({"num_workers": 2}, None, [], {"device": "cpu", "gpu": None, "cpus": here.cpus, "torch": here.torch})
+    )
     assert load(path, device="cpu", quiet=True).config == Config(num_workers=2)
     assert not [w for w in recwarn if issubclass(w.category, UserWarning)]
 
@@ -137,7 +158,15 @@ def test_exec_times_its_process_as_a_stopwatch_would() -> None:
     import time
 
     started = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", "import time; time.sleep(0.3); from autotune.production._exec import process_age; "
-                          "print(process_age())"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import time; time.sleep(0.3); from autotune.production._exec import process_age; print(process_age())",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     watch = time.perf_counter() - started
     assert 0.3 < float(out) <= watch + 0.011 and watch - float(out) < 0.25  # (after it: the interpreter's exit)

@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from helpers import ROOT
-
 import autotune
+
+from helpers import ROOT
 
 RUNNERS = ROOT / "runners"
 
@@ -267,8 +267,12 @@ def test_resnet_trains_channels_last_in_a_trial(tmp_path: Path, warm) -> None:
     from autotune.machine._launch import Budget, TrialSpec
     from autotune.tuner._watch import run_trial
 
-    spec = TrialSpec(f"{RUNNERS / 'resnet'}.py:train", autotune.Config(channels_last=True),
-                     "cpu", Budget(warmup_s=0.5, window_s=1.0, windows=2, ceiling_windows=0))
+    spec = TrialSpec(
+        f"{RUNNERS / 'resnet'}.py:train",
+        autotune.Config(channels_last=True),
+        "cpu",
+        Budget(warmup_s=0.5, window_s=1.0, windows=2, ceiling_windows=0),
+    )
     result = run_trial(spec, tmp_path / "trial.log", warm=warm)
     assert result.outcome is autotune.Outcome.COMPLETE, result.reason
     assert result.resolved["channels_last"] is True and result.resolved["batch_size"] == resnet.SIZES["cpu"][3]
@@ -284,8 +288,12 @@ def test_runner_trains_under_amp_on_cuda_without_nan(tmp_path: Path, runner: str
     from autotune.machine._launch import Budget, TrialSpec
     from autotune.tuner._watch import run_trial
 
-    spec = TrialSpec(f"{RUNNERS / runner}.py:train", autotune.Config(amp=amp, fused_optimizer=True),
-                     "cuda", Budget(warmup_s=1.0, window_s=1.0, windows=3, ceiling_windows=0))
+    spec = TrialSpec(
+        f"{RUNNERS / runner}.py:train",
+        autotune.Config(amp=amp, fused_optimizer=True),
+        "cuda",
+        Budget(warmup_s=1.0, window_s=1.0, windows=3, ceiling_windows=0),
+    )
     result = run_trial(spec, tmp_path / "trial.log")
     assert result.outcome is autotune.Outcome.COMPLETE, result.reason
     losses = [w["loss"] for w in result.windows]

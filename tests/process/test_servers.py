@@ -17,8 +17,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
-
 from conftest import tagged
+
 from helpers import LIB
 from servers import PrivateCluster, fresh_database
 
@@ -78,8 +78,7 @@ def test_mlflow_server_stores_metrics_and_serves_artifacts(mlflow_server, tmp_pa
     assert len(stored) == 1 and experiment_id in stored[0].parts
 
 
-def test_mlflow_server_restarts_with_its_stores(own_mlflow_server, tmp_path,
-                                                no_process_left_behind):
+def test_mlflow_server_restarts_with_its_stores(own_mlflow_server, tmp_path, no_process_left_behind):
     server = own_mlflow_server
     url = server.url
     _, experiment_id, run_id = _log_run(url, "restarted")
@@ -104,26 +103,27 @@ def test_mlflow_server_restarts_with_its_stores(own_mlflow_server, tmp_path,
 # --- Servers die with the test process, even one killed with SIGKILL ---------------------------
 
 
-
 def _start_child(program: str, *, env=None, timeout: float = 60.0) -> tuple[subprocess.Popen, dict]:
     """Run ``program`` in a child python (as a test process would) and return it with the JSON
     object it prints on its first line of output once it has started what it starts."""
-    child = subprocess.Popen([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(LIB)!r})\n"
-                              + program], stdout=subprocess.PIPE, text=True, env=env)
+    child = subprocess.Popen(
+        [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(LIB)!r})\n" + program],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     ready, _, _ = select.select([child.stdout], [], [], timeout)
     line = child.stdout.readline() if ready else ""
     if not line:
         child.kill()
         child.wait()
-        pytest.fail(f"the child printed nothing within {timeout:.0f} s"
-                    f" (exit code {child.returncode})")
+        pytest.fail(f"the child printed nothing within {timeout:.0f} s (exit code {child.returncode})")
     return child, json.loads(line)
 
 
 def _connections(server, database: str) -> int:
     with server.connect() as conn:
-        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s",
-                            (database,)).fetchone()[0]
+        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (database,)).fetchone()[0]
 
 
 def _within(seconds: float, condition) -> bool:
@@ -136,7 +136,8 @@ def _within(seconds: float, condition) -> bool:
 
 
 def test_an_mlflow_server_and_its_connections_die_with_a_test_process_killed_by_sigkill(
-        postgres_server, tmp_path, no_process_left_behind):
+    postgres_server, tmp_path, no_process_left_behind
+):
     # The child inherits this test's tag, and so do the server's processes it starts.
     child, started = _start_child(f"""
 import json, time
@@ -157,7 +158,8 @@ with running_mlflow_server(PgServer({postgres_server.host!r}, {postgres_server.p
         child.send_signal(signal.SIGKILL)  # no teardown runs: the fixture's process is gone
         child.wait()
         assert _within(5, lambda: not tagged(no_process_left_behind)), [
-            (p.pid, p.cmdline()[:4]) for p in tagged(no_process_left_behind)]
+            (p.pid, p.cmdline()[:4]) for p in tagged(no_process_left_behind)
+        ]
         assert _within(5, lambda: _connections(postgres_server, database) == 0)
         # The database stays, as the process that was to drop it is gone: the next session drops it.
         assert database in _databases(postgres_server)
@@ -219,8 +221,7 @@ time.sleep(600)
 
 
 @pytest.mark.parametrize("killed", ["test process", "xdist controller"])
-def test_a_watched_server_dies_with_all_it_started_when_the_test_process_is_killed(
-        killed, no_process_left_behind):
+def test_a_watched_server_dies_with_all_it_started_when_the_test_process_is_killed(killed, no_process_left_behind):
     program = _TEST_PROCESS
     if killed == "xdist controller":  # the test process is an xdist worker that lingers on
         worker = f"import sys; sys.path.insert(0, {str(LIB)!r})\n" + _TEST_PROCESS
@@ -235,15 +236,14 @@ time.sleep(600)
         test_process = started["test_process"]
         ours = {child.pid, test_process}
         # the watchdog, the server, its child in a session of its own and the double-forked one
-        assert _within(10, lambda: len([p for p in tagged(no_process_left_behind)
-                                        if p.pid not in ours]) == 4)
+        assert _within(10, lambda: len([p for p in tagged(no_process_left_behind) if p.pid not in ours]) == 4)
         child.send_signal(signal.SIGKILL)
         child.wait()
+
         def server():
             return [p for p in tagged(no_process_left_behind) if p.pid != test_process]
 
-        assert _within(5, lambda: not server()), (
-            f"left alive: {[(p.pid, p.cmdline()[:3]) for p in server()]}")
+        assert _within(5, lambda: not server()), f"left alive: {[(p.pid, p.cmdline()[:3]) for p in server()]}"
         if killed == "xdist controller":
             assert [p.pid for p in tagged(no_process_left_behind)] == [test_process]
     finally:
@@ -253,14 +253,14 @@ time.sleep(600)
             proc.kill()
 
 
-def test_a_private_cluster_is_stopped_and_deleted_when_the_test_process_is_killed(
-        no_process_left_behind):
+def test_a_private_cluster_is_stopped_and_deleted_when_the_test_process_is_killed(no_process_left_behind):
     import psutil
 
     problem = PrivateCluster(os.environ).problem()
     if problem is not None:
         pytest.skip(f"no private PostgreSQL cluster here: {problem}")
-    child, started = _start_child("""
+    child, started = _start_child(
+        """
 import json, os, time
 from servers import PrivateCluster
 cluster = PrivateCluster(os.environ)
@@ -268,7 +268,9 @@ server = cluster.start()
 postmaster = int((cluster.folder / "data" / "postmaster.pid").read_text().split()[0])
 print(json.dumps({"folder": str(cluster.folder), "postmaster": postmaster}), flush=True)
 time.sleep(600)
-""", timeout=120)
+""",
+        timeout=120,
+    )
     folder, postmaster = Path(started["folder"]), psutil.Process(started["postmaster"])
     try:
         assert folder.is_dir() and postmaster.is_running()

@@ -69,12 +69,22 @@ def test_the_plain_loop_trains_what_the_fixture_trains() -> None:
 
 
 def test_an_export_in_the_plain_loops_terms() -> None:
-    export = {"dataloader": {"batch_size": 64, "num_workers": 40, "pin_memory": False, "persistent_workers": True,
-                             "prefetch_factor": 3, "in_order": False},
-              "transfer": {"prefetch": "thread"},
-              "optimizer": {"lr_scaling": "linear", "fused_optimizer": False, "base_batch_size": 16},
-              "precision": {"amp": "off"}, "backends": {"malloc_retain": True}, "model": {"compile": "default"},
-              "measured_on": {"device": "cpu", "cpus": 2}}
+    export = {
+        "dataloader": {
+            "batch_size": 64,
+            "num_workers": 40,
+            "pin_memory": False,
+            "persistent_workers": True,
+            "prefetch_factor": 3,
+            "in_order": False,
+        },
+        "transfer": {"prefetch": "thread"},
+        "optimizer": {"lr_scaling": "linear", "fused_optimizer": False, "base_batch_size": 16},
+        "precision": {"amp": "off"},
+        "backends": {"malloc_retain": True},
+        "model": {"compile": "default"},
+        "measured_on": {"device": "cpu", "cpus": 2},
+    }
     plain = sweep.plain_terms(export)
     assert plain["loader"] == export["dataloader"]
     assert plain["lr"] == pytest.approx(0.4)  # 0.1 x 64 / 16
@@ -87,8 +97,11 @@ def test_an_export_in_the_plain_loops_terms() -> None:
 
 
 def test_the_loop_argv_carries_every_setting() -> None:
-    settings = {"loader": {"batch_size": 32}, "lr": 0.2,
-                "extras": {"amp": "bf16", "fused_optimizer": True, "prefetch": "thread", "malloc_retain": True}}
+    settings = {
+        "loader": {"batch_size": 32},
+        "lr": 0.2,
+        "extras": {"amp": "bf16", "fused_optimizer": True, "prefetch": "thread", "malloc_retain": True},
+    }
     argv = sweep.loop_argv(settings, 1024, 256)
     assert argv[argv.index("--lr") + 1] == "0.2" and argv[argv.index("--samples") + 1] == "1024"
     assert argv[argv.index("--amp") + 1] == "bf16" and argv[argv.index("--prefetch") + 1] == "thread"
@@ -101,8 +114,10 @@ def _runs(*rates: float) -> list[dict]:
 
 
 def test_the_best_point_is_the_best_median_and_the_share_is_of_medians() -> None:
-    swept = [{**sweep.point(64, 32, 2), "runs": _runs(100, 100, 300)},  # one lucky run: median 100
-             {**sweep.point(128, 32, 2), "runs": _runs(150, 160, 170)}]
+    swept = [
+        {**sweep.point(64, 32, 2), "runs": _runs(100, 100, 300)},  # one lucky run: median 100
+        {**sweep.point(128, 32, 2), "runs": _runs(150, 160, 170)},
+    ]
     assert sweep.best_point(swept)["loader"]["batch_size"] == 128
     turns = {sweep.BEST: _runs(200, 100, 200), sweep.WINNER: _runs(190, 100, 180)}
     got = sweep.share(turns)
@@ -125,22 +140,50 @@ def test_the_quick_sweep_measures_the_plain_loop_within_what_its_reads_allow() -
 
 def _raw(load: float) -> dict:
     """A run's raw figures, by hand: a two-point sweep, a study, the turns."""
-    swept = [{**sweep.point(64, 32, 2), "runs": _runs(100, 110, 120)},
-             {**sweep.point(128, 32, 2), "runs": _runs(200, 210, 220)}]
-    winner = sweep.plain_terms({"dataloader": {"batch_size": 128, "num_workers": 24, "persistent_workers": False,
-                                               "prefetch_factor": 4}, "optimizer": {"lr_scaling": "none"}})
-    return {"date": "2026-11-29", "machine": "a 2-CPU host", "commit": "abc1234", "autotune_changed": [], "cpus": 2,
-            "args": {"batches": [64, 128], "workers": [32], "prefetch_factors": [2], "repeats": 3, "turns": 3,
-                     "trials": 16, "samples": 4096, "warmup_samples": 1024},
-            "load": {"sweep": [0.5, load], "study": [0.4, 0.6], "turns": [0.5, 0.5]},
-            "sweep": swept, "sweep_wall_s": 60,
-            "study": {"name": "sweep-io-x", "wall_s": 300, "winner": 7, "samples_per_s": 190.0, "speedup": 3.1,
-                      "findings": ["trial 7, 3.10x the baseline"],
-                      "trials": [{"number": 0, "kind": "baseline", "config": {}, "samples_per_s": 61.0,
-                                  "outcome": "complete"}]},
-            "contenders": {sweep.BEST: {k: swept[1][k] for k in ("loader", "lr")}, sweep.WINNER: winner},
-            "turns": {sweep.BEST: _runs(200, 220, 210), sweep.WINNER: _runs(180, 200, 190)},
-            "share": 190 / 210, "per_turn_geomean": 0.9, "wall_s": 600}
+    swept = [
+        {**sweep.point(64, 32, 2), "runs": _runs(100, 110, 120)},
+        {**sweep.point(128, 32, 2), "runs": _runs(200, 210, 220)},
+    ]
+    winner = sweep.plain_terms(
+        {
+            "dataloader": {"batch_size": 128, "num_workers": 24, "persistent_workers": False, "prefetch_factor": 4},
+            "optimizer": {"lr_scaling": "none"},
+        }
+    )
+    return {
+        "date": "2026-11-29",
+        "machine": "a 2-CPU host",
+        "commit": "abc1234",
+        "autotune_changed": [],
+        "cpus": 2,
+        "args": {
+            "batches": [64, 128],
+            "workers": [32],
+            "prefetch_factors": [2],
+            "repeats": 3,
+            "turns": 3,
+            "trials": 16,
+            "samples": 4096,
+            "warmup_samples": 1024,
+        },
+        "load": {"sweep": [0.5, load], "study": [0.4, 0.6], "turns": [0.5, 0.5]},
+        "sweep": swept,
+        "sweep_wall_s": 60,
+        "study": {
+            "name": "sweep-io-x",
+            "wall_s": 300,
+            "winner": 7,
+            "samples_per_s": 190.0,
+            "speedup": 3.1,
+            "findings": ["trial 7, 3.10x the baseline"],
+            "trials": [{"number": 0, "kind": "baseline", "config": {}, "samples_per_s": 61.0, "outcome": "complete"}],
+        },
+        "contenders": {sweep.BEST: {k: swept[1][k] for k in ("loader", "lr")}, sweep.WINNER: winner},
+        "turns": {sweep.BEST: _runs(200, 220, 210), sweep.WINNER: _runs(180, 200, 190)},
+        "share": 190 / 210,
+        "per_turn_geomean": 0.9,
+        "wall_s": 600,
+    }
 
 
 def test_the_page_says_the_share_and_whether_the_host_was_loaded() -> None:

@@ -20,10 +20,13 @@ def test_a_config_gets_the_same_verdict_fast_or_slow(tmp_path, warm) -> None:
     assert len(base.curve) > 8 and base.curve[0][0] == base.windows[0]["samples_seen"] - base.windows[0]["samples"]
     verdicts = []
     for window_s in (0.15, 0.5):
-        spec = TrialSpec(tiny, Config(batch_size="4x", lr_scaling="none"), "cpu",
-                         Budget(warmup_steps=2, warmup_s=0.2, window_s=window_s, windows=4, ceiling_windows=0))
-        result = run_trial(spec, tmp_path / "t.log", reference=base.losses, reference_curve=base.curve,
-                           warm=warm)
+        spec = TrialSpec(
+            tiny,
+            Config(batch_size="4x", lr_scaling="none"),
+            "cpu",
+            Budget(warmup_steps=2, warmup_s=0.2, window_s=window_s, windows=4, ceiling_windows=0),
+        )
+        result = run_trial(spec, tmp_path / "t.log", reference=base.losses, reference_curve=base.curve, warm=warm)
         verdicts.append(result.outcome)
         assert "over the same samples" in result.reason or result.reason == ""
     assert verdicts[0] == verdicts[1]

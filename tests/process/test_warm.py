@@ -13,14 +13,14 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import tagged
-from helpers import FIXTURES
 
 from autotune import Config, Outcome
-from autotune.worker._warm import WarmWorker
-from autotune.machine._launch import Budget, new_tag, TRIAL_TAG_ENV, TrialSpec
+from autotune.machine._launch import TRIAL_TAG_ENV, Budget, TrialSpec, new_tag
 from autotune.tuner._watch import run_trial
+from autotune.worker._warm import WarmWorker
+
+from helpers import FIXTURES
 
 FAST = Budget(warmup_s=0.2, window_s=0.3, windows=2, ceiling_windows=0)
 
@@ -46,8 +46,14 @@ class Watch:
         return next(e["pid"] for e in self.events if e["event"] == "spawned")
 
 
-def trial(tmp_path: Path, func: str, warm: WarmWorker | None, config: Config = Config(), name: str = "",  # noqa: B008
-          fixture: str = "pool_train.py"):
+def trial(
+    tmp_path: Path,
+    func: str,
+    warm: WarmWorker | None,
+    config: Config = Config(),
+    name: str = "",  # noqa: B008
+    fixture: str = "pool_train.py",
+):
     watch = Watch()
     spec = TrialSpec(target=f"{FIXTURES / fixture}:{func}", config=config, budget=FAST)
     result = run_trial(spec, tmp_path / f"{name or func}.log", on_event=watch, warm=warm)
@@ -101,12 +107,14 @@ def test_a_forked_trial_that_segfaults_is_killed_by_sigsegv(tmp_path: Path, warm
 
 @pytest.mark.parametrize("func", ["train_forks_away", "train_escapes"])
 def test_what_a_forked_trial_leaves_dies_with_it_and_the_warm_worker_does_not(
-        tmp_path: Path, warm: WarmWorker, func: str) -> None:
+    tmp_path: Path, warm: WarmWorker, func: str
+) -> None:
     fixture = "escaping_train.py" if func == "train_escapes" else "pool_train.py"
     result, watch = trial(tmp_path, func, warm, fixture=fixture)
     assert result.outcome is Outcome.COMPLETE, result.reason
-    escaped = next(int(line.split()[1]) for line in result.log_path.read_text().splitlines()
-                   if line.startswith("escaped "))
+    escaped = next(
+        int(line.split()[1]) for line in result.log_path.read_text().splitlines() if line.startswith("escaped ")
+    )
     assert not psutil.pid_exists(escaped) or psutil.Process(escaped).status() == psutil.STATUS_ZOMBIE
     assert [p.pid for p in tagged(warm.tag, TRIAL_TAG_ENV)] == [warm.pid]  # only the warm worker is left
     assert trial(tmp_path, "train", warm, fixture="tiny_train.py", name="next")[0].outcome is Outcome.COMPLETE
@@ -139,9 +147,11 @@ def test_a_dead_warm_worker_means_cold_trials(tmp_path: Path, warm: WarmWorker) 
 
 def test_the_warm_worker_ends_with_its_tuner(tmp_path: Path) -> None:
     # a tuner (this script) that starts a warm worker, waits until it is ready, then is killed
-    script = ("import os, sys, time\nfrom autotune.worker._warm import WarmWorker\nfrom autotune.machine._launch import new_tag\n"
-              "w = WarmWorker(os.environ, new_tag())\nassert w._wait_ready()\nprint(w.pid, flush=True)\n"
-              "time.sleep(300)\n")
+    script = (
+        "import os, sys, time\nfrom autotune.worker._warm import WarmWorker\nfrom autotune.machine._launch import new_tag\n"
+        "w = WarmWorker(os.environ, new_tag())\nassert w._wait_ready()\nprint(w.pid, flush=True)\n"
+        "time.sleep(300)\n"
+    )
     tuner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         pid = int(tuner.stdout.readline())
@@ -151,7 +161,8 @@ def test_the_warm_worker_ends_with_its_tuner(tmp_path: Path) -> None:
         tuner.wait()
     # end of file on its socket: it exits (and its parent, gone, left it to PID 1 to reap)
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and psutil.pid_exists(pid) \
-            and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+    while (
+        time.monotonic() < deadline and psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    ):
         time.sleep(0.05)
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

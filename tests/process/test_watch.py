@@ -13,7 +13,6 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import tagged
-from helpers import FIXTURES
 
 from autotune import Config, Outcome
 from autotune.core._ceilings import CACHED_BATCHES, bottleneck, ceiling_key
@@ -22,6 +21,8 @@ from autotune.machine._launch import TRIAL_TAG_ENV, Budget, TrialSpec
 from autotune.machine._monitor import Monitor
 from autotune.machine._reap import kill_orphans, sweep_orphans
 from autotune.tuner._watch import run_trial
+
+from helpers import FIXTURES
 
 FIXTURE = FIXTURES / "tiny_train.py"
 ESCAPING = FIXTURE.with_name("escaping_train.py")
@@ -58,11 +59,17 @@ class Watch:
         return [e["event"] for e in self.events if e["event"] != "progress"]
 
 
-def trial(tmp_path: Path, func: str, config: Config = Config(), budget: Budget = FAST,  # noqa: B008
-          known: dict | None = None, fixture: Path = FIXTURE, **kwargs):
+def trial(
+    tmp_path: Path,
+    func: str,
+    config: Config = Config(),
+    budget: Budget = FAST,  # noqa: B008
+    known: dict | None = None,
+    fixture: Path = FIXTURE,
+    **kwargs,
+):
     watch = Watch()
-    spec = TrialSpec(target=f"{fixture}:{func}", config=config, device="cpu", budget=budget,
-                     known_ceilings=known or {})
+    spec = TrialSpec(target=f"{fixture}:{func}", config=config, device="cpu", budget=budget, known_ceilings=known or {})
     result = run_trial(spec, tmp_path / "logs" / f"{func}.log", on_event=watch, **kwargs)
     return result, watch
 
@@ -79,8 +86,7 @@ def survivors(watch: Watch) -> list[psutil.Process]:
         found = []
         for proc in psutil.process_iter():
             try:
-                ours = proc.pid == watch.pid or proc.pid in watch.children \
-                    or os.getpgid(proc.pid) == watch.pid
+                ours = proc.pid == watch.pid or proc.pid in watch.children or os.getpgid(proc.pid) == watch.pid
                 if ours and proc.status() != psutil.STATUS_ZOMBIE:
                     found.append(proc)
             except (psutil.Error, ProcessLookupError):
@@ -128,7 +134,8 @@ def test_complete_trial(tmp_path: Path) -> None:
     assert result.lr == pytest.approx(0.2)  # 0.1 * 32/16
     assert len(result.series["window_samples_per_s"]) == 2
     assert [p[0] for p in result.losses] == [warmup["samples"] / 2] + [
-        w["samples_seen"] - w["samples"] / 2 for w in result.windows]
+        w["samples_seen"] - w["samples"] / 2 for w in result.windows
+    ]
     assert result.log_path.is_file()
     # the fixed cost around the measuring, span by span, adds up
     spans = [result.metrics[k] for k in ("spawn_s", "import_s", "setup_s", "teardown_s")]
@@ -166,10 +173,9 @@ def test_ceilings_follow_the_windows_compute_then_loader(tmp_path: Path, warm) -
     assert all(e["seconds"] >= CEILINGS.window_s / 4 for e in events if e["part"] == "loader")
     # The compute ceiling replays the last batches of the windows, in turn; the loader's
     # runs no user step (the fixture prints each batch's first sample index).
-    seen = [int(line.split()[1]) for line in result.log_path.read_text().splitlines()
-            if line.startswith("batch ")]
+    seen = [int(line.split()[1]) for line in result.log_path.read_text().splitlines() if line.startswith("batch ")]
     replays = sum(e["steps"] for e in events if e["part"] == "compute")
-    cached = seen[-replays - CACHED_BATCHES:-replays]
+    cached = seen[-replays - CACHED_BATCHES : -replays]
     assert seen[-replays:] == [cached[i % CACHED_BATCHES] for i in range(replays)]
 
 
@@ -182,16 +188,20 @@ def test_a_known_ceiling_is_not_measured_again(tmp_path: Path, warm) -> None:
     assert watch.kinds()[-4:] == ["window", "ceiling", "ceiling", "end"]
 
 
-@pytest.mark.parametrize("func, verdict", [
-    ("train_loader_bound", "data-bound"),     # 2 ms per item, a tiny linear model
-    ("train_compute_bound", "compute-bound"),  # batches from memory, a 4.7 M-parameter MLP
-])
+@pytest.mark.parametrize(
+    "func, verdict",
+    [
+        ("train_loader_bound", "data-bound"),  # 2 ms per item, a tiny linear model
+        ("train_compute_bound", "compute-bound"),  # batches from memory, a 4.7 M-parameter MLP
+    ],
+)
 def test_the_bottleneck_verdict_on_real_trials(tmp_path: Path, func: str, verdict: str, warm) -> None:
     result, _ = trial(tmp_path, func, budget=CEILINGS, warm=warm)
     assert result.outcome is Outcome.COMPLETE, result.reason
     ceilings = {c["part"]: c["samples_per_s"] for c in result.ceilings}
-    bound = bottleneck(result.metrics["samples_per_s"], result.metrics["data_wait_frac"],
-                       ceilings["compute"], ceilings["loader"])
+    bound = bottleneck(
+        result.metrics["samples_per_s"], result.metrics["data_wait_frac"], ceilings["compute"], ceilings["loader"]
+    )
     assert bound.verdict == verdict, bound.why
     if verdict == "data-bound":
         # the loader alone cannot feed the model: the loop runs at the loader's pace. Only
@@ -204,13 +214,16 @@ def test_the_bottleneck_verdict_on_real_trials(tmp_path: Path, func: str, verdic
         assert "the loader alone makes" in bound.why
 
 
-@pytest.mark.parametrize("func, low, high", [
-    # workers burning 1 ms of CPU an item: their CPU counts (the worker process alone
-    # would show almost none), plus a little for collation and the hand-over
-    ("train_busy_loader", 0.0009, 0.004),
-    # workers sleeping 2 ms an item: waiting is not CPU
-    ("train_loader_bound", 0.0, 0.001),
-])
+@pytest.mark.parametrize(
+    "func, low, high",
+    [
+        # workers burning 1 ms of CPU an item: their CPU counts (the worker process alone
+        # would show almost none), plus a little for collation and the hand-over
+        ("train_busy_loader", 0.0009, 0.004),
+        # workers sleeping 2 ms an item: waiting is not CPU
+        ("train_loader_bound", 0.0, 0.001),
+    ],
+)
 def test_the_loader_ceiling_counts_its_workers_cpu(tmp_path: Path, func: str, low: float, high: float, warm) -> None:
     from autotune.machine._probe import usable_cpus
 
@@ -253,7 +266,8 @@ def test_loss_worse_than_the_reference_diverges(tmp_path: Path, warm) -> None:
 
 
 def test_a_larger_batch_is_judged_on_its_steps_and_its_samples_to_the_baselines_loss_are_kept(
-        tmp_path: Path, warm) -> None:
+    tmp_path: Path, warm
+) -> None:
     """4x the batch without lr scaling learns 4x less per sample (lr_train.py: the same per
     step) and runs about 3-4x the baseline's speed: its 0.2 s warmup covers most of the samples
     the baseline's windows reached. At the same samples (its warmup's curve counted) its loss is
@@ -262,8 +276,16 @@ def test_a_larger_batch_is_judged_on_its_steps_and_its_samples_to_the_baselines_
     lr_train, longer = FIXTURE.with_name("lr_train.py"), dataclasses.replace(FAST, windows=6)
     base, _ = trial(tmp_path, "train", fixture=lr_train, warm=warm)
     assert base.outcome is Outcome.COMPLETE, base.reason
-    fast, watch = trial(tmp_path, "train", Config(batch_size="4x", lr_scaling="none"), budget=longer,
-                        fixture=lr_train, reference=base.losses, reference_curve=base.curve, warm=warm)
+    fast, watch = trial(
+        tmp_path,
+        "train",
+        Config(batch_size="4x", lr_scaling="none"),
+        budget=longer,
+        fixture=lr_train,
+        reference=base.losses,
+        reference_curve=base.curve,
+        warm=warm,
+    )
     warmup = next(e for e in watch.events if e["event"] == "warmup")
     assert warmup["curve"][-1][1] == warmup["samples_seen"]
     assert warmup["samples_seen"] > base.curve[-1][1] / 4  # its warmup passed the span's start
@@ -272,8 +294,16 @@ def test_a_larger_batch_is_judged_on_its_steps_and_its_samples_to_the_baselines_
     assert judged is not None and judged.excess > 0.5 and fast.metrics["loss_excess"] == judged.excess
     assert (fast.metrics.get("to_loss_ratio") or fast.metrics["to_loss_beyond"]) > 2
     # 4x the batch with the lr 4x: as the baseline per sample, complete, near 1x the samples
-    scaled, _ = trial(tmp_path, "train", Config(batch_size="4x", lr_scaling="linear"), budget=longer,
-                      fixture=lr_train, reference=base.losses, reference_curve=base.curve, warm=warm)
+    scaled, _ = trial(
+        tmp_path,
+        "train",
+        Config(batch_size="4x", lr_scaling="linear"),
+        budget=longer,
+        fixture=lr_train,
+        reference=base.losses,
+        reference_curve=base.curve,
+        warm=warm,
+    )
     assert scaled.outcome is Outcome.COMPLETE, scaled.reason
     # A passing trial keeps its comparison too, on the same samples: how near the tolerance it is.
     assert scaled.judged is not None and scaled.judged.excess <= 0.5
@@ -304,8 +334,15 @@ def test_time_to_the_baselines_loss_is_not_used_where_that_loss_does_not_fall(tm
     longer = dataclasses.replace(FAST, windows=6)
     base, _ = trial(tmp_path, "train_random_labels", budget=longer, warm=warm)
     assert base.outcome is Outcome.COMPLETE, base.reason
-    wide, _ = trial(tmp_path, "train_random_labels", Config(batch_size="4x", lr_scaling="linear"), budget=longer,
-                    reference=base.losses, reference_curve=base.curve, warm=warm)
+    wide, _ = trial(
+        tmp_path,
+        "train_random_labels",
+        Config(batch_size="4x", lr_scaling="linear"),
+        budget=longer,
+        reference=base.losses,
+        reference_curve=base.curve,
+        warm=warm,
+    )
     assert wide.outcome is Outcome.COMPLETE, wide.reason
     assert wide.metrics.get("to_loss_flat") == 1.0 and 0.6 < wide.metrics["to_loss_target"] < 0.8
     assert "to_loss_ratio" not in wide.metrics and "to_loss_beyond" not in wide.metrics
@@ -344,10 +381,13 @@ def test_a_trial_past_its_deadline_is_killed(tmp_path: Path, warm) -> None:
     assert not survivors(watch)
 
 
-@pytest.mark.parametrize(("name", "said"), [
-    ("train_without_batches", "run.step() ran before any batch came from run.batches(loader)"),
-    ("train_returns_at_once", "returned without taking a batch from run.batches(loader)"),
-])
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("train_without_batches", "run.step() ran before any batch came from run.batches(loader)"),
+        ("train_returns_at_once", "returned without taking a batch from run.batches(loader)"),
+    ],
+)
 def test_a_loop_that_bypasses_run_batches_is_named_at_once(tmp_path: Path, name: str, said: str, warm) -> None:
     result, _ = trial(tmp_path, name, warm=warm)
     assert result.outcome is Outcome.CRASHED
@@ -357,8 +397,12 @@ def test_a_loop_that_bypasses_run_batches_is_named_at_once(tmp_path: Path, name:
 def test_function_returning_before_a_window(tmp_path: Path, warm) -> None:
     result, watch = trial(tmp_path, "train_returns_early", warm=warm)
     assert result.outcome is Outcome.CRASHED  # (a baseline so is bad input: autotune.tuner._options.baseline_failed)
-    assert result.reason.startswith("NotTunable: ") and "train_returns_early ended after 3 training steps, before " \
-        "one measured window: a measure needs a warmup (at least 5 steps" in result.reason
+    assert (
+        result.reason.startswith("NotTunable: ")
+        and "train_returns_early ended after 3 training steps, before "
+        "one measured window: a measure needs a warmup (at least 5 steps"
+        in result.reason
+    )
     assert watch.kinds()[-2:] == ["end", "error"]  # its end said first (what it measured), then why it is no measure
     assert watch.events[-2]["windows"] == 0 and watch.events[-2]["ended"]
 
@@ -376,8 +420,9 @@ def test_a_process_that_left_the_group_dies_with_the_trial(tmp_path: Path) -> No
     assert result.outcome is Outcome.COMPLETE, result.reason
     assert watch.events[0] == {"event": "spawned", "pid": watch.pid, "tag": watch.tag}
     assert watch.tag.startswith(f"{os.getpid()}-")
-    escaped = next(int(line.split()[1]) for line in result.log_path.read_text().splitlines()
-                   if line.startswith("escaped "))
+    escaped = next(
+        int(line.split()[1]) for line in result.log_path.read_text().splitlines() if line.startswith("escaped ")
+    )
     assert escaped in watch.children  # alive during the trial, in a session of its own
     # run_trial waits for what it kills: no bound to wait on here
     assert not tagged(watch.tag, TRIAL_TAG_ENV)
@@ -433,8 +478,9 @@ def test_ram_budget_kills_the_group(tmp_path: Path) -> None:
     assert result.metrics["ram_peak"] > 2**20  # a killed trial's memory figures are kept
 
 
-def test_a_stall_over_the_ram_budget_ends_as_oom_host_though_the_sampler_is_behind(tmp_path: Path, warm,
-                                                                                    monkeypatch) -> None:
+def test_a_stall_over_the_ram_budget_ends_as_oom_host_though_the_sampler_is_behind(
+    tmp_path: Path, warm, monkeypatch
+) -> None:
     # A sampling thread that never reads (as one that fell behind on a loaded machine): the stall
     # verdict reads the tree's memory itself, and a tree over its budget ends as over its RAM.
     monkeypatch.setattr(Monitor, "_watch", lambda self: self._stop.wait())
@@ -463,8 +509,13 @@ def test_a_profile_run_times_a_run_handle_step_by_part_and_traces_it(tmp_path: P
     from autotune.worker._profile import PARTS, trace_events
 
     trace = tmp_path / "t.pt.trace.json.gz"
-    spec = TrialSpec(target=f"{FIXTURE}:train", config=Config(), device="cpu",
-                     budget=dataclasses.replace(FAST, windows=1), trace=str(trace))
+    spec = TrialSpec(
+        target=f"{FIXTURE}:train",
+        config=Config(),
+        device="cpu",
+        budget=dataclasses.replace(FAST, windows=1),
+        trace=str(trace),
+    )
     result = run_trial(spec, tmp_path / "t.log", warm=warm)
     assert result.outcome is Outcome.COMPLETE, result.reason
     parts = result.profile["parts"]
@@ -497,13 +548,14 @@ def test_a_real_cuda_oom_is_oom_gpu_and_the_next_trial_runs(tmp_path: Path) -> N
 @pytest.mark.gpu
 @pytest.mark.parametrize("flags", [{"cudnn_benchmark": True, "tf32": True}, {"cudnn_benchmark": False, "tf32": False}])
 def test_the_worker_sets_the_backend_flags_before_the_users_code(tmp_path: Path, flags: dict) -> None:
-    spec = TrialSpec(target=f"{FIXTURE}:train_reports_backends", config=Config(**flags), device="cuda",
-                     budget=FAST)
+    spec = TrialSpec(target=f"{FIXTURE}:train_reports_backends", config=Config(**flags), device="cuda", budget=FAST)
     result = run_trial(spec, tmp_path / "flags.log")
     assert result.outcome is Outcome.COMPLETE, result.reason
     precision = "high" if flags["tf32"] else "highest"
-    assert f"cudnn.benchmark={flags['cudnn_benchmark']} matmul_precision={precision}" \
+    assert (
+        f"cudnn.benchmark={flags['cudnn_benchmark']} matmul_precision={precision}"
         in (tmp_path / "flags.log").read_text()
+    )
 
 
 @pytest.mark.gpu
@@ -518,8 +570,7 @@ def test_the_nvml_sampler_reads_the_trials_own_device(tmp_path: Path) -> None:
     uuid = uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
     handle = nvml_handle(0, {"CUDA_VISIBLE_DEVICES": uuid})
     assert pynvml.nvmlDeviceGetUUID(handle) == uuid
-    spec = TrialSpec(target=f"{FIXTURE}:train_holds_gpu_memory", config=Config(), device="cuda",
-                     budget=FAST)
+    spec = TrialSpec(target=f"{FIXTURE}:train_holds_gpu_memory", config=Config(), device="cuda", budget=FAST)
     result = run_trial(spec, tmp_path / "nvml.log")
     assert result.outcome is Outcome.COMPLETE, result.reason
     held = 2 << 30  # tiny_train.HELD_BYTES

@@ -8,12 +8,13 @@ import time
 from pathlib import Path
 
 import psutil
-from helpers import FIXTURES
 
 from autotune import Config, Outcome
 from autotune.machine._launch import Budget, TrialSpec
 from autotune.machine._reap import kill_orphans
 from autotune.tuner._watch import run_trial
+
+from helpers import FIXTURES
 
 FIXTURE = FIXTURES / "faulty_train.py"
 TARGET = f"{FIXTURE}:train"

@@ -10,14 +10,16 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import FIXTURES, cli_env
 
 import autotune
 from autotune import ConfigError
 
+from helpers import FIXTURES, cli_env
+
 FIXTURE = FIXTURES / "tiny_train.py"
-QUICK = dict(warmup=0.2, window=0.3, windows=2, ceiling_windows=0, confirm=0, max_load=1.0, max_spread=1000.0,
-             whole_run=0)  # (its fixture trains for ever: a baseline would run on for the minute it may run whole)
+QUICK = dict(
+    warmup=0.2, window=0.3, windows=2, ceiling_windows=0, confirm=0, max_load=1.0, max_spread=1000.0, whole_run=0
+)  # (its fixture trains for ever: a baseline would run on for the minute it may run whole)
 
 
 def _docstring_example() -> str:
@@ -33,15 +35,29 @@ def test_the_docstring_example_runs_a_study_from_a_script(tmp_path: Path) -> Non
     assert "autotune.tune(" in example and ".export(" in example
     example = example.replace('"runners/mnist.py:train", trials=8', f"train, trials=3, store='store', **{QUICK!r}")
     script = tmp_path / "tune_it.py"
-    report = ('print("RESULT", json.dumps({"speedup": result.speedup, "spread": result.spread, '
-              '"rows": result.rows, "str": str(result), "table": result.table(), '
-              '"winner": result.winner.config.set_values(), "config": result.config}))')
-    script.write_text("\n".join([
-        "import json, sys", "import autotune", f"sys.path.insert(0, {str(FIXTURE.parent)!r})",
-        "from tiny_train import train", "", 'if __name__ == "__main__":',
-        textwrap.indent(example, "    "), "    " + report, ""]))
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=cli_env(), capture_output=True,
-                          text=True, timeout=240)
+    report = (
+        'print("RESULT", json.dumps({"speedup": result.speedup, "spread": result.spread, '
+        '"rows": result.rows, "str": str(result), "table": result.table(), '
+        '"winner": result.winner.config.set_values(), "config": result.config}))'
+    )
+    script.write_text(
+        "\n".join(
+            [
+                "import json, sys",
+                "import autotune",
+                f"sys.path.insert(0, {str(FIXTURE.parent)!r})",
+                "from tiny_train import train",
+                "",
+                'if __name__ == "__main__":',
+                textwrap.indent(example, "    "),
+                "    " + report,
+                "",
+            ]
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=240
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.split("RESULT ", 1)[1])
     assert len(found["rows"]) == 3 and found["rows"][0]["baseline"]
@@ -57,13 +73,15 @@ def test_the_docstring_example_runs_a_study_from_a_script(tmp_path: Path) -> Non
 
 
 def test_bad_arguments_name_the_argument_and_what_is_allowed(tmp_path: Path) -> None:
-    for kwargs, said in [({"trials": 0}, "trials=0: must be an integer >= 1"),
-                         ({"prune": 1.5}, "prune=1.5: must be a number >= 0 and <= 1"),
-                         ({"windows": 2.5}, "windows=2.5: must be an integer >= 1"),
-                         ({"divergence_tolerance": 0}, "divergence_tolerance=0: must be a number > 0"),
-                         # (nan passes every comparison: it once passed every bound)
-                         ({"window": float("nan")}, "window=nan: must be a finite number >= 0.05"),
-                         ({"ram_budget": float("inf")}, "ram_budget=inf: must be a finite number >= 0.01")]:
+    for kwargs, said in [
+        ({"trials": 0}, "trials=0: must be an integer >= 1"),
+        ({"prune": 1.5}, "prune=1.5: must be a number >= 0 and <= 1"),
+        ({"windows": 2.5}, "windows=2.5: must be an integer >= 1"),
+        ({"divergence_tolerance": 0}, "divergence_tolerance=0: must be a number > 0"),
+        # (nan passes every comparison: it once passed every bound)
+        ({"window": float("nan")}, "window=nan: must be a finite number >= 0.05"),
+        ({"ram_budget": float("inf")}, "ram_budget=inf: must be a finite number >= 0.01"),
+    ]:
         with pytest.raises(ConfigError, match=re.escape(said)):
             autotune.tune(f"{FIXTURE}:train", store=tmp_path, **kwargs)
     with pytest.raises(ConfigError, match="a lambda or a nested function"):
@@ -96,8 +114,11 @@ def test_the_cli_has_tunes_options_and_defaults() -> None:
 
     context = run.make_context("run", ["x.py:train"])  # the values click passes when not given
     # target, args (a script's command line) and -m are the command line's way to say tune's target and args
-    options = {name: value for name, value in context.params.items()
-               if name not in ("target", "args", "module", "quiet", "verbose")}
+    options = {
+        name: value
+        for name, value in context.params.items()
+        if name not in ("target", "args", "module", "quiet", "verbose")
+    }
     assert set(options) == set(DEFAULTS) - {"progress", "args"}
     assert {name: options[name] for name in options} == {name: DEFAULTS[name] for name in options}
     from autotune._api import LIMITS
@@ -107,15 +128,25 @@ def test_the_cli_has_tunes_options_and_defaults() -> None:
 
 
 def test_tune_without_progress_prints_nothing_and_logs_to_the_autotune_logger(
-        tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
     """``progress=False``: not a character on stdout or stderr (the trials' processes' included:
     captured at the file descriptors); the notes, each trial's end and the summary reach
     ``logging.getLogger("autotune")``, as Optuna's reach ``optuna``'s (issue 59)."""
     import logging
 
     caplog.set_level(logging.INFO, logger="autotune")
-    result = autotune.tune(f"{FIXTURE}:train", trials=2, space="loader", seed=0, store=tmp_path / "store",
-                           progress=False, profile=False, warm_start=False, **QUICK)
+    result = autotune.tune(
+        f"{FIXTURE}:train",
+        trials=2,
+        space="loader",
+        seed=0,
+        store=tmp_path / "store",
+        progress=False,
+        profile=False,
+        warm_start=False,
+        **QUICK,
+    )
     out, err = capfd.readouterr()
     assert (out, err) == ("", "")
     said = [record.getMessage() for record in caplog.records if record.name == "autotune"]

@@ -4,15 +4,16 @@ reaches the training loader only (autotune.training._hooks): real studies of unm
 
 from __future__ import annotations
 
-from helpers import FIXTURES, SHORT_TRIALS, autotune, load_study, mlflow_runs
-
 from autotune.tuner._standing import standing
+
+from helpers import FIXTURES, SHORT_TRIALS, autotune, load_study, mlflow_runs
 
 SCRIPTS = FIXTURES / "scripts"
 OWN_BATCH = SCRIPTS / "own_batch.py"
 #: The line of own_batch.py that shapes a training batch with the script's own batch size.
 RESHAPE = "own_batch.py:{} (recon = recon.view(args.batch_size, 1, 8, 8))".format(
-    1 + OWN_BATCH.read_text().splitlines().index("            recon = recon.view(args.batch_size, 1, 8, 8)"))
+    1 + OWN_BATCH.read_text().splitlines().index("            recon = recon.view(args.batch_size, 1, 8, 8)")
+)
 #: Short whole runs: 8 batches an epoch, a test pass after each.
 EPOCHS = ["--epochs", "40"]
 
@@ -21,12 +22,15 @@ def test_a_batch_that_breaks_the_training_step_is_held_and_a_warm_start_holds_it
     space = tmp_path / "batch.yaml"
     space.write_text("knobs:\n  batch_size: [2x, 4x]\n  fused_optimizer: [false, true]\n")
     args = ["--store", "st", "--space", str(space), *SHORT_TRIALS]
-    done = autotune("run", str(OWN_BATCH), "--trials", "3", *args, "--", *EPOCHS, "--reshape", "train",
-                    cwd=tmp_path, timeout=600)
+    done = autotune(
+        "run", str(OWN_BATCH), "--trials", "3", *args, "--", *EPOCHS, "--reshape", "train", cwd=tmp_path, timeout=600
+    )
     assert done.returncode == 0, done.stderr
     said = " ".join(done.stderr.split())
-    assert (f"your code shapes a batch with its own batch size at {RESHAPE}: batch_size held at your code's own "
-            "for the rest of the study (trial ") in said, said
+    assert (
+        f"your code shapes a batch with its own batch size at {RESHAPE}: batch_size held at your code's own "
+        "for the rest of the study (trial "
+    ) in said, said
     study = load_study(tmp_path / "st", "own_batch")
     rows = standing(study).rows
     crashed = [r for r in rows if r.outcome == "crashed"]
@@ -39,8 +43,23 @@ def test_a_batch_that_breaks_the_training_step_is_held_and_a_warm_start_holds_it
 
     # a new study of the same target holds it from its start, and says where that was learnt
     # (3 trials: where fused_optimizer=true beat the baseline there, the warm start runs it first)
-    again = autotune("run", str(OWN_BATCH), "--study", "again", "--warm-start", "on", "--trials", "3", *args,
-                     "--", *EPOCHS, "--reshape", "train", cwd=tmp_path, timeout=600)
+    again = autotune(
+        "run",
+        str(OWN_BATCH),
+        "--study",
+        "again",
+        "--warm-start",
+        "on",
+        "--trials",
+        "3",
+        *args,
+        "--",
+        *EPOCHS,
+        "--reshape",
+        "train",
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert again.returncode == 0, again.stderr
     said = " ".join(again.stderr.split())
     assert "batch_size held at your code's own, as study own_batch found a value of it breaks your code" in said
@@ -53,16 +72,32 @@ def test_a_batch_that_breaks_the_training_step_is_held_and_a_warm_start_holds_it
 def test_a_value_that_breaks_the_dataset_in_loader_workers_is_held(tmp_path) -> None:
     script = SCRIPTS / "main_process_handle.py"
     line = 1 + script.read_text().splitlines().index(
-        '            raise RuntimeError("the records handle was opened in another process")')
+        '            raise RuntimeError("the records handle was opened in another process")'
+    )
     space = tmp_path / "workers.yaml"
     space.write_text("knobs:\n  num_workers: [1, 2]\n")
-    done = autotune("run", str(script), "--trials", "3", "--store", "st", "--space", str(space), *SHORT_TRIALS,
-                    "--", *EPOCHS, cwd=tmp_path, timeout=600)
+    done = autotune(
+        "run",
+        str(script),
+        "--trials",
+        "3",
+        "--store",
+        "st",
+        "--space",
+        str(space),
+        *SHORT_TRIALS,
+        "--",
+        *EPOCHS,
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     said = " ".join(done.stderr.split())
     # the dataset's line, from the worker's own traceback, not the loop's `for`
-    assert (f"at main_process_handle.py:{line} (raise RuntimeError(\"the records handle was opened in another "
-            "process\")): num_workers held at your code's own for the rest of the study") in said, said
+    assert (
+        f'at main_process_handle.py:{line} (raise RuntimeError("the records handle was opened in another '
+        "process\")): num_workers held at your code's own for the rest of the study"
+    ) in said, said
     rows = standing(load_study(tmp_path / "st", "main_process_handle")).rows
     assert [r.outcome for r in rows].count("crashed") == 1, [(r.number, r.outcome, r.config) for r in rows]
 
@@ -72,8 +107,21 @@ def test_the_batch_knob_reaches_the_training_loader_only(tmp_path) -> None:
     built from the same arguments, keeps it; the training loader trains on the knob's."""
     space = tmp_path / "batch.yaml"
     space.write_text("knobs:\n  batch_size: [2x]\n")
-    done = autotune("run", str(OWN_BATCH), "--trials", "2", "--store", "st", "--space", str(space),
-                    *SHORT_TRIALS, "--", *EPOCHS, cwd=tmp_path, timeout=600)
+    done = autotune(
+        "run",
+        str(OWN_BATCH),
+        "--trials",
+        "2",
+        "--store",
+        "st",
+        "--space",
+        str(space),
+        *SHORT_TRIALS,
+        "--",
+        *EPOCHS,
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     rows = standing(load_study(tmp_path / "st", "own_batch")).rows
     # (none crashed; beside the suite's load a trial may still be pruned on its speed)

@@ -56,10 +56,18 @@ def test_the_comparison_names_what_differs(tmp_path) -> None:
     """autotune's lines and declared timings are left out; a different number, a missing or
     changed file and an exit status are each named."""
     entry = BY_NAME["word_language_model"]  # masks 'ms/batch N' and 'time: Ns'
-    plain = _ran(tmp_path / "a", 0, "| ms/batch 41.48 | loss 2.57\n| time:  3.68s |\n",
-                 {"run/model.pt": b"w", "run/log.txt": b"x"})
-    same = _ran(tmp_path / "b", 0, "autotune: running main.py\n| ms/batch 210.74 | loss 2.57\n| time:  9.01s |\n",
-                {"run/model.pt": b"w", "run/log.txt": b"x"})
+    plain = _ran(
+        tmp_path / "a",
+        0,
+        "| ms/batch 41.48 | loss 2.57\n| time:  3.68s |\n",
+        {"run/model.pt": b"w", "run/log.txt": b"x"},
+    )
+    same = _ran(
+        tmp_path / "b",
+        0,
+        "autotune: running main.py\n| ms/batch 210.74 | loss 2.57\n| time:  9.01s |\n",
+        {"run/model.pt": b"w", "run/log.txt": b"x"},
+    )
     assert corpus.compare(entry, sys.executable, plain, same) == []
     other = _ran(tmp_path / "c", 1, "| ms/batch 41.48 | loss 2.58\n| time:  3.68s |\n", {"run/model.pt": b"v"})
     diffs = corpus.compare(entry, sys.executable, plain, other)
@@ -69,6 +77,17 @@ def test_the_comparison_names_what_differs(tmp_path) -> None:
     assert diffs[3].startswith("run/model.pt: bytes differ, 1 vs 1 B (its tensors unreadable)")
     # a script that seeds nothing: numbers masked, files compared by name only
     unseeded = BY_NAME["regression"]
-    assert corpus.compare(unseeded, sys.executable, plain, _ran(tmp_path / "d", 0, "| ms/batch 1.0 | loss 9.99\n"
-                                                               "| time:  1.00s |\n",
-                                                               {"run/model.pt": b"v", "run/log.txt": b"y"})) == []
+    assert (
+        corpus.compare(
+            unseeded,
+            sys.executable,
+            plain,
+            _ran(
+                tmp_path / "d",
+                0,
+                "| ms/batch 1.0 | loss 9.99\n| time:  1.00s |\n",
+                {"run/model.pt": b"v", "run/log.txt": b"y"},
+            ),
+        )
+        == []
+    )

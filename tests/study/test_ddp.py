@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import subprocess
 
-import forked_cli
-from helpers import FIXTURES, autotune, cli, cli_env, load_study
-
 from autotune.core._kinds import Kind
 from autotune.tuner._standing import standing
+
+import forked_cli
+from helpers import FIXTURES, autotune, cli, cli_env, load_study
 
 SCRIPT = FIXTURES / "scripts" / "ddp_style.py"
 TRIALS = ["--warmup", "0.5", "--window", "0.5", "--windows", "3", "--seed", "0", "--confirm", "0"]
@@ -22,8 +22,25 @@ def test_a_ddp_script_is_tuned_on_two_ranks_and_run_in_production_on_two(tmp_pat
     # reads of 3 ms an item (96 ms a batch): at 1 ms, beside a CPU hog and the suite, the workers'
     # hand-offs and the ranks' steps took as long as the reads they hid, and 2 workers read 1.19x
     # the baseline (1,579 vs 1,328 samples/s, 2026-11-28)
-    done = autotune("run", str(SCRIPT), "--nproc-per-node", "2", "--trials", "2", "--store", "st",
-                    "--space", str(space), *TRIALS, "--", "--epochs", "1000", "--read-ms", "3", cwd=tmp_path)
+    done = autotune(
+        "run",
+        str(SCRIPT),
+        "--nproc-per-node",
+        "2",
+        "--trials",
+        "2",
+        "--store",
+        "st",
+        "--space",
+        str(space),
+        *TRIALS,
+        "--",
+        "--epochs",
+        "1000",
+        "--read-ms",
+        "3",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert "no ceilings on 2 ranks" in done.stderr
     study = load_study(tmp_path / "st", "ddp_style")
@@ -42,8 +59,21 @@ def test_a_ddp_script_is_tuned_on_two_ranks_and_run_in_production_on_two(tmp_pat
     export = tmp_path / "best.yaml"
     assert autotune("export", "--store", "st", "-o", str(export), cwd=tmp_path).returncode == 0
     assert f"# run with: autotune exec path --nproc-per-node 2 {SCRIPT} -- --epochs 1000" in export.read_text()
-    ran = autotune("exec", str(export), "--nproc-per-node", "2", str(SCRIPT), "--", "--epochs", "2",
-                   "--size", "256", "--read-ms", "0", cwd=tmp_path)
+    ran = autotune(
+        "exec",
+        str(export),
+        "--nproc-per-node",
+        "2",
+        str(SCRIPT),
+        "--",
+        "--epochs",
+        "2",
+        "--size",
+        "256",
+        "--read-ms",
+        "0",
+        cwd=tmp_path,
+    )
     assert ran.returncode == 0, ran.stderr
     # the export's config (the baseline's, where the drawn trial's lead was inside the noise of
     # the loaded machine's windows), and no warning that the export came from another machine:
@@ -61,9 +91,29 @@ def test_a_ddp_study_whose_ranks_wait_on_reads_climbs_past_the_cores(tmp_path) -
     space = tmp_path / "workers.yaml"
     space.write_text("knobs:\n  num_workers: {low: 1, high: auto}\n  persistent_workers: [true]\n")
     # (figures believed under the suite's load: what is checked is what the study asks, not how fast)
-    done = autotune("run", str(SCRIPT), "--nproc-per-node", "2", "--trials", "3", "--store", "st",
-                    "--space", str(space), *TRIALS, "--max-load", "1", "--max-spread", "1000", "--",
-                    "--epochs", "1000", "--read-ms", "1", cwd=tmp_path)
+    done = autotune(
+        "run",
+        str(SCRIPT),
+        "--nproc-per-node",
+        "2",
+        "--trials",
+        "3",
+        "--store",
+        "st",
+        "--space",
+        str(space),
+        *TRIALS,
+        "--max-load",
+        "1",
+        "--max-spread",
+        "1000",
+        "--",
+        "--epochs",
+        "1000",
+        "--read-ms",
+        "1",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     said = done.stdout + done.stderr
     assert "trial 0's loader on each of 2 ranks" in said, said
@@ -82,18 +132,52 @@ def test_a_rank_that_raises_or_hangs_ends_its_trial_and_a_run_handle_function_tr
     # and that trial read as a stall (CI, 2026-11-28)
     for name, fault in (("raises", "--fail-rank"), ("hangs", "--hang-rank")):
         (tmp_path / name).mkdir()
-        command = cli("run", str(SCRIPT), "--nproc-per-node", "2", "--trials", "1", "--store", "st", *TRIALS,
-                      "--stall-timeout", "10", "--", "--epochs", "1000", "--read-ms", "0", fault, "1",
-                      "--fail-after", "20")
-        runs[name] = forked_cli.popen(command, cwd=tmp_path / name, env=cli_env(None), text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        command = cli(
+            "run",
+            str(SCRIPT),
+            "--nproc-per-node",
+            "2",
+            "--trials",
+            "1",
+            "--store",
+            "st",
+            *TRIALS,
+            "--stall-timeout",
+            "10",
+            "--",
+            "--epochs",
+            "1000",
+            "--read-ms",
+            "0",
+            fault,
+            "1",
+            "--fail-after",
+            "20",
+        )
+        runs[name] = forked_cli.popen(
+            command, cwd=tmp_path / name, env=cli_env(None), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
     # a function that takes the Run, on 2 ranks: one rank may finish its windows first, and the
     # other's collective then loses its peer; the trial still ends complete
     (tmp_path / "handle").mkdir()
     runs["handle"] = forked_cli.popen(
-        cli("run", f"{FIXTURES / 'ddp_train.py'}:train", "--nproc-per-node", "2", "--trials", "1", "--store", "st",
-            *TRIALS), cwd=tmp_path / "handle", env=cli_env(None), text=True, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE)
+        cli(
+            "run",
+            f"{FIXTURES / 'ddp_train.py'}:train",
+            "--nproc-per-node",
+            "2",
+            "--trials",
+            "1",
+            "--store",
+            "st",
+            *TRIALS,
+        ),
+        cwd=tmp_path / "handle",
+        env=cli_env(None),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     said = {name: proc.communicate(timeout=180) for name, proc in runs.items()}
     assert runs["handle"].returncode == 0, said["handle"]
     assert standing(load_study(tmp_path / "handle" / "st", "ddp_train")).rows[0].outcome == "complete"

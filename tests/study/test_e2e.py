@@ -14,15 +14,30 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import FIXTURES, autotune, built_once, cli_env, load_study, mlflow_runs
 
 from autotune.core._guard import LEARN_WINDOWS
+
+from helpers import FIXTURES, autotune, built_once, cli_env, load_study, mlflow_runs
 
 FIXTURE = FIXTURES / "cli_train.py"
 TARGET = f"{FIXTURE}:train"
 # Pruning off: these tests count complete trials (tests/study/test_safety.py prunes).
-FAST = ["--warmup", "0.2", "--window", "0.3", "--windows", "2", "--ceiling-windows", "1", "--seed", "0", "--prune", "0",
-        "--confirm", "0"]
+FAST = [
+    "--warmup",
+    "0.2",
+    "--window",
+    "0.3",
+    "--windows",
+    "2",
+    "--ceiling-windows",
+    "1",
+    "--seed",
+    "0",
+    "--prune",
+    "0",
+    "--confirm",
+    "0",
+]
 
 
 @pytest.fixture(scope="module")
@@ -30,13 +45,15 @@ def study_store(tmp_path_factory) -> Path:
     """One real study of 3 trials, resumed with 2 more: shared by the tests below."""
 
     def build(cwd: Path) -> None:
-        first = autotune("run", TARGET, "--trials", "3", "--study", "e2e", "--space", "loader", *FAST,
-                         "--profile", "on", cwd=cwd)
+        first = autotune(
+            "run", TARGET, "--trials", "3", "--study", "e2e", "--space", "loader", *FAST, "--profile", "on", cwd=cwd
+        )
         assert first.returncode == 0, first.stderr
         assert "best: trial" in first.stdout
         # piped, as to a log: whole lines, not wrapped at 80 columns
-        assert re.search(r"^study e2e on .+; space \S*loader\S*; RAM budget [\d.]+ GiB$", first.stderr,
-                         re.M), first.stderr
+        assert re.search(r"^study e2e on .+; space \S*loader\S*; RAM budget [\d.]+ GiB$", first.stderr, re.M), (
+            first.stderr
+        )
         parent = load_study(cwd / "mlflow", "e2e").user_attrs["mlflow_parent_run_id"]
         # the winner the profile runs saw: the second run may find another
         (cwd / "first-winner.json").write_text(autotune("show", "--json", cwd=cwd).stdout)
@@ -74,7 +91,8 @@ def test_every_trial_once_in_optuna_and_mlflow(study_store: Path) -> None:
         # beyond the noise; within it, at the ceiling: 100%)
         if "unreliable, not used: the data-on-device ceiling" not in why:
             assert run.data.metrics["efficiency"] == pytest.approx(
-                min(1.0, run.data.metrics["samples_per_s"] / run.data.metrics["compute_ceiling"]))
+                min(1.0, run.data.metrics["samples_per_s"] / run.data.metrics["compute_ceiling"])
+            )
             assert why.startswith(f"{run.data.metrics['efficiency']:.0%} of the data-on-device ceiling")
         # the sampled knobs are params, and so is what the trial really ran with
         for knob, value in t.params.items():
@@ -137,9 +155,10 @@ def test_the_records_describe_themselves(study_store: Path) -> None:
     # every trial says why it ran, the same in Optuna, MLflow and show --json
     kinds = {t.number: (t.user_attrs["kind"], t.user_attrs.get("of"), t.user_attrs["baseline"]) for t in study.trials}
     assert kinds[0] == ("baseline", None, True) and {k for k, _, _ in kinds.values()} <= {"baseline", "sampled"}
-    assert {n: (r.data.tags["autotune.kind"], r.data.tags.get("autotune.of"), r.data.tags["autotune.baseline"])
-            for n, r in children.items()} == {n: (k, None if of is None else str(of), str(b).lower())
-                                              for n, (k, of, b) in kinds.items()}
+    assert {
+        n: (r.data.tags["autotune.kind"], r.data.tags.get("autotune.of"), r.data.tags["autotune.baseline"])
+        for n, r in children.items()
+    } == {n: (k, None if of is None else str(of), str(b).lower()) for n, (k, of, b) in kinds.items()}
     assert {t["number"]: (t["kind"], t["of"], t["baseline"]) for t in data["trials"]} == kinds
     # the runs page shows names without picking columns: how each trial ended, which won
     assert all(r.info.run_name.startswith(f"#{n} ") for n, r in children.items())
@@ -171,8 +190,11 @@ def test_the_parent_run_holds_the_baseline_and_winner_steps_traced_and_timed_by_
     traces = {a.path for a in client.list_artifacts(parent.info.run_id, "traces")}
     assert traces == {f"traces/{role}.pt.trace.json.gz" for role in kept}
     for role, found in kept.items():
-        local = Path(client.download_artifacts(parent.info.run_id, f"traces/{role}.pt.trace.json.gz",
-                                               str(study_store.parent / f"dl-{role}")))
+        local = Path(
+            client.download_artifacts(
+                parent.info.run_id, f"traces/{role}.pt.trace.json.gz", str(study_store.parent / f"dl-{role}")
+            )
+        )
         names = {e.get("name") for e in trace_events(local)}
         assert {"autotune.data_wait", "autotune.forward", "autotune.backward", "autotune.optimizer"} <= names
         assert any(str(n).startswith("aten::") for n in names)  # the profiler's own ops inside them
@@ -224,10 +246,25 @@ def chromium(tmp_path: Path, *args: str) -> str:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found is None:
         pytest.skip("no chromium here (.ci/run installs Debian's)")
-    done = subprocess.run([found, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                           f"--user-data-dir={tmp_path / 'profile'}", *args],
-                          capture_output=True, text=True, timeout=120, check=True)
+    done = subprocess.run(
+        [
+            found,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     return done.stdout
 
 
@@ -280,13 +317,18 @@ def test_export_loads_and_trains_in_production(study_store: Path) -> None:
 
     found = standing(load_study(study_store / "mlflow", "e2e"))
     peak = max(r.metrics["ram_peak"] for r in found.decision.winner.runs if r.reliable) / 2**30
-    assert (f"# memory: the winner's highest {round(peak, 2)} GiB host RAM (its process tree: PSS, "
-            "and batches in shared memory no process maps)\n") in text
+    assert (
+        f"# memory: the winner's highest {round(peak, 2)} GiB host RAM (its process tree: PSS, "
+        "and batches in shared memory no process maps)\n"
+    ) in text
     assert re.search(rf"^measured_on: {{.*ram_peak_gib: {round(peak, 2)}[,}}]", text, re.M), text
-    code = ("import autotune, runpy; ns = runpy.run_path(%r); r = autotune.load('best.yaml', adapt=True); "
-            "ns['train'](r, epochs=2); print('trained', r.config.num_workers)" % str(FIXTURE))
-    result = subprocess.run([sys.executable, "-c", code], cwd=study_store, capture_output=True,
-                            text=True, timeout=120, env=cli_env())
+    code = (
+        "import autotune, runpy; ns = runpy.run_path(%r); r = autotune.load('best.yaml', adapt=True); "
+        "ns['train'](r, epochs=2); print('trained', r.config.num_workers)" % str(FIXTURE)
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=study_store, capture_output=True, text=True, timeout=120, env=cli_env()
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("trained")
     assert f"; the study's winner held {round(peak, 2):.2f} GiB)" in result.stderr
@@ -315,11 +357,19 @@ def test_confirmation_re_runs_the_top_configs_and_the_baseline(tmp_path: Path) -
         assert t.user_attrs["baseline"] == first.user_attrs["baseline"]
         assert t.params == first.params and t.distributions == first.distributions
     _, runs = mlflow_runs(tmp_path / "mlflow", "c")
-    tagged = {r.data.tags["autotune.trial"]: (r.data.tags["autotune.kind"], r.data.tags.get("autotune.of"),
-                                               r.data.tags["autotune.baseline"])
-              for r in runs if "autotune.trial" in r.data.tags}
-    assert tagged == {str(t.number): (kind, None if of is None else str(of), str(t.user_attrs["baseline"]).lower())
-                      for t, (kind, of) in zip(trials, kinds)}
+    tagged = {
+        r.data.tags["autotune.trial"]: (
+            r.data.tags["autotune.kind"],
+            r.data.tags.get("autotune.of"),
+            r.data.tags["autotune.baseline"],
+        )
+        for r in runs
+        if "autotune.trial" in r.data.tags
+    }
+    assert tagged == {
+        str(t.number): (kind, None if of is None else str(of), str(t.user_attrs["baseline"]).lower())
+        for t, (kind, of) in zip(trials, kinds)
+    }
     assert tagged["5"] == ("confirm", "0", "true")  # the baseline's re-run is a baseline too
     # the winner is chosen on medians of 2 runs, said in the summary and the export
     found = standing(study)
@@ -332,12 +382,15 @@ def test_confirmation_re_runs_the_top_configs_and_the_baseline(tmp_path: Path) -
     assert "(= 0)" in show.stdout and "(= 1)" in show.stdout
 
 
-@pytest.mark.parametrize("body, key", [
-    ("knobs:\n  num_worker: 4\n", "knobs.num_worker"),
-    ("knobs:\n  num_workers: [1, two]\n", "knobs.num_workers"),
-    ("knobs:\n  num_workers: {low: 8, high: 2}\n", "knobs.num_workers"),
-    ("knobs:\n  prefetch: []\n", "knobs.prefetch"),
-])
+@pytest.mark.parametrize(
+    "body, key",
+    [
+        ("knobs:\n  num_worker: 4\n", "knobs.num_worker"),
+        ("knobs:\n  num_workers: [1, two]\n", "knobs.num_workers"),
+        ("knobs:\n  num_workers: {low: 8, high: 2}\n", "knobs.num_workers"),
+        ("knobs:\n  prefetch: []\n", "knobs.prefetch"),
+    ],
+)
 def test_malformed_space_exits_2_and_creates_nothing(tmp_path: Path, body: str, key: str) -> None:
     space = tmp_path / "bad.yaml"
     space.write_text(body)
@@ -375,8 +428,10 @@ def test_unreachable_tracking_store_fails_before_any_trial(tmp_path: Path) -> No
 
 
 def test_import_and_help_load_no_heavy_module() -> None:
-    code = ("import sys, autotune, autotune._cli; "
-            "print(sorted(m for m in ('torch', 'mlflow', 'optuna', 'pynvml', 'rich') if m in sys.modules))")
+    code = (
+        "import sys, autotune, autotune._cli; "
+        "print(sorted(m for m in ('torch', 'mlflow', 'optuna', 'pynvml', 'rich') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -404,9 +459,14 @@ def test_ui_serves_the_store_on_localhost(study_store: Path, tmp_path: Path) -> 
     port = _free_port()
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     said = tmp_path / "ui.err"
-    proc = subprocess.Popen([sys.executable, "-m", "autotune", "ui", "--port", str(port)],
-                            cwd=study_store, env=env, stdout=subprocess.DEVNULL,
-                            stderr=said.open("w"), start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune", "ui", "--port", str(port)],
+        cwd=study_store,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=said.open("w"),
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 60
         body = None
@@ -418,12 +478,17 @@ def test_ui_serves_the_store_on_localhost(study_store: Path, tmp_path: Path) -> 
                 time.sleep(0.5)
         assert body is not None and '"name": "e2e"' in body.replace('":"', '": "')
         experiment = json.loads(body)["experiment"]["experiment_id"]
-        page = chromium(tmp_path, "--virtual-time-budget=20000", "--dump-dom",
-                        f"http://127.0.0.1:{port}/#/experiments/{experiment}/runs")
+        page = chromium(
+            tmp_path,
+            "--virtual-time-budget=20000",
+            "--dump-dom",
+            f"http://127.0.0.1:{port}/#/experiments/{experiment}/runs",
+        )
         assert re.search(r"e2e: trial \d+ wins, \d+\.\d\dx", page), page[-2000:]
         listed = re.search(r"study e2e, every trial fastest first: (\S+)", said.read_text())
-        assert listed and listed.group(1).endswith(f"/#/experiments/{experiment}/runs"
-                                                   "?orderByKey=metrics.%60samples_per_s%60&orderByAsc=false")
+        assert listed and listed.group(1).endswith(
+            f"/#/experiments/{experiment}/runs?orderByKey=metrics.%60samples_per_s%60&orderByAsc=false"
+        )
         flat = chromium(tmp_path, "--virtual-time-budget=20000", "--dump-dom", listed.group(1))
         names = re.findall(r"#(\d+) (WINNER )?(?:base )?(\d+\.\d\d)x ([\d,]+)/s", flat)
         assert sorted({int(n[0]) for n in names}) == [0, 1, 2, 3, 4], flat[-3000:]  # all 5, unfolded

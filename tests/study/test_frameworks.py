@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import subprocess
 
+from autotune.tuner._standing import standing
+
 import forked_cli
 from helpers import FIXTURES, SHORT_TRIALS, cli, cli_env, load_study
-
-from autotune.tuner._standing import standing
 
 SCRIPTS = FIXTURES / "scripts"
 
@@ -24,10 +24,28 @@ def test_a_lightning_and_a_trainer_script_are_tuned_unmodified(tmp_path) -> None
     runs = {}
     for name, args in (("lightning_style", ["--epochs", "1000"]), ("hf_trainer_style", ["--epochs", "1000"])):
         (tmp_path / name).mkdir()
-        command = cli("run", str(SCRIPTS / f"{name}.py"), "--trials", "2", "--store", "st", "--space", str(space),
-                      *SHORT_TRIALS, "--warmup", "0.5", "--window", "2", "--", *args, "--read-ms", "40")
-        runs[name] = forked_cli.popen(command, cwd=tmp_path / name, env=cli_env(None), text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        command = cli(
+            "run",
+            str(SCRIPTS / f"{name}.py"),
+            "--trials",
+            "2",
+            "--store",
+            "st",
+            "--space",
+            str(space),
+            *SHORT_TRIALS,
+            "--warmup",
+            "0.5",
+            "--window",
+            "2",
+            "--",
+            *args,
+            "--read-ms",
+            "40",
+        )
+        runs[name] = forked_cli.popen(
+            command, cwd=tmp_path / name, env=cli_env(None), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
     said = {name: proc.communicate(timeout=240) for name, proc in runs.items()}
     for name, proc in runs.items():
         assert proc.returncode == 0, said[name][1]
@@ -45,9 +63,29 @@ def test_a_lightning_and_a_trainer_script_are_tuned_unmodified(tmp_path) -> None
 def test_a_lightning_trial_gets_its_precision_through_the_trainer(tmp_path) -> None:
     space = tmp_path / "precision.yaml"
     space.write_text("knobs:\n  amp: [bf16]\n")
-    done = subprocess.run(cli("run", str(SCRIPTS / "lightning_style.py"), "--trials", "2", "--store", "st",
-                              "--space", str(space), *SHORT_TRIALS, "--", "--epochs", "1000", "--read-ms", "0"),
-                          cwd=tmp_path, env=cli_env(None), text=True, capture_output=True, timeout=240)
+    done = subprocess.run(
+        cli(
+            "run",
+            str(SCRIPTS / "lightning_style.py"),
+            "--trials",
+            "2",
+            "--store",
+            "st",
+            "--space",
+            str(space),
+            *SHORT_TRIALS,
+            "--",
+            "--epochs",
+            "1000",
+            "--read-ms",
+            "0",
+        ),
+        cwd=tmp_path,
+        env=cli_env(None),
+        text=True,
+        capture_output=True,
+        timeout=240,
+    )
     assert done.returncode == 0, done.stderr
     base, drawn = standing(load_study(tmp_path / "st", "lightning_style")).rows
     assert base.config["amp"] == "off" and drawn.config["amp"] == "bf16"  # in force, as the trial reported it

@@ -17,6 +17,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
 from helpers import FIXTURES, ROOT, cli_env, load_study
 
 FIXTURE = FIXTURES / "cli_train.py"
@@ -31,8 +32,12 @@ def wheel(tmp_path_factory) -> Path:
             shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
         elif (ROOT / name).exists():
             shutil.copy(ROOT / name, source / name)
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                            "-w", str(out), str(source)], capture_output=True, text=True, timeout=300)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert built.returncode == 0, built.stderr
     return next(out.glob("autotune-*.whl"))
 
@@ -49,19 +54,58 @@ def test_an_installed_wheel_runs_a_study_with_a_shipped_space(wheel: Path, tmp_p
     site = Path(sysconfig.get_path("purelib", vars={"base": str(env_dir), "platbase": str(env_dir)}))
     (site / "deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
     python = env_dir / "bin" / "python"
-    installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
-                                "--no-deps", str(wheel)], capture_output=True, text=True, timeout=300)
+    installed = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert installed.returncode == 0, installed.stderr
     work = tmp_path / "work"
     work.mkdir()
-    where = subprocess.run([str(python), "-c", "import autotune; print(autotune.__file__)"], cwd=work,
-                           env=cli_env(), capture_output=True, text=True, timeout=60)
+    where = subprocess.run(
+        [str(python), "-c", "import autotune; print(autotune.__file__)"],
+        cwd=work,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert where.stdout.startswith(str(site)), where.stdout + where.stderr
     study = subprocess.run(
-        [str(env_dir / "bin" / "autotune"), "run", f"{FIXTURE}:train", "--space", "loader", "--trials", "2",
-         "--study", "installed", "--warmup", "0.2", "--window", "0.3", "--windows", "2", "--prune", "0",
-         "--confirm", "0", "--max-load", "1", "--max-spread", "1000", "--whole-run", "0"],
-        cwd=work, env=cli_env(), capture_output=True, text=True, timeout=300)
+        [
+            str(env_dir / "bin" / "autotune"),
+            "run",
+            f"{FIXTURE}:train",
+            "--space",
+            "loader",
+            "--trials",
+            "2",
+            "--study",
+            "installed",
+            "--warmup",
+            "0.2",
+            "--window",
+            "0.3",
+            "--windows",
+            "2",
+            "--prune",
+            "0",
+            "--confirm",
+            "0",
+            "--max-load",
+            "1",
+            "--max-spread",
+            "1000",
+            "--whole-run",
+            "0",
+        ],
+        cwd=work,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert study.returncode == 0, study.stdout + study.stderr
     trials = load_study(work / "mlflow", "installed").get_trials()
     assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]

@@ -7,13 +7,14 @@ import re
 import time
 from pathlib import Path
 
-import forked_cli
 import psutil
 import pytest
 from conftest import TAG
-from helpers import FIXTURES, cli, cli_env, load_study, mlflow_runs
 
 from autotune.machine._launch import TRIAL_TAG_ENV
+
+import forked_cli
+from helpers import FIXTURES, cli, cli_env, load_study, mlflow_runs
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="--jobs 2 needs 2 CPUs to split")
@@ -25,11 +26,33 @@ def test_jobs_2_pins_each_trial_and_its_dataloader_workers_to_disjoint_cpus(tmp_
     space.write_text("knobs:\n  num_workers: 2\n  batch_size: [1x, 2x]\n")
     target = f"{FIXTURES / 'tiny_train.py'}:train"
     # Three trials: the baseline alone (the other slot waits for it), then two side by side.
-    args = cli("run", target, "--jobs", "2", "--trials", "3", "--space", str(space),
-               "--warmup", "0.5", "--window", "0.5", "--windows", "3", "--ceiling-windows", "0", "--confirm", "0",
-               "--prune", "0", "--study", "jobs")
-    tuner = forked_cli.popen(args, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True)
+    args = cli(
+        "run",
+        target,
+        "--jobs",
+        "2",
+        "--trials",
+        "3",
+        "--space",
+        str(space),
+        "--warmup",
+        "0.5",
+        "--window",
+        "0.5",
+        "--windows",
+        "3",
+        "--ceiling-windows",
+        "0",
+        "--confirm",
+        "0",
+        "--prune",
+        "0",
+        "--study",
+        "jobs",
+    )
+    tuner = forked_cli.popen(
+        args, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     mine = os.environ[TAG]
     seen: dict[int, tuple[str, int, frozenset[int]]] = {}  # pid -> (trial tag, ppid, cpus)
     at_once: list[set[str]] = []  # trial tags seen running together
@@ -72,8 +95,9 @@ def test_jobs_2_pins_each_trial_and_its_dataloader_workers_to_disjoint_cpus(tmp_
     assert all(len(s["cpus"]) == 1 and s["of_cpus"] == 2 for s in shares.values())
     _, runs = mlflow_runs(tmp_path / "mlflow", "jobs")
     children = [r for r in runs if "autotune.trial" in r.data.tags]
-    assert sorted(r.data.tags["autotune.share"] for r in children) == \
-        sorted(shares[int(r.data.tags["autotune.trial"])]["share"] for r in children)
+    assert sorted(r.data.tags["autotune.share"] for r in children) == sorted(
+        shares[int(r.data.tags["autotune.trial"])]["share"] for r in children
+    )
     export = (tmp_path / "mlflow" / "exports" / "jobs.yaml").read_text()
     assert re.search(r"^# measured on: .*; each trial on CPUs [01] \(1 of 2\) \(--jobs\)$", export, re.M), export
     assert "2 trials at once: slot 0: CPUs 0 (1 of 2); slot 1: CPUs 1 (1 of 2)" in out

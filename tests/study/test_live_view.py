@@ -24,8 +24,9 @@ FAST = ("--warmup", "0.3", "--window", "0.4", "--windows", "2", "--ceiling-windo
 _CONTROL = re.compile(r"\x1b(\[[?\d;]*[A-Za-z]|\][^\x07]*\x07)")
 
 
-def in_terminal(*args: str, cwd: Path, timeout: float = 300, interrupt_on: bytes | None = None,
-                env: dict | None = None) -> tuple[int, str]:
+def in_terminal(
+    *args: str, cwd: Path, timeout: float = 300, interrupt_on: bytes | None = None, env: dict | None = None
+) -> tuple[int, str]:
     """The real CLI under a pseudo-terminal of ``WIDTH`` x ``HEIGHT``: its exit status and all it
     wrote; ``interrupt_on``: Ctrl-C (SIGINT) once it wrote that."""
     import pty
@@ -85,7 +86,7 @@ def screen(raw: str, width: int = WIDTH) -> list[str]:
             lines += [""] * (row + 1 - len(lines))
         if char != "\n":
             line = lines[row].ljust(col)
-            lines[row] = line[:col] + char + line[col + 1:]
+            lines[row] = line[:col] + char + line[col + 1 :]
             col += 1
     while lines and not lines[-1].strip():
         lines.pop()
@@ -101,7 +102,7 @@ def test_the_live_view_fits_80_columns_a_row_per_config_and_a_short_summary(tmp_
     assert max(len(part) for part in written) <= WIDTH, [part for part in written if len(part) > WIDTH]
     head = max(i for i, line in enumerate(shown) if line.startswith("trial ") and "knobs (vs baseline)" in line)
     rows = []
-    for line in shown[head + 1:]:
+    for line in shown[head + 1 :]:
         if not line[:1].isdigit():
             break
         rows.append(line)
@@ -115,7 +116,7 @@ def test_the_live_view_fits_80_columns_a_row_per_config_and_a_short_summary(tmp_
     assert not any(line.startswith(("[1/5]", "    complete")) for line in shown), "\n".join(shown)
     notes = shown[:head]
     assert len(notes) == len(set(notes)), "\n".join(notes)
-    summary = shown[next(i for i, line in enumerate(shown) if line.startswith("best:")):]
+    summary = shown[next(i for i, line in enumerate(shown) if line.startswith("best:")) :]
     assert len(summary) <= 14, "\n".join(summary)  # about 12 lines, a long one wrapped
     assert any(line.startswith("exported: ") for line in summary) and summary[-2].startswith("next: autotune export")
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import FIXTURES, SHORT_TRIALS, autotune, load_study, mlflow_runs
 
 from autotune.stores._records import signed_share
+
+from helpers import FIXTURES, SHORT_TRIALS, autotune, load_study, mlflow_runs
 
 
 def test_a_fast_config_slow_to_the_baselines_loss_runs_again_with_the_lr_scaled(tmp_path: Path) -> None:
@@ -44,14 +45,17 @@ def test_a_fast_config_slow_to_the_baselines_loss_runs_again_with_the_lr_scaled(
     assert retry.constraints == {"diverged": 0.0}
     said = " ".join(out.stderr.split())  # the study's notes, beside its progress
     assert f"trial {held.number} took " in said
-    assert "x the baseline's samples to its loss at batch size 16 (2x the code's) with lr_scaling none, but ran at" \
-        in said
+    assert (
+        "x the baseline's samples to its loss at batch size 16 (2x the code's) with lr_scaling none, but ran at" in said
+    )
     assert "its config runs again with lr_scaling linear" in said
     _, runs = mlflow_runs(tmp_path / "mlflow", "lr")
     run = next(r for r in runs if r.data.tags.get("autotune.trial") == str(retry.number))
     assert (run.data.tags["autotune.kind"], run.data.tags["autotune.of"]) == ("retry", str(held.number))
-    assert f"trial {held.number}'s config, whose lr held it back, with lr_scaling linear" in \
-        run.data.tags["mlflow.note.content"]
+    assert (
+        f"trial {held.number}'s config, whose lr held it back, with lr_scaling linear"
+        in run.data.tags["mlflow.note.content"]
+    )
     # How near the tolerance the complete retry's loss came, wherever a user looks: its metrics,
     # its MLflow run (metric and note), the run's terminal line, `show` and the export's header.
     excess = retry.user_attrs["metrics"]["loss_excess"]

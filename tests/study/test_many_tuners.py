@@ -9,17 +9,30 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from tuners import Tuner, storage_of, study_exists, study_of, wait_until
 
 from autotune.tuner._queue import CLAIM_MARK
 from autotune.tuner._tuners import HOST_DIR_ENV, TUNER_KEY
+
+from tuners import Tuner, storage_of, study_exists, study_of, wait_until
 
 #: Windows of 0.15 s: every trial measures the baseline's samples (autotune.worker._marks), and these
 #: tuners' trials run side by side on the 2 CPUs (the hosts of their own that the tests fake share
 #: them), their drawn loader configs at a seventh of the baseline's speed: at 0.3 s two tests took 80
 #: and 70 s instead of 16 and 28 (31 s now, with the slow windows' ceiling, autotune.worker._marks.SLOW_WINDOWS).
-FAST = ["--warmup", "0.2", "--window", "0.15", "--windows", "2", "--ceiling-windows", "0", "--seed", "0",
-        "--prune", "0"]
+FAST = [
+    "--warmup",
+    "0.2",
+    "--window",
+    "0.15",
+    "--windows",
+    "2",
+    "--ceiling-windows",
+    "0",
+    "--seed",
+    "0",
+    "--prune",
+    "0",
+]
 
 
 def check_invariants(url: str, tracking_uri: str, name: str, tuners: int, own_trials: int, confirm: int) -> None:
@@ -43,14 +56,21 @@ def check_invariants(url: str, tracking_uri: str, name: str, tuners: int, own_tr
     assert reruns and set(reruns.values()) == {confirm}, reruns
     for again in (t for t in trials if t.user_attrs["kind"] == "remeasure"):
         assert again.user_attrs["remeasure"] >= 1
-        assert any((t.user_attrs.get("doubt") or "").startswith("noisy") and t.number < again.number
-                   and again.user_attrs["of"] in (t.number, t.user_attrs.get("of")) for t in trials)
+        assert any(
+            (t.user_attrs.get("doubt") or "").startswith("noisy")
+            and t.number < again.number
+            and again.user_attrs["of"] in (t.number, t.user_attrs.get("of"))
+            for t in trials
+        )
     assert firsts[0].number in reruns  # the baseline is among them
-    markers = [s.study_name for s in optuna.get_all_study_summaries(storage_of(url)) if s.study_name.startswith(name + CLAIM_MARK)]
+    markers = [
+        s.study_name
+        for s in optuna.get_all_study_summaries(storage_of(url))
+        if s.study_name.startswith(name + CLAIM_MARK)
+    ]
     assert len([m for m in markers if "confirm-after-" in m]) == 1, markers
     # every tuner registered once and left
-    entries = [v for k, v in study._storage.get_study_system_attrs(study._study_id).items()
-               if k.startswith(TUNER_KEY)]
+    entries = [v for k, v in study._storage.get_study_system_attrs(study._study_id).items() if k.startswith(TUNER_KEY)]
     assert len(entries) == tuners and {e["phase"] for e in entries} == {"done"}
     # one experiment, one parent run, every Optuna trial exactly one MLflow child
     client = MlflowClient(tracking_uri)
@@ -80,15 +100,35 @@ def test_tuners_started_together_on_a_new_study(postgres: str, mlflow_server, tm
     tuners = 3  # (two is the same race with one racer fewer)
     name = f"together-{tuners}-{uuid.uuid4().hex[:6]}"
     gate = tmp_path / "gate"
-    args = ["--study", name, "--storage", postgres, "--tracking-uri", mlflow_server.url, "--trials", "2",
-            "--confirm", "1", "--profile", "on", "--startup-timeout", "300", *FAST]
+    args = [
+        "--study",
+        name,
+        "--storage",
+        postgres,
+        "--tracking-uri",
+        mlflow_server.url,
+        "--trials",
+        "2",
+        "--confirm",
+        "1",
+        "--profile",
+        "on",
+        "--startup-timeout",
+        "300",
+        *FAST,
+    ]
     folders = [tmp_path / f"host{i}" for i in range(tuners)]  # a store folder each, as on separate hosts
     for folder in folders:
         folder.mkdir()
     runs = [launch(folder, *args, env={"TEAM_GATE": str(gate)}) for folder in folders]
     # the baseline ran once; the tuners that had none to run waited for it
-    wait_until(lambda: sum("waiting for the baseline (trial 0)" in run.output for run in runs) == tuners - 1
-               or any(run.proc.poll() is not None for run in runs), what="the other tuners to wait for the baseline")
+    wait_until(
+        lambda: (
+            sum("waiting for the baseline (trial 0)" in run.output for run in runs) == tuners - 1
+            or any(run.proc.poll() is not None for run in runs)
+        ),
+        what="the other tuners to wait for the baseline",
+    )
     gate.write_text("open")
     outputs = [run.wait() for run in runs]
     for run, out in zip(runs, outputs):
@@ -105,8 +145,9 @@ def test_tuners_started_together_on_a_new_study(postgres: str, mlflow_server, tm
     assert "traces/baseline.pt.trace.json.gz" in {a.path for a in client.list_artifacts(parent, "traces")}
 
 
-def test_the_parent_run_stays_open_until_the_last_tuner_leaves(postgres: str, mlflow_server, tmp_path: Path,
-                                                              launch) -> None:
+def test_the_parent_run_stays_open_until_the_last_tuner_leaves(
+    postgres: str, mlflow_server, tmp_path: Path, launch
+) -> None:
     """Deterministic, not a race on speed (a loaded machine starts a tuner in anything from 3 to
     30 s): each tuner's trials wait at a gate of its own, which the test opens in turn.
 
@@ -117,17 +158,32 @@ def test_the_parent_run_stays_open_until_the_last_tuner_leaves(postgres: str, ml
 
     name = f"last-{uuid.uuid4().hex[:6]}"
     gate_a, gate_b = tmp_path / "gate-a", tmp_path / "gate-b"
-    args = ["--study", name, "--storage", postgres, "--tracking-uri", mlflow_server.url, "--confirm", "1",
-            "--startup-timeout", "300", *FAST]
+    args = [
+        "--study",
+        name,
+        "--storage",
+        postgres,
+        "--tracking-uri",
+        mlflow_server.url,
+        "--confirm",
+        "1",
+        "--startup-timeout",
+        "300",
+        *FAST,
+    ]
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     host = {HOST_DIR_ENV: str(tmp_path / "host")}
     cpus = sorted(os.sched_getaffinity(0))
     pin = [["taskset", "-c", str(cpu)] for cpu in cpus[:2]] if len(cpus) > 1 else [None, None]
     first = launch(tmp_path / "a", "--trials", "2", *args, env={"TEAM_GATE": str(gate_a), **host}, prefix=pin[0])
-    wait_until(lambda: study_exists(postgres, name) and any(
-        t.state.name == "RUNNING" for t in study_of(postgres, name).get_trials()),
-        what="the first tuner to claim the baseline")
+    wait_until(
+        lambda: (
+            study_exists(postgres, name)
+            and any(t.state.name == "RUNNING" for t in study_of(postgres, name).get_trials())
+        ),
+        what="the first tuner to claim the baseline",
+    )
     second = launch(tmp_path / "b", "--trials", "1", *args, env={"TEAM_GATE": str(gate_b), **host}, prefix=pin[1])
     wait_until(lambda: len(_tuners(postgres, name)) == 2, what="the second tuner to join")
     gate_a.write_text("open")  # the first runs its trials, while the second waits at its own gate
@@ -155,26 +211,39 @@ def _skewed(folder: Path, offset_s: float) -> Path:
     an injected time source, as on a host whose clock is off."""
     folder.mkdir()
     (folder / "sitecustomize.py").write_text(
-        "import time\n_real = time.time\n"
-        f"time.time = lambda: _real() + {offset_s}\n")
+        f"import time\n_real = time.time\ntime.time = lambda: _real() + {offset_s}\n"
+    )
     return folder
 
 
-def test_hosts_with_clocks_minutes_apart_leave_each_others_trials_alone(postgres: str, mlflow_server,
-                                                                        tmp_path: Path) -> None:
+def test_hosts_with_clocks_minutes_apart_leave_each_others_trials_alone(
+    postgres: str, mlflow_server, tmp_path: Path
+) -> None:
     if subprocess.run(["unshare", "-u", "true"], capture_output=True).returncode != 0:
         pytest.skip("unshare -u (a host name of its own) is not permitted here")
     name = f"skew-{uuid.uuid4().hex[:6]}"
-    args = ["--study", name, "--storage", postgres, "--tracking-uri", mlflow_server.url, "--trials", "2",
-            "--confirm", "1", *FAST]
+    args = [
+        "--study",
+        name,
+        "--storage",
+        postgres,
+        "--tracking-uri",
+        mlflow_server.url,
+        "--trials",
+        "2",
+        "--confirm",
+        "1",
+        *FAST,
+    ]
     tuners = []
     for host, offset in (("host-ahead", 600.0), ("host-behind", -600.0)):
         folder = tmp_path / host
         folder.mkdir()
         site = _skewed(tmp_path / f"site-{host}", offset)
         env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
-        tuners.append(Tuner(folder, *args, env=env,
-                            prefix=["unshare", "-u", "sh", "-c", f'hostname {host} && exec "$@"', "sh"]))
+        tuners.append(
+            Tuner(folder, *args, env=env, prefix=["unshare", "-u", "sh", "-c", f'hostname {host} && exec "$@"', "sh"])
+        )
     outputs = [t.wait() for t in tuners]
     for tuner, out in zip(tuners, outputs):
         assert tuner.proc.returncode == 0, out

@@ -7,11 +7,11 @@ import subprocess
 import sys
 import threading
 
-from helpers import ROOT, cli, cli_env, load_study
-
 from autotune.core._kinds import Kind
 from autotune.machine._noise import FOREIGN_LOAD_MAX
 from autotune.tuner._standing import standing
+
+from helpers import ROOT, cli, cli_env, load_study
 
 #: Burns a CPU for at most 120 s (the test kills it sooner).
 HOG = """
@@ -49,12 +49,44 @@ def test_a_study_measures_again_the_trial_hogs_slowed_and_ranks_only_believed_fi
     # The hogs burn until the tuner has judged the baseline: a time limit would also count the
     # worker's start, which a loaded machine (CI, the suite's other process beside it) stretches
     # past any limit (it once outlasted 8 s, and the baseline measured on a quiet machine).
-    tuner = subprocess.Popen(["taskset", "-c", cpu, *cli("run", TRAIN, "--trials", "2", "--store", str(tmp_path / "st"), "--warmup", "0.2",
-                                 "--window", "0.3", "--windows", "3", "--confirm", "0", "--space", "loader",
-                                 "--seed", "0", "--max-load", str(MAX_LOAD), "--quiet-wait", "12",
-                                 "--remeasure", "1")],
-                             cwd=ROOT, env=cli_env({"PYTHONUNBUFFERED": "1"}), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    tuner = subprocess.Popen(
+        [
+            "taskset",
+            "-c",
+            cpu,
+            *cli(
+                "run",
+                TRAIN,
+                "--trials",
+                "2",
+                "--store",
+                str(tmp_path / "st"),
+                "--warmup",
+                "0.2",
+                "--window",
+                "0.3",
+                "--windows",
+                "3",
+                "--confirm",
+                "0",
+                "--space",
+                "loader",
+                "--seed",
+                "0",
+                "--max-load",
+                str(MAX_LOAD),
+                "--quiet-wait",
+                "12",
+                "--remeasure",
+                "1",
+            ),
+        ],
+        cwd=ROOT,
+        env=cli_env({"PYTHONUNBUFFERED": "1"}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     out: list[str] = []
     drain = threading.Thread(target=lambda: out.append(tuner.stdout.read()), daemon=True)
     drain.start()

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from helpers import ROOT, autotune, load_study, mlflow_runs
-
 from autotune.core._kinds import Kind
 from autotune.tuner._standing import standing
+
+from helpers import ROOT, autotune, load_study, mlflow_runs
 
 
 def test_a_study_stops_drawing_a_precision_its_machine_runs_far_slower(tmp_path) -> None:
@@ -15,9 +15,27 @@ def test_a_study_stops_drawing_a_precision_its_machine_runs_far_slower(tmp_path)
     space = tmp_path / "space.yaml"
     space.write_text('knobs:\n  amp: ["off", bf16]\n  prefetch: [none, thread]\n  fused_optimizer: [false, true]\n')
     store = tmp_path / "st"
-    done = autotune("run", "tests/fixtures/slow_bf16_train.py:train", "--trials", "7", "--store", str(store),
-                    "--space", str(space), "--warmup", "0.2", "--window", "0.3", "--windows", "3", "--confirm", "0",
-                    "--seed", "0", cwd=ROOT)
+    done = autotune(
+        "run",
+        "tests/fixtures/slow_bf16_train.py:train",
+        "--trials",
+        "7",
+        "--store",
+        str(store),
+        "--space",
+        str(space),
+        "--warmup",
+        "0.2",
+        "--window",
+        "0.3",
+        "--windows",
+        "3",
+        "--confirm",
+        "0",
+        "--seed",
+        "0",
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr
     rows = sorted(standing(load_study(store, "slow_bf16_train")).rows, key=lambda r: r.number)
     bf16 = [r.number for r in rows if r.sampled.get("amp") == "bf16"]
@@ -27,11 +45,15 @@ def test_a_study_stops_drawing_a_precision_its_machine_runs_far_slower(tmp_path)
     later = [r for r in rows if r.number > bf16[0]]
     assert later and all(r.config.get("amp") == "off" and r.sampled.get("amp") == "off" for r in later), later
     _, runs = mlflow_runs(store, "slow_bf16_train")
-    held = {int(r.data.tags["autotune.trial"]): r.data.tags.get("autotune.held.amp")
-            for r in runs if "autotune.trial" in r.data.tags}
+    held = {
+        int(r.data.tags["autotune.trial"]): r.data.tags.get("autotune.held.amp")
+        for r in runs
+        if "autotune.trial" in r.data.tags
+    }
     # each later draw says why (a repeat runs the config it repeats, drawn before: under load a
     # CI run closed a trial as stale and ran its config again, untagged)
     drawn = [r for r in later if r.kind is Kind.SAMPLED]
-    assert drawn and all((held[r.number] or "").startswith(why) for r in drawn), \
-        [(r.number, r.kind, r.reason, held[r.number]) for r in later]
+    assert drawn and all((held[r.number] or "").startswith(why) for r in drawn), [
+        (r.number, r.kind, r.reason, held[r.number]) for r in later
+    ]
     assert not any(held[n] for n in range(bf16[0] + 1))

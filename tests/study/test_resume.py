@@ -8,9 +8,10 @@ import subprocess
 import time
 from pathlib import Path
 
-import forked_cli
 import psutil
 import pytest
+
+import forked_cli
 from helpers import (
     FAULTY,
     SHORT_TRIALS,
@@ -24,8 +25,9 @@ from helpers import (
 )
 
 
-def wait_for_running_worker(store: Path, name: str, timeout: float = 90, url: str | None = None,
-                            measured: bool = False):
+def wait_for_running_worker(
+    store: Path, name: str, timeout: float = 90, url: str | None = None, measured: bool = False
+):
     """The RUNNING trial once its worker has printed that it hangs (fault 3), or, with
     `measured`, once it has reported its first window. A fixed sleep races a loaded machine:
     a tuner killed before its worker's first batch takes the worker with it (its next event
@@ -45,16 +47,25 @@ def wait_for_running_worker(store: Path, name: str, timeout: float = 90, url: st
 
 
 def start_tuner(cwd: Path, *args: str):
-    return forked_cli.popen(cli("run", FAULTY, *args), cwd=cwd,
-                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return forked_cli.popen(
+        cli("run", FAULTY, *args), cwd=cwd, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 @pytest.mark.parametrize("rdb", [False, True], ids=["journal", "sqlite-rdb"])
 def test_sigkill_of_the_tuner_then_resume(tmp_path: Path, rdb: bool) -> None:
     store = tmp_path / "mlflow"
     url = f"sqlite:///{tmp_path}/optuna.db" if rdb else None  # many-host setups use an RDB
-    args = ["--study", "s", "--space", str(faults_space(tmp_path, [1, 3])), *SHORT_TRIALS, "--prune", "0",
-            *(["--storage", url] if url else [])]
+    args = [
+        "--study",
+        "s",
+        "--space",
+        str(faults_space(tmp_path, [1, 3])),
+        *SHORT_TRIALS,
+        "--prune",
+        "0",
+        *(["--storage", url] if url else []),
+    ]
     assert autotune("run", FAULTY, "--trials", "1", *args, cwd=tmp_path).returncode == 0
     baseline = load_study(store, "s", url).get_trials()[0]
     enqueue_workers(store, "s", 3, url=url)  # hangs at step 3, and the stall timeout is long: still running
@@ -95,13 +106,23 @@ def test_sigkill_of_the_tuner_then_resume(tmp_path: Path, rdb: bool) -> None:
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
 
 
-@pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
-                         ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
 def test_ctrl_c_records_the_trial_prints_the_summary_and_exits_130(tmp_path: Path, sig, status) -> None:
     store = tmp_path / "mlflow"
     # Pruning off: on a loaded machine the enqueued trial could be pruned before the signal.
-    args = ["--study", "c", "--space", str(faults_space(tmp_path, [1, 3])), *SHORT_TRIALS[:4], "--prune", "0",
-            "--confirm", "0", "--ceiling-windows", "0"]
+    args = [
+        "--study",
+        "c",
+        "--space",
+        str(faults_space(tmp_path, [1, 3])),
+        *SHORT_TRIALS[:4],
+        "--prune",
+        "0",
+        "--confirm",
+        "0",
+        "--ceiling-windows",
+        "0",
+    ]
     assert autotune("run", FAULTY, "--trials", "1", *args, "--windows", "3", cwd=tmp_path).returncode == 0
     enqueue_workers(store, "c", 1)
     tuner = start_tuner(tmp_path, "--trials", "3", "--windows", "1000", *args)  # a long trial

@@ -7,6 +7,11 @@ from pathlib import Path
 
 import pytest
 from conftest import TAG, tagged
+
+from autotune import Outcome
+from autotune.core._outcome import headline
+from autotune.stores._tracking import RUN_STATUS
+
 from helpers import (
     FAULTY,
     SHORT_TRIALS,
@@ -18,14 +23,19 @@ from helpers import (
     mlflow_runs,
 )
 
-from autotune import Outcome
-from autotune.core._outcome import headline
-from autotune.stores._tracking import RUN_STATUS
-
 #: The fault each num_workers value injects (see faulty_train.py), in the order they
 #: are enqueued: the healthy 1 first, so that the slow 7 has a best to be pruned against.
-FAULTS = {1: "complete", 7: "pruned", 0: "diverged", 2: "crashed", 3: "timeout", 4: "oom_host",
-          5: "crashed", 6: "oom_gpu", 8: "diverged"}
+FAULTS = {
+    1: "complete",
+    7: "pruned",
+    0: "diverged",
+    2: "crashed",
+    3: "timeout",
+    4: "oom_host",
+    5: "crashed",
+    6: "oom_gpu",
+    8: "diverged",
+}
 
 
 #: Optuna's state per fault: a diverged trial with a measured speed is COMPLETE with its
@@ -48,8 +58,22 @@ def fault_study(tmp_path_factory) -> tuple[Path, str]:
         enqueue_workers(cwd / "mlflow", "faults", *FAULTS)
         # --prune 0.2: the slow fault runs at a 25th of the baseline's speed and a 200th of the
         # healthy config's, so it is pruned whichever of them is the best, however loaded the machine.
-        second = autotune("run", FAULTY, "--trials", str(len(FAULTS)), "--ram-budget", "1",
-                          "--stall-timeout", "3", "--prune", "0.2", *args, cwd=cwd, env=tag, timeout=400)
+        second = autotune(
+            "run",
+            FAULTY,
+            "--trials",
+            str(len(FAULTS)),
+            "--ram-budget",
+            "1",
+            "--stall-timeout",
+            "3",
+            "--prune",
+            "0.2",
+            *args,
+            cwd=cwd,
+            env=tag,
+            timeout=400,
+        )
         assert second.returncode == 0, second.stderr
         assert not tagged(tag[TAG]), "a process of the study outlived it"
         (cwd / "output.txt").write_text(second.stdout + second.stderr)
@@ -84,8 +108,11 @@ def test_every_outcome_in_optuna_and_mlflow(fault_study) -> None:
 
 def test_each_reason_says_what_happened(fault_study) -> None:
     cwd, _ = fault_study
-    reasons = {t.params.get("num_workers"): t.user_attrs["reason"]
-               for t in load_study(cwd / "mlflow", "faults").get_trials() if not t.user_attrs["baseline"]}
+    reasons = {
+        t.params.get("num_workers"): t.user_attrs["reason"]
+        for t in load_study(cwd / "mlflow", "faults").get_trials()
+        if not t.user_attrs["baseline"]
+    }
     assert reasons[8].startswith("loss is nan after ")
     assert reasons[2].splitlines()[-1] == "ValueError: fault injected: the user's loop raised"
     assert "faulty_train.py" in reasons[2]  # the user's frame, from the traceback
@@ -151,8 +178,14 @@ def test_show_lists_every_outcome_with_its_reason(fault_study) -> None:
     assert out.returncode == 0, out.stderr
     for outcome in set(FAULTS.values()):
         assert outcome in out.stdout
-    for words in ("stalled: no step finished", "over the RAM budget", "killed by SIGSEGV",
-                  "CUDA out of memory", "under 20% of the best", "over the same steps"):
+    for words in (
+        "stalled: no step finished",
+        "over the RAM budget",
+        "killed by SIGSEGV",
+        "CUDA out of memory",
+        "under 20% of the best",
+        "over the same steps",
+    ):
         assert words in out.stdout
 
 
@@ -171,8 +204,22 @@ def test_a_new_study_of_the_same_target_runs_the_earlier_ones_top_configs_first(
     cwd, _ = fault_study
     store = tmp_path / "copy"
     shutil.copytree(cwd, store)
-    out = autotune("run", FAULTY, "--study", "again", "--warm-start", "on", "--trials", "2",
-                   "--space", str(store / "faults.yaml"), *SHORT_TRIALS, "--windows", "3", cwd=store)
+    out = autotune(
+        "run",
+        FAULTY,
+        "--study",
+        "again",
+        "--warm-start",
+        "on",
+        "--trials",
+        "2",
+        "--space",
+        str(store / "faults.yaml"),
+        *SHORT_TRIALS,
+        "--windows",
+        "3",
+        cwd=store,
+    )
     assert out.returncode == 0, out.stderr
     said = " ".join(out.stderr.split())
     assert "warm start: the 1 top config(s) of study faults (" in said, said

@@ -18,8 +18,9 @@ def run_all(cases: dict[str, list[str]], tmp_path) -> dict[str, subprocess.Compl
     for name, args in cases.items():
         (tmp_path / name).mkdir(exist_ok=True)
         command = cli("run", args[0], "--trials", "2", "--store", "st", *SHORT_TRIALS, *args[1:])
-        procs[name] = forked_cli.popen(command, cwd=tmp_path / name, env=cli_env(None), text=True,
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        procs[name] = forked_cli.popen(
+            command, cwd=tmp_path / name, env=cli_env(None), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
     done = {}
     for name, proc in procs.items():
         out, err = proc.communicate(timeout=180)
@@ -31,29 +32,51 @@ def test_a_script_with_nothing_to_tune_stops_at_its_baseline_in_one_line_with_st
     kept = tmp_path / "early" / "st" / "notes.txt"  # a store that was there before: kept, the study not
     kept.parent.mkdir(parents=True)
     kept.write_text("mine")
-    done = run_all({
-        "bogus": [MNIST, "--", "--bogus", "3"],
-        "no_step": [str(SCRIPTS / "no_step.py")],
-        "inference": [str(SCRIPTS / "inference_only.py")],
-        "early": [MNIST, "--", "--epochs", "1", "--train-size", "128", "--read-ms", "0"],
-        # trains to its end (run whole: measured in windows it may be stopped first), then fails a check
-        # of its own: the code as written fails, said as such
-        "fails_after": [MNIST, "--whole-run", "60", "--", "--epochs", "2", "--train-size", "640", "--read-ms", "0",
-                        "--exit-status", "3"],
-    }, tmp_path)
-    said = {name: [line for line in d.stderr.splitlines() if line.startswith("autotune: error: ")]
-            for name, d in done.items()}
+    done = run_all(
+        {
+            "bogus": [MNIST, "--", "--bogus", "3"],
+            "no_step": [str(SCRIPTS / "no_step.py")],
+            "inference": [str(SCRIPTS / "inference_only.py")],
+            "early": [MNIST, "--", "--epochs", "1", "--train-size", "128", "--read-ms", "0"],
+            # trains to its end (run whole: measured in windows it may be stopped first), then fails a check
+            # of its own: the code as written fails, said as such
+            "fails_after": [
+                MNIST,
+                "--whole-run",
+                "60",
+                "--",
+                "--epochs",
+                "2",
+                "--train-size",
+                "640",
+                "--read-ms",
+                "0",
+                "--exit-status",
+                "3",
+            ],
+        },
+        tmp_path,
+    )
+    said = {
+        name: [line for line in d.stderr.splitlines() if line.startswith("autotune: error: ")]
+        for name, d in done.items()
+    }
     for name, d in done.items():
         assert d.returncode == 2, (name, d.stderr)
         assert len(said[name]) == 1 and "Traceback" not in d.stderr, (name, d.stderr)
     assert "exited with status 2" in said["bogus"][0] and "unrecognized arguments: --bogus 3" in said["bogus"][0]
     assert "no_step.py stepped no torch.optim optimizer after taking a batch" in said["no_step"][0]
     # no loop at all (an evaluation script): said as such, not as a missing DataLoader
-    assert "inference_only.py has no training loop: it built no DataLoader, stepped no optimizer and called no " \
-           "backward()" in said["inference"][0] and "its last lines: accuracy 0." in said["inference"][0]
+    assert (
+        "inference_only.py has no training loop: it built no DataLoader, stepped no optimizer and called no backward()"
+        in said["inference"][0]
+        and "its last lines: accuracy 0." in said["inference"][0]
+    )
     # (too few steps for any measure: said with its numbers and what a measure needs)
-    assert "ended after 2 training steps, before one measured window: a measure needs a warmup " \
-           "(at least 5 steps and 0.2 s" in said["early"][0]
+    assert (
+        "ended after 2 training steps, before one measured window: a measure needs a warmup "
+        "(at least 5 steps and 0.2 s" in said["early"][0]
+    )
     assert "shorten --warmup" in said["early"][0] and "Test set: Average loss" in said["early"][0]
     assert "exited with status 3" in said["fails_after"][0] and "Test set: Average loss" in said["fails_after"][0]
     for name in ("bogus", "no_step", "inference"):
@@ -80,5 +103,7 @@ def test_training_in_child_processes_is_refused_in_one_line_before_it_runs_whole
         assert d.returncode == 2 and len(errors) == 1, (name, d.stderr)
         assert "--nproc-per-node (torchrun)" in errors[0], errors[0]
     assert "trains in child processes: SGD.step() at hogwild_style.py:20 ran in process" in done["forked"].stderr
-    assert "starts its training in child processes (torch.multiprocessing.spawn at hogwild_style.py:34)" \
+    assert (
+        "starts its training in child processes (torch.multiprocessing.spawn at hogwild_style.py:34)"
         in done["spawned"].stderr
+    )

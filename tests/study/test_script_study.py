@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import hashlib
 
-from helpers import FIXTURES, SHORT_TRIALS, autotune, load_study, mlflow_runs
-
 from autotune.tuner._standing import standing
+
+from helpers import FIXTURES, SHORT_TRIALS, autotune, load_study, mlflow_runs
 
 SCRIPT = FIXTURES / "scripts" / "mnist_style.py"
 #: Its own command line: epochs of 3 batches (about 1.7 s at 8 ms an item), so that test passes fall
@@ -30,12 +30,17 @@ def test_a_script_is_tuned_unmodified_and_run_in_production_with_its_export(tmp_
     # Workers kept across its 8-batch epochs: beside the suite's other processes, workers started anew
     # each epoch ran at a third of the baseline's rate (420 vs 1,384 samples/s, pruned), which is true of
     # such a loader but not what this test is about.
-    space.write_text("knobs:\n  num_workers: [0, 2, 4]\n  persistent_workers: [true]\n  amp: ['off', bf16]\n"
-                     "  fused_optimizer: [false, true]\n")
-    done = autotune("run", str(SCRIPT), "--trials", "3", "--store", "st", "--space", str(space),
-                    *SHORT_TRIALS, *ARGS, cwd=tmp_path)
+    space.write_text(
+        "knobs:\n  num_workers: [0, 2, 4]\n  persistent_workers: [true]\n  amp: ['off', bf16]\n"
+        "  fused_optimizer: [false, true]\n"
+    )
+    done = autotune(
+        "run", str(SCRIPT), "--trials", "3", "--store", "st", "--space", str(space), *SHORT_TRIALS, *ARGS, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
-    assert "not tuned in an unmodified script" not in done.stderr  # amp reaches it from outside (autotune.training._outside)
+    assert (
+        "not tuned in an unmodified script" not in done.stderr
+    )  # amp reaches it from outside (autotune.training._outside)
     # its Adadelta has no fused kernel: seen at the baseline, never drawn
     assert "fused_optimizer not tuned: your code's optimizer (Adadelta) takes no fused= argument" in done.stderr
     study = load_study(tmp_path / "st", "mnist_style")
@@ -62,8 +67,9 @@ def test_a_script_is_tuned_unmodified_and_run_in_production_with_its_export(tmp_
     export = tmp_path / "best.yaml"
     assert autotune("export", "--store", "st", "-o", str(export), cwd=tmp_path).returncode == 0
     assert f"# run with: autotune exec path {SCRIPT} -- --epochs" in export.read_text()
-    ran = autotune("exec", str(export), str(SCRIPT), "--", "--epochs", "1", "--train-size", "256",
-                   "--read-ms", "0", cwd=tmp_path)
+    ran = autotune(
+        "exec", str(export), str(SCRIPT), "--", "--epochs", "1", "--train-size", "256", "--read-ms", "0", cwd=tmp_path
+    )
     assert ran.returncode == 0, ran.stderr
     workers = found.best.config["num_workers"]
     assert f"autotune: running {SCRIPT} -- --epochs 1" in ran.stderr and f"num_workers={workers}" in ran.stderr
@@ -97,8 +103,21 @@ def test_a_loop_without_a_dataloader_is_measured_in_its_optimizers_steps(tmp_pat
     """A script that slices its batches from tensors (nanoGPT's get_batch, word_language_model) is
     measured in optimizer steps: its baseline ranks, no loader knob is drawn (one line says why), and
     the study answers."""
-    done = autotune("run", str(FIXTURES / "scripts" / "sliced_lm.py"), "--trials", "3", "--store", "st",
-                    *SHORT_TRIALS, "--", "--iters", "300", "--eval-interval", "100", cwd=tmp_path)
+    done = autotune(
+        "run",
+        str(FIXTURES / "scripts" / "sliced_lm.py"),
+        "--trials",
+        "3",
+        "--store",
+        "st",
+        *SHORT_TRIALS,
+        "--",
+        "--iters",
+        "300",
+        "--eval-interval",
+        "100",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert "batch_size, num_workers, pin_memory" in done.stderr
     assert "not tuned: your loop takes its batches from no DataLoader (it slices its own)" in done.stderr

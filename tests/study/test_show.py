@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from helpers import FIXTURES, SHORT_TRIALS, autotune
 
 TARGET = f"{FIXTURES / 'tiny_train.py'}:train"
@@ -19,8 +20,24 @@ def noisy_store(tmp_path_factory) -> Path:
     rate), each measured again at once: the longest outcome cells show writes, e.g.
     ``complete (noisy) (remeasure) (= 1)``."""
     cwd = tmp_path_factory.mktemp("show")
-    done = autotune("run", TARGET, "--trials", "3", "--study", "w", "--space", "loader", *SHORT_TRIALS,
-                    "--max-spread", "0", "--remeasure", "1", "--quiet-wait", "0", cwd=cwd)
+    done = autotune(
+        "run",
+        TARGET,
+        "--trials",
+        "3",
+        "--study",
+        "w",
+        "--space",
+        "loader",
+        *SHORT_TRIALS,
+        "--max-spread",
+        "0",
+        "--remeasure",
+        "1",
+        "--quiet-wait",
+        "0",
+        cwd=cwd,
+    )
     assert done.returncode == 0, done.stderr
     return cwd
 
@@ -54,6 +71,9 @@ def test_show_narrower_than_its_figures_gives_a_line_per_trial(noisy_store: Path
     assert "…" not in text and max(len(line) for line in text.splitlines()) <= 50, text
     for trial in trials:
         name = f"{'base ' if trial['baseline'] else ''}{trial['number']}"
-        assert any(line.lstrip().startswith(f"{name}: {trial['outcome']}") or
-                   line.lstrip().startswith(f"{name} *: {trial['outcome']}") for line in text.splitlines()), text
+        assert any(
+            line.lstrip().startswith(f"{name}: {trial['outcome']}")
+            or line.lstrip().startswith(f"{name} *: {trial['outcome']}")
+            for line in text.splitlines()
+        ), text
     assert "samples/s" in text and "knobs that varied:" in text

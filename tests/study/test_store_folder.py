@@ -7,9 +7,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import FIXTURES, autotune
 
 from autotune.stores._stores import MIN_FREE_BYTES, StoreDown, check_folder
+
+from helpers import FIXTURES, autotune
 
 
 @pytest.fixture
@@ -20,8 +21,9 @@ def tmpfs(tmp_path: Path):
     def mount(name: str, options: str) -> Path:
         folder = tmp_path / name
         folder.mkdir()
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True,
-                              text=True)
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True, text=True
+        )
         if done.returncode != 0:
             pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
         mounted.append(folder)
@@ -42,8 +44,11 @@ def test_a_full_store_folder_is_found_before_any_trial(tmpfs, tmp_path: Path) ->
     out = autotune("run", target, "--store", str(tiny_tmpfs / "mlflow"), "--trials", "1", cwd=tmp_path)
     assert out.returncode == 3, out.stderr
     assert "Traceback" not in out.stderr
-    assert out.stderr.strip().splitlines()[-1].startswith(
-        f"autotune: stopped: the store folder {tiny_tmpfs / 'mlflow'} is unusable: ")
+    assert (
+        out.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"autotune: stopped: the store folder {tiny_tmpfs / 'mlflow'} is unusable: ")
+    )
     assert not (tiny_tmpfs / "mlflow" / "mlflow.db").exists()  # nothing half-made
 
 

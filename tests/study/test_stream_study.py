@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import yaml
+
 from helpers import FIXTURES, SHORT_TRIALS, autotune, mlflow_runs
 
 FIXTURE = FIXTURES / "stream_train.py"
@@ -17,8 +18,9 @@ def study(tmp_path: Path, func: str):
     # every draw has several workers, kept across epochs: started anew, an epoch of 1,024 rows
     # costs about as much in start-up as it saves (a loaded CI host measured 1.01x so)
     space.write_text("knobs:\n  num_workers: [2, 4]\n  persistent_workers: [true]\n")
-    done = autotune("run", f"{FIXTURE}:{func}", "--trials", "2", "--store", "st", "--space", str(space),
-                    *SHORT_TRIALS, cwd=tmp_path)
+    done = autotune(
+        "run", f"{FIXTURE}:{func}", "--trials", "2", "--store", "st", "--space", str(space), *SHORT_TRIALS, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
     shown = autotune("show", "--store", "st", "--json", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr

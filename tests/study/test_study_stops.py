@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from helpers import FAULTY, FIXTURES, SHORT_TRIALS, autotune, load_study
 
 
-@pytest.mark.parametrize("url", ["sqlite:////nonexistent-dir/optuna.db",
-                                 "postgresql://autotune@127.0.0.1:9/optuna"])
+@pytest.mark.parametrize("url", ["sqlite:////nonexistent-dir/optuna.db", "postgresql://autotune@127.0.0.1:9/optuna"])
 def test_unreachable_study_storage_fails_before_any_trial(tmp_path: Path, url: str) -> None:
     out = autotune("run", FAULTY, "--storage", url, "--trials", "1", *SHORT_TRIALS, cwd=tmp_path)
     assert out.returncode == 2

@@ -9,8 +9,9 @@ from helpers import FIXTURES
 from tuners import study_of
 
 
-def test_two_tuners_retry_a_config_held_back_by_its_lr_once_at_the_baselines_seed(postgres: str, mlflow_server,
-                                                                        tmp_path: Path, launch) -> None:
+def test_two_tuners_retry_a_config_held_back_by_its_lr_once_at_the_baselines_seed(
+    postgres: str, mlflow_server, tmp_path: Path, launch
+) -> None:
     """A fast config held back by its lr (lr_train.py: 2x the batch, lr as is: complete, but
     about 2x the baseline's samples to its loss) while a second
     tuner works on the study: its config runs again with lr_scaling linear exactly once,
@@ -27,9 +28,28 @@ def test_two_tuners_retry_a_config_held_back_by_its_lr_once_at_the_baselines_see
     space = tmp_path / "lr.yaml"
     space.write_text("knobs:\n  batch_size: [1x, 2x]\n  lr_scaling: [none, linear]\n")
     name = f"retry-{uuid.uuid4().hex[:6]}"
-    args = ["--study", name, "--storage", postgres, "--tracking-uri", mlflow_server.url, "--space", str(space),
-            "--warmup", "0.1", "--window", "0.3", "--windows", "4", "--ceiling-windows", "0", "--prune", "0",
-            "--confirm", "0"]
+    args = [
+        "--study",
+        name,
+        "--storage",
+        postgres,
+        "--tracking-uri",
+        mlflow_server.url,
+        "--space",
+        str(space),
+        "--warmup",
+        "0.1",
+        "--window",
+        "0.3",
+        "--windows",
+        "4",
+        "--ceiling-windows",
+        "0",
+        "--prune",
+        "0",
+        "--confirm",
+        "0",
+    ]
     folders = [tmp_path / f"host{i}" for i in range(3)]
     for folder in folders:
         folder.mkdir()
@@ -40,8 +60,10 @@ def test_two_tuners_retry_a_config_held_back_by_its_lr_once_at_the_baselines_see
     # its retry is worth running) and the retry, claimed by whichever tuner asks first
     for batch_size, lr_scaling in (("2x", "none"), ("1x", "linear"), ("1x", "none")):
         study_of(postgres, name).enqueue_trial({"batch_size": batch_size, "lr_scaling": lr_scaling})
-    tuners = [launch(folder, "--trials", "2", "--seed", seed, *args, target=target)
-              for folder, seed in zip(folders[1:], ("5", "9"))]
+    tuners = [
+        launch(folder, "--trials", "2", "--seed", seed, *args, target=target)
+        for folder, seed in zip(folders[1:], ("5", "9"))
+    ]
     outputs = [tuner.wait() for tuner in tuners]
     for tuner, out in zip(tuners, outputs):
         assert tuner.proc.returncode == 0, out
@@ -55,7 +77,7 @@ def test_two_tuners_retry_a_config_held_back_by_its_lr_once_at_the_baselines_see
     assert (slow.get("to_loss_ratio") or slow["to_loss_beyond"]) >= 1.5
     retries = [t for t in trials if t.user_attrs["kind"] == "retry"]
     assert [t.user_attrs["of"] for t in retries] == [held.number], outputs
-    retry, = retries
+    (retry,) = retries
     assert retry.number == 4 and len(trials) == 5
     assert retry.params == {"batch_size": "2x", "lr_scaling": "linear"}
     assert retry.user_attrs["outcome"] == "complete", retry.user_attrs["reason"]

@@ -7,9 +7,10 @@ from __future__ import annotations
 import re
 
 import yaml
-from helpers import FIXTURES, autotune, load_study, mlflow_runs
 
 from autotune.tuner._standing import standing
+
+from helpers import FIXTURES, autotune, load_study, mlflow_runs
 
 SCRIPT = FIXTURES / "scripts" / "mnist_style.py"
 #: Four epochs of 8 batches, each item read in 6 ms: about 1.6 s an epoch without workers, a
@@ -18,20 +19,35 @@ SCRIPT = FIXTURES / "scripts" / "mnist_style.py"
 #: the baseline ran 5.2-6.4 s and the workers 6.9-9.5 s: what they saved was under the noise
 #: their start-up and the load added. At 6 ms, with trials started cold (as python starts), a loaded
 #: fresh-clone suite's baseline ran 27.9 and 15.8 s, the workers 18.6 and 11.5 s: inside its noise.
-ARGS = ["--", "--epochs", "4", "--train-size", "256", "--test-size", "64", "--batch-size", "32",
-        "--read-ms", "12"]
-TRIALS = ["--whole-run", "60", "--warmup", "0.2", "--window", "0.3", "--ceiling-windows", "1", "--seed", "0",
-          "--confirm", "1"]
+ARGS = ["--", "--epochs", "4", "--train-size", "256", "--test-size", "64", "--batch-size", "32", "--read-ms", "12"]
+TRIALS = [
+    "--whole-run",
+    "60",
+    "--warmup",
+    "0.2",
+    "--window",
+    "0.3",
+    "--ceiling-windows",
+    "1",
+    "--seed",
+    "0",
+    "--confirm",
+    "1",
+]
 
 
 def test_a_short_script_runs_whole_in_every_trial_and_exec_holds_its_run_against_the_study(tmp_path) -> None:
     space = tmp_path / "workers.yaml"
     space.write_text("knobs:\n  num_workers: [4]\n  persistent_workers: [true]\n")
-    done = autotune("run", str(SCRIPT), "--trials", "2", "--store", "st", "--space", str(space), *TRIALS, *ARGS,
-                    cwd=tmp_path)
+    done = autotune(
+        "run", str(SCRIPT), "--trials", "2", "--store", "st", "--space", str(space), *TRIALS, *ARGS, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
-    assert re.search(r"each trial runs your script whole: about \d+ s as written; 1 trial and 2 confirmation "
-                     r"runs: about [\d.]+ (?:s|min)", done.stderr), done.stderr  # (minutes on a loaded host)
+    assert re.search(
+        r"each trial runs your script whole: about \d+ s as written; 1 trial and 2 confirmation "
+        r"runs: about [\d.]+ (?:s|min)",
+        done.stderr,
+    ), done.stderr  # (minutes on a loaded host)
     found = standing(load_study(tmp_path / "st", "mnist_style"))
     rows = [(r.number, r.kind.value, r.outcome, r.doubt, r.run_s) for r in found.rows]
     assert len(found.rows) == 4 and all(r.outcome == "complete" and r.doubt is None for r in found.rows), rows
@@ -70,9 +86,12 @@ def test_a_short_script_runs_whole_in_every_trial_and_exec_holds_its_run_against
     ran = autotune("exec", str(export), str(SCRIPT), *ARGS, cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
     last = ran.stderr.strip().splitlines()[-1]
-    assert re.fullmatch(r"autotune: ran \S+ -- .* in [\d.]+ s \(process start to its exit\); as written it "
-                        r"ran [\d.]+ s in the study on this machine: [\d.]+x \(the study's runs of this config: "
-                        r"[\d.]+ s\)", last), last
+    assert re.fullmatch(
+        r"autotune: ran \S+ -- .* in [\d.]+ s \(process start to its exit\); as written it "
+        r"ran [\d.]+ s in the study on this machine: [\d.]+x \(the study's runs of this config: "
+        r"[\d.]+ s\)",
+        last,
+    ), last
 
 
 def test_code_that_runs_past_whole_run_is_measured_at_the_baselines_marks(tmp_path) -> None:
@@ -83,13 +102,39 @@ def test_code_that_runs_past_whole_run_is_measured_at_the_baselines_marks(tmp_pa
     # the ratio; a config under a quarter of the baseline's speed closes its windows short of them)
     space = tmp_path / "malloc.yaml"
     space.write_text("knobs:\n  malloc_retain: [true]\n")
-    done = autotune("run", f"{FIXTURES / 'tiny_train.py'}:train", "--trials", "2", "--store", "st", "--whole-run", "1",
-                    "--space", str(space),
-                    "--warmup", "0.2", "--window", "0.3", "--windows", "2", "--confirm", "0", "--ceiling-windows", "0",
-                    "--seed", "0", "--prune", "0", cwd=tmp_path)  # (a slow draw measures its windows too)
+    done = autotune(
+        "run",
+        f"{FIXTURES / 'tiny_train.py'}:train",
+        "--trials",
+        "2",
+        "--store",
+        "st",
+        "--whole-run",
+        "1",
+        "--space",
+        str(space),
+        "--warmup",
+        "0.2",
+        "--window",
+        "0.3",
+        "--windows",
+        "2",
+        "--confirm",
+        "0",
+        "--ceiling-windows",
+        "0",
+        "--seed",
+        "0",
+        "--prune",
+        "0",
+        cwd=tmp_path,
+    )  # (a slow draw measures its windows too)
     assert done.returncode == 0, done.stderr
-    assert re.search(r"your code runs past the 1 s a trial may run whole \(--whole-run\): each trial measures the same "
-                     r"[\d,]+ samples after a warmup of [\d,]+", done.stderr), done.stderr
+    assert re.search(
+        r"your code runs past the 1 s a trial may run whole \(--whole-run\): each trial measures the same "
+        r"[\d,]+ samples after a warmup of [\d,]+",
+        done.stderr,
+    ), done.stderr
     base, later = standing(load_study(tmp_path / "st", "tiny_train")).rows
     # its warmup, 2 windows (and more while its loss had not fallen: it learns for every trial's verdict)
     assert not base.run_s and not base.shape.get("ended") and len(base.shape["marks"]) >= 3
@@ -105,8 +150,23 @@ def test_under_a_horizon_optunas_sampler_learns_the_projection_the_study_ranks_o
     space = tmp_path / "workers.yaml"
     space.write_text("knobs:\n  num_workers: [2]\n")
     args = ["--", "--epochs", "2", "--train-size", "128", "--test-size", "32", "--batch-size", "32", "--read-ms", "2"]
-    done = autotune("run", str(SCRIPT), "--trials", "2", "--store", "st", "--space", str(space), "--horizon", "2",
-                    *TRIALS[:-2], "--confirm", "0", *args, cwd=tmp_path)
+    done = autotune(
+        "run",
+        str(SCRIPT),
+        "--trials",
+        "2",
+        "--store",
+        "st",
+        "--space",
+        str(space),
+        "--horizon",
+        "2",
+        *TRIALS[:-2],
+        "--confirm",
+        "0",
+        *args,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert "objective: a production run of 2 h of the baseline's training (--horizon 2)" in done.stderr + done.stdout
     study = load_study(tmp_path / "st", "mnist_style")

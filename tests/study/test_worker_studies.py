@@ -4,21 +4,45 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers import FIXTURES, autotune, load_study
-
 from autotune.machine._probe import usable_cpus
+
+from helpers import FIXTURES, autotune, load_study
 
 
 def test_a_study_on_a_waiting_loader_widens_its_worker_range(tmp_path: Path) -> None:
     space = tmp_path / "auto.yaml"
     # Workers kept across epochs: restarted, a draw of 32 workers forked 32 processes for each
     # 4,096-sample epoch, 80 a second, and the suite's neighbours slowed this test from 14 s to 60-70 s.
-    space.write_text("knobs: {batch_size: [1x, 8x], num_workers: {low: 0, high: auto}, "
-                     "prefetch_factor: {low: 1, high: 8}, persistent_workers: [true]}\n")
+    space.write_text(
+        "knobs: {batch_size: [1x, 8x], num_workers: {low: 0, high: auto}, "
+        "prefetch_factor: {low: 1, high: 8}, persistent_workers: [true]}\n"
+    )
     fixture = FIXTURES / "io_train.py"
-    done = autotune("run", f"{fixture}:train", "--trials", "3", "--study", "io", "--space", str(space),
-                    "--warmup", "0.3", "--window", "0.4", "--windows", "2", "--ceiling-windows", "1",
-                    "--confirm", "0", "--prune", "0", "--seed", "0", cwd=tmp_path)
+    done = autotune(
+        "run",
+        f"{fixture}:train",
+        "--trials",
+        "3",
+        "--study",
+        "io",
+        "--space",
+        str(space),
+        "--warmup",
+        "0.3",
+        "--window",
+        "0.4",
+        "--windows",
+        "2",
+        "--ceiling-windows",
+        "1",
+        "--confirm",
+        "0",
+        "--prune",
+        "0",
+        "--seed",
+        "0",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     said = " ".join(done.stderr.split())  # the live output wraps at the terminal's width
     # from the baseline's loader (the main process) or the next trial's
@@ -39,19 +63,35 @@ def test_a_study_on_a_waiting_loader_widens_its_worker_range(tmp_path: Path) -> 
     assert all(min(high, 32) <= top <= 32 for size, top in widened if size == "8x"), ranges
     assert any(size == "8x" for size, _ in ranges), ranges  # (seed 0 draws it: else the line goes untested)
     if high > 32:  # (the usual case: one process reads ~1,000 samples/s, the model takes far more)
-        assert ("num_workers drawn up to the batches of an epoch (4,096 samples; 32 batches at batch size 128)"
-                in said), said
+        assert (
+            "num_workers drawn up to the batches of an epoch (4,096 samples; 32 batches at batch size 128)" in said
+        ), said
     # prefetch_factor is drawn up to an epoch's batches per worker: more asks for nothing more
-    bounded = [(t.params["num_workers"], t.distributions["prefetch_factor"].high, 4_096 // (
-        16 if t.params["batch_size"] == "1x" else 128)) for t in trials[1:] if "prefetch_factor" in t.params]
+    bounded = [
+        (
+            t.params["num_workers"],
+            t.distributions["prefetch_factor"].high,
+            4_096 // (16 if t.params["batch_size"] == "1x" else 128),
+        )
+        for t in trials[1:]
+        if "prefetch_factor" in t.params
+    ]
     assert all(top == min(8, -(-batches // workers)) for workers, top, batches in bounded), bounded
     if any(top < 8 for _, top, _ in bounded):
         assert "prefetch_factor drawn up to an epoch's batches per worker" in said, said
     # every trial's loader said what it reads: 4,096 samples in its batches (16 or 128), one by one
     facts = [(t.user_attrs["config"]["batch_size"], t.user_attrs["dataset"]) for t in trials]
-    assert all(seen == {"name": "SlowReads", "epoch_batches": 4_096 // size, "batched_fetch": False,
-                        "shuffles": True, "optimizers": {"SGD": True}}
-               for size, seen in facts), facts
+    assert all(
+        seen
+        == {
+            "name": "SlowReads",
+            "epoch_batches": 4_096 // size,
+            "batched_fetch": False,
+            "shuffles": True,
+            "optimizers": {"SGD": True},
+        }
+        for size, seen in facts
+    ), facts
 
 
 def test_a_leader_whose_workers_restart_each_epoch_runs_again_with_more_of_them_kept(tmp_path: Path) -> None:
@@ -64,9 +104,31 @@ def test_a_leader_whose_workers_restart_each_epoch_runs_again_with_more_of_them_
     space.write_text("knobs: {num_workers: {low: 1, high: 3}, persistent_workers: [false, true]}\n")
     fixture = FIXTURES / "io_train.py"
     # (reads of 4 ms: at 1 ms, a CI host loaded by the whole suite once ran trial 2 as a plain draw)
-    done = autotune("run", f"{fixture}:train_slower", "--study", "io", "--trials", "3", "--space", str(space),
-                    "--warmup", "0.3", "--window", "0.4", "--windows", "2", "--ceiling-windows", "1",
-                    "--confirm", "0", "--prune", "0", "--seed", "0", cwd=tmp_path)
+    done = autotune(
+        "run",
+        f"{fixture}:train_slower",
+        "--study",
+        "io",
+        "--trials",
+        "3",
+        "--space",
+        str(space),
+        "--warmup",
+        "0.3",
+        "--window",
+        "0.4",
+        "--windows",
+        "2",
+        "--ceiling-windows",
+        "1",
+        "--confirm",
+        "0",
+        "--prune",
+        "0",
+        "--seed",
+        "0",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     said = " ".join(done.stderr.split())
     trials = load_study(tmp_path / "mlflow", "io").get_trials()
@@ -75,11 +137,14 @@ def test_a_leader_whose_workers_restart_each_epoch_runs_again_with_more_of_them_
     assert drawn < 3 and trials[1].params["persistent_workers"] is False, trials[1].params
     more = min(2 * drawn, 3)
     standing = [(t.number, t.params, t.user_attrs.get("metrics"), t.user_attrs.get("ceilings")) for t in trials]
-    assert trials[2].params == {**trials[1].params, "num_workers": more, "persistent_workers": True}, \
-        (done.stdout, standing)
+    assert trials[2].params == {**trials[1].params, "num_workers": more, "persistent_workers": True}, (
+        done.stdout,
+        standing,
+    )
     assert trials[2].user_attrs["config"]["num_workers"] == more  # it ran with them
     assert (trials[2].user_attrs["kind"], trials[2].user_attrs["of"]) == ("more_workers", 1)
-    assert (f"trial 1, the fastest then, drew num_workers={drawn} and waited on data" in said
-            and f"its config runs again with num_workers={more}" in said
-            and "and persistent_workers=true (started anew each epoch, twice the workers restart twice the work)"
-            in said), said
+    assert (
+        f"trial 1, the fastest then, drew num_workers={drawn} and waited on data" in said
+        and f"its config runs again with num_workers={more}" in said
+        and "and persistent_workers=true (started anew each epoch, twice the workers restart twice the work)" in said
+    ), said

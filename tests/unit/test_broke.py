@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from standings import standing, trial
-
 from autotune.tuner._broke import broke_holds, broken, users_line
 from autotune.tuner._space import Choice, IntRange, Space
 from autotune.tuner._space_now import holds
+
+from standings import standing, trial
 
 #: pytorch/examples' vae at another batch: its test pass shapes the batch with its own size.
 VAE_CRASH = """RuntimeError: shape '[128, 1, 28, 28]' is invalid for input of size 200704
@@ -33,8 +33,15 @@ Traceback (most recent call last):
     for x, y in loader:
   File "/venv/lib/python3.11/site-packages/torch/_utils.py", line 733, in reraise
 RuntimeError: Caught RuntimeError in DataLoader worker process 0."""
-SPACE = Space("b", {"batch_size": Choice(("1x", "2x", "4x")), "amp": Choice(("off", "bf16")),
-                    "fused_optimizer": Choice((False, True)), "num_workers": IntRange(0, 4)})
+SPACE = Space(
+    "b",
+    {
+        "batch_size": Choice(("1x", "2x", "4x")),
+        "amp": Choice(("off", "bf16")),
+        "fused_optimizer": Choice((False, True)),
+        "num_workers": IntRange(0, 4),
+    },
+)
 BASE = {"batch_size": 128, "amp": "off", "fused_optimizer": False}
 
 
@@ -43,13 +50,18 @@ def crashed(number: int, reason: str, **sampled) -> object:
 
 
 def test_the_users_line_is_the_innermost_frame_of_its_own_code() -> None:
-    assert users_line(VAE_CRASH) == ("main.py:124 (comparison = torch.cat([data[:n], "
-                                     "recon_batch.view(args.batch_size, 1, 28, 28)[:n]]))")
+    assert users_line(VAE_CRASH) == (
+        "main.py:124 (comparison = torch.cat([data[:n], recon_batch.view(args.batch_size, 1, 28, 28)[:n]]))"
+    )
     # a DataLoader worker's error: the dataset's line, not the loop's `for`
-    assert users_line(WORKER_CRASH) == 'data.py:12 (raise RuntimeError("the handle is not shared with worker processes"))'
+    assert (
+        users_line(WORKER_CRASH) == 'data.py:12 (raise RuntimeError("the handle is not shared with worker processes"))'
+    )
     # a worker's traceback with no frame of the user's: the main process's
-    assert users_line(WORKER_CRASH.replace("/tmp/s/data.py", "/venv/lib/python3.11/site-packages/x.py")) == \
-        "main.py:40 (for x, y in loader:)"
+    assert (
+        users_line(WORKER_CRASH.replace("/tmp/s/data.py", "/venv/lib/python3.11/site-packages/x.py"))
+        == "main.py:40 (for x, y in loader:)"
+    )
     assert users_line("RuntimeError: boom") is None
 
 
@@ -62,7 +74,8 @@ def test_a_batch_that_breaks_the_scripts_reshape_is_held_after_one_crash() -> No
         "your code shapes a batch with its own batch size at main.py:124 (comparison = torch.cat([data[:n], "
         "recon_batch.view(args.batch_size, 1, 28, 28)[:n]])): batch_size held at your code's own for the rest of "
         "the study (trial 1 with batch_size=2x crashed where the baseline ran: RuntimeError: shape "
-        "'[128, 1, 28, 28]' is invalid for input of size 200704)")
+        "'[128, 1, 28, 28]' is invalid for input of size 200704)"
+    )
     assert held.lines[-1].once == "broke-batch_size"
 
 
@@ -73,13 +86,17 @@ def test_a_value_that_breaks_the_code_in_a_loader_worker_holds_its_knob() -> Non
     assert held.why["num_workers"].startswith(
         'your code breaks with num_workers=2 at data.py:12 (raise RuntimeError("the handle is not shared with '
         "worker processes\")): num_workers held at your code's own for the rest of the study (trial 1 with "
-        "num_workers=2 crashed where the baseline ran: RuntimeError: Caught RuntimeError in DataLoader worker")
+        "num_workers=2 crashed where the baseline ran: RuntimeError: Caught RuntimeError in DataLoader worker"
+    )
 
 
 def test_a_knob_another_value_of_which_ran_is_not_held() -> None:
     # num_workers=1 ran to a figure, then 2 crashed: the code takes workers, only 2 broke it
-    rows = [trial(0, 100.0, config=BASE), trial(1, 120.0, sampled={"num_workers": 1}),
-            crashed(2, WORKER_CRASH, num_workers=2)]
+    rows = [
+        trial(0, 100.0, config=BASE),
+        trial(1, 120.0, sampled={"num_workers": 1}),
+        crashed(2, WORKER_CRASH, num_workers=2),
+    ]
     [found] = broken(rows, SPACE.domains, BASE)
     assert (found.knob, found.value, found.alone) == ("num_workers", 2, False)
     assert "num_workers" not in holds(standing(*rows), SPACE, None, 1.0, 1000.0).values
@@ -116,13 +133,19 @@ def test_an_int_knob_is_drawn_below_a_value_that_broke_where_a_smaller_one_ran()
 
     said = []
     # 1 worker ran, then 3 broke the dataset: workers are still drawn, below 3 (the fault study's case)
-    rows = [trial(0, 100.0, config=BASE), trial(1, 120.0, sampled={"num_workers": 1}),
-            crashed(2, WORKER_CRASH, num_workers=3)]
+    rows = [
+        trial(0, 100.0, config=BASE),
+        trial(1, 120.0, sampled={"num_workers": 1}),
+        crashed(2, WORKER_CRASH, num_workers=3),
+    ]
     cap = draw_caps(standing(*rows), SPACE, said.append)
     assert cap("num_workers", {}) == 2
     assert said[-1].once == "broke-num_workers-2"
-    assert said[-1].text.startswith("your code breaks with num_workers=3 at data.py:12 (") and \
-        "num_workers drawn below 3 for the rest of the study, where 1 ran (trial 2 with num_workers=3" in said[-1].text
+    assert (
+        said[-1].text.startswith("your code breaks with num_workers=3 at data.py:12 (")
+        and "num_workers drawn below 3 for the rest of the study, where 1 ran (trial 2 with num_workers=3"
+        in said[-1].text
+    )
     # a larger value that ran says the count is not what breaks it: no cap
     ran_above = [*rows, trial(3, 110.0, sampled={"num_workers": 4})]
     assert draw_caps(standing(*ran_above), SPACE, said.append) is None

@@ -11,8 +11,11 @@ import pytest
 
 import autotune
 
-MODULES = sorted(name for _, name, _ in pkgutil.walk_packages(autotune.__path__, "autotune.")
-                 if name not in ("autotune.__main__", "autotune.worker._trial_main", "autotune._moved"))
+MODULES = sorted(
+    name
+    for _, name, _ in pkgutil.walk_packages(autotune.__path__, "autotune.")
+    if name not in ("autotune.__main__", "autotune.worker._trial_main", "autotune._moved")
+)
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -35,8 +35,7 @@ def drain(read_fd: int, reader: EventReader, chunk: int = 1 << 16) -> list[dict]
 def test_round_trip_over_a_pipe(pipe) -> None:
     writer, read_fd = pipe
     writer("started", pid=123)
-    writer("window", index=0, steps=10, samples=320, seconds=0.5, loss=0.69,
-           step_times=[0.01, 0.02], wall=1.7e9)
+    writer("window", index=0, steps=10, samples=320, seconds=0.5, loss=0.69, step_times=[0.01, 0.02], wall=1.7e9)
     writer("end", steps=40, windows=2, config={"batch_size": 64, "amp": "off"}, lr=None)
     writer.close()
     events = drain(read_fd, EventReader())
@@ -44,18 +43,24 @@ def test_round_trip_over_a_pipe(pipe) -> None:
     assert stamps == sorted(stamps) and stamps[-1] <= time.monotonic()
     assert events == [
         {"event": "started", "pid": 123},
-        {"event": "window", "index": 0, "steps": 10, "samples": 320, "seconds": 0.5, "loss": 0.69,
-         "step_times": [0.01, 0.02], "wall": 1.7e9},
-        {"event": "end", "steps": 40, "windows": 2, "config": {"batch_size": 64, "amp": "off"},
-         "lr": None},
+        {
+            "event": "window",
+            "index": 0,
+            "steps": 10,
+            "samples": 320,
+            "seconds": 0.5,
+            "loss": 0.69,
+            "step_times": [0.01, 0.02],
+            "wall": 1.7e9,
+        },
+        {"event": "end", "steps": 40, "windows": 2, "config": {"batch_size": 64, "amp": "off"}, "lr": None},
     ]
 
 
 @pytest.mark.parametrize("chunk", [1, 2, 3, 7, 64])
 def test_partial_lines_split_across_reads(pipe, chunk: int) -> None:
     writer, read_fd = pipe
-    sent = [{"event": "window", "index": i, "loss": 1.0 / (i + 1), "note": "naïve ✓ " * i}
-            for i in range(20)]
+    sent = [{"event": "window", "index": i, "loss": 1.0 / (i + 1), "note": "naïve ✓ " * i} for i in range(20)]
     for event in sent:
         writer("window", **{k: v for k, v in event.items() if k != "event"})
     writer.close()

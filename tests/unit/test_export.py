@@ -35,11 +35,16 @@ def test_render_layout() -> None:
     assert lines[:2] == ["# autotune: study s, trial 17", "# measured on: CPU"]
     # one line per stage, in Stage order
     assert [line.split(":")[0] for line in lines[2:]] == [
-        "dataloader", "transfer", "optimizer", "precision", "backends", "environment"]
+        "dataloader",
+        "transfer",
+        "optimizer",
+        "precision",
+        "backends",
+        "environment",
+    ]
     assert text.endswith("\n")
     data = yaml.safe_load(text)
-    assert data["optimizer"] == {"lr_scaling": "linear", "fused_optimizer": True,
-                                 BASE_BATCH_KEY: 64}
+    assert data["optimizer"] == {"lr_scaling": "linear", "fused_optimizer": True, BASE_BATCH_KEY: 64}
     assert data["precision"] == {"amp": "off"}
     assert data["environment"] == {"cuda_alloc_conf": "expandable_segments:True"}
 
@@ -80,21 +85,32 @@ def test_load_without_a_path_gives_the_defaults() -> None:
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"loader": {"num_workers": 2}},
-         r"^best\.yaml: loader: unknown section; allowed: dataloader, transfer, optimizer"),
-        ({"dataloader": {"amp": "bf16"}},
-         r"^best\.yaml: dataloader\.amp: amp belongs in section precision$"),
-        ({"transfer": {"num_workers": 2}},
-         r"^best\.yaml: transfer\.num_workers: num_workers belongs in section dataloader$"),
-        ({"dataloader": {"num_worker": 2}},
-         r"^best\.yaml: dataloader\.num_worker: unknown knob; known: batch_size, num_workers"),
-        ({"dataloader": {"num_workers": -1}},
-         r"^best\.yaml: dataloader\.num_workers: -1 is not allowed; allowed: an integer >= 0$"),
-        ({"dataloader": {"pin_memory": "yes"}},
-         r"^best\.yaml: dataloader\.pin_memory: 'yes' is not allowed; allowed: true or false$"),
+        (
+            {"loader": {"num_workers": 2}},
+            r"^best\.yaml: loader: unknown section; allowed: dataloader, transfer, optimizer",
+        ),
+        ({"dataloader": {"amp": "bf16"}}, r"^best\.yaml: dataloader\.amp: amp belongs in section precision$"),
+        (
+            {"transfer": {"num_workers": 2}},
+            r"^best\.yaml: transfer\.num_workers: num_workers belongs in section dataloader$",
+        ),
+        (
+            {"dataloader": {"num_worker": 2}},
+            r"^best\.yaml: dataloader\.num_worker: unknown knob; known: batch_size, num_workers",
+        ),
+        (
+            {"dataloader": {"num_workers": -1}},
+            r"^best\.yaml: dataloader\.num_workers: -1 is not allowed; allowed: an integer >= 0$",
+        ),
+        (
+            {"dataloader": {"pin_memory": "yes"}},
+            r"^best\.yaml: dataloader\.pin_memory: 'yes' is not allowed; allowed: true or false$",
+        ),
         ({"precision": {"amp": False}}, r"precision\.amp: False is not allowed.*quote it"),
-        ({"optimizer": {BASE_BATCH_KEY: 0}},
-         r"^best\.yaml: optimizer\.base_batch_size: must be an integer >= 1; got 0$"),
+        (
+            {"optimizer": {BASE_BATCH_KEY: 0}},
+            r"^best\.yaml: optimizer\.base_batch_size: must be an integer >= 1; got 0$",
+        ),
         ({"optimizer": {BASE_BATCH_KEY: True}}, r"optimizer\.base_batch_size: .* got True$"),
         ({"optimizer": {BASE_BATCH_KEY: "64"}}, r"optimizer\.base_batch_size: .* got '64'$"),
         ({"optimizer": {BASE_BATCH_KEY: 6.4}}, r"optimizer\.base_batch_size: .* got 6\.4$"),
@@ -139,7 +155,9 @@ def test_load_missing_file() -> None:
 @pytest.mark.parametrize("budget", [0, -1, 0.001, True, "1", float("nan"), float("inf")])
 def test_an_adaptive_load_takes_the_ram_budget_a_study_takes(budget: object) -> None:
     # (the study's bound: tune(ram_budget=) and --ram-budget refuse what load refuses)
-    with pytest.raises(ConfigError, match=re.escape(f"load(ram_budget={budget!r}): must be a finite number of GiB >= 0.01")):
+    with pytest.raises(
+        ConfigError, match=re.escape(f"load(ram_budget={budget!r}): must be a finite number of GiB >= 0.01")
+    ):
         load(None, "cpu", adapt=True, ram_budget=budget)
     with pytest.raises(ConfigError, match=r"ram_budget=.*must be a (finite )?number >= 0\.01"):
         autotune.tune(lambda run: None, ram_budget=budget if isinstance(budget, (int, float)) else -1.0)

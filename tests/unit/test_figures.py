@@ -23,7 +23,8 @@ def test_log_tail_keeps_the_crashing_threads_stack() -> None:
         "Fatal Python error: Segmentation fault\n"
         "Current thread 0x00007f00 (most recent call first):\n"
         '  File "/usr/lib/python3.11/ctypes/__init__.py", line 519 in string_at\n'
-        '  File "/work/train.py", line 64 in train')
+        '  File "/work/train.py", line 64 in train'
+    )
 
 
 def test_log_tail_without_a_native_crash_is_the_last_lines() -> None:

@@ -18,8 +18,10 @@ def test_only_what_the_winner_changed_is_said_in_the_frameworks_own_words() -> N
     win = {**base, "num_workers": 4, "batch_size": 32, "lr_scaling": "sqrt", "fused_optimizer": False}
     assert own_settings(TRANSFORMERS, win, base) == (
         'in TrainingArguments: per_device_train_batch_size=32, dataloader_num_workers=4, optim="adamw_torch" '
-        "(and the learning rate scaled sqrt with the batch size)")
+        "(and the learning rate scaled sqrt with the batch size)"
+    )
     assert own_settings(LIGHTNING, {**base, "tf32": True}, base) == (
-        'in your Lightning script: torch.set_float32_matmul_precision("high") before Trainer.fit')
+        'in your Lightning script: torch.set_float32_matmul_precision("high") before Trainer.fit'
+    )
     assert own_settings(LIGHTNING, base, base) is None  # the baseline won: nothing to write
     assert own_settings(None, win, base) is None

@@ -12,10 +12,10 @@ from autotune.core._guard import (
     blew_up,
     divergence,
     first_nonfinite,
+    judge_loss,
     loss_at,
     loss_history,
     lr_retry,
-    judge_loss,
     same_steps,
 )
 from autotune.core._prune import prune_reason
@@ -30,9 +30,11 @@ BASE = [(100.0, 2.0), (300.0, 1.0), (500.0, 0.6), (700.0, 0.5)]
 
 def test_loss_history_puts_each_point_mid_stretch() -> None:
     warmup = {"samples": 200, "samples_seen": 200, "loss": 2.0}
-    windows = [{"samples": 400, "samples_seen": 600, "loss": 1.0},
-               {"samples": 400, "samples_seen": 1000, "loss": None},  # no run.step: skipped
-               {"samples": 400, "samples_seen": 1400, "loss": NAN}]
+    windows = [
+        {"samples": 400, "samples_seen": 600, "loss": 1.0},
+        {"samples": 400, "samples_seen": 1000, "loss": None},  # no run.step: skipped
+        {"samples": 400, "samples_seen": 1400, "loss": NAN},
+    ]
     # 200 - 200/2 = 100; 600 - 400/2 = 400; 1400 - 200 = 1200
     history = loss_history(warmup, windows)
     assert history[:2] == [(100.0, 2.0), (400.0, 1.0)]
@@ -87,11 +89,11 @@ def test_lr_retry_steps_the_lr_the_way_the_loss_asks(scaling, ratio, exploded, t
 @pytest.mark.parametrize(
     ("samples", "expected"),
     [
-        (50.0, None),    # before the baseline's first point: no comparison
-        (100.0, 2.0),    # on a point
-        (200.0, 1.5),    # halfway between 2.0 and 1.0
-        (600.0, 0.55),   # halfway between 0.6 and 0.5
-        (5000.0, 0.5),   # beyond its run: its last loss
+        (50.0, None),  # before the baseline's first point: no comparison
+        (100.0, 2.0),  # on a point
+        (200.0, 1.5),  # halfway between 2.0 and 1.0
+        (600.0, 0.55),  # halfway between 0.6 and 0.5
+        (5000.0, 0.5),  # beyond its run: its last loss
     ],
 )
 def test_loss_at_interpolates_the_reference(samples, expected) -> None:
@@ -145,8 +147,8 @@ def test_divergence_scale_floor_near_zero_loss() -> None:
 def test_divergence_with_negative_losses() -> None:
     # A log-likelihood style loss below zero: worse means higher.
     base = [(100.0, -1.0), (300.0, -2.0)]
-    assert divergence(base, [(300.0, -1.9)]) is None          # 0.1 / 2.0 = 5%
-    assert divergence(base, [(300.0, -0.5)]) is not None      # 1.5 / 2.0 = 75%
+    assert divergence(base, [(300.0, -1.9)]) is None  # 0.1 / 2.0 = 5%
+    assert divergence(base, [(300.0, -0.5)]) is not None  # 1.5 / 2.0 = 75%
 
 
 def test_divergence_tolerance_is_configurable() -> None:
@@ -164,12 +166,12 @@ def test_divergence_without_reference_checks_only_finiteness() -> None:
 @pytest.mark.parametrize(
     ("rates", "best", "pruned"),
     [
-        ([100.0], 1000.0, False),          # one window is not enough to judge
-        ([100.0, 120.0], 1000.0, True),    # 120 < 0.5 * 1000
-        ([100.0, 600.0], 1000.0, False),   # its fastest window, 600, is over 500
-        ([499.0, 499.0], 1000.0, True),    # just under half
-        ([500.0, 500.0], 1000.0, False),   # exactly half stays
-        ([1.0, 1.0], None, False),         # no best yet (the baseline)
+        ([100.0], 1000.0, False),  # one window is not enough to judge
+        ([100.0, 120.0], 1000.0, True),  # 120 < 0.5 * 1000
+        ([100.0, 600.0], 1000.0, False),  # its fastest window, 600, is over 500
+        ([499.0, 499.0], 1000.0, True),  # just under half
+        ([500.0, 500.0], 1000.0, False),  # exactly half stays
+        ([1.0, 1.0], None, False),  # no best yet (the baseline)
         ([1.0, 1.0], 0.0, False),
     ],
 )
@@ -187,8 +189,16 @@ def test_prune_fraction_zero_never_prunes() -> None:
 # The baseline's curve over samples 0-800 (pieces of 100 samples, 4 steps each): the judged span
 # is half to all of the largest power of two it reached, 256-512, where its mean loss (pieces by
 # their middle: 350 and 450) is (0.9 + 0.7) / 2 = 0.8.
-CURVE = [(0, 100, 2.0, 4), (100, 200, 1.5, 4), (200, 300, 1.1, 4), (300, 400, 0.9, 4),
-         (400, 500, 0.7, 4), (500, 600, 0.6, 4), (600, 700, 0.55, 4), (700, 800, 0.5, 4)]
+CURVE = [
+    (0, 100, 2.0, 4),
+    (100, 200, 1.5, 4),
+    (200, 300, 1.1, 4),
+    (300, 400, 0.9, 4),
+    (400, 500, 0.7, 4),
+    (500, 600, 0.6, 4),
+    (600, 700, 0.55, 4),
+    (700, 800, 0.5, 4),
+]
 
 
 def test_divergence_compares_the_same_samples_whatever_the_pieces() -> None:
@@ -204,11 +214,13 @@ def test_divergence_compares_the_same_samples_whatever_the_pieces() -> None:
     # 1.28 there: (1.28 - 0.8) / 0.8 = 60% worse, over the tolerance
     worse = [(0, 300, 1.5, 12), (300, 500, 1.28, 8), (500, 800, 0.9, 12)]
     assert divergence(BASE, [], reference_curve=CURVE, curve=worse) == (
-        "loss 1.28 vs the baseline's 0.8 over the same samples (256-512): 60% worse, over the 50% tolerance")
+        "loss 1.28 vs the baseline's 0.8 over the same samples (256-512): 60% worse, over the 50% tolerance"
+    )
     # a slow trial that got to 400: both judged on 256-400 only, the baseline's 0.9 there
     assert divergence(BASE, [], reference_curve=CURVE, curve=[(0, 300, 1.7, 12), (300, 400, 1.0, 4)]) is None
     assert "over the same samples (256-400): 67% worse" in divergence(
-        BASE, [], reference_curve=CURVE, curve=[(0, 300, 1.7, 12), (300, 400, 1.5, 4)])
+        BASE, [], reference_curve=CURVE, curve=[(0, 300, 1.7, 12), (300, 400, 1.5, 4)]
+    )
     # a nan anywhere in the curve is divergence
     assert "loss is nan" in divergence(BASE, [], reference_curve=CURVE, curve=[(0, 100, float("nan"), 1)])
     # a trial that never reached the span: the histories decide (as without curves)
@@ -225,7 +237,8 @@ def test_a_larger_batch_is_judged_at_the_same_steps_not_the_same_samples() -> No
     # the same batch, learning 60% worse per step: diverged, said in steps
     bad = [(a, b, loss * 1.6, n) for a, b, loss, n in big]
     assert divergence(BASE, [], reference_curve=CURVE, curve=bad) == (
-        "loss 0.94 vs the baseline's 0.587 over the same steps (16-32): 60% worse, over the 50% tolerance")
+        "loss 0.94 vs the baseline's 0.587 over the same steps (16-32): 60% worse, over the 50% tolerance"
+    )
     # a smaller batch has taken more steps for the same samples: judged at the same samples
     small = [(i * 50, i * 50 + 50, 2.0 - i * 0.1, 4) for i in range(16)]
     assert same_steps(BASE, [], CURVE, small) is None
@@ -242,19 +255,24 @@ def test_judge_loss_gives_the_comparison_whatever_the_verdict() -> None:
     assert judge_loss(BASE, [], CURVE, fast) == pytest.approx(Comparison(0.0, 0.8, 0.8, 256, 512))
     # a slow one that got to 400 is compared on 256-400: (1.0 - 0.9) / 0.9 = 11% worse, passing
     assert judge_loss(BASE, [], CURVE, [(0, 300, 1.7, 4), (300, 400, 1.0, 4)]) == pytest.approx(
-        Comparison(0.1 / 0.9, 1.0, 0.9, 256, 400))
+        Comparison(0.1 / 0.9, 1.0, 0.9, 256, 400)
+    )
     # short of the span, the histories' later half: the trial's 0.6 at 500 against the baseline's 0.6
     assert judge_loss(BASE, [(300.0, 1.2), (500.0, 0.6)], CURVE, [(0, 200, 1.2, 4)]) == pytest.approx(
-        Comparison(0.0, 0.6, 0.6, 500, 500))
+        Comparison(0.0, 0.6, 0.6, 500, 500)
+    )
     assert judge_loss(BASE, [(50.0, 3.0)]) is None  # nothing shared: before the baseline's first point
 
 
-@pytest.mark.parametrize("first, span_loss, flat", [
-    (2.30, 2.28, True),    # 1% lower: the baseline barely trained while measured
-    (2.30, 1.60, True),    # 30% lower: a config that learns nothing is only 44% worse, and passes
-    (2.30, 1.10, False),   # under half: one that learns nothing is over 100% worse
-    (2.30, 2.50, True),    # it rose: nothing to judge a worse config by
-])
+@pytest.mark.parametrize(
+    "first, span_loss, flat",
+    [
+        (2.30, 2.28, True),  # 1% lower: the baseline barely trained while measured
+        (2.30, 1.60, True),  # 30% lower: a config that learns nothing is only 44% worse, and passes
+        (2.30, 1.10, False),  # under half: one that learns nothing is over 100% worse
+        (2.30, 2.50, True),  # it rose: nothing to judge a worse config by
+    ],
+)
 def test_flat_reference(first, span_loss, flat) -> None:
     from autotune.core._guard import flat_reference
 

@@ -3,22 +3,37 @@
 from __future__ import annotations
 
 from autotune.core._ceilings import Ceilings, ceiling_key
-from autotune.tuner._judge import checked_ceilings
 from autotune.core._knobs import Part
 from autotune.core._outcome import Outcome
+from autotune.tuner._judge import checked_ceilings
 
 CONFIG = {"batch_size": 16, "num_workers": 2}
 QUIET = {"samples_per_s": 1000.0, "samples_per_s_spread": 0.05, "foreign_cpu": 0.0, "data_wait_frac": 0.3}
 
 
 def entry(part: Part, rate: float, load: float = 0.0) -> dict:
-    return {"part": part.value, "key": ceiling_key(part, CONFIG), "samples_per_s": rate, "spread": 0.02,
-            "windows": 2, "foreign_cpu": load}
+    return {
+        "part": part.value,
+        "key": ceiling_key(part, CONFIG),
+        "samples_per_s": rate,
+        "spread": 0.02,
+        "windows": 2,
+        "foreign_cpu": load,
+    }
 
 
 def check(measured: list[dict], ceilings: Ceilings | None = None, metrics: dict | None = None) -> list[dict]:
-    return checked_ceilings(7, Outcome.COMPLETE, "", metrics or QUIET, CONFIG, measured, ceilings or Ceilings(),
-                            max_load=0.2, max_spread=1.0)
+    return checked_ceilings(
+        7,
+        Outcome.COMPLETE,
+        "",
+        metrics or QUIET,
+        CONFIG,
+        measured,
+        ceilings or Ceilings(),
+        max_load=0.2,
+        max_spread=1.0,
+    )
 
 
 def test_a_ceiling_measured_under_load_is_doubted_not_a_crash() -> None:
@@ -45,5 +60,10 @@ def test_a_ceiling_the_trial_ran_past_is_doubted_or_distrusted() -> None:
     assert own[0]["doubt"] == "trial 7 ran at 143% of it"
     study = Ceilings([entry(Part.LOADER, 500.0)])  # the study's figure, run past
     own = check([], study)
-    assert own == [{"part": "loader", "key": ceiling_key(Part.LOADER, CONFIG),
-                    "distrust": "trial 7 ran at 200% of the 500 other trials measured"}]
+    assert own == [
+        {
+            "part": "loader",
+            "key": ceiling_key(Part.LOADER, CONFIG),
+            "distrust": "trial 7 ran at 200% of the 500 other trials measured",
+        }
+    ]

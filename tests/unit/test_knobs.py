@@ -8,8 +8,18 @@ import pytest
 
 from autotune.core._knobs import KNOBS, Capability, Stage, parse_relative, unknown_knob_message
 
-REQUIRED = ["num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "prefetch",
-            "batch_size", "lr_scaling", "amp", "fused_optimizer", "cudnn_benchmark"]
+REQUIRED = [
+    "num_workers",
+    "pin_memory",
+    "persistent_workers",
+    "prefetch_factor",
+    "prefetch",
+    "batch_size",
+    "lr_scaling",
+    "amp",
+    "fused_optimizer",
+    "cudnn_benchmark",
+]
 
 
 def test_registry_has_the_required_knobs_and_names_match_keys() -> None:
@@ -103,8 +113,9 @@ def test_validate_rejects_and_says_what_is_allowed(name: str, value: object, all
     assert "YAML reads" not in str(info.value)
 
 
-@pytest.mark.parametrize(("name", "value"), [("amp", False), ("amp", True), ("prefetch", False),
-                                             ("cuda_alloc_conf", True)])
+@pytest.mark.parametrize(
+    ("name", "value"), [("amp", False), ("amp", True), ("prefetch", False), ("cuda_alloc_conf", True)]
+)
 def test_str_knob_given_a_bool_hints_at_yaml_booleans(name: str, value: bool) -> None:
     # YAML 1.1 (PyYAML) reads `amp: off` as False: the user meant the string.
     with pytest.raises(ValueError, match=r"YAML reads off/on/no/yes as booleans: quote it"):
@@ -121,13 +132,13 @@ def test_str_knob_given_a_bool_hints_at_yaml_booleans(name: str, value: bool) ->
         ("persistent_workers", {"num_workers": 1}, True),
         ("prefetch_factor", {"num_workers": 0}, False),
         ("prefetch_factor", {"num_workers": 8}, True),
-        ("lr_scaling", {}, True),                             # unset batch_size: may differ
+        ("lr_scaling", {}, True),  # unset batch_size: may differ
         ("lr_scaling", {"batch_size": "1x"}, False),
-        ("lr_scaling", {"batch_size": "1.0x"}, False),        # 1.0 == 1
+        ("lr_scaling", {"batch_size": "1.0x"}, False),  # 1.0 == 1
         ("lr_scaling", {"batch_size": "2x"}, True),
         ("lr_scaling", {"batch_size": "0.5x"}, True),
-        ("lr_scaling", {"batch_size": 128}, True),            # an absolute size may differ
-        ("num_workers", {}, True),                            # unconditional knobs
+        ("lr_scaling", {"batch_size": 128}, True),  # an absolute size may differ
+        ("num_workers", {}, True),  # unconditional knobs
         ("amp", {"num_workers": 0, "batch_size": "1x"}, True),
     ],
 )

@@ -21,8 +21,13 @@ PACKAGE_ROOT = str(Path(autotune.__file__).resolve().parent.parent)
 FAST = Budget(warmup_s=0.2, window_s=0.3, windows=2, ceiling_windows=0)
 
 
-def build(config: Config = Config(), device: str = "cpu", environ: dict | None = None,  # noqa: B008
-          fd: int = 7, tag: str = "123-abc"):
+def build(
+    config: Config = Config(),
+    device: str = "cpu",
+    environ: dict | None = None,  # noqa: B008
+    fd: int = 7,
+    tag: str = "123-abc",
+):
     spec = TrialSpec(target="train.py:train", config=config, device=device, budget=FAST, seed=3)
     argv, env = build_command(spec, fd, environ if environ is not None else {}, python="/py", tag=tag)
     assert argv[:3] == ["/py", "-m", "autotune.worker._trial_main"] and len(argv) == 4
@@ -35,10 +40,20 @@ def test_build_command_argv_and_payload() -> None:
         "target": "train.py:train",
         "config": {"batch_size": "2x", "num_workers": 2},  # only the values set
         "device": "cpu",
-        "budget": {"warmup_steps": 5, "warmup_s": 0.2, "window_s": 0.3, "windows": 2,
-                   "min_window_steps": 2, "ceiling_windows": 0, "learn_windows": 0,
-                   "learn_to": 0.0, "whole_s": 0.0, "whole": False, "marks": [],
-                   "step_samples": 0.0},  # the deadline is the parent's
+        "budget": {
+            "warmup_steps": 5,
+            "warmup_s": 0.2,
+            "window_s": 0.3,
+            "windows": 2,
+            "min_window_steps": 2,
+            "ceiling_windows": 0,
+            "learn_windows": 0,
+            "learn_to": 0.0,
+            "whole_s": 0.0,
+            "whole": False,
+            "marks": [],
+            "step_samples": 0.0,
+        },  # the deadline is the parent's
         "seed": 3,
         "known_ceilings": {},
     }
@@ -87,11 +102,11 @@ def test_build_command_tags_the_worker() -> None:
 @pytest.mark.parametrize(
     ("device", "parent", "visible"),
     [
-        ("cuda:1", None, "1"),                # no mask: physical index 1
+        ("cuda:1", None, "1"),  # no mask: physical index 1
         ("cuda", None, "0"),
-        ("cuda:0", "3,5", "3"),               # the parent's mask renumbers: cuda:0 is GPU 3
-        ("cuda:1", "3,5", "5"),               # cuda:1 is GPU 5
-        ("cuda", "3,5", "3"),                 # bare "cuda" is cuda:0
+        ("cuda:0", "3,5", "3"),  # the parent's mask renumbers: cuda:0 is GPU 3
+        ("cuda:1", "3,5", "5"),  # cuda:1 is GPU 5
+        ("cuda", "3,5", "3"),  # bare "cuda" is cuda:0
         ("cuda:1", "GPU-8f1e0b2a-aaaa,GPU-0c3d9e7f-bbbb", "GPU-0c3d9e7f-bbbb"),  # by UUID
         ("cuda:1", "MIG-1111,MIG-2222", "MIG-2222"),
     ],
@@ -114,8 +129,7 @@ def test_build_command_keeps_the_parents_mask_for_cpu_trials() -> None:
     [
         ("expandable_segments:True", {}, "expandable_segments:True"),
         # the knob's value replaces whatever the parent had
-        ("expandable_segments:True", {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"},
-         "expandable_segments:True"),
+        ("expandable_segments:True", {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"}, "expandable_segments:True"),
         # "default" and unset leave the variable as it is
         ("default", {}, None),
         (None, {}, None),

@@ -38,8 +38,10 @@ def imports_of(path: Path) -> list[tuple[int, str]]:
                     visit(part)
                 continue
             if isinstance(child, ast.ImportFrom) and child.module and child.module.split(".")[0] == "autotune":
-                found.extend((child.lineno, f"{child.module}.{a.name}" if child.module == "autotune" else child.module)
-                             for a in child.names)
+                found.extend(
+                    (child.lineno, f"{child.module}.{a.name}" if child.module == "autotune" else child.module)
+                    for a in child.names
+                )
             elif isinstance(child, ast.Import):
                 found.extend((child.lineno, a.name) for a in child.names if a.name.split(".")[0] == "autotune")
             visit(child)
@@ -70,8 +72,10 @@ def test_a_layer_imports_only_the_layers_below_it(layer: str) -> None:
             if target is None and name not in ("autotune", f"autotune.{layer}"):
                 wrong.append(f"{path.name}:{line} imports {name} (autotune's top: only the entry points import it)")
             elif target not in (None, layer) and target not in LAYERS[layer]:
-                wrong.append(f"{path.name}:{line} imports {name} (layer {target}; {layer} may import "
-                             f"{', '.join(sorted(LAYERS[layer])) or 'nothing of autotune'})")
+                wrong.append(
+                    f"{path.name}:{line} imports {name} (layer {target}; {layer} may import "
+                    f"{', '.join(sorted(LAYERS[layer])) or 'nothing of autotune'})"
+                )
     assert not wrong, f"autotune.{layer}: " + "; ".join(wrong)
 
 
@@ -85,9 +89,11 @@ def test_each_layer_says_its_job_and_what_it_may_import(layer: str) -> None:
 
 def test_the_layering_check_sees_an_upward_import(tmp_path: Path) -> None:
     module = tmp_path / "bad.py"
-    module.write_text("from autotune.tuner._watch import run_trial\nif TYPE_CHECKING:\n"
-                      "    from autotune.tuner._records import TrialRow\n"
-                      "def f():\n    from autotune import _api\n")
+    module.write_text(
+        "from autotune.tuner._watch import run_trial\nif TYPE_CHECKING:\n"
+        "    from autotune.tuner._records import TrialRow\n"
+        "def f():\n    from autotune import _api\n"
+    )
     assert imports_of(module) == [(1, "autotune.tuner._watch"), (5, "autotune._api")]
     assert layer_of("autotune.tuner._watch") == "tuner" and "tuner" not in LAYERS["core"]
 
@@ -96,6 +102,9 @@ def test_an_old_module_path_still_imports_the_module_with_a_warning() -> None:
     import sys
 
     sys.modules.pop("autotune._watch", None)
-    with pytest.warns(DeprecationWarning, match=r"autotune._watch has moved to autotune.tuner._watch; import it from there \(the old path is removed in 0\.2\.0\)"):
+    with pytest.warns(
+        DeprecationWarning,
+        match=r"autotune._watch has moved to autotune.tuner._watch; import it from there \(the old path is removed in 0\.2\.0\)",
+    ):
         old = importlib.import_module("autotune._watch")
     assert old is importlib.import_module("autotune.tuner._watch")

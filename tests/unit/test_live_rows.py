@@ -6,8 +6,6 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from standings import standing, trial
-
 from autotune.core._kinds import Kind
 from autotune.tuner._live import (
     SUMMARY_LINES,
@@ -18,6 +16,8 @@ from autotune.tuner._live import (
     short_summary,
 )
 
+from standings import standing, trial
+
 BASE = {"batch_size": "1x", "num_workers": 0, "pin_memory": False, "prefetch": "none"}
 FAST = {**BASE, "num_workers": 4, "prefetch": "thread"}
 
@@ -27,15 +27,19 @@ def test_notes_of_one_kind_print_once_and_drops_print_as_one_line() -> None:
     assert notes.admit("pin_memory: dropped true (needs CUDA; torch.cuda.is_available() is False)") == []
     assert notes.admit("prefetch: dropped 'cuda_stream' (needs CUDA)") == []
     shown = notes.admit("trial 2: noisy: other processes used 30% of its CPUs while it measured (over 20%)")
-    assert shown == ["not on this machine (autotune doctor says why): pin_memory=true, prefetch=cuda_stream",
-                     "trial 2: noisy: other processes used 30% of its CPUs while it measured (over 20%)"]
+    assert shown == [
+        "not on this machine (autotune doctor says why): pin_memory=true, prefetch=cuda_stream",
+        "trial 2: noisy: other processes used 30% of its CPUs while it measured (over 20%)",
+    ]
     assert notes.admit("trial 13: noisy: other processes used 88% of its CPUs while it measured (over 20%)") == []
     assert notes.admit("confirming: 4 re-runs of trials 1, 3") == ["confirming: 4 re-runs of trials 1, 3"]
     assert notes.held == 1 and notes.flush() == []
 
 
 def test_a_note_kind_leaves_out_figures_and_trial_numbers() -> None:
-    assert note_kind("trial 1 took 2.1x the baseline's samples") == note_kind("trial 12 took 1.5x the baseline's samples")
+    assert note_kind("trial 1 took 2.1x the baseline's samples") == note_kind(
+        "trial 12 took 1.5x the baseline's samples"
+    )
     assert note_kind("trial 1: noisy: others") != note_kind("trial 1: short: its windows")
 
 
@@ -58,8 +62,10 @@ def test_a_rerun_updates_its_trials_row_and_rows_show_only_changed_knobs() -> No
     board.done(again, standing(base, fast, again), 0.0)
     rows = [line.cells() for line in board.lines.values()]
     # median of 2,000 and 2,200 over the baseline's 1,000
-    assert rows == [("0", "complete", "1.00x", "compute-bound", "(baseline)"),  # (no ceiling measured)
-                    ("1 x2", "complete", "2.10x", "compute-bound", "num_workers=4 prefetch=thread")]
+    assert rows == [
+        ("0", "complete", "1.00x", "compute-bound", "(baseline)"),  # (no ceiling measured)
+        ("1 x2", "complete", "2.10x", "compute-bound", "num_workers=4 prefetch=thread"),
+    ]
     assert board.lines[1].best and board.status(80) == "best 2.10x (trial 1)"
 
 
@@ -145,13 +151,25 @@ def test_a_whole_run_studys_summary_says_the_gain_in_seconds() -> None:
     shape = {"ended": True, "epochs": 4, "samples": 992, "steps": 31, "marks": [64, 512], "at": [1.0, 2.0]}
 
     def whole(number: int, run_s: float, **config) -> object:
-        return trial(number, 400.0, config={**BASE, **config}, sampled=config, shape=shape, run_s=run_s,
-                     run_samples_per_s=992 / run_s, startup_s=2.0, loop_s=run_s - 3.0, outside_s=0.5, after_s=0.5)
+        return trial(
+            number,
+            400.0,
+            config={**BASE, **config},
+            sampled=config,
+            shape=shape,
+            run_s=run_s,
+            run_samples_per_s=992 / run_s,
+            startup_s=2.0,
+            loop_s=run_s - 3.0,
+            outside_s=0.5,
+            after_s=0.5,
+        )
 
     lines = short_summary("s", standing(whole(0, 10.0), whole(1, 8.0, num_workers=4)), Path("m"))
     # 10 s / 8 s: the script's whole run, start-up included, as the user waits for it
     assert lines[0].startswith("best: trial 1, 1.25x the baseline, ±") and lines[0].endswith(
-        "its whole run in 8.0 s against 10.0 s as written"), lines
+        "its whole run in 8.0 s against 10.0 s as written"
+    ), lines
     assert len(lines) <= SUMMARY_LINES
 
 
@@ -166,8 +184,10 @@ def test_a_live_view_stopped_before_its_first_trial_still_prints_the_drops_it_he
     out = io.StringIO()
     shown.console, shown._board = Console(file=out, width=80), Board()  # (the live table's view, on a string)
     assert shown.shown("amp: dropped 'fp16' (needs CUDA)") == []
-    assert shown.shown("study s on CPU") == ["not on this machine (autotune doctor says why): amp=fp16",
-                                             "study s on CPU"]
+    assert shown.shown("study s on CPU") == [
+        "not on this machine (autotune doctor says why): amp=fp16",
+        "study s on CPU",
+    ]
     assert shown.shown("tf32: dropped true (needs CUDA)") == []
     shown.stop()  # e.g. the tracking store failed before any trial
     shown.stop()

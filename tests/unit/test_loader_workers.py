@@ -14,6 +14,7 @@ from torch.utils.data import TensorDataset
 from autotune import Config, Run
 from autotune.core._ceilings import Ceilings, ceiling_key
 from autotune.core._knobs import Part
+from autotune.stores._records import TrialRow
 from autotune.tuner._loader_workers import (
     Evidence,
     epoch_samples,
@@ -24,29 +25,52 @@ from autotune.tuner._loader_workers import (
     widened_range,
     worker_ram,
 )
-from autotune.stores._records import TrialRow
-from autotune.tuner._worker_climb import more_workers
 from autotune.tuner._space import IntRange, load_space
+from autotune.tuner._worker_climb import more_workers
 
 NO_LIMITS: dict[str, int] = {}
 
 
-def row(number: int, workers: int, ram: float | None = None, retain: bool = False, rate: float | None = None,
-        waits: float | None = None, of: int = 5) -> TrialRow:
+def row(
+    number: int,
+    workers: int,
+    ram: float | None = None,
+    retain: bool = False,
+    rate: float | None = None,
+    waits: float | None = None,
+    of: int = 5,
+) -> TrialRow:
     """A complete trial with ``workers``; with ``rate``, its samples/s; past trial 0 (the
     baseline) drawn from a range 0-``of``."""
     config = {"num_workers": workers, "batch_size": 64, "pin_memory": False, "malloc_retain": retain}
     metrics = {k: v for k, v in (("ram_peak", ram), ("samples_per_s", rate), ("data_wait_frac", waits)) if v}
-    return TrialRow(number, number == 0, "complete", "", metrics, config, 64, None,
-                    sampled={"num_workers": workers} if number else {}, workers_high=of if number else None)
+    return TrialRow(
+        number,
+        number == 0,
+        "complete",
+        "",
+        metrics,
+        config,
+        64,
+        None,
+        sampled={"num_workers": workers} if number else {},
+        workers_high=of if number else None,
+    )
 
 
 def ceilings(*measured: tuple[TrialRow, float, float, float]) -> Ceilings:
     """Per row: its loader's samples/s, the CPU seconds a sample cost it, its model's samples/s."""
     c = Ceilings()
     for r, loader, cpu, compute in measured:
-        c.add({"part": "loader", "key": ceiling_key(Part.LOADER, r.config), "samples_per_s": loader,
-               "cpu_per_sample": cpu, "cpus": 2})
+        c.add(
+            {
+                "part": "loader",
+                "key": ceiling_key(Part.LOADER, r.config),
+                "samples_per_s": loader,
+                "cpu_per_sample": cpu,
+                "cpus": 2,
+            }
+        )
         c.add({"part": "compute", "key": ceiling_key(Part.COMPUTE, r.config), "samples_per_s": compute})
     return c
 
@@ -63,23 +87,34 @@ def test_a_waiting_loader_widens_the_range_and_says_why() -> None:
     base = row(0, 0)
     wider = widened_range(2, 0, [base], ceilings((base, 800.0, 1e-4, 20_000.0)), 2, None, NO_LIMITS)
     assert wider.high == 25
-    assert wider.why == ("workers wait 92% of their time (trial 0's loader alone: 800 samples/s from the main "
-                         "process (no workers), using 0.1 of 2 CPUs; its model takes 20,000): num_workers range 0-25")
+    assert wider.why == (
+        "workers wait 92% of their time (trial 0's loader alone: 800 samples/s from the main "
+        "process (no workers), using 0.1 of 2 CPUs; its model takes 20,000): num_workers range 0-25"
+    )
 
 
-@pytest.mark.parametrize(("loader", "cpu", "compute", "why"), [
-    (800.0, 1.2e-3, 20_000.0, "CPU-bound: 800 x 1.2 ms keeps 0.96 CPUs busy"),
-    (30_000.0, 1e-5, 20_000.0, "the loader alone is faster than the model"),
-    (800.0, 1e-4, 1_500.0, "2 workers would do: the range already has them"),
-])
+@pytest.mark.parametrize(
+    ("loader", "cpu", "compute", "why"),
+    [
+        (800.0, 1.2e-3, 20_000.0, "CPU-bound: 800 x 1.2 ms keeps 0.96 CPUs busy"),
+        (30_000.0, 1e-5, 20_000.0, "the loader alone is faster than the model"),
+        (800.0, 1e-4, 1_500.0, "2 workers would do: the range already has them"),
+    ],
+)
 def test_no_widening(loader: float, cpu: float, compute: float, why: str) -> None:
     base = row(0, 0)
     assert widened_range(2, 0, [base], ceilings((base, loader, cpu, compute)), 2, None, NO_LIMITS) is None, why
 
 
 def test_leaders_are_the_fastest_so_far_in_trial_order() -> None:
-    rows = [row(0, 0, rate=100.0), row(1, 4, rate=300.0), row(2, 2, rate=200.0), row(3, 8, rate=250.0),
-            row(4, 6, rate=400.0), row(5, 7)]  # (5: no figure)
+    rows = [
+        row(0, 0, rate=100.0),
+        row(1, 4, rate=300.0),
+        row(2, 2, rate=200.0),
+        row(3, 8, rate=250.0),
+        row(4, 6, rate=400.0),
+        row(5, 7),
+    ]  # (5: no figure)
     assert [r.number for r, _ in leads(rows)] == [0, 1, 4]
     # a trial added later does not change who led before it
     assert [r.number for r, _ in leads([*rows, row(6, 1, rate=350.0)])] == [0, 1, 4]
@@ -99,8 +134,10 @@ def test_a_leader_at_the_top_of_the_range_that_waits_widens_it() -> None:
     rows = [base, row(1, 2, rate=1_500.0, waits=0.5), row(3, 5, rate=2_900.0, waits=0.2)]
     wider = widened_range(2, 0, rows, measured, 2, None, NO_LIMITS)
     assert wider.high == 10
-    assert wider.why.endswith("its model takes 4,000); trial 3, the fastest then, drew num_workers=5 of 0-5 and "
-                              "waited on data 20% of its time: num_workers range 0-10")
+    assert wider.why.endswith(
+        "its model takes 4,000); trial 3, the fastest then, drew num_workers=5 of 0-5 and "
+        "waited on data 20% of its time: num_workers range 0-10"
+    )
     # near the top is enough (4 of 5: three quarters or more)
     near = [base, row(1, 2, rate=1_500.0, waits=0.5), row(3, 4, rate=2_900.0, waits=0.2)]
     assert widened_range(2, 0, near, measured, 2, None, NO_LIMITS).high == 8
@@ -108,11 +145,23 @@ def test_a_leader_at_the_top_of_the_range_that_waits_widens_it() -> None:
     again = widened_range(2, 0, [*rows, row(7, 8, rate=3_300.0, waits=0.15, of=10)], measured, 2, None, NO_LIMITS)
     assert again.high == 16 and "trial 7, the fastest then, drew num_workers=8 of 0-10" in again.why
     # 6 of 0-10 is not the top of the range it drew from (though 6 is past Little's 5)
-    assert widened_range(2, 0, [*rows, row(7, 6, rate=3_300.0, waits=0.15, of=10)], measured, 2, None,
-                         NO_LIMITS).high == 10
+    assert (
+        widened_range(2, 0, [*rows, row(7, 6, rate=3_300.0, waits=0.15, of=10)], measured, 2, None, NO_LIMITS).high
+        == 10
+    )
     # a faster trial with fewer workers later does not narrow it (trial 7 led when it ran)
-    assert widened_range(2, 0, [*rows, row(7, 8, rate=3_300.0, waits=0.15, of=10),
-                                row(8, 3, rate=3_400.0, waits=0.3, of=16)], measured, 2, None, NO_LIMITS).high == 16
+    assert (
+        widened_range(
+            2,
+            0,
+            [*rows, row(7, 8, rate=3_300.0, waits=0.15, of=10), row(8, 3, rate=3_400.0, waits=0.3, of=16)],
+            measured,
+            2,
+            None,
+            NO_LIMITS,
+        ).high
+        == 16
+    )
     # a leader within 10% of the fastest before it widens it too, and the line says how close
     close = widened_range(2, 0, [*rows, row(7, 8, rate=2_700.0, waits=0.15, of=10)], measured, 2, None, NO_LIMITS)
     assert close.high == 16 and "trial 7, within 7% of the fastest then, drew num_workers=8 of 0-10" in close.why
@@ -121,12 +170,15 @@ def test_a_leader_at_the_top_of_the_range_that_waits_widens_it() -> None:
     assert bounded.high == 8 and bounded.why.endswith("(10 asked; an epoch's 8 batches at batch size 64 allows 8)")
 
 
-@pytest.mark.parametrize(("drawn", "rate", "waits", "why"), [
-    (5, 2_900.0, 0.05, "it hardly waits on data: its workers keep up"),
-    (3, 2_900.0, 0.2, "it drew below the top quarter: the range has room it did not use"),
-    (5, 1_000.0, 0.2, "it was not the fastest when it ran"),
-    (5, 1_340.0, 0.2, "it ran 11% below the fastest before it: past the noise of one run"),
-])
+@pytest.mark.parametrize(
+    ("drawn", "rate", "waits", "why"),
+    [
+        (5, 2_900.0, 0.05, "it hardly waits on data: its workers keep up"),
+        (3, 2_900.0, 0.2, "it drew below the top quarter: the range has room it did not use"),
+        (5, 1_000.0, 0.2, "it was not the fastest when it ran"),
+        (5, 1_340.0, 0.2, "it ran 11% below the fastest before it: past the noise of one run"),
+    ],
+)
 def test_the_range_stays_at_littles_law(drawn: int, rate: float, waits: float, why: str) -> None:
     base = row(0, 0, rate=800.0)
     rows = [base, row(1, 2, rate=1_500.0, waits=0.5), row(3, drawn, rate=rate, waits=waits)]
@@ -142,8 +194,15 @@ def test_no_doubling_without_a_waiting_loader() -> None:
 
 def test_the_limits_bound_the_range_and_the_line_says_which() -> None:
     base = row(0, 0)
-    wider = widened_range(2, 0, [base], ceilings((base, 800.0, 1e-4, 20_000.0)), 2, None,
-                          {"the RAM budget": 12, "the open-file limit (ulimit -n)": 1250})
+    wider = widened_range(
+        2,
+        0,
+        [base],
+        ceilings((base, 800.0, 1e-4, 20_000.0)),
+        2,
+        None,
+        {"the RAM budget": 12, "the open-file limit (ulimit -n)": 1250},
+    )
     assert wider.high == 12 and wider.why.endswith("(25 would feed the model; the RAM budget allows 12)")
 
 
@@ -160,9 +219,12 @@ def test_the_ram_one_worker_adds_bounds_the_range() -> None:
 def test_a_retaining_heap_is_not_counted_as_the_workers_ram() -> None:
     gib = 2**30
     # without workers: 1.0 GiB as glibc trims, 1.5 GiB when the heap keeps what it frees
-    rows = [row(0, 0, ram=1.0 * gib), row(1, 0, ram=1.5 * gib, retain=True),
-            row(2, 2, ram=1.7 * gib, retain=True),   # (1.7 - 1.5) / 2 = 0.1 GiB a worker
-            row(3, 2, ram=1.2 * gib)]                # (1.2 - 1.0) / 2 = 0.1 GiB a worker
+    rows = [
+        row(0, 0, ram=1.0 * gib),
+        row(1, 0, ram=1.5 * gib, retain=True),
+        row(2, 2, ram=1.7 * gib, retain=True),  # (1.7 - 1.5) / 2 = 0.1 GiB a worker
+        row(3, 2, ram=1.2 * gib),
+    ]  # (1.2 - 1.0) / 2 = 0.1 GiB a worker
     assert worker_ram(rows) == pytest.approx(0.1 * gib)  # not (1.7 - 1.0) / 2 = 0.35
     # no retaining trial without workers yet: held against the least peak, as before
     assert worker_ram([rows[0], rows[2]]) == pytest.approx(0.35 * gib)
@@ -199,16 +261,25 @@ def test_no_more_workers_than_batches_in_an_epoch() -> None:
 
 def test_an_epochs_batches_bound_the_range_and_the_line_says_so() -> None:
     base = row(0, 0)
-    wider = widened_range(2, 0, [base], ceilings((base, 800.0, 1e-4, 20_000.0)), 2, None, NO_LIMITS,
-                          also={"an epoch's 10 batches at batch size 64": 10})
+    wider = widened_range(
+        2,
+        0,
+        [base],
+        ceilings((base, 800.0, 1e-4, 20_000.0)),
+        2,
+        None,
+        NO_LIMITS,
+        also={"an epoch's 10 batches at batch size 64": 10},
+    )
     assert wider.high == 10
     assert wider.why.endswith("(25 would feed the model; an epoch's 10 batches at batch size 64 allows 10)")
 
 
 def test_epoch_samples_from_the_trials_loaders() -> None:
     def seen(batches: int | None, size: int | str) -> SimpleNamespace:
-        return SimpleNamespace(dataset={"epoch_batches": batches}, config={"batch_size": size}, metrics={},
-                               outcome="complete")
+        return SimpleNamespace(
+            dataset={"epoch_batches": batches}, config={"batch_size": size}, metrics={}, outcome="complete"
+        )
 
     # 1,000 samples: 16 batches of 64 (the last one partial), 4 of 256; the most seen is kept
     assert epoch_samples([seen(16, 64), seen(4, 256), seen(None, 64)]) == 1_024
@@ -270,13 +341,21 @@ def test_a_run_says_what_its_loader_reads() -> None:
         return run._dataset
 
     plain = TensorDataset(torch.zeros(10, 2))
-    assert facts(plain, batch_size=4) == {"name": "TensorDataset", "epoch_batches": 3, "batched_fetch": False,
-                                          "shuffles": False}
+    assert facts(plain, batch_size=4) == {
+        "name": "TensorDataset",
+        "epoch_batches": 3,
+        "batched_fetch": False,
+        "shuffles": False,
+    }
     assert facts(plain, batch_size=4, shuffle=True)["shuffles"] is True
     assert facts(plain, batch_size=4, drop_last=True)["epoch_batches"] == 2
     # a Subset fetches in batches only when what it wraps does
-    assert facts(Subset(Batched(), [1, 2, 3]), batch_size=2) == {"name": "Batched", "epoch_batches": 2,
-                                                                  "batched_fetch": True, "shuffles": False}
+    assert facts(Subset(Batched(), [1, 2, 3]), batch_size=2) == {
+        "name": "Batched",
+        "epoch_batches": 2,
+        "batched_fetch": True,
+        "shuffles": False,
+    }
     assert facts(Subset(plain, [1, 2]))["batched_fetch"] is False
     assert facts(Stream(), batch_size=4) == {"name": "Stream", "epoch_batches": None, "shuffles": False}
 
@@ -289,12 +368,15 @@ def test_a_leader_that_waits_runs_again_with_twice_its_workers_up_to_an_epochs_b
     rows = [base, row(1, 4, rate=900.0, waits=0.5, of=34), row(3, 9, rate=1_600.0, waits=0.4, of=34)]
     more = more_workers(rows[2], rows, measured, 2, high=34, useful=None)
     assert more.workers == 18
-    assert more.why == ("trial 3, the fastest then, drew num_workers=9 and waited on data 40% of its time: "
-                        "its config runs again with num_workers=18")
+    assert more.why == (
+        "trial 3, the fastest then, drew num_workers=9 and waited on data 40% of its time: "
+        "its config runs again with num_workers=18"
+    )
     # an epoch of 24 batches at its batch size, or the range, bounds it, and the line says which
     rows[2] = row(3, 18, rate=1_600.0, waits=0.4, of=34)
     assert more_workers(rows[2], rows, measured, 2, high=34, useful=24).why.endswith(
-        "num_workers=24 (an epoch's batches at its batch size, 24)")
+        "num_workers=24 (an epoch's batches at its batch size, 24)"
+    )
     assert more_workers(rows[2], rows, measured, 2, high=20, useful=24).workers == 20
     # a leader whose workers started anew each epoch keeps them too: twice the workers would
     # otherwise restart twice the work each epoch
@@ -302,15 +384,17 @@ def test_a_leader_that_waits_runs_again_with_twice_its_workers_up_to_an_epochs_b
     anew.sampled["persistent_workers"] = False
     more = more_workers(anew, [*rows[:2], anew], measured, 2, high=34, useful=None)
     assert more.persistent and more.workers == 18
-    assert more.why.endswith("num_workers=18 and persistent_workers=true (started anew each epoch, "
-                             "twice the workers restart twice the work)")
+    assert more.why.endswith(
+        "num_workers=18 and persistent_workers=true (started anew each epoch, twice the workers restart twice the work)"
+    )
     kept = row(3, 9, rate=1_600.0, waits=0.4, of=34)
     kept.sampled["persistent_workers"] = True
     assert not more_workers(kept, [*rows[:2], kept], measured, 2, high=34, useful=None).persistent
     # within 10% of the fastest before it counts as leading
     close = [*rows, row(5, 6, rate=1_500.0, waits=0.3, of=34)]
     assert more_workers(close[3], close, measured, 2, high=34, useful=None).why.startswith(
-        "trial 5, within 6% of the fastest then, drew num_workers=6")
+        "trial 5, within 6% of the fastest then, drew num_workers=6"
+    )
 
 
 def test_a_leader_with_a_worker_per_batch_runs_again_at_a_smaller_batch_with_twice_its_workers() -> None:
@@ -323,12 +407,15 @@ def test_a_leader_with_a_worker_per_batch_runs_again_at_a_smaller_batch_with_twi
     rows = [base, row(1, 4, rate=900.0, waits=0.5, of=48), leader]
     more = more_workers(leader, rows, measured, 2, high=48, useful=12, smaller=("2x", 24))
     assert (more.workers, more.batch_size) == (24, "2x")
-    assert more.why == ("trial 3, the fastest then, drew num_workers=12 and waited on data 40% of its time, "
-                        "one per batch of its epoch at batch_size=4x: its config runs again at batch_size=2x "
-                        "with num_workers=24")
+    assert more.why == (
+        "trial 3, the fastest then, drew num_workers=12 and waited on data 40% of its time, "
+        "one per batch of its epoch at batch_size=4x: its config runs again at batch_size=2x "
+        "with num_workers=24"
+    )
     # bounded by the range and by an epoch at the smaller size, and the line says which
     assert more_workers(leader, rows, measured, 2, high=48, useful=12, smaller=("2x", 20)).why.endswith(
-        "at batch_size=2x with num_workers=20 (an epoch's batches at that batch size, 20)")
+        "at batch_size=2x with num_workers=20 (an epoch's batches at that batch size, 20)"
+    )
     # while its own epoch has batches for more workers, it climbs at its own batch size first
     assert more_workers(leader, rows, measured, 2, high=48, useful=16, smaller=("2x", 32)).batch_size is None
     # none smaller in the space, the range's top reached, or no more batches there: nothing
@@ -338,16 +425,27 @@ def test_a_leader_with_a_worker_per_batch_runs_again_at_a_smaller_batch_with_twi
 
 
 def test_a_climbed_config_drops_what_no_longer_applies() -> None:
-    from autotune.tuner._worker_climb import MoreWorkers, climbed
     from autotune.tuner._planner import smaller_batch
     from autotune.tuner._space import Choice
+    from autotune.tuner._worker_climb import MoreWorkers, climbed
 
-    drawn = {"batch_size": "2x", "num_workers": 12, "lr_scaling": "linear", "prefetch_factor": 4,
-             "persistent_workers": False, "amp": "bf16"}
+    drawn = {
+        "batch_size": "2x",
+        "num_workers": 12,
+        "lr_scaling": "linear",
+        "prefetch_factor": 4,
+        "persistent_workers": False,
+        "amp": "bf16",
+    }
     # at the code's own batch size no lr scaling applies; 24 workers ask at most 2 batches
     # each of an epoch of 48
     assert climbed(drawn, MoreWorkers(24, "", True, "1x"), 48) == {
-        "batch_size": "1x", "num_workers": 24, "prefetch_factor": 2, "persistent_workers": True, "amp": "bf16"}
+        "batch_size": "1x",
+        "num_workers": 24,
+        "prefetch_factor": 2,
+        "persistent_workers": True,
+        "amp": "bf16",
+    }
     assert climbed(drawn, MoreWorkers(24, ""), None) == {**drawn, "num_workers": 24}
     # the next smaller batch size in the space, in samples (the code's own is 32)
     sizes = Choice(("1x", 48, "4x", "2x"))
@@ -359,13 +457,16 @@ def test_a_climbed_config_drops_what_no_longer_applies() -> None:
     assert smaller_batch(None, 32, sizes) is None
 
 
-@pytest.mark.parametrize(("drawn", "rate", "waits", "cpu", "useful", "why"), [
-    (9, 1_000.0, 0.4, 1e-4, None, "it did not lead: 1,000 against 1,600 before it"),
-    (9, 1_700.0, 0.05, 1e-4, None, "it hardly waits on data"),
-    (9, 1_700.0, 0.4, 1.2e-3, None, "the loaders are CPU-bound: more than the cores cannot help"),
-    (24, 1_700.0, 0.4, 1e-4, 24, "it drew as many as an epoch has batches"),
-    (0, 1_700.0, 0.4, 1e-4, None, "it drew no workers: the range's rule covers it"),
-])
+@pytest.mark.parametrize(
+    ("drawn", "rate", "waits", "cpu", "useful", "why"),
+    [
+        (9, 1_000.0, 0.4, 1e-4, None, "it did not lead: 1,000 against 1,600 before it"),
+        (9, 1_700.0, 0.05, 1e-4, None, "it hardly waits on data"),
+        (9, 1_700.0, 0.4, 1.2e-3, None, "the loaders are CPU-bound: more than the cores cannot help"),
+        (24, 1_700.0, 0.4, 1e-4, 24, "it drew as many as an epoch has batches"),
+        (0, 1_700.0, 0.4, 1e-4, None, "it drew no workers: the range's rule covers it"),
+    ],
+)
 def test_no_more_workers(drawn: int, rate: float, waits: float, cpu: float, useful: int | None, why: str) -> None:
     base = row(0, 0, rate=200.0)
     rows = [base, row(1, 4, rate=1_600.0, waits=0.5, of=34), row(2, drawn, rate=rate, waits=waits, of=34)]

@@ -17,6 +17,7 @@ from autotune.core._loss_signal import (
 from autotune.core._outcome import Outcome, classify
 from autotune.tuner._confirm import decide, group_runs, plan, speed_only
 from autotune.tuner._planner import loss_unit
+
 from standings import trial
 
 NAN = math.nan
@@ -91,10 +92,12 @@ def test_a_mean_loss_is_not_divided_by_the_batch() -> None:
 
 def _gan_study(*more):
     """A baseline, a config judged diverged on a GAN-like loss, one on a nan, and the rest."""
-    return [trial(0, 1000.0, losses=[(50.0, 1.0)], curve=GAN_FIRST),
-            trial(1, 1500.0, "diverged", sampled={"amp": "bf16"}, losses=[(50.0, 1.0)], curve=GAN_AGAIN),
-            trial(2, 3000.0, "diverged", sampled={"amp": "fp16"}, losses=[(50.0, NAN)], curve=GAN_AGAIN),
-            *more]
+    return [
+        trial(0, 1000.0, losses=[(50.0, 1.0)], curve=GAN_FIRST),
+        trial(1, 1500.0, "diverged", sampled={"amp": "bf16"}, losses=[(50.0, 1.0)], curve=GAN_AGAIN),
+        trial(2, 3000.0, "diverged", sampled={"amp": "fp16"}, losses=[(50.0, NAN)], curve=GAN_AGAIN),
+        *more,
+    ]
 
 
 def test_until_the_baseline_is_re_run_the_loss_judges_and_the_re_run_is_planned() -> None:
@@ -124,7 +127,9 @@ def test_without_a_re_run_that_disagrees_nothing_changes() -> None:
 
 
 def test_a_summed_loss_is_said_once() -> None:
-    row = dataclasses.replace(trial(5, 900.0, sampled={"batch_size": "4x"}, loss_per_sample=4.0),
-                              reason="its loss scales with the batch (...): compared with the baseline's per sample")
+    row = dataclasses.replace(
+        trial(5, 900.0, sampled={"batch_size": "4x"}, loss_per_sample=4.0),
+        reason="its loss scales with the batch (...): compared with the baseline's per sample",
+    )
     line = loss_unit(row)
     assert line.text.startswith("trial 5: its loss scales") and line.once == "loss-per sample"

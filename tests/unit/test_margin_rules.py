@@ -16,8 +16,13 @@ from autotune.machine._margin import MARGIN, Cgroup, Counted, EpochOrder, fit, g
 GIB = 2**30
 
 
-@given(held=st.floats(0, 64 * GIB), size=st.floats(0, 4 * GIB), budget=st.floats(GIB / 16, 64 * GIB),
-       workers=st.integers(0, 96), prefetch=st.one_of(st.none(), st.integers(1, 32)))
+@given(
+    held=st.floats(0, 64 * GIB),
+    size=st.floats(0, 4 * GIB),
+    budget=st.floats(GIB / 16, 64 * GIB),
+    workers=st.integers(0, 96),
+    prefetch=st.one_of(st.none(), st.integers(1, 32)),
+)
 def test_a_step_holds_fewer_batches_and_fits_when_anything_can(held, size, budget, workers, prefetch) -> None:
     step = fit(held, size, budget, workers, prefetch)
     depth = prefetch or 2
@@ -42,8 +47,12 @@ def test_steps_go_by_prefetch_first_then_workers() -> None:
 def test_gpu_memory_is_said_past_the_margin_only() -> None:
     assert gpu_line(int(MARGIN * 80 * GIB) - 1, 80 * GIB, None) is None
     line = gpu_line(76 * GIB, 80 * GIB, 30.0)
-    assert line.startswith("GPU memory: 76.0 GiB reserved, 95% of the device's 80.0 GiB (the study's winner "
-                           "peaked at 30.0 GiB)") and "expandable_segments" in line
+    assert (
+        line.startswith(
+            "GPU memory: 76.0 GiB reserved, 95% of the device's 80.0 GiB (the study's winner peaked at 30.0 GiB)"
+        )
+        and "expandable_segments" in line
+    )
     assert gpu_line(GIB, 0, None) is None
 
 

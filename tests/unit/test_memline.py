@@ -18,9 +18,14 @@ from autotune.tuner._profiling import expandable_plan, parent_figures
 from autotune.tuner._report import step_parts_html
 
 MIB, GIB = 1 << 20, 1 << 30
-STEADY = MemoryFinding(steps=80, allocated_peak=2 * GIB, reserved_peak=2 * GIB + 100 * MIB,
-                       reserved_start=2 * GIB + 100 * MIB, reserved_end=2 * GIB + 100 * MIB,
-                       reserved_low=2 * GIB + 100 * MIB)
+STEADY = MemoryFinding(
+    steps=80,
+    allocated_peak=2 * GIB,
+    reserved_peak=2 * GIB + 100 * MIB,
+    reserved_start=2 * GIB + 100 * MIB,
+    reserved_end=2 * GIB + 100 * MIB,
+    reserved_low=2 * GIB + 100 * MIB,
+)
 
 
 def finding(**changed) -> dict:
@@ -34,8 +39,9 @@ def test_a_steady_allocator_does_not_swing() -> None:
 
 
 def test_growth_after_the_warmup_retries_and_idle_reserve_each_swing() -> None:
-    grew = swing_reason(MemoryFinding.from_dict(finding(mallocs=9, reserved_end=2 * GIB + 500 * MIB,
-                                                        reserved_peak=2 * GIB + 500 * MIB)))
+    grew = swing_reason(
+        MemoryFinding.from_dict(finding(mallocs=9, reserved_end=2 * GIB + 500 * MIB, reserved_peak=2 * GIB + 500 * MIB))
+    )
     assert grew.startswith("reserved memory grew 400 MiB over 80 steps after the warmup (9 cudaMalloc calls)")
     retried = swing_reason(MemoryFinding.from_dict(finding(retries=3, frees=40)))
     assert retried.startswith("the allocator failed 3 cudaMalloc calls") and "cudaFree" not in retried
@@ -82,8 +88,15 @@ def test_the_parent_run_gets_the_memory_figures_and_the_timeline(tmp_path) -> No
     trace.write_bytes(b"x")
     timeline = memory_path(trace)
     timeline.write_text("{}")
-    metrics, files = parent_figures({"winner": {"parts": {"step": 0.01, "forward": 0.01}, "trace": str(trace),
-                                                "memory": {**finding(mallocs=4), "timeline": str(timeline)}}})
+    metrics, files = parent_figures(
+        {
+            "winner": {
+                "parts": {"step": 0.01, "forward": 0.01},
+                "trace": str(trace),
+                "memory": {**finding(mallocs=4), "timeline": str(timeline)},
+            }
+        }
+    )
     assert metrics["profile_winner_reserved_peak_mib"] == (2 * GIB + 100 * MIB) / MIB
     assert metrics["profile_winner_allocated_peak_mib"] == 2048
     assert metrics["profile_winner_cuda_mallocs"] == 4

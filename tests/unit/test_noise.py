@@ -14,20 +14,24 @@ from autotune.machine._noise import (
     wait_for_quiet,
 )
 
-SHORT_REASON = ("short measure: the training function returned after 2 of 4 windows, so no ceiling was "
-                "measured; give it more steps")
+SHORT_REASON = (
+    "short measure: the training function returned after 2 of 4 windows, so no ceiling was measured; give it more steps"
+)
 
 
-@pytest.mark.parametrize("metrics, reason, kind", [
-    ({"foreign_cpu": 0.01, "samples_per_s_spread": 0.2}, "", None),  # a quiet machine
-    ({"foreign_cpu": FOREIGN_LOAD_MAX}, "", None),                  # at the limit: believed
-    ({"foreign_cpu": 0.48}, "", "noisy: other processes used 48% of its CPUs"),
-    ({"foreign_cpu": 0.0, "foreign_gpu": 0.6}, "", "noisy: other processes used 60% of its GPU"),
-    # window rates 545, 122, 166, 2,293 (one real trial): median 355.5, spread (2293 - 122) / 355.5 = 6.1
-    ({"samples_per_s_spread": 6.1}, "", "noisy: its windows disagree, from lowest to highest 610%"),
-    ({"samples_per_s_spread": SPREAD_MAX}, "", None),
-    ({"foreign_cpu": 0.0}, SHORT_REASON, "short measure: the training function returned after 2 of 4 windows"),
-])
+@pytest.mark.parametrize(
+    "metrics, reason, kind",
+    [
+        ({"foreign_cpu": 0.01, "samples_per_s_spread": 0.2}, "", None),  # a quiet machine
+        ({"foreign_cpu": FOREIGN_LOAD_MAX}, "", None),  # at the limit: believed
+        ({"foreign_cpu": 0.48}, "", "noisy: other processes used 48% of its CPUs"),
+        ({"foreign_cpu": 0.0, "foreign_gpu": 0.6}, "", "noisy: other processes used 60% of its GPU"),
+        # window rates 545, 122, 166, 2,293 (one real trial): median 355.5, spread (2293 - 122) / 355.5 = 6.1
+        ({"samples_per_s_spread": 6.1}, "", "noisy: its windows disagree, from lowest to highest 610%"),
+        ({"samples_per_s_spread": SPREAD_MAX}, "", None),
+        ({"foreign_cpu": 0.0}, SHORT_REASON, "short measure: the training function returned after 2 of 4 windows"),
+    ],
+)
 def test_doubt(metrics, reason, kind) -> None:
     why = doubt(metrics, reason)
     assert (why is None) if kind is None else why.startswith(kind)

@@ -4,19 +4,26 @@ standings."""
 
 from __future__ import annotations
 
-from standings import standing, trial
-
 from autotune.core._kinds import Kind
 from autotune.tuner._one_loss import clear_losses
 from autotune.tuner._space import Choice, IntRange, Space
 from autotune.tuner._space_now import holds
 
-BASE = {"num_workers": 0, "batch_size": 16, "amp": "off", "prefetch": "none", "channels_last": False,
-        "compile": "off"}
+from standings import standing, trial
+
+BASE = {"num_workers": 0, "batch_size": 16, "amp": "off", "prefetch": "none", "channels_last": False, "compile": "off"}
 #: This CPU's space: fp16 and cuda_stream dropped (no CUDA).
-CPU = Space("cpu", {"num_workers": IntRange(0, 2, auto=True), "batch_size": Choice(("1x", "2x", "4x")),
-                    "prefetch": Choice(("none", "thread")), "amp": Choice(("off", "bf16")),
-                    "channels_last": Choice((False, True)), "compile": Choice(("off", "default"))})
+CPU = Space(
+    "cpu",
+    {
+        "num_workers": IntRange(0, 2, auto=True),
+        "batch_size": Choice(("1x", "2x", "4x")),
+        "prefetch": Choice(("none", "thread")),
+        "amp": Choice(("off", "bf16")),
+        "channels_last": Choice((False, True)),
+        "compile": Choice(("off", "default")),
+    },
+)
 
 
 def drew(number: int, rate: float, outcome: str = "complete", **sampled) -> object:
@@ -33,8 +40,10 @@ def test_a_precision_that_ran_at_a_sixth_of_the_baseline_is_held_after_its_first
     found = standing(base(), drew(1, 150.0, "pruned", amp="bf16", num_workers=2, batch_size="2x"))
     held = holds(found, CPU, None, max_load=1.0, max_spread=1000.0)
     assert held.values == {"amp": "off"}
-    line = ("amp held at off for the rest of the study: amp=bf16 lost clearly: trial 1 with it ran at 15% of the "
-            "baseline's 1,000 samples/s")
+    line = (
+        "amp held at off for the rest of the study: amp=bf16 lost clearly: trial 1 with it ran at 15% of the "
+        "baseline's 1,000 samples/s"
+    )
     assert [x.text for x in held.lines] == [line] and held.why == {"amp": line}
     assert held.lines[0].once == "lost-amp-off"
 
@@ -59,14 +68,17 @@ def test_a_value_that_ran_fast_elsewhere_is_not_blamed_and_the_other_suspect_is(
 
 def test_loader_values_are_blamed_only_alone_and_a_worker_count_can_explain_a_loss() -> None:
     # prefetch=thread with 2 workers: either may explain 0.3x (workers are an int: never held)
-    assert holds(standing(base(), drew(1, 300.0, prefetch="thread", num_workers=2)), CPU, None, 1.0, 1000.0).values == {}
+    assert (
+        holds(standing(base(), drew(1, 300.0, prefetch="thread", num_workers=2)), CPU, None, 1.0, 1000.0).values == {}
+    )
     # prefetch=thread alone at 0.3x: held at none
     held = holds(standing(base(), drew(1, 300.0, prefetch="thread")), CPU, None, 1.0, 1000.0)
     assert held.values == {"prefetch": "none"}
     # a batch size with two values left is not held (the sampler keeps a categorical's choices)
     assert holds(standing(base(), drew(1, 300.0, batch_size="4x")), CPU, None, 1.0, 1000.0).values == {}
-    assert [x.value for x in clear_losses(standing(base(), drew(1, 300.0, batch_size="4x")).rows, 1000.0,
-                                          CPU.domains, BASE)] == ["4x"]
+    assert [
+        x.value for x in clear_losses(standing(base(), drew(1, 300.0, batch_size="4x")).rows, 1000.0, CPU.domains, BASE)
+    ] == ["4x"]
 
 
 def test_only_believed_first_measures_count_not_repeats_or_noisy_figures() -> None:

@@ -9,8 +9,16 @@ LONG = ((("a", "a2"), 50.0), (("b",), 40.0), (("c",), 30.0), (("d",), 5.0))
 
 def suite() -> tuple[list[str], list[str]]:
     files = ["u1"] * 6 + ["a"] * 3 + ["p1"] * 4 + ["b"] * 2 + ["a2"] * 1 + ["s1"] * 3 + ["c"] * 2 + ["d"] * 2
-    folders = {"u1": "unit", "p1": "process", "s1": "study", "a": "study", "a2": "process", "b": "study",
-               "c": "process", "d": "study"}
+    folders = {
+        "u1": "unit",
+        "p1": "process",
+        "s1": "study",
+        "a": "study",
+        "a2": "process",
+        "b": "study",
+        "c": "process",
+        "d": "study",
+    }
     return files, [folders[f] for f in files]
 
 

@@ -14,16 +14,22 @@ OK = [{"index": 0, "loss": 0.7}, {"index": 1, "loss": 0.6}]
 
 # The texts torch really raises: torch.OutOfMemoryError from the caching allocator,
 # and the driver's error surfaced by cuBLAS/cuDNN calls (Lightning's fake uses the latter).
-TORCH_OOM = {"type": "OutOfMemoryError",
-             "message": "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
-                        "capacity of 79.19 GiB of which 1.06 GiB is free.",
-             "traceback": "Traceback ...\ntorch.OutOfMemoryError: CUDA out of memory. Tried to "
-                          "allocate 2.00 GiB"}
-DRIVER_OOM = {"type": "RuntimeError", "message": "CUDA error: out of memory\nCUDA kernel errors "
-              "might be asynchronously reported", "traceback": "..."}
-USER_BUG = {"type": "ValueError", "message": "shapes do not match",
-            "traceback": "Traceback (most recent call last):\n  File \"train.py\", line 3\n"
-                         "ValueError: shapes do not match"}
+TORCH_OOM = {
+    "type": "OutOfMemoryError",
+    "message": "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+    "capacity of 79.19 GiB of which 1.06 GiB is free.",
+    "traceback": "Traceback ...\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+}
+DRIVER_OOM = {
+    "type": "RuntimeError",
+    "message": "CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported",
+    "traceback": "...",
+}
+USER_BUG = {
+    "type": "ValueError",
+    "message": "shapes do not match",
+    "traceback": 'Traceback (most recent call last):\n  File "train.py", line 3\nValueError: shapes do not match',
+}
 
 
 RAM = (Outcome.OOM_HOST, "the trial's processes used 9.00 GiB, over the RAM budget of 8.00 GiB")
@@ -45,32 +51,61 @@ STALLED = (Outcome.TIMEOUT, "stalled: no step finished for 30 s (after step 12)"
         (-9, (Outcome.PRUNED, "pruned after 2 windows"), None, OK, "", Outcome.PRUNED, "pruned after"),
         (-9, (Outcome.INTERRUPTED, "Ctrl-C"), None, OK, "", Outcome.INTERRUPTED, "Ctrl-C"),
         # GPU OOM, both texts torch produces
-        (1, None, TORCH_OOM, [], "", Outcome.OOM_GPU,
-         "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"),
+        (
+            1,
+            None,
+            TORCH_OOM,
+            [],
+            "",
+            Outcome.OOM_GPU,
+            "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        ),
         (1, None, DRIVER_OOM, OK, "", Outcome.OOM_GPU, "RuntimeError: CUDA error: out of memory"),
         # the type alone is enough (a message torch may word differently in future)
-        (1, None, {"type": "OutOfMemoryError", "message": "", "traceback": ""}, [], "",
-         Outcome.OOM_GPU, "OutOfMemoryError:"),
+        (
+            1,
+            None,
+            {"type": "OutOfMemoryError", "message": "", "traceback": ""},
+            [],
+            "",
+            Outcome.OOM_GPU,
+            "OutOfMemoryError:",
+        ),
         # a generic exception: what it was, then the traceback
-        (1, None, USER_BUG, [], "", Outcome.CRASHED,
-         "ValueError: shapes do not match\n" + USER_BUG["traceback"]),
+        (1, None, USER_BUG, [], "", Outcome.CRASHED, "ValueError: shapes do not match\n" + USER_BUG["traceback"]),
         # no traceback: type and message
         (1, None, {"type": "KeyError", "message": "'x'"}, [], "", Outcome.CRASHED, "KeyError: 'x'"),
         # a host OOM in a DataLoader worker is not a GPU OOM
-        (1, None, {"type": "RuntimeError", "message": "DataLoader worker (pid 7) is killed by "
-                   "signal: Killed.", "traceback": "RuntimeError: DataLoader worker"}, [], "",
-         Outcome.CRASHED, "RuntimeError: DataLoader worker"),
+        (
+            1,
+            None,
+            {
+                "type": "RuntimeError",
+                "message": "DataLoader worker (pid 7) is killed by signal: Killed.",
+                "traceback": "RuntimeError: DataLoader worker",
+            },
+            [],
+            "",
+            Outcome.CRASHED,
+            "RuntimeError: DataLoader worker",
+        ),
         # killed by a signal from outside, with plenty of memory left: not an OOM
         (-signal.SIGKILL, None, None, OK, "", Outcome.CRASHED, "killed by SIGKILL from outside autotune"),
-        (-signal.SIGSEGV, None, None, OK, "Fatal Python error: Segmentation fault",
-         Outcome.CRASHED, "killed by SIGSEGV\nFatal Python error: Segmentation fault"),
+        (
+            -signal.SIGSEGV,
+            None,
+            None,
+            OK,
+            "Fatal Python error: Segmentation fault",
+            Outcome.CRASHED,
+            "killed by SIGSEGV\nFatal Python error: Segmentation fault",
+        ),
         (-signal.SIGABRT, None, None, [], "", Outcome.CRASHED, "killed by SIGABRT"),
         # a non-zero exit without an error event (e.g. os._exit, or sys.exit in user code)
         (3, None, None, OK, "last words", Outcome.CRASHED, "exit status 3\nlast words"),
         (2, None, None, [], "", Outcome.CRASHED, "exit status 2"),
         # exit 0 but nothing measured
-        (0, None, None, [], "", Outcome.CRASHED,
-         "the training function returned before one measured window finished"),
+        (0, None, None, [], "", Outcome.CRASHED, "the training function returned before one measured window finished"),
         # no loss recorded (the function never called run.step) is not divergence
         (0, None, None, [{"index": 0, "loss": None}], "", Outcome.COMPLETE, ""),
         # complete
@@ -86,11 +121,17 @@ def test_classify(returncode, killed, error, windows, tail, outcome, reason) -> 
         assert reason and reason in why
 
 
-@pytest.mark.parametrize(("expected", "reason"), [
-    (0, ""),  # no budget given
-    (len(OK), ""),  # every window measured
-    (len(OK) + 2, f"short measure: the training function returned after {len(OK)} windows, before its measured stretch ended"),
-])
+@pytest.mark.parametrize(
+    ("expected", "reason"),
+    [
+        (0, ""),  # no budget given
+        (len(OK), ""),  # every window measured
+        (
+            len(OK) + 2,
+            f"short measure: the training function returned after {len(OK)} windows, before its measured stretch ended",
+        ),
+    ],
+)
 def test_a_complete_trial_with_fewer_windows_than_its_budget_says_so(expected: int, reason: str) -> None:
     outcome, why = classify(0, None, None, OK, expected_windows=expected)
     assert outcome is Outcome.COMPLETE
@@ -152,8 +193,17 @@ def test_killed_by_a_realtime_signal_is_crashed() -> None:
 
 
 def test_outcome_values_are_the_documented_strings() -> None:
-    assert {o.value for o in Outcome} == {"complete", "diverged", "oom_gpu", "oom_host", "timeout",
-                                          "crashed", "pruned", "interrupted", "distorted"}
+    assert {o.value for o in Outcome} == {
+        "complete",
+        "diverged",
+        "oom_gpu",
+        "oom_host",
+        "timeout",
+        "crashed",
+        "pruned",
+        "interrupted",
+        "distorted",
+    }
     assert Outcome("oom_gpu") is Outcome.OOM_GPU
 
 

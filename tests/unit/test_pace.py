@@ -5,19 +5,30 @@ from __future__ import annotations
 
 import dataclasses
 
-from standings import trial
-
 from autotune.core._kinds import Kind
 from autotune.tuner import _pace
 from autotune.tuner._option_groups import Options
 from autotune.tuner._options import StudyOptions
 from autotune.tuner._pace import CostWatch, pace_line
 
+from standings import trial
+
 
 def whole(number: int, duration_s: float, kind: Kind = Kind.SAMPLED, outcome: str = "complete") -> object:
     shape = {"ended": True, "epochs": 2, "samples": 480, "steps": 15, "marks": [64, 128], "at": [1.0, 2.0]}
-    row = trial(number, 100.0, outcome, kind=kind, shape=shape, run_s=10.0, startup_s=2.0, loop_s=7.0,
-                outside_s=0.5, after_s=0.5, duration_s=duration_s)
+    row = trial(
+        number,
+        100.0,
+        outcome,
+        kind=kind,
+        shape=shape,
+        run_s=10.0,
+        startup_s=2.0,
+        loop_s=7.0,
+        outside_s=0.5,
+        after_s=0.5,
+        duration_s=duration_s,
+    )
     return row
 
 
@@ -40,9 +51,11 @@ def test_a_study_says_its_cost_then_once_its_pace_when_runs_take_far_longer(monk
     now[0] += 60.0
     watch.after(whole(3, 60.0), recorded=True)
     paced = [line for line in said if line.startswith("this study")]
-    assert paced == [f"this study is on pace for about {_pace.duration(80.0 / 3 * runs)}, not the "
-                     f"{_pace.duration(10.0 * runs)} it said (3 of {runs} runs took 80 s): trial 3 ran 6.0x the "
-                     "baseline's time"]
+    assert paced == [
+        f"this study is on pace for about {_pace.duration(80.0 / 3 * runs)}, not the "
+        f"{_pace.duration(10.0 * runs)} it said (3 of {runs} runs took 80 s): trial 3 ran 6.0x the "
+        "baseline's time"
+    ]
     now[0] += 600.0
     watch.after(whole(5, 600.0), recorded=True)
     assert len([line for line in said if line.startswith("this study")]) == 1  # said once

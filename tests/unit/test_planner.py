@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from standings import ceilings_of, standing, trial
 
 from autotune.core._kinds import Kind, Line, Request
 from autotune.tuner._planner import (
@@ -24,6 +23,8 @@ from autotune.tuner._planner import (
     without_baseline,
 )
 from autotune.tuner._space import Choice, Fixed, IntRange, Space
+
+from standings import ceilings_of, standing, trial
 
 NOISY = "noisy: other processes used 48% of its CPUs while it measured (over 20%)"
 LR = Space("lr", {"batch_size": Choice(("1x", "2x", "4x")), "lr_scaling": Choice(("none", "sqrt", "linear"))})
@@ -65,15 +66,17 @@ def test_an_interrupted_baseline_or_repeat_is_owed_again_a_draw_is_not() -> None
 
 def test_a_noisy_figure_is_measured_again_up_to_the_limit() -> None:
     drawn = trial(3, 900.0, sampled={"num_workers": 2}, doubt=NOISY)
-    assert measure_again(drawn, 2) == Request(Kind.REMEASURE, {"num_workers": 2}, 3,
-                                              f"trial 3: {NOISY}; measuring it again", attempt=1)
+    assert measure_again(drawn, 2) == Request(
+        Kind.REMEASURE, {"num_workers": 2}, 3, f"trial 3: {NOISY}; measuring it again", attempt=1
+    )
     # a re-measure of it names the config's first trial; the baseline's stays a baseline
     again = dataclasses.replace(drawn, number=6, kind=Kind.REMEASURE, of=3, remeasure=1)
     assert measure_again(again, 2).of == 3 and measure_again(again, 2).attempt == 2
     assert measure_again(trial(0, 900.0, doubt=NOISY), 2).baseline
     # the limit reached: said, not run; --remeasure 0: nothing to say
     assert measure_again(dataclasses.replace(again, remeasure=2), 2) == Line(
-        f"trial 6: {NOISY}; measured 3 times, never quietly: its figure is not ranked")
+        f"trial 6: {NOISY}; measured 3 times, never quietly: its figure is not ranked"
+    )
     assert measure_again(drawn, 0) is None
     # a short measure would be short again; a believed figure needs nothing
     assert measure_again(trial(3, 900.0, doubt="short measure: 2 of 4 windows"), 2) is None
@@ -84,14 +87,24 @@ def test_after_the_wait_for_a_quiet_machine_the_remeasure_says_how_it_went() -> 
     request = measure_again(trial(3, 900.0, doubt=NOISY), 2)
     assert after_quiet_wait(request, True, 0.01, 0.5, 2).why == f"trial 3: {NOISY}; measuring it again (attempt 2 of 3)"
     assert after_quiet_wait(request, True, 0.01, 12.0, 2).why.endswith(
-        "measuring it again after 12 s, once the machine was quiet (attempt 2 of 3)")
+        "measuring it again after 12 s, once the machine was quiet (attempt 2 of 3)"
+    )
     assert after_quiet_wait(request, False, 0.55, 120.0, 2) == Line(
-        f"trial 3: {NOISY}; the machine is still busy (others use 55% of its CPUs after 120 s): its figure is not ranked")
+        f"trial 3: {NOISY}; the machine is still busy (others use 55% of its CPUs after 120 s): its figure is not ranked"
+    )
 
 
 def diverged(number: int = 1, rate: float = 2000.0, scaling: str = "none", **kw) -> object:
-    return trial(number, rate, "diverged", sampled={"batch_size": "2x", "lr_scaling": scaling},
-                 config={"batch_size": 32, "lr_scaling": scaling}, lr=0.01, losses=[(100.0, 2.0), (500.0, 1.9)], **kw)
+    return trial(
+        number,
+        rate,
+        "diverged",
+        sampled={"batch_size": "2x", "lr_scaling": scaling},
+        config={"batch_size": 32, "lr_scaling": scaling},
+        lr=0.01,
+        losses=[(100.0, 2.0), (500.0, 1.9)],
+        **kw,
+    )
 
 
 def test_a_fast_config_diverged_on_its_lr_runs_again_with_the_next_scaling() -> None:
@@ -99,9 +112,11 @@ def test_a_fast_config_diverged_on_its_lr_runs_again_with_the_next_scaling() -> 
     found = standing(trial(0, 1000.0), row)
     retry = retry_lr(row, found, LR, trials_left=True)
     assert retry == Request(Kind.RETRY, {"batch_size": "2x", "lr_scaling": "sqrt"}, 1, retry.why)
-    assert retry.why == ("trial 1 diverged at batch size 32 (2x the code's) with lr_scaling none, but ran at 2,000 "
-                         "samples/s, past the best so far (1,000): its config runs again with lr_scaling sqrt (its "
-                         "speed does not depend on the lr)")
+    assert retry.why == (
+        "trial 1 diverged at batch size 32 (2x the code's) with lr_scaling none, but ran at 2,000 "
+        "samples/s, past the best so far (1,000): its config runs again with lr_scaling sqrt (its "
+        "speed does not depend on the lr)"
+    )
     # the retry's own divergence goes on from the config's first trial, not tried twice
     second = diverged(2, scaling="sqrt", kind=Kind.RETRY, of=1)
     assert retry_lr(second, standing(trial(0, 1000.0), row, second), LR, True).config["lr_scaling"] == "linear"
@@ -114,33 +129,49 @@ def test_a_fast_config_diverged_on_its_lr_runs_again_with_the_next_scaling() -> 
 def test_a_complete_larger_batch_slow_to_the_baselines_loss_runs_again_with_the_next_scaling() -> None:
     """Judged at the same steps, a larger batch held back by its lr is complete; the samples it
     took to the baseline's loss (2.5x here) say its lr is too small, as divergence did."""
-    slow = trial(1, 2000.0, sampled={"batch_size": "2x", "lr_scaling": "none"},
-                 config={"batch_size": 32, "lr_scaling": "none"}, lr=0.01, to_loss_ratio=2.5)
+    slow = trial(
+        1,
+        2000.0,
+        sampled={"batch_size": "2x", "lr_scaling": "none"},
+        config={"batch_size": 32, "lr_scaling": "none"},
+        lr=0.01,
+        to_loss_ratio=2.5,
+    )
     found = standing(trial(0, 1000.0), slow)
     assert slow.ranked_rate == 800.0  # ranks under the baseline: its time to the loss
     decisions = after_trial(slow, found, settings())
     (retry,) = [d for d in decisions if isinstance(d, Request) and d.kind is Kind.RETRY]
     assert retry.config == {"batch_size": "2x", "lr_scaling": "sqrt"}
-    assert retry.why.startswith("trial 1 took 2.5x the baseline's samples to its loss at batch size 32 (2x the "
-                                "code's) with lr_scaling none, but ran at 2,000 samples/s, past the best so far (1,000)")
+    assert retry.why.startswith(
+        "trial 1 took 2.5x the baseline's samples to its loss at batch size 32 (2x the "
+        "code's) with lr_scaling none, but ran at 2,000 samples/s, past the best so far (1,000)"
+    )
     # near the baseline's samples, or on the code's batch: nothing to retry
     near = dataclasses.replace(slow, metrics={**slow.metrics, "to_loss_ratio": 1.2})
-    assert not [d for d in after_trial(near, standing(trial(0, 1000.0), near), settings())
-                if isinstance(d, Request) and d.kind is Kind.RETRY]
+    assert not [
+        d
+        for d in after_trial(near, standing(trial(0, 1000.0), near), settings())
+        if isinstance(d, Request) and d.kind is Kind.RETRY
+    ]
     same = trial(1, 2000.0, sampled={"lr_scaling": "none"}, config={"batch_size": 16}, lr=0.01, to_loss_ratio=2.5)
-    assert not [d for d in after_trial(same, standing(trial(0, 1000.0), same), settings())
-                if isinstance(d, Request) and d.kind is Kind.RETRY]
+    assert not [
+        d
+        for d in after_trial(same, standing(trial(0, 1000.0), same), settings())
+        if isinstance(d, Request) and d.kind is Kind.RETRY
+    ]
 
 
 def test_a_retry_that_another_trial_drew_already_is_said_not_run() -> None:
     row = diverged()
     other = trial(2, None, "running", sampled={"batch_size": "2x", "lr_scaling": "sqrt"})
     said = retry_lr(row, standing(trial(0, 1000.0), row, other), LR, True)
-    assert isinstance(said, Line) and said.text.endswith("its config with lr_scaling sqrt runs already (trial 2): "
-                                                         "not run again")
+    assert isinstance(said, Line) and said.text.endswith(
+        "its config with lr_scaling sqrt runs already (trial 2): not run again"
+    )
     done = dataclasses.replace(other, outcome="complete", metrics={"samples_per_s": 1900.0})
-    assert retry_lr(row, standing(trial(0, 1000.0), row, done), LR, True).text.endswith("ran already (trial 2): "
-                                                                                        "not run again")
+    assert retry_lr(row, standing(trial(0, 1000.0), row, done), LR, True).text.endswith(
+        "ran already (trial 2): not run again"
+    )
 
 
 WORKERS = Space("w", {"num_workers": IntRange(0, 34), "persistent_workers": Choice((False, True))})
@@ -151,16 +182,25 @@ def leader_standing(persistent: bool | None = None, **extra):
     """The loader waits (800 samples/s from the main process, 0.1 of 2 CPUs, the model takes
     4,000); trial 3 leads with 9 workers and waits on data 40% of its time."""
     sampled = {"num_workers": 9, **({} if persistent is None else {"persistent_workers": persistent})}
-    rows = [trial(0, 200.0, config=LOADER), trial(1, 900.0, waits=0.5, sampled={"num_workers": 4}, workers_high=34),
-            trial(3, 1600.0, waits=0.4, sampled=sampled, workers_high=34, **extra)]
+    rows = [
+        trial(0, 200.0, config=LOADER),
+        trial(1, 900.0, waits=0.5, sampled={"num_workers": 4}, workers_high=34),
+        trial(3, 1600.0, waits=0.4, sampled=sampled, workers_high=34, **extra),
+    ]
     return rows[2], standing(*rows, ceilings=ceilings_of((LOADER, 4000.0, 800.0, None, 1e-4)))
 
 
 def test_a_leader_that_waits_on_data_runs_again_with_more_workers_once() -> None:
     leader, found = leader_standing(persistent=False)
     more = climb(leader, found, WORKERS, cpus=2)
-    assert more == Request(Kind.MORE_WORKERS, {"num_workers": 18, "persistent_workers": True}, 3, more.why,
-                           once="more-workers-3", enqueue_params=True)
+    assert more == Request(
+        Kind.MORE_WORKERS,
+        {"num_workers": 18, "persistent_workers": True},
+        3,
+        more.why,
+        once="more-workers-3",
+        enqueue_params=True,
+    )
     assert more.why.startswith("trial 3, the fastest then, drew num_workers=9 and waited on data 40%")
     # a space that holds persistent_workers at false keeps it so: a single choice is not drawn
     held = Space("w", {"num_workers": IntRange(0, 34), "persistent_workers": Choice((False,))})
@@ -175,13 +215,20 @@ def test_a_leader_that_waits_on_data_runs_again_with_more_workers_once() -> None
 def test_a_leader_with_a_worker_per_batch_climbs_at_the_next_smaller_batch() -> None:
     epoch = {"epoch_batches": 9}  # its epoch at 4x (64): 9 batches, one per worker
     leader, found = leader_standing(dataset=epoch)
-    leader = dataclasses.replace(leader, sampled={**leader.sampled, "batch_size": "4x"},
-                                 config={"num_workers": 9, "batch_size": 64})
+    leader = dataclasses.replace(
+        leader, sampled={**leader.sampled, "batch_size": "4x"}, config={"num_workers": 9, "batch_size": 64}
+    )
     found = standing(*found.rows[:2], leader, ceilings=found.ceilings)
     space = Space("w", {**WORKERS.domains, "batch_size": Choice(("1x", "2x", "4x"))})
     more = climb(leader, found, space, cpus=2)
-    assert more == Request(Kind.SMALLER_BATCH, {"num_workers": 18, "batch_size": "2x"}, 3, more.why,
-                           once="more-workers-3", enqueue_params=True)
+    assert more == Request(
+        Kind.SMALLER_BATCH,
+        {"num_workers": 18, "batch_size": "2x"},
+        3,
+        more.why,
+        once="more-workers-3",
+        enqueue_params=True,
+    )
     assert "one per batch of its epoch at batch_size=4x: its config runs again at batch_size=2x" in more.why
 
 
@@ -194,8 +241,9 @@ def test_the_next_smaller_batch_size() -> None:
 def test_the_baseline_says_when_its_curve_cannot_judge_divergence() -> None:
     flat = trial(0, 900.0, losses=[(100.0, 2.30), (600.0, 2.2)], curve=[(0, 512, 2.29, 8), (512, 1024, 2.2, 8)])
     assert baseline_curve(flat, 0.5, 1).text.startswith("the baseline's loss fell only from 2.3 (its warmup) to 2.2")
-    learned = trial(0, 900.0, losses=[(100.0, 2.3), (600.0, 1.0), (900.0, 0.9)],
-                    curve=[(0, 512, 1.0, 8), (512, 1024, 0.9, 8)])
+    learned = trial(
+        0, 900.0, losses=[(100.0, 2.3), (600.0, 1.0), (900.0, 0.9)], curve=[(0, 512, 1.0, 8), (512, 1024, 0.9, 8)]
+    )
     assert baseline_curve(learned, 0.5, 1).text.startswith("the baseline measured 1 more window than planned")
     assert baseline_curve(learned, 0.5, 2) is None
     # a whole run measured its code to the end: its windows past the planned ones are no addition
@@ -217,18 +265,27 @@ def test_after_a_trial_the_rules_come_in_order() -> None:
     assert after_trial(again, standing(trial(0, 1000.0), row, again), settings()) == []
 
 
-@pytest.mark.parametrize("runs, order", [
-    (2, [3, 2, 1, 0, 3, 2, 1, 0]),  # the top 3 by median, then the baseline, in turns
-    (1, [3, 2, 1, 0]),
-])
+@pytest.mark.parametrize(
+    "runs, order",
+    [
+        (2, [3, 2, 1, 0, 3, 2, 1, 0]),  # the top 3 by median, then the baseline, in turns
+        (1, [3, 2, 1, 0]),
+    ],
+)
 def test_the_confirmation_re_runs_the_top_configs_and_the_baseline(runs: int, order: list) -> None:
-    found = standing(trial(0, 1000.0), trial(1, 800.0, sampled={"a": 1}), trial(2, 1200.0, sampled={"a": 2}),
-                     trial(3, 1500.0, sampled={"a": 3}), trial(4, None, "crashed", sampled={"a": 4}))
+    found = standing(
+        trial(0, 1000.0),
+        trial(1, 800.0, sampled={"a": 1}),
+        trial(2, 1200.0, sampled={"a": 2}),
+        trial(3, 1500.0, sampled={"a": 3}),
+        trial(4, None, "crashed", sampled={"a": 4}),
+    )
     round_ = confirmation(found, runs)
     assert [r.of for r in round_.requests] == order
     assert [r.baseline for r in round_.requests] == [n == 0 for n in order]  # its re-runs are the baseline too
     assert all(r.kind is Kind.CONFIRM and r.config == found.rows[r.of].sampled for r in round_.requests)
     assert round_.once == "confirm-after-5"
-    assert round_.why == (f"confirming: {len(order)} re-runs of trials 3, 2, 1, 0 (the winner is chosen on the "
-                          "median of its runs)")
+    assert round_.why == (
+        f"confirming: {len(order)} re-runs of trials 3, 2, 1, 0 (the winner is chosen on the median of its runs)"
+    )
     assert confirmation(standing(trial(0, 1000.0)), 2).requests == ()  # nothing to compare the baseline with

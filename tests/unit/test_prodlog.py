@@ -34,8 +34,11 @@ def test_a_failing_store_costs_no_figure_and_the_loop_never_waits(monkeypatch) -
 
     def loop() -> None:
         for step in range(1, 121):
-            log(step, {"data_wait_frac": 0.5, "samples_per_s": 100.0 + step},
-                {"num_workers": 2 + step // 60, "prefetch_factor": 2})
+            log(
+                step,
+                {"data_wait_frac": 0.5, "samples_per_s": 100.0 + step},
+                {"num_workers": 2 + step // 60, "prefetch_factor": 2},
+            )
 
     training = threading.Thread(target=loop)
     training.start()
@@ -46,8 +49,11 @@ def test_a_failing_store_costs_no_figure_and_the_loop_never_waits(monkeypatch) -
     assert log.flush(10.0) and log.pending == 0
     steps = [m.step for m in store.metrics if m.key == "samples_per_s"]
     assert steps == list(range(1, 121))  # every epoch, once, in order
-    assert [t.value for t in store.tags] == ["num_workers=2 prefetch_factor=2", "num_workers=3 prefetch_factor=2",
-                                             "num_workers=4 prefetch_factor=2"]  # when the values change only
+    assert [t.value for t in store.tags] == [
+        "num_workers=2 prefetch_factor=2",
+        "num_workers=3 prefetch_factor=2",
+        "num_workers=4 prefetch_factor=2",
+    ]  # when the values change only
     assert len(said) == 2 and "logging to MLflow failed (ConnectionError: tracking server restarting)" in said[0]
     assert said[1] == "adapt: logging to MLflow works again; nothing was lost"
     log.close()
@@ -63,8 +69,10 @@ def test_what_a_dead_store_keeps_at_the_end_is_counted_not_waited_for(monkeypatc
     started = time.perf_counter()
     log.close(timeout=0.5)
     assert time.perf_counter() - started < 3.0
-    assert said[-1] == ("adapt: 3 epoch(s) of figures were not logged to MLflow (run run-2): "
-                        "ConnectionError: tracking server restarting")
+    assert said[-1] == (
+        "adapt: 3 epoch(s) of figures were not logged to MLflow (run run-2): "
+        "ConnectionError: tracking server restarting"
+    )
     assert not store.metrics
 
 
@@ -90,6 +98,8 @@ def test_figures_the_store_refuses_are_dropped_and_said_and_the_rest_go_on() -> 
     assert log.flush(10.0)
     log(2, {"samples_per_s": 2.0}, {"num_workers": 2})
     assert log.flush(10.0) and [m.step for m in written] == [2, 2]  # samples_per_s and num_workers
-    assert said == ["adapt: MLflow refused 1 epoch(s) of figures (ValueError: metric value must be a number); "
-                    "they are dropped, training goes on"]
+    assert said == [
+        "adapt: MLflow refused 1 epoch(s) of figures (ValueError: metric value must be a number); "
+        "they are dropped, training goes on"
+    ]
     log.close()

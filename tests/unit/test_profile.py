@@ -6,13 +6,14 @@ from __future__ import annotations
 import time
 
 import pytest
-from standings import trial
 
 from autotune.core._ceilings import Ceilings
 from autotune.machine._launch import Budget
-from autotune.worker._profile import PARTS, StepParts, breakdown, changed, shares
 from autotune.tuner._profiling import parent_figures, profile_budget, profile_plan
 from autotune.tuner._standing import standing_of
+from autotune.worker._profile import PARTS, StepParts, breakdown, changed, shares
+
+from standings import trial
 
 
 def test_the_parts_tile_the_loop_so_they_add_up_to_its_wall_time() -> None:
@@ -56,8 +57,10 @@ def test_the_baseline_and_a_winner_other_than_it_are_profiled() -> None:
     lost = standing_of([trial(0, 1000), trial(1, 500, sampled={"num_workers": 2})], Ceilings())
     assert profile_plan(lost) == ([("baseline", 0, {})], None)
     assert profile_plan(won, nproc=2)[1].startswith("no profile on 2 ranks")
-    assert profile_plan(standing_of([trial(0, None, "crashed")], Ceilings()))[1] == \
-        "no profile: the study has no baseline figure"
+    assert (
+        profile_plan(standing_of([trial(0, None, "crashed")], Ceilings()))[1]
+        == "no profile: the study has no baseline figure"
+    )
 
 
 def test_a_profile_run_measures_one_window_and_no_ceiling() -> None:
@@ -68,10 +71,12 @@ def test_a_profile_run_measures_one_window_and_no_ceiling() -> None:
 def test_the_parent_run_gets_each_parts_milliseconds_and_share(tmp_path) -> None:
     trace = tmp_path / "baseline.pt.trace.json.gz"
     trace.write_bytes(b"")
-    metrics, traces = parent_figures({"baseline": {"parts": {"data_wait": 0.001, "forward": 0.003, "step": 0.004},
-                                                   "trace": str(trace)},
-                                      "winner": {"parts": {"forward": 0.002, "step": 0.002},
-                                                 "trace": str(tmp_path / "gone.gz")}})
+    metrics, traces = parent_figures(
+        {
+            "baseline": {"parts": {"data_wait": 0.001, "forward": 0.003, "step": 0.004}, "trace": str(trace)},
+            "winner": {"parts": {"forward": 0.002, "step": 0.002}, "trace": str(tmp_path / "gone.gz")},
+        }
+    )
     assert metrics["profile_baseline_data_wait_ms"] == pytest.approx(1.0)
     assert metrics["profile_baseline_forward_share"] == pytest.approx(0.75)
     assert metrics["profile_winner_step_ms"] == pytest.approx(2.0)
@@ -99,9 +104,14 @@ def test_the_last_tuner_to_finish_runs_the_profile_runs_and_one_of_two_that_fini
     planned: list[int] = []
 
     def finish(i: int) -> None:  # found=None: a tuner that gets to plan says "no profile", runs nothing
-        runner = SimpleNamespace(options=SimpleNamespace(profile=True, nproc_per_node=1), scheduler=SimpleNamespace(signum=None),
-                                 registry=registries[i], _liveness=liveness, _owner=owners[i],
-                                 reporter=SimpleNamespace(note=lambda line: planned.append(i)))
+        runner = SimpleNamespace(
+            options=SimpleNamespace(profile=True, nproc_per_node=1),
+            scheduler=SimpleNamespace(signum=None),
+            registry=registries[i],
+            _liveness=liveness,
+            _owner=owners[i],
+            reporter=SimpleNamespace(note=lambda line: planned.append(i)),
+        )
         assert run_profiles(runner, None) == {}
 
     finish(0)

@@ -20,8 +20,10 @@ def test_each_rank_gets_its_own_share_of_the_cpus() -> None:
 
 
 def test_a_window_of_the_job_sums_the_ranks_rates_and_keeps_the_slowest_ranks_wait() -> None:
-    ranks = [{"index": 0, "samples": 320, "seconds": 0.5, "data_wait": 0.1, "loss": 1.0},
-             {"index": 0, "samples": 288, "seconds": 0.6, "data_wait": 0.3, "loss": 1.2}]
+    ranks = [
+        {"index": 0, "samples": 320, "seconds": 0.5, "data_wait": 0.1, "loss": 1.0},
+        {"index": 0, "samples": 288, "seconds": 0.6, "data_wait": 0.3, "loss": 1.2},
+    ]
     window = combine(ranks)
     assert window["samples"] / window["seconds"] == pytest.approx(640 + 480, rel=1e-3)
     assert window["data_wait"] / window["seconds"] == pytest.approx(0.5)  # rank 1 waited half its time
@@ -32,8 +34,13 @@ def test_torchrun_gets_each_ranks_threads_unless_the_user_set_them() -> None:
     assert rank_environ({}, 2, [0, 1, 2, 3])["OMP_NUM_THREADS"] == "2"
     assert rank_environ({"OMP_NUM_THREADS": "1"}, 2, [0, 1, 2, 3])["OMP_NUM_THREADS"] == "1"
     assert rank_environ({}, 2, [0, 1, 2, 3])[JOB_CPUS_ENV] == "4"  # the job's, for what an export is checked on
-    assert torchrun(2, ["autotune", "exec"])[1:6] == ["-m", "torch.distributed.run", "--standalone",
-                                                     "--nproc-per-node=2", "-m"]
+    assert torchrun(2, ["autotune", "exec"])[1:6] == [
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        "-m",
+    ]
 
 
 def test_the_jobs_cpus_are_counted_as_the_studys_probe_counts_them(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -60,8 +67,11 @@ def test_more_ranks_than_cpus_is_bad_input(tmp_path: Path, command: str, monkeyp
     Path("train.py").write_text("print('hi')\n")
     Path("best.yaml").write_text("dataloader: {num_workers: 2}\n")
     too_many = str(usable_cpus() + 1)
-    args = (["run", "train.py", "--nproc-per-node", too_many] if command == "run"
-            else ["exec", "best.yaml", "--nproc-per-node", too_many, "train.py"])
+    args = (
+        ["run", "train.py", "--nproc-per-node", too_many]
+        if command == "run"
+        else ["exec", "best.yaml", "--nproc-per-node", too_many, "train.py"]
+    )
     done = CliRunner().invoke(cli, args)
     assert done.exit_code == 2, done.output
     assert f"--nproc-per-node {too_many}: this machine gives" in done.output and "each rank needs one" in done.output

@@ -14,12 +14,12 @@ from optuna.storages.journal import JournalFileBackend
 from autotune.core._config import Config
 from autotune.core._kinds import Kind, Request
 from autotune.core._outcome import Outcome
-from autotune.tuner._queue import attrs_of, claim_waiting, write
-from autotune.tuner._recorder import Recorder
 from autotune.machine._slots import Slot
-from autotune.tuner._space import Choice, IntRange, Space
 from autotune.stores._stores import Spool
 from autotune.stores._tracking import Tracker
+from autotune.tuner._queue import attrs_of, claim_waiting, write
+from autotune.tuner._recorder import Recorder
+from autotune.tuner._space import Choice, IntRange, Space
 from autotune.tuner._watch import TrialResult
 
 SPACE = Space("s", {"num_workers": IntRange(0, 4), "batch_size": Choice(("1x", "2x"))})
@@ -30,13 +30,26 @@ NOISY = {"samples_per_s": 900.0, "samples_per_s_spread": 0.05, "foreign_cpu": 0.
 def recorder(tmp_path: Path):
     tracker = Tracker(f"sqlite:///{tmp_path}/mlflow/mlflow.db", tmp_path / "artifacts")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(study_name="s", direction="maximize",
-                                storage=optuna.storages.JournalStorage(JournalFileBackend(str(tmp_path / "j"))))
+    study = optuna.create_study(
+        study_name="s",
+        direction="maximize",
+        storage=optuna.storages.JournalStorage(JournalFileBackend(str(tmp_path / "j"))),
+    )
     experiment = tracker.experiment("s")
     parent = tracker.parent_run(experiment, None, {"autotune.study": "s"})
     lines: list[str] = []
-    recorder = Recorder(study, tracker, experiment, parent, Spool(tmp_path / "pending", "s"), SPACE, lines.append,
-                        tmp_path / "trials", max_load=0.2, max_spread=1.0)
+    recorder = Recorder(
+        study,
+        tracker,
+        experiment,
+        parent,
+        Spool(tmp_path / "pending", "s"),
+        SPACE,
+        lines.append,
+        tmp_path / "trials",
+        max_load=0.2,
+        max_spread=1.0,
+    )
     recorder.lines = lines
     return recorder
 
@@ -44,15 +57,30 @@ def recorder(tmp_path: Path):
 def result(outcome: Outcome, metrics: dict, tmp_path: Path, resolved: dict | None = None) -> TrialResult:
     log = tmp_path / "trial.log"
     log.write_text("a log line\n")
-    return TrialResult(outcome, "" if outcome == Outcome.COMPLETE else f"{outcome.value}: why", metrics, {}, [],
-                       resolved or {"num_workers": 0, "batch_size": 16}, 16, 0.01, log)
+    return TrialResult(
+        outcome,
+        "" if outcome == Outcome.COMPLETE else f"{outcome.value}: why",
+        metrics,
+        {},
+        [],
+        resolved or {"num_workers": 0, "batch_size": 16},
+        16,
+        0.01,
+        log,
+    )
 
 
 def begun(recorder: Recorder, request: Request, config: Config = Config()) -> tuple:  # type: ignore[valid-type]
     write(recorder.study, request)
     trial = claim_waiting(recorder.study, lambda t: True)
-    run_id = recorder.begin(trial, {"host": "h", "pid": 1, "started": 1.0}, config, Slot(0, (), 2, "cpu"), 0,
-                            {"autotune.fingerprint": "here"})
+    run_id = recorder.begin(
+        trial,
+        {"host": "h", "pid": 1, "started": 1.0},
+        config,
+        Slot(0, (), 2, "cpu"),
+        0,
+        {"autotune.fingerprint": "here"},
+    )
     return trial, run_id
 
 
@@ -100,19 +128,31 @@ def test_a_noisy_figure_is_failed_for_the_sampler_and_doubted(recorder: Recorder
     assert tags["autotune.doubt"].startswith("noisy") and "Not ranked: noisy" in tags["mlflow.note.content"]
 
 
-def test_replaying_a_result_changes_nothing_and_one_closed_otherwise_is_not_used(recorder: Recorder,
-                                                                                  tmp_path: Path) -> None:
+def test_replaying_a_result_changes_nothing_and_one_closed_otherwise_is_not_used(
+    recorder: Recorder, tmp_path: Path
+) -> None:
     from autotune.core._ceilings import Ceilings
     from autotune.tuner._judge import result_record
 
     trial, run_id = begun(recorder, Request(Kind.SAMPLED))
-    record = result_record(trial.number, trial._trial_id, run_id, trial.user_attrs,
-                           result(Outcome.PRUNED, {"samples_per_s": 10.0}, tmp_path), Ceilings(), None, 0.2, 1.0, {})
+    record = result_record(
+        trial.number,
+        trial._trial_id,
+        run_id,
+        trial.user_attrs,
+        result(Outcome.PRUNED, {"samples_per_s": 10.0}, tmp_path),
+        Ceilings(),
+        None,
+        0.2,
+        1.0,
+        {},
+    )
     recorder.spool.write(trial.number, record)
     recorder.replay()
     assert recorder.study.trials[trial.number].state.name == "PRUNED" and recorder.spool.all() == []
-    assert recorder.lines == [f"trial {trial.number}: its result, kept in {recorder.spool.folder} while a store "
-                              "was down, is now recorded"]
+    assert recorder.lines == [
+        f"trial {trial.number}: its result, kept in {recorder.spool.folder} while a store was down, is now recorded"
+    ]
     assert recorder.apply(record)  # again: the same values, nothing changes
     assert recorder.study.trials[trial.number].state.name == "PRUNED"
     other = dict(record, attrs={**record["attrs"], "outcome": "crashed"})
@@ -131,14 +171,15 @@ def test_a_stale_trial_is_closed_once(recorder: Recorder) -> None:
     assert recorder.tracker.client.get_run(run_id).info.status == "KILLED"
 
 
-def test_a_study_whose_baseline_is_never_believed_closes_its_parent_run_with_no_speedup(recorder: Recorder,
-                                                                                       tmp_path: Path) -> None:
+def test_a_study_whose_baseline_is_never_believed_closes_its_parent_run_with_no_speedup(
+    recorder: Recorder, tmp_path: Path
+) -> None:
     # (the finish once crashed here reading the median of the baseline's believed runs: none)
-    from standings import standing as standing_of_rows
-    from standings import trial
-
     from autotune.tuner._finish import parent_record
     from autotune.tuner._report import throughput_png
+
+    from standings import standing as standing_of_rows
+    from standings import trial
 
     noisy = "noisy: other processes used 70% of its CPUs while it measured (over 60%)"
     found = standing_of_rows(trial(0, 900.0, doubt=noisy), trial(1, 1200.0, sampled={"num_workers": 2}))
@@ -148,7 +189,8 @@ def test_a_study_whose_baseline_is_never_believed_closes_its_parent_run_with_no_
     assert record.metrics["best_samples_per_s"] == 1200.0
     assert "best_speedup" not in record.metrics and "baseline_samples_per_s" not in record.metrics
     assert record.tags["autotune.result"].startswith(
-        "trial 1, 1,200 samples/s, ±2%; no speedup: unreliable baseline, every run of it was noisy")
+        "trial 1, 1,200 samples/s, ±2%; no speedup: unreliable baseline, every run of it was noisy"
+    )
     recorder.close_parent(record, {"throughput.png": plot}, "FINISHED")
     parent = recorder.tracker.client.get_run(recorder.parent_id)
     artifacts = {a.path: a.file_size for a in recorder.tracker.client.list_artifacts(recorder.parent_id)}
@@ -158,20 +200,25 @@ def test_a_study_whose_baseline_is_never_believed_closes_its_parent_run_with_no_
     assert "best_speedup" not in parent.data.metrics
 
 
-def test_a_whole_run_of_other_samples_is_recorded_as_another_training_in_both_stores(recorder: Recorder,
-                                                                                      tmp_path: Path) -> None:
+def test_a_whole_run_of_other_samples_is_recorded_as_another_training_in_both_stores(
+    recorder: Recorder, tmp_path: Path
+) -> None:
     # A script that stops after 200 steps, at 8x the batch: 51,200 samples against the baseline's 6,400.
     # Its own samples over its run time (3,657/s in 14 s) would draw the sampler to it; the standing never ranks it.
-    from standings import trial as row
-
     from autotune.core._ceilings import Ceilings
     from autotune.worker._streams import same_training
+
+    from standings import trial as row
 
     shape = {"ended": True, "epochs": 1, "steps": 200}
     base = row(0, 400.0, config={"batch_size": 32}, shape={**shape, "samples": 6_400}, run_s=10.0)
     trial, run_id = begun(recorder, Request(Kind.SAMPLED))
-    wide = result(Outcome.COMPLETE, {"samples_per_s": 4000.0, "samples_per_s_spread": 0.05, "run_s": 14.0,
-                                     "run_samples_per_s": 51_200 / 14.0}, tmp_path, {"num_workers": 0, "batch_size": 256})
+    wide = result(
+        Outcome.COMPLETE,
+        {"samples_per_s": 4000.0, "samples_per_s_spread": 0.05, "run_s": 14.0, "run_samples_per_s": 51_200 / 14.0},
+        tmp_path,
+        {"num_workers": 0, "batch_size": 256},
+    )
     wide = same_training(dataclasses.replace(wide, shape={**shape, "samples": 51_200}), base)
     assert recorder.end(trial, run_id, wide, Ceilings(), 400.0)
     frozen = recorder.study.trials[trial.number]

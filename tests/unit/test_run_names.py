@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from standings import trial
-
 from autotune.core._kinds import Kind
 from autotune.stores._records import run_name
+
+from standings import trial
 
 
 def named(row, winner: bool = False, speedup: float | None = None) -> str:

@@ -9,8 +9,8 @@ import threading
 import pytest
 
 from autotune.core._kinds import Line
-from autotune.tuner._scheduler import Scheduler
 from autotune.machine._slots import Slot
+from autotune.tuner._scheduler import Scheduler
 
 
 def slots(n: int) -> list[Slot]:

@@ -13,14 +13,17 @@ from autotune.stores._schema import CACHE_ENV, seed_store, sqlite_path
 from autotune.stores._tracking import Tracker
 
 
-@pytest.mark.parametrize(("uri", "path"), [
-    ("sqlite:////tmp/a/mlflow.db", "/tmp/a/mlflow.db"),
-    ("sqlite:///mlflow.db", "mlflow.db"),
-    ("sqlite:///:memory:", None),
-    ("sqlite:///x.db?timeout=5", None),  # options MLflow passes on: its own way
-    ("postgresql://u@h/db", None),
-    ("http://127.0.0.1:5000", None),
-])
+@pytest.mark.parametrize(
+    ("uri", "path"),
+    [
+        ("sqlite:////tmp/a/mlflow.db", "/tmp/a/mlflow.db"),
+        ("sqlite:///mlflow.db", "mlflow.db"),
+        ("sqlite:///:memory:", None),
+        ("sqlite:///x.db?timeout=5", None),  # options MLflow passes on: its own way
+        ("postgresql://u@h/db", None),
+        ("http://127.0.0.1:5000", None),
+    ],
+)
 def test_only_a_file_of_sqlite_is_seeded(uri: str, path: str | None) -> None:
     assert sqlite_path(uri) == (None if path is None else Path(path))
 
@@ -36,8 +39,11 @@ def test_a_seeded_store_is_one_mlflow_uses_with_its_own_default_experiment(tmp_p
     experiment = tracker.experiment("s")
     run = tracker.parent_run(experiment, None, {"autotune.study": "s"})
     assert tracker.client.get_run(run).data.tags["autotune.study"] == "s"
-    rows = sqlite3.connect(tmp_path / "store" / "mlflow.db").execute(
-        "select name from experiments order by experiment_id").fetchall()
+    rows = (
+        sqlite3.connect(tmp_path / "store" / "mlflow.db")
+        .execute("select name from experiments order by experiment_id")
+        .fetchall()
+    )
     assert rows == [("Default",), ("s",)]  # the template held no experiment of another store
 
 

@@ -10,18 +10,21 @@ from click.testing import CliRunner
 
 from autotune._cli import cli
 from autotune.core._config import ConfigError
-from autotune.tuner._options import default_study_name
 from autotune.training._script import check_script, is_script, label
+from autotune.tuner._options import default_study_name
 
 
-@pytest.mark.parametrize(("target", "script", "name"), [
-    ("train.py", True, "train"),
-    ("runs/train_net.py", True, "train_net"),
-    ("-m pkg.train", True, "train"),
-    ("train.py:train", False, "train"),
-    ("train.py:fit", False, "train.fit"),
-    ("pkg.mod:train", False, "mod"),
-])
+@pytest.mark.parametrize(
+    ("target", "script", "name"),
+    [
+        ("train.py", True, "train"),
+        ("runs/train_net.py", True, "train_net"),
+        ("-m pkg.train", True, "train"),
+        ("train.py:train", False, "train"),
+        ("train.py:fit", False, "train.fit"),
+        ("pkg.mod:train", False, "mod"),
+    ],
+)
 def test_a_target_without_a_function_is_a_script(target: str, script: bool, name: str) -> None:
     assert is_script(target) is script
     assert default_study_name(target) == name
@@ -49,12 +52,15 @@ def test_a_script_is_checked_before_anything_runs(tmp_path: Path) -> None:
         check_script("-m 1x")
 
 
-@pytest.mark.parametrize(("args", "says"), [
-    (["run", "tests/fixtures/tiny_train.py:train", "--", "--lr", "1"], "is a function that takes the Run"),
-    (["run"], "TARGET: missing"),
-    (["exec", "best.yaml", "tests/fixtures/tiny_train.py:train"], "exec runs a script"),
-    (["run", "no_such_script.py"], "script no_such_script.py: no such file"),
-])
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["run", "tests/fixtures/tiny_train.py:train", "--", "--lr", "1"], "is a function that takes the Run"),
+        (["run"], "TARGET: missing"),
+        (["exec", "best.yaml", "tests/fixtures/tiny_train.py:train"], "exec runs a script"),
+        (["run", "no_such_script.py"], "script no_such_script.py: no such file"),
+    ],
+)
 def test_a_command_line_that_cannot_run_is_answered_with_status_2(args: list[str], says: str) -> None:
     done = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert done.exit_code == 2, done.output
@@ -64,9 +70,9 @@ def test_a_command_line_that_cannot_run_is_answered_with_status_2(args: list[str
 def test_a_baseline_the_input_failed_is_bad_input_in_one_line_and_one_the_code_failed_is_not() -> None:
     import dataclasses
 
-    from standings import trial
-
     from autotune.tuner._options import baseline_failed
+
+    from standings import trial
 
     said = "train.py has no training loop: it built no DataLoader, ... (autotune measures ...); its last lines: done"
     row = dataclasses.replace(trial(0, None, "crashed"), reason=f"NotTunable: {said}\nTraceback (most recent ...")
@@ -80,7 +86,8 @@ def test_a_baseline_the_input_failed_is_bad_input_in_one_line_and_one_the_code_f
 
 
 def test_an_error_inside_autotune_is_one_line_with_its_own_status_and_the_saved_traceback(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import autotune.production._export
 
     monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path))
@@ -93,7 +100,7 @@ def test_an_error_inside_autotune_is_one_line_with_its_own_status_and_the_saved_
     script.write_text("print('hi')\n")
     done = CliRunner().invoke(cli, ["exec", "best.yaml", str(script)])
     assert done.exit_code == 4
-    line, = [text for text in done.output.splitlines() if text.startswith("autotune: internal error")]
+    (line,) = [text for text in done.output.splitlines() if text.startswith("autotune: internal error")]
     assert "TypeError: unsupported operand type(s) for /" in line
     saved = Path(line.split("the traceback is in ")[1].split(": please")[0])
     assert saved.parent == tmp_path / "errors" and "Traceback (most recent call last)" in saved.read_text()

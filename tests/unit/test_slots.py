@@ -9,12 +9,15 @@ from autotune.machine._launch import TrialSpec, build_command
 from autotune.machine._slots import CPUS_ENV, Slot, cpu_list, devices_of, plan_slots
 
 
-@pytest.mark.parametrize("jobs, cpus, expected", [
-    (1, [0, 1, 2, 3], [()]),                      # one slot: not pinned, as before --jobs
-    (2, [0, 1, 2, 3], [(0, 1), (2, 3)]),
-    (3, [0, 1, 2, 3, 4, 5, 6], [(0, 1, 2), (3, 4), (5, 6)]),  # 7 = 3 + 2 + 2: the first gets the extra
-    (2, [8, 2, 3, 9], [(2, 3), (8, 9)]),          # an affinity mask, sorted
-])
+@pytest.mark.parametrize(
+    "jobs, cpus, expected",
+    [
+        (1, [0, 1, 2, 3], [()]),  # one slot: not pinned, as before --jobs
+        (2, [0, 1, 2, 3], [(0, 1), (2, 3)]),
+        (3, [0, 1, 2, 3, 4, 5, 6], [(0, 1, 2), (3, 4), (5, 6)]),  # 7 = 3 + 2 + 2: the first gets the extra
+        (2, [8, 2, 3, 9], [(2, 3), (8, 9)]),  # an affinity mask, sorted
+    ],
+)
 def test_slots_split_the_cpus_disjointly(jobs, cpus, expected) -> None:
     slots = plan_slots(jobs, cpus, ["cpu"])
     assert [s.cpus for s in slots] == expected

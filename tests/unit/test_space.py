@@ -12,8 +12,7 @@ import pytest
 import autotune.tuner._space as space_mod
 from autotune import KNOBS, Config, ConfigError
 from autotune.machine._probe import Fingerprint, usable_cpus
-from autotune.tuner._space import (SPACES_DIR, Choice, Fixed, IntRange, Space, load_space,
-                             space_from_mapping)
+from autotune.tuner._space import SPACES_DIR, Choice, Fixed, IntRange, Space, load_space, space_from_mapping
 
 
 def write(tmp_path: Path, text: str, name: str = "space.yaml") -> Path:
@@ -26,7 +25,9 @@ def write(tmp_path: Path, text: str, name: str = "space.yaml") -> Path:
 
 
 def test_load_a_space_file(tmp_path: Path) -> None:
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         knobs:
           num_workers: {low: 0, high: 8, step: 2}
           pin_memory: [false, true]
@@ -34,12 +35,12 @@ def test_load_a_space_file(tmp_path: Path) -> None:
           batch_size: [1x, 2x, 64]
           amp: ["off", bf16]
           prefetch_factor: {low: 1, high: 16, log: true}
-        """)
+        """,
+    )
     space = load_space(str(path))
     assert space.name == str(path)
     # registry order, whatever the file's order
-    assert list(space.domains) == ["batch_size", "num_workers", "pin_memory", "prefetch_factor",
-                                   "prefetch", "amp"]
+    assert list(space.domains) == ["batch_size", "num_workers", "pin_memory", "prefetch_factor", "prefetch", "amp"]
     assert space.domains == {
         "batch_size": Choice(("1x", "2x", 64)),
         "num_workers": IntRange(0, 8, False, 2),
@@ -89,15 +90,16 @@ def test_num_workers_high_relative_to_usable_cpus(tmp_path: Path, high: str, fac
     ("cpus", "high", "expected"),
     [
         (6, "auto", 6),
-        (6, "4x", 24),    # 4 * 6
-        (6, "0.5x", 3),   # floor(0.5 * 6)
-        (5, "0.5x", 2),   # floor(2.5)
-        (6, "0.1x", 1),   # floor(0.6) = 0, but never below 1
+        (6, "4x", 24),  # 4 * 6
+        (6, "0.5x", 3),  # floor(0.5 * 6)
+        (5, "0.5x", 2),  # floor(2.5)
+        (6, "0.1x", 1),  # floor(0.6) = 0, but never below 1
         (1, "auto", 1),
     ],
 )
-def test_relative_range_arithmetic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cpus: int,
-                                   high: str, expected: int) -> None:
+def test_relative_range_arithmetic(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cpus: int, high: str, expected: int
+) -> None:
     monkeypatch.setattr(space_mod, "usable_cpus", lambda: cpus)
     path = write(tmp_path, f"knobs: {{num_workers: {{low: 0, high: {high}}}}}")
     assert load_space(str(path)).domains["num_workers"].high == expected
@@ -124,28 +126,31 @@ def assert_names(exc: BaseException, path: Path, key: str) -> None:
     ("text", "key", "what"),
     [
         # unknown knob (a typo): the message lists the known ones
-        ("knobs: {num_worker: 4}", "knobs.num_worker",
-         r"unknown knob; known: batch_size, num_workers"),
+        ("knobs: {num_worker: 4}", "knobs.num_worker", r"unknown knob; known: batch_size, num_workers"),
         # unknown top-level key
         ("knobs: {num_workers: 4}\ntrials: 30\n", "trials", r"trials: unknown key; allowed: knobs"),
         # wrong types
-        ("knobs: {num_workers: four}", "knobs.num_workers",
-         r"'four' is not allowed; allowed: an integer >= 0"),
+        ("knobs: {num_workers: four}", "knobs.num_workers", r"'four' is not allowed; allowed: an integer >= 0"),
         ("knobs: {num_workers: true}", "knobs.num_workers", r"True is not allowed"),
         ("knobs: {pin_memory: 1}", "knobs.pin_memory", r"1 is not allowed; allowed: true or false"),
         ("knobs: {pin_memory: [false, 1]}", "knobs.pin_memory", r"1 is not allowed"),
         ("knobs: {num_workers: }", "knobs.num_workers", r"None is not allowed"),
-        ("knobs: {prefetch: [none, stream]}", "knobs.prefetch",
-         r"'stream' is not allowed; allowed: one of none, thread, cuda_stream"),
+        (
+            "knobs: {prefetch: [none, stream]}",
+            "knobs.prefetch",
+            r"'stream' is not allowed; allowed: one of none, thread, cuda_stream",
+        ),
         # YAML reads an unquoted off as False
         ("knobs: {amp: [off, bf16]}", "knobs.amp", r"False is not allowed.*quote it"),
         ("knobs: {batch_size: [1x, 0x]}", "knobs.batch_size", r"'0x' is not allowed"),
         # a range on a knob that is not an integer
-        ("knobs: {pin_memory: {low: 0, high: 1}}", "knobs.pin_memory",
-         r"a range \{low, high\} needs an integer knob"),
+        ("knobs: {pin_memory: {low: 0, high: 1}}", "knobs.pin_memory", r"a range \{low, high\} needs an integer knob"),
         # low > high: Optuna's wording, with both values
-        ("knobs: {num_workers: {low: 8, high: 2}}", "knobs.num_workers",
-         r"low <= high must hold, but got \(low=8, high=2\)"),
+        (
+            "knobs: {num_workers: {low: 8, high: 2}}",
+            "knobs.num_workers",
+            r"low <= high must hold, but got \(low=8, high=2\)",
+        ),
         ("knobs: {num_workers: {low: -1, high: 2}}", "knobs.num_workers", r"-1 is not allowed"),
         # empty choice list
         ("knobs: {prefetch: []}", "knobs.prefetch", r"empty choice list"),
@@ -153,31 +158,48 @@ def assert_names(exc: BaseException, path: Path, key: str) -> None:
         ("knobs: {prefetch: [none, thread, none]}", "knobs.prefetch", r"duplicate choices"),
         ("knobs: {num_workers: [0, 2, 2]}", "knobs.num_workers", r"duplicate choices"),
         # bad range keys
-        ("knobs: {num_workers: {low: 0, hi: 4}}", "knobs.num_workers",
-         r"a range takes keys low, high, log, step \(low and high required\)"),
+        (
+            "knobs: {num_workers: {low: 0, hi: 4}}",
+            "knobs.num_workers",
+            r"a range takes keys low, high, log, step \(low and high required\)",
+        ),
         ("knobs: {num_workers: {low: 0}}", "knobs.num_workers", r"low and high required"),
-        ("knobs: {num_workers: {low: 0, high: 4, steps: 2}}", "knobs.num_workers",
-         r"a range takes keys"),
-        ("knobs: {num_workers: {low: 0, high: 4, step: 0}}", "knobs.num_workers.step",
-         r"must be an integer >= 1; got 0"),
-        ("knobs: {num_workers: {low: 0, high: 4, step: true}}", "knobs.num_workers.step",
-         r"must be an integer >= 1"),
-        ("knobs: {num_workers: {low: 0, high: 4, log: yes please}}", "knobs.num_workers.log",
-         r"must be true or false"),
+        ("knobs: {num_workers: {low: 0, high: 4, steps: 2}}", "knobs.num_workers", r"a range takes keys"),
+        (
+            "knobs: {num_workers: {low: 0, high: 4, step: 0}}",
+            "knobs.num_workers.step",
+            r"must be an integer >= 1; got 0",
+        ),
+        ("knobs: {num_workers: {low: 0, high: 4, step: true}}", "knobs.num_workers.step", r"must be an integer >= 1"),
+        ("knobs: {num_workers: {low: 0, high: 4, log: yes please}}", "knobs.num_workers.log", r"must be true or false"),
         # log with a step, or from 0 (Optuna's IntDistribution refuses both)
-        ("knobs: {prefetch_factor: {low: 1, high: 8, log: true, step: 2}}",
-         "knobs.prefetch_factor", r"log=true needs step=1 and low >= 1; got \(low=1, step=2\)"),
-        ("knobs: {num_workers: {low: 0, high: 8, log: true}}", "knobs.num_workers",
-         r"log=true needs step=1 and low >= 1; got \(low=0, step=1\)"),
+        (
+            "knobs: {prefetch_factor: {low: 1, high: 8, log: true, step: 2}}",
+            "knobs.prefetch_factor",
+            r"log=true needs step=1 and low >= 1; got \(low=1, step=2\)",
+        ),
+        (
+            "knobs: {num_workers: {low: 0, high: 8, log: true}}",
+            "knobs.num_workers",
+            r"log=true needs step=1 and low >= 1; got \(low=0, step=1\)",
+        ),
         # relative range ends are for num_workers (relative to the CPUs) only
-        ("knobs: {prefetch_factor: {low: 1, high: auto}}", "knobs.prefetch_factor",
-         r"'auto' is not allowed as a range end; allowed: integers$"),
-        ("knobs: {prefetch_factor: {low: 1, high: 4x}}", "knobs.prefetch_factor",
-         r"'4x' is not allowed as a range end"),
-        ("knobs: {batch_size: {low: 1x, high: 4x}}", "knobs.batch_size",
-         r"'1x' is not allowed as a range end"),
-        ("knobs: {num_workers: {low: 0, high: lots}}", "knobs.num_workers",
-         r"'lots' is not allowed as a range end; allowed: integers, 'auto' or 'Nx'"),
+        (
+            "knobs: {prefetch_factor: {low: 1, high: auto}}",
+            "knobs.prefetch_factor",
+            r"'auto' is not allowed as a range end; allowed: integers$",
+        ),
+        (
+            "knobs: {prefetch_factor: {low: 1, high: 4x}}",
+            "knobs.prefetch_factor",
+            r"'4x' is not allowed as a range end",
+        ),
+        ("knobs: {batch_size: {low: 1x, high: 4x}}", "knobs.batch_size", r"'1x' is not allowed as a range end"),
+        (
+            "knobs: {num_workers: {low: 0, high: lots}}",
+            "knobs.num_workers",
+            r"'lots' is not allowed as a range end; allowed: integers, 'auto' or 'Nx'",
+        ),
         # no knobs at all
         ("knobs: {}", "knobs", r"must map knob names to values"),
         ("knobs: [num_workers]", "knobs", r"must map knob names to values"),
@@ -220,29 +242,48 @@ def cpu_only() -> Fingerprint:
     """A machine without CUDA (what probe() gives on a CPU-only host)."""
     why = "torch.cuda.is_available() is False"
     return Fingerprint(
-        host="h", platform="Linux x86_64", python="3.11", torch="2.13.0", cpus=4,
-        ram_total_gib=16.0, ram_available_gib=8.0, device="cpu", gpu=None, gpu_memory_gib=None,
-        driver=None, nvml=False, pinned_limit="unlimited",
-        capabilities={"cuda": False, "cudnn": False, "bf16": True, "fused_optimizer": True, "compile": True,
-                      "glibc_malloc": True},
+        host="h",
+        platform="Linux x86_64",
+        python="3.11",
+        torch="2.13.0",
+        cpus=4,
+        ram_total_gib=16.0,
+        ram_available_gib=8.0,
+        device="cpu",
+        gpu=None,
+        gpu_memory_gib=None,
+        driver=None,
+        nvml=False,
+        pinned_limit="unlimited",
+        capabilities={
+            "cuda": False,
+            "cudnn": False,
+            "bf16": True,
+            "fused_optimizer": True,
+            "compile": True,
+            "glibc_malloc": True,
+        },
         reasons={"cuda": f"needs CUDA; {why}", "cudnn": f"needs cuDNN on a CUDA device; {why}"},
         date="2026-11-22",
     )
 
 
 def test_restrict_without_cuda() -> None:
-    space = Space("s", {
-        "num_workers": IntRange(0, 4),
-        "pin_memory": Choice((False, True)),
-        "prefetch": Choice(("none", "thread", "cuda_stream")),
-        "amp": Choice(("off", "bf16", "fp16")),
-        "cudnn_benchmark": Fixed(True),
-        "cuda_alloc_conf": Choice(("default", "expandable_segments:True")),
-    })
+    space = Space(
+        "s",
+        {
+            "num_workers": IntRange(0, 4),
+            "pin_memory": Choice((False, True)),
+            "prefetch": Choice(("none", "thread", "cuda_stream")),
+            "amp": Choice(("off", "bf16", "fp16")),
+            "cudnn_benchmark": Fixed(True),
+            "cuda_alloc_conf": Choice(("default", "expandable_segments:True")),
+        },
+    )
     restricted, notes = space.restrict(cpu_only())
     assert restricted.domains == {
-        "num_workers": IntRange(0, 4),                      # needs nothing: untouched
-        "pin_memory": Fixed(False),                         # two values less one
+        "num_workers": IntRange(0, 4),  # needs nothing: untouched
+        "pin_memory": Fixed(False),  # two values less one
         "prefetch": Choice(("none", "thread")),
         "amp": Choice(("off", "bf16")),
         # cudnn_benchmark: its only value needs cuDNN, so the knob is gone (baseline kept)
@@ -252,18 +293,15 @@ def test_restrict_without_cuda() -> None:
         "pin_memory: dropped true (needs CUDA; torch.cuda.is_available() is False)",
         "prefetch: dropped 'cuda_stream' (needs CUDA; torch.cuda.is_available() is False)",
         "amp: dropped 'fp16' (needs CUDA; torch.cuda.is_available() is False)",
-        "cudnn_benchmark: dropped true (needs cuDNN on a CUDA device; "
-        "torch.cuda.is_available() is False)",
-        "cuda_alloc_conf: dropped 'expandable_segments:True' (needs CUDA; "
-        "torch.cuda.is_available() is False)",
+        "cudnn_benchmark: dropped true (needs cuDNN on a CUDA device; torch.cuda.is_available() is False)",
+        "cuda_alloc_conf: dropped 'expandable_segments:True' (needs CUDA; torch.cuda.is_available() is False)",
     ]
     assert restricted.name == "s"
 
 
 def test_restrict_with_every_capability_changes_nothing() -> None:
     fp = cpu_only()
-    full = Fingerprint(**{**fp.__dict__, "capabilities": {c: True for c in fp.capabilities},
-                          "reasons": {}})
+    full = Fingerprint(**{**fp.__dict__, "capabilities": {c: True for c in fp.capabilities}, "reasons": {}})
     space = load_space("default")
     assert space.restrict(full) == (space, [])
 
@@ -285,7 +323,9 @@ def test_sample_respects_conditional_knobs(tmp_path: Path) -> None:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         knobs:
           batch_size: [1x, 2x, 4x]
           lr_scaling: [none, linear, sqrt]
@@ -293,7 +333,8 @@ def test_sample_respects_conditional_knobs(tmp_path: Path) -> None:
           persistent_workers: [false, true]
           prefetch_factor: {low: 1, high: 4}
           amp: ["off", bf16]
-        """)
+        """,
+    )
     space = load_space(str(path))
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     seen = {"workers": 0, "no_workers": 0, "scaled": 0, "unscaled": 0}
@@ -337,8 +378,7 @@ def test_sample_keeps_dependants_when_the_users_code_decides_num_workers() -> No
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # num_workers is not in the space: the user's code decides it, so its dependants are
     # sampled (Run.dataloader drops them if that code uses no workers) ...
-    space = Space("s", {"persistent_workers": Choice((False, True)),
-                        "prefetch_factor": IntRange(1, 8)})
+    space = Space("s", {"persistent_workers": Choice((False, True)), "prefetch_factor": IntRange(1, 8)})
     trial = optuna.create_study().ask()
     config = space.sample(trial)
     assert set(trial.params) == {"persistent_workers", "prefetch_factor"}
@@ -350,19 +390,29 @@ def test_sample_keeps_dependants_when_the_users_code_decides_num_workers() -> No
     assert trial.params == {}
 
 
-@pytest.mark.parametrize("held, expected_params", [
-    # held at a trial's values: not sampled; the conditions follow the held values
-    ({"num_workers": 0, "prefetch": "thread"}, {"amp"}),
-    ({"num_workers": 3, "prefetch_factor": 5, "prefetch": "none"}, {"amp"}),
-    # held at the user's own (None): its dependants are still sampled, as with no num_workers
-    ({"num_workers": None, "prefetch": None}, {"prefetch_factor", "amp"}),
-])
+@pytest.mark.parametrize(
+    "held, expected_params",
+    [
+        # held at a trial's values: not sampled; the conditions follow the held values
+        ({"num_workers": 0, "prefetch": "thread"}, {"amp"}),
+        ({"num_workers": 3, "prefetch_factor": 5, "prefetch": "none"}, {"amp"}),
+        # held at the user's own (None): its dependants are still sampled, as with no num_workers
+        ({"num_workers": None, "prefetch": None}, {"prefetch_factor", "amp"}),
+    ],
+)
 def test_sample_holds_knobs_without_suggesting_them(held: dict, expected_params: set) -> None:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    space = Space("s", {"num_workers": IntRange(0, 4), "prefetch_factor": IntRange(1, 8),
-                        "prefetch": Choice(("none", "thread")), "amp": Choice(("off", "bf16"))})
+    space = Space(
+        "s",
+        {
+            "num_workers": IntRange(0, 4),
+            "prefetch_factor": IntRange(1, 8),
+            "prefetch": Choice(("none", "thread")),
+            "amp": Choice(("off", "bf16")),
+        },
+    )
     trial = optuna.create_study().ask()
     config = space.sample(trial, held)
     assert set(trial.params) == expected_params
@@ -376,8 +426,9 @@ def test_an_enqueued_trial_keeps_its_fixed_values_over_holds() -> None:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    space = Space("s", {"num_workers": IntRange(0, 4), "prefetch_factor": IntRange(1, 8),
-                        "amp": Choice(("off", "bf16"))})
+    space = Space(
+        "s", {"num_workers": IntRange(0, 4), "prefetch_factor": IntRange(1, 8), "amp": Choice(("off", "bf16"))}
+    )
     study = optuna.create_study()
     # whoever enqueued it (a climb, a test's fault study) asked for num_workers=3: a hold of
     # num_workers at the code's own does not run 0 in its place; amp, not enqueued, stays held

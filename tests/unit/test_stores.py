@@ -36,15 +36,18 @@ def mlflow_error(message: str, code: str):
     return MlflowException(message, error_code=getattr(databricks_pb2, code))
 
 
-@pytest.mark.parametrize("exc, waits", [
-    (ConnectionRefusedError(errno.ECONNREFUSED, "refused"), True),
-    (OSError(errno.ENOSPC, "No space left on device"), True),
-    (OSError(errno.EROFS, "Read-only file system"), True),
-    (FileNotFoundError(errno.ENOENT, "no such file"), False),
-    (sqlite3.OperationalError("database or disk is full"), True),
-    (ValueError("bad value"), False),
-    (KeyError("x"), False),
-])
+@pytest.mark.parametrize(
+    "exc, waits",
+    [
+        (ConnectionRefusedError(errno.ECONNREFUSED, "refused"), True),
+        (OSError(errno.ENOSPC, "No space left on device"), True),
+        (OSError(errno.EROFS, "Read-only file system"), True),
+        (FileNotFoundError(errno.ENOENT, "no such file"), False),
+        (sqlite3.OperationalError("database or disk is full"), True),
+        (ValueError("bad value"), False),
+        (KeyError("x"), False),
+    ],
+)
 def test_what_waiting_can_mend(exc, waits) -> None:
     assert transient(exc) is waits
 
@@ -54,8 +57,7 @@ def test_mlflow_and_optuna_errors_are_judged_by_their_cause() -> None:
     import sqlalchemy.exc
 
     # the REST client's wording for a server that does not answer
-    assert transient(mlflow_error("API request to http://127.0.0.1:5/api failed with exception ...",
-                                  "INTERNAL_ERROR"))
+    assert transient(mlflow_error("API request to http://127.0.0.1:5/api failed with exception ...", "INTERNAL_ERROR"))
     assert transient(mlflow_error("server's database is down", "TEMPORARILY_UNAVAILABLE"))
     assert not transient(mlflow_error("Experiment 'x' already exists", "RESOURCE_ALREADY_EXISTS"))
     assert not transient(mlflow_error("Changing param values is not allowed", "INVALID_PARAMETER_VALUE"))
@@ -85,13 +87,18 @@ def test_patience_retries_with_backoff_and_stops_after_it() -> None:
         raise ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
 
     patience = Patience("the tracking store http://x", 30, clock=clock, sleep=clock.sleep, on_wait=said.append)
-    with pytest.raises(StoreDown, match=r"^the tracking store http://x has failed for 30 s: \[Errno 111\] "
-                                        r"Connection refused$"):
+    with pytest.raises(
+        StoreDown,
+        match=r"^the tracking store http://x has failed for 30 s: \[Errno 111\] "
+        r"Connection refused$",
+    ):
         patience.call(down)
     # backoff 0.5, 1, 2, 4, 8, 10, then what is left of the 30 s
     assert [round(b - a, 1) for a, b in zip(calls, calls[1:])] == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 4.5]
-    assert said == ["the tracking store http://x does not answer ([Errno 111] Connection refused); "
-                    "retrying for up to 30 s (--store-patience)"]
+    assert said == [
+        "the tracking store http://x does not answer ([Errno 111] Connection refused); "
+        "retrying for up to 30 s (--store-patience)"
+    ]
     # still down on the next call: the patience is spent already, no second 30 s
     before = clock.now
     with pytest.raises(StoreDown):

@@ -10,7 +10,6 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from standings import standing, trial
 from test_planner import WORKERS, leader_standing
 
 from autotune.tuner._loader_workers import epoch_samples
@@ -26,11 +25,15 @@ from autotune.worker._streams import (
     row_prints,
 )
 
+from standings import standing, trial
+
 
 def test_a_duplicating_loader_is_told_by_its_repeated_rows_and_names_the_fix() -> None:
     why = distortion({"repeat_share": 0.75}, {"num_workers": 4}, {"repeat_share": 0.0}, {})
-    assert why.startswith("distorted: 75% of the rows of its first batches came again (the baseline's: 0%): "
-                          "its 4 DataLoader workers deliver the same rows more than once")
+    assert why.startswith(
+        "distorted: 75% of the rows of its first batches came again (the baseline's: 0%): "
+        "its 4 DataLoader workers deliver the same rows more than once"
+    )
     assert "get_worker_info()" in why
 
 
@@ -41,43 +44,67 @@ def test_a_dataset_with_repeated_rows_of_its_own_is_not_a_duplicating_loader() -
 
 def test_an_epoch_of_more_rows_than_the_baseline_s_is_told_even_without_repeats_seen() -> None:
     # (workers that shuffle with their own seeds: no repeat in the first batches, but whole epochs show it)
-    why = distortion({"repeat_share": 0.01, "epoch_rows": 4096}, {"num_workers": 4},
-                     {"repeat_share": 0.0, "epoch_rows": 1024}, {})
+    why = distortion(
+        {"repeat_share": 0.01, "epoch_rows": 4096}, {"num_workers": 4}, {"repeat_share": 0.0, "epoch_rows": 1024}, {}
+    )
     assert why.startswith("distorted: an epoch of its loader delivered 4,096 rows, 4.0x the baseline's 1,024")
     # drop_last at a larger batch or per worker delivers fewer: never told
     assert distortion({"epoch_rows": 960}, {}, {"epoch_rows": 1024}, {}) is None
 
 
 def test_partial_batches_are_another_training_and_a_larger_batch_is_not() -> None:
-    why = distortion({"samples_per_step": 16.0}, {"batch_size": 64, "num_workers": 16},
-                     {"samples_per_step": 64.0}, {"batch_size": 64})
-    assert why.startswith("not the same training: the model saw batches of 16.0 samples on average, 25% of its "
-                          "batch_size 64 (the baseline's: 100%)")
+    why = distortion(
+        {"samples_per_step": 16.0},
+        {"batch_size": 64, "num_workers": 16},
+        {"samples_per_step": 64.0},
+        {"batch_size": 64},
+    )
+    assert why.startswith(
+        "not the same training: the model saw batches of 16.0 samples on average, 25% of its "
+        "batch_size 64 (the baseline's: 100%)"
+    )
     # 8x the batch, each full: the same training at another batch size (judged on its loss elsewhere)
-    assert distortion({"samples_per_step": 512.0}, {"batch_size": 512}, {"samples_per_step": 64.0},
-                      {"batch_size": 64}) is None
+    assert (
+        distortion({"samples_per_step": 512.0}, {"batch_size": 512}, {"samples_per_step": 64.0}, {"batch_size": 64})
+        is None
+    )
     # a last partial batch per epoch in both: within the margin
-    assert distortion({"samples_per_step": 60.0}, {"batch_size": 64}, {"samples_per_step": 63.0},
-                      {"batch_size": 64}) is None
+    assert (
+        distortion({"samples_per_step": 60.0}, {"batch_size": 64}, {"samples_per_step": 63.0}, {"batch_size": 64})
+        is None
+    )
 
 
-@pytest.mark.parametrize(("rows", "size"), [
-    (1.0, -2.0),    # ceil(1 / -2) = 0: the partial last batch's share divided by zero (found by the test below)
-    (-5, 64),       # ceil(-5 / 64) = 0 too
-    (1e10, 5e-324),  # 1e10 / 5e-324 is inf: math.ceil raises OverflowError
-    (0.5, 64),      # not a row
-])
+@pytest.mark.parametrize(
+    ("rows", "size"),
+    [
+        (1.0, -2.0),  # ceil(1 / -2) = 0: the partial last batch's share divided by zero (found by the test below)
+        (-5, 64),  # ceil(-5 / 64) = 0 too
+        (1e10, 5e-324),  # 1e10 / 5e-324 is inf: math.ceil raises OverflowError
+        (0.5, 64),  # not a row
+    ],
+)
 def test_a_batch_size_or_an_epoch_under_one_row_tells_nothing_of_partial_batches(rows, size) -> None:
     # full batches, as full as the baseline's: nothing to tell, and nothing raised on the way
-    assert distortion({"epoch_rows": rows, "samples_per_step": abs(size)}, {"batch_size": size},
-                      {"samples_per_step": 1.0}, {"batch_size": 1}) is None
+    assert (
+        distortion(
+            {"epoch_rows": rows, "samples_per_step": abs(size)},
+            {"batch_size": size},
+            {"samples_per_step": 1.0},
+            {"batch_size": 1},
+        )
+        is None
+    )
 
 
-figures = st.dictionaries(st.sampled_from(["repeat_share", "epoch_rows", "samples_per_step"]),
-                          st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 10**6),
-                                    st.text(max_size=3)))
-configs = st.dictionaries(st.sampled_from(["batch_size", "num_workers"]),
-                          st.one_of(st.none(), st.integers(-2, 4096), st.floats(), st.sampled_from(["2x", "auto"])))
+figures = st.dictionaries(
+    st.sampled_from(["repeat_share", "epoch_rows", "samples_per_step"]),
+    st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 10**6), st.text(max_size=3)),
+)
+configs = st.dictionaries(
+    st.sampled_from(["batch_size", "num_workers"]),
+    st.one_of(st.none(), st.integers(-2, 4096), st.floats(), st.sampled_from(["2x", "auto"])),
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -95,8 +122,10 @@ def test_row_prints_tell_equal_rows_equal_and_read_the_widest_tensor() -> None:
     x[2] = x[0]
     prints = row_prints((x, torch.tensor([0, 1, 0, 1])))  # the images, not the labels (two values)
     assert len(prints) == 4 and prints[0] == prints[2] and len(set(prints)) == 3
-    assert row_prints({"ids": torch.arange(6).reshape(2, 3), "mask": torch.ones(2, 3)})[0] \
+    assert (
+        row_prints({"ids": torch.arange(6).reshape(2, 3), "mask": torch.ones(2, 3)})[0]
         != row_prints({"ids": torch.arange(6).reshape(2, 3) + 1, "mask": torch.ones(2, 3)})[0]
+    )
     assert len(row_prints(torch.randn(2, 5, dtype=torch.bfloat16))) == 2
     assert row_prints(["no tensor here"]) == []
     wide = torch.randn(2, 3 * ROW_ELEMENTS)  # read at ROW_ELEMENTS evenly spaced places

@@ -23,14 +23,23 @@ def target(tmp_path: Path, source: str, name: str = "train") -> str:
     return f"{path}:{name}"
 
 
-@pytest.mark.parametrize(("source", "said"), [
-    ("def train():\n    pass\n", "train() (", ),
-    ("class Net:\n    pass\n", "Net is a class"),
-    ("def train(run, epochs):\n    pass\n", "needs 2 arguments; autotune passes one, the Run: give epochs a default"),
-    ("def train(run, *, steps):\n    pass\n", "needs keyword argument(s) steps"),
-    ("def train(run):\n    for x in loader:\n        pass\n", "never iterates run.batches(...)"),
-    ("def train(run:\n", "line 1: "),
-])
+@pytest.mark.parametrize(
+    ("source", "said"),
+    [
+        (
+            "def train():\n    pass\n",
+            "train() (",
+        ),
+        ("class Net:\n    pass\n", "Net is a class"),
+        (
+            "def train(run, epochs):\n    pass\n",
+            "needs 2 arguments; autotune passes one, the Run: give epochs a default",
+        ),
+        ("def train(run, *, steps):\n    pass\n", "needs keyword argument(s) steps"),
+        ("def train(run):\n    for x in loader:\n        pass\n", "never iterates run.batches(...)"),
+        ("def train(run:\n", "line 1: "),
+    ],
+)
 def test_a_mistake_in_the_function_is_one_line_naming_it(tmp_path: Path, source: str, said: str) -> None:
     name = "Net" if "class" in source else "train"
     with pytest.raises(ConfigError) as raised:
@@ -41,25 +50,38 @@ def test_a_mistake_in_the_function_is_one_line_naming_it(tmp_path: Path, source:
 
 
 def test_a_script_targeted_as_a_function_is_pointed_at_the_script_mode(tmp_path: Path) -> None:
-    parses = ("import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--lr')\n"
-              "args = parser.parse_args()\n\ndef train(run):\n    for b in run.batches(loader):\n        pass\n")
-    with pytest.raises(ConfigError, match=r"line 4 parses the command line when imported .*autotune run "
-                                          r".*user_train.py -- ARGS"):
+    parses = (
+        "import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--lr')\n"
+        "args = parser.parse_args()\n\ndef train(run):\n    for b in run.batches(loader):\n        pass\n"
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"line 4 parses the command line when imported .*autotune run "
+        r".*user_train.py -- ARGS",
+    ):
         check_target(target(tmp_path, parses))
     # pytorch/examples' train(args, model, device, loader, optimizer, epoch), beside its main()
-    examples = ("def train(args, model, device, train_loader, optimizer, epoch):\n    pass\n\n"
-                "def main():\n    args = parser.parse_args()\n\nif __name__ == '__main__':\n    main()\n")
-    with pytest.raises(ConfigError, match=r"needs 6 arguments; .*; or tune the script as it is, unmodified: "
-                                          r"autotune run .*user_train.py -- ARGS"):
+    examples = (
+        "def train(args, model, device, train_loader, optimizer, epoch):\n    pass\n\n"
+        "def main():\n    args = parser.parse_args()\n\nif __name__ == '__main__':\n    main()\n"
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"needs 6 arguments; .*; or tune the script as it is, unmodified: "
+        r"autotune run .*user_train.py -- ARGS",
+    ):
         check_target(target(tmp_path, examples))
 
 
-@pytest.mark.parametrize("body", [
-    "def train(run):\n    fit(run)\n",  # the loop is in a helper the source cannot follow
-    "def train(run):\n    def inner():\n        pass\n    inner()\n",
-    "def train(run, epochs=3):" + LOOP,
-    "def train(*args):\n    pass\n",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "def train(run):\n    fit(run)\n",  # the loop is in a helper the source cannot follow
+        "def train(run):\n    def inner():\n        pass\n    inner()\n",
+        "def train(run, epochs=3):" + LOOP,
+        "def train(*args):\n    pass\n",
+    ],
+)
 def test_what_the_source_cannot_rule_out_passes(tmp_path: Path, body: str) -> None:
     assert check_target(target(tmp_path, body)) == []
 
@@ -71,15 +93,20 @@ def test_a_host_sync_per_step_is_named_with_its_line(tmp_path: Path) -> None:
     assert "user_train.py, line 4: loss.item() inside the loop over run.batches(loader)" in notes[0]
 
 
-@pytest.mark.parametrize(("loop", "line"), [
-    ("    for i, (x, y) in enumerate(run.batches(loader)):\n", 3),
-    ("    for x, y in tqdm(run.batches(loader), desc='train'):\n", 3),
-    ("    it = run.batches(loader)\n    for x, y in it:\n", 4),
-    ("    it = run.batches(loader)\n    while True:\n        x, y = next(it)\n", 5),
-])
+@pytest.mark.parametrize(
+    ("loop", "line"),
+    [
+        ("    for i, (x, y) in enumerate(run.batches(loader)):\n", 3),
+        ("    for x, y in tqdm(run.batches(loader), desc='train'):\n", 3),
+        ("    it = run.batches(loader)\n    for x, y in it:\n", 4),
+        ("    it = run.batches(loader)\n    while True:\n        x, y = next(it)\n", 5),
+    ],
+)
 def test_a_host_sync_per_step_is_found_in_every_form_of_the_loop(tmp_path: Path, loop: str, line: int) -> None:
-    body = ("        loss = model(x).sum()\n        print(loss.item())\n"
-            "        if i % 10 == 0:\n            log(loss.cpu())\n")  # every 10 steps: as it should be
+    body = (
+        "        loss = model(x).sum()\n        print(loss.item())\n"
+        "        if i % 10 == 0:\n            log(loss.cpu())\n"
+    )  # every 10 steps: as it should be
     notes = check_target(target(tmp_path, "def train(run):\n" + loop + body))
     assert len(notes) == 1 and f"user_train.py, line {line + 1}: loss.item() inside the loop" in notes[0], notes
 

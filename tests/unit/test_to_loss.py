@@ -18,8 +18,40 @@ def curve_of(losses: list[float], per: float = 64.0, start: float = 0.0) -> list
 #: pytorch/examples' MNIST on random labels (10 classes), as a study measured it: the loss fell from
 #: the first batches' 2.65 to chance (ln 10 = 2.303) within the warmup, then stayed there.
 WARMUP = curve_of([2.65, 2.52, 2.41, 2.35, 2.32, 2.31])
-CHANCE = [2.31, 2.30, 2.32, 2.29, 2.31, 2.30, 2.30, 2.31, 2.29, 2.30, 2.31, 2.30, 2.29, 2.31, 2.30, 2.30,
-          2.31, 2.29, 2.30, 2.31, 2.30, 2.30, 2.29, 2.31, 2.30, 2.31, 2.30, 2.29, 2.30, 2.31, 2.30, 2.30]
+CHANCE = [
+    2.31,
+    2.30,
+    2.32,
+    2.29,
+    2.31,
+    2.30,
+    2.30,
+    2.31,
+    2.29,
+    2.30,
+    2.31,
+    2.30,
+    2.29,
+    2.31,
+    2.30,
+    2.30,
+    2.31,
+    2.29,
+    2.30,
+    2.31,
+    2.30,
+    2.30,
+    2.29,
+    2.31,
+    2.30,
+    2.31,
+    2.30,
+    2.29,
+    2.30,
+    2.31,
+    2.30,
+    2.30,
+]
 WINDOWS = curve_of(CHANCE, start=WARMUP[-1][1])
 
 

@@ -8,27 +8,55 @@ import dataclasses
 import pytest
 
 from autotune.core._ceilings import Ceilings
-from autotune.tuner._confirm import decide, group_runs
 from autotune.core._kinds import Kind
 from autotune.machine._launch import Budget
 from autotune.stores._records import TrialRow
-from autotune.tuner._training_shape import Shape, cost_line, flat_runs, run_time_line, shape_of, trial_budget
+from autotune.tuner._confirm import decide, group_runs
 from autotune.tuner._standing import Standing, findings
+from autotune.tuner._training_shape import Shape, cost_line, flat_runs, run_time_line, shape_of, trial_budget
 
 #: The baseline's marks: its warmup ended at 640 samples, then a window an epoch (640 rows).
 MARKS = {"marks": [640, 1280, 1920, 2560, 3200, 3840], "at": [1.0, 2.5, 4.0, 5.5, 7.0, 8.5]}
 
 
-def run(number: int, run_s: float | None, *, kind: Kind = Kind.SAMPLED, of: int | None = None, sps: float = 300.0,
-        shape: dict | None = None, samples: int = 3840, sampled: dict | None = None, **metrics: float) -> TrialRow:
+def run(
+    number: int,
+    run_s: float | None,
+    *,
+    kind: Kind = Kind.SAMPLED,
+    of: int | None = None,
+    sps: float = 300.0,
+    shape: dict | None = None,
+    samples: int = 3840,
+    sampled: dict | None = None,
+    **metrics: float,
+) -> TrialRow:
     """A complete trial; with ``run_s``, a whole run of ``samples`` in that many seconds."""
     figures = {"samples_per_s": sps, "samples_per_s_spread": 0.05, **metrics}
     if run_s:
-        figures.update(run_s=run_s, run_samples_per_s=samples / run_s, startup_s=2.0, loop_s=run_s - 3.0,
-                       outside_s=0.5, after_s=0.5)
+        figures.update(
+            run_s=run_s,
+            run_samples_per_s=samples / run_s,
+            startup_s=2.0,
+            loop_s=run_s - 3.0,
+            outside_s=0.5,
+            after_s=0.5,
+        )
     baseline = kind is Kind.BASELINE or (kind is Kind.CONFIRM and of == 0)
-    return TrialRow(number, baseline, "complete", "", figures, {"batch_size": 64}, 64, None, kind=kind, of=of,
-                    shape=shape if shape is not None else (MARKS if baseline else {}), sampled=sampled or {})
+    return TrialRow(
+        number,
+        baseline,
+        "complete",
+        "",
+        figures,
+        {"batch_size": 64},
+        64,
+        None,
+        kind=kind,
+        of=of,
+        shape=shape if shape is not None else (MARKS if baseline else {}),
+        sampled=sampled or {},
+    )
 
 
 def standing(*rows: TrialRow) -> Standing:
@@ -37,14 +65,17 @@ def standing(*rows: TrialRow) -> Standing:
     return standing_of(rows, Ceilings())
 
 
-@pytest.mark.parametrize(("shape", "whole", "marks", "timeout"), [
-    # ended by itself: every later trial runs whole, at all its marks, no ceilings; its deadline
-    # the start-up limit and 5x the baseline's whole run (60 + 5 x 10.0)
-    ({**MARKS, "ended": True}, True, (640, 1280, 1920, 2560, 3200, 3840), 110.0),
-    # ran past --whole-run: the first warmup and --windows (4) marks; its deadline from the
-    # baseline's time to the last of them and the ceilings: 60 + 5 x (7.0 + 2 x 2 x 1.5)
-    (MARKS, False, (640, 1280, 1920, 2560, 3200), 125.0),
-])
+@pytest.mark.parametrize(
+    ("shape", "whole", "marks", "timeout"),
+    [
+        # ended by itself: every later trial runs whole, at all its marks, no ceilings; its deadline
+        # the start-up limit and 5x the baseline's whole run (60 + 5 x 10.0)
+        ({**MARKS, "ended": True}, True, (640, 1280, 1920, 2560, 3200, 3840), 110.0),
+        # ran past --whole-run: the first warmup and --windows (4) marks; its deadline from the
+        # baseline's time to the last of them and the ceilings: 60 + 5 x (7.0 + 2 x 2 x 1.5)
+        (MARKS, False, (640, 1280, 1920, 2560, 3200), 125.0),
+    ],
+)
 def test_every_trial_measures_at_the_baselines_marks(shape: dict, whole: bool, marks: tuple, timeout: float) -> None:
     base = run(0, 10.0 if whole else None, kind=Kind.BASELINE, shape=shape)
     found = shape_of(base)
@@ -74,34 +105,46 @@ def test_the_baseline_learns_and_may_run_whole_and_an_old_study_runs_as_it_did()
 def test_the_cost_line_says_what_the_trials_will_take() -> None:
     whole = Shape((640, 1280), (1.0, 2.5), True, 16.2, 3.0)
     # 15 runs of 16.2 s each: a trial that runs whole starts cold, as the baseline did
-    assert cost_line(whole, Budget(), 7, 8) == ("each trial runs your script whole: about 16 s as written; "
-                                                "7 trials and 8 confirmation runs: about 4.0 min")
+    assert cost_line(whole, Budget(), 7, 8) == (
+        "each trial runs your script whole: about 16 s as written; 7 trials and 8 confirmation runs: about 4.0 min"
+    )
     windowed = Shape((640, 1280, 1920, 2560, 3200), (1.0, 2.5, 4.0, 5.5, 7.0), False, None, 3.0)
     line = cost_line(windowed, Budget(whole_s=60.0), 11, 0)
     # each: 3.0 s of start-up and 7.0 s to its last mark; up to 6 s of ceilings (half counted)
-    assert line.startswith("your code runs past the 60 s a trial may run whole (--whole-run): each trial measures "
-                           "the same 2,560 samples after a warmup of 640 (about 10 s")
+    assert line.startswith(
+        "your code runs past the 60 s a trial may run whole (--whole-run): each trial measures "
+        "the same 2,560 samples after a warmup of 640 (about 10 s"
+    )
     assert line.endswith("11 trials: about 2.4 min")  # 11 x 13 s
 
 
 def test_findings_of_whole_runs_say_the_wall_time_measured() -> None:
-    rows = [run(0, 10.0, kind=Kind.BASELINE), run(1, 5.0, sps=700.0, sampled={"num_workers": 4}),
-            run(2, 10.2, kind=Kind.CONFIRM, of=0), run(3, 9.8, kind=Kind.CONFIRM, of=0),
-            run(4, 5.1, kind=Kind.CONFIRM, of=1, sps=690.0, sampled={"num_workers": 4}),
-            run(5, 4.9, kind=Kind.CONFIRM, of=1, sps=710.0, sampled={"num_workers": 4})]
+    rows = [
+        run(0, 10.0, kind=Kind.BASELINE),
+        run(1, 5.0, sps=700.0, sampled={"num_workers": 4}),
+        run(2, 10.2, kind=Kind.CONFIRM, of=0),
+        run(3, 9.8, kind=Kind.CONFIRM, of=0),
+        run(4, 5.1, kind=Kind.CONFIRM, of=1, sps=690.0, sampled={"num_workers": 4}),
+        run(5, 4.9, kind=Kind.CONFIRM, of=1, sps=710.0, sampled={"num_workers": 4}),
+    ]
     lines = findings(standing(*rows))
     # ranked on samples over the whole run: 3840 / 5.0 against 3840 / 10.0; ± half of (4.9 .. 5.1) about 5.0
     assert lines[0] == "trial 1, 2.00x the baseline (your script's whole run in 5.0 s against 10.0 s as written, ±2%)"
-    assert ("run time, measured whole (medians of 3 and 3 runs): as written 10.0 s (start-up 2.0 s, training 7.0 s, "
-            "between epochs 0.5 s, after it 0.5 s); with trial 1's config 5.0 s (start-up 2.0 s, training 2.0 s, "
-            "between epochs 0.5 s, after it 0.5 s)") in lines
+    assert (
+        "run time, measured whole (medians of 3 and 3 runs): as written 10.0 s (start-up 2.0 s, training 7.0 s, "
+        "between epochs 0.5 s, after it 0.5 s); with trial 1's config 5.0 s (start-up 2.0 s, training 2.0 s, "
+        "between epochs 0.5 s, after it 0.5 s)"
+    ) in lines
 
 
 def test_a_faster_loop_never_outranks_a_faster_whole_run() -> None:
     # trial 1's loop runs faster, but its whole run is slower (its workers' start-up, say): the
     # user waits for the whole run, and that is what ranks
-    rows = [run(0, 10.0, kind=Kind.BASELINE, sps=300.0), run(1, 12.0, sps=900.0, sampled={"num_workers": 8}),
-            run(2, 8.0, sps=400.0, sampled={"num_workers": 1})]
+    rows = [
+        run(0, 10.0, kind=Kind.BASELINE, sps=300.0),
+        run(1, 12.0, sps=900.0, sampled={"num_workers": 8}),
+        run(2, 8.0, sps=400.0, sampled={"num_workers": 1}),
+    ]
     found = standing(*rows)
     assert found.best.number == 2
     assert [round(r.speedup, 2) for r in found.rows] == [1.0, 0.83, 1.25]
@@ -112,9 +155,11 @@ def test_windowed_answers_are_projected_and_said_so() -> None:
     win = run(1, None, sps=150.0, sampled={"num_workers": 2})
     groups = group_runs([base, win])
     line = run_time_line(groups[0], groups[1])
-    assert line == ("run time, projected from the loop's samples/s (your code ran past --whole-run, so no trial "
-                    "ran it whole): an hour of its training as written takes 40 min with trial 1's config (1.50x), "
-                    "start-up aside")
+    assert line == (
+        "run time, projected from the loop's samples/s (your code ran past --whole-run, so no trial "
+        "ran it whole): an hour of its training as written takes 40 min with trial 1's config (1.50x), "
+        "start-up aside"
+    )
     # a study from before shapes were recorded makes no such claim
     old = [dataclasses.replace(base, shape={}), win]
     assert run_time_line(*group_runs(old)) is None
@@ -125,7 +170,8 @@ def test_time_to_loss_is_not_used_where_the_baselines_loss_is_flat() -> None:
     flat = run(1, None, to_loss_flat=1.0, to_loss_target=2.303)
     assert flat_runs([run(0, None), flat]).startswith(
         "ranked on speed, not time to the baseline's loss: after its warmup the baseline's loss did not fall "
-        "beyond its own noise to 2.3 over the samples judged")
+        "beyond its own noise to 2.3 over the samples judged"
+    )
     started = run(1, None, to_loss_flat=1.0, to_loss_target=2.303, to_loss_start=2.31)
     assert "did not fall beyond its own noise from 2.31 at its windows' start to 2.3 " in flat_runs([started])
     assert flat_runs([run(0, None)]) is None

@@ -32,6 +32,8 @@ def test_a_compile_still_running_moves_the_deadline_too() -> None:
     # compile is bounded by --compile-timeout (the stall limit while it runs), not the deadline
     deadline = BUDGET.deadline()
     assert _late(deadline + 10, 30, 600, 30, 0, BUDGET, 0) is None
-    assert _late(deadline + 10, 30, 600, 5, 0, BUDGET, 0) == \
-        f"deadline: still running after {deadline + 5:.0f} s (5 s of it compiling)"
+    assert (
+        _late(deadline + 10, 30, 600, 5, 0, BUDGET, 0)
+        == f"deadline: still running after {deadline + 5:.0f} s (5 s of it compiling)"
+    )
     assert _late(deadline + 10, 30, 600, 4, 0, BUDGET, 8) is None  # an earlier compile's 8 s, and this one's 4

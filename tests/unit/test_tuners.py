@@ -9,6 +9,7 @@ import optuna
 import pytest
 from optuna.storages.journal import JournalFileBackend
 
+from autotune.tuner._join import found_or_join
 from autotune.tuner._queue import claim, claim_waiting, is_marker
 from autotune.tuner._tuners import (
     STALE_AFTER_S,
@@ -17,7 +18,6 @@ from autotune.tuner._tuners import (
     Registry,
     TunerPhase,
 )
-from autotune.tuner._join import found_or_join
 
 HERE = "here"
 
@@ -35,8 +35,7 @@ class Clock:
 def test_an_owner_on_this_host_is_judged_by_its_process_at_once() -> None:
     owner = {"host": HERE, "pid": 5, "started": 1.0}
     assert Liveness(HERE, alive=lambda pid, started: True).stale("t", owner, 1) is None
-    assert Liveness(HERE, alive=lambda pid, started: False).stale("t", owner, 1) == \
-        "its tuner (pid 5 on here) is gone"
+    assert Liveness(HERE, alive=lambda pid, started: False).stale("t", owner, 1) == "its tuner (pid 5 on here) is gone"
 
 
 def test_another_host_is_stale_once_its_beat_stops_moving_for_the_watchers_own_time() -> None:

@@ -7,40 +7,70 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from standings import standing, trial
 
+from autotune.core._config import ConfigError
 from autotune.core._kinds import Kind
 from autotune.core._outcome import Outcome
-from autotune.tuner._option_groups import Judge, Options, check
-from autotune.core._config import ConfigError
 from autotune.core._whole_runs import HORIZON_H, objective_lines, other_training
 from autotune.tuner._confirm import plan
+from autotune.tuner._option_groups import Judge, Options, check
 from autotune.tuner._options import StudyOptions
 from autotune.tuner._standing import findings
 from autotune.tuner._watch import TrialResult
 from autotune.worker._streams import same_training
 
+from standings import standing, trial
 
-def whole(number: int, run_s: float, samples: int, batch: int = 32, *, epochs: int = 4, steps: int | None = None,
-          kind: Kind | None = None, of: int | None = None, **sampled) -> object:
+
+def whole(
+    number: int,
+    run_s: float,
+    samples: int,
+    batch: int = 32,
+    *,
+    epochs: int = 4,
+    steps: int | None = None,
+    kind: Kind | None = None,
+    of: int | None = None,
+    **sampled,
+) -> object:
     """A complete whole run of ``samples`` in ``run_s`` seconds at ``batch`` (the code's: 32)."""
-    shape = {"ended": True, "epochs": epochs, "samples": samples, "steps": steps or samples // batch,
-             "marks": [64, 512], "at": [1.0, 2.0]}
-    return trial(number, 400.0, kind=kind, of=of, sampled=sampled, config={**sampled, "batch_size": batch},
-                 base_batch_size=32, shape=shape, run_s=run_s, run_samples_per_s=samples / run_s, startup_s=2.0,
-                 loop_s=run_s - 3.0, outside_s=0.5, after_s=0.5)
+    shape = {
+        "ended": True,
+        "epochs": epochs,
+        "samples": samples,
+        "steps": steps or samples // batch,
+        "marks": [64, 512],
+        "at": [1.0, 2.0],
+    }
+    return trial(
+        number,
+        400.0,
+        kind=kind,
+        of=of,
+        sampled=sampled,
+        config={**sampled, "batch_size": batch},
+        base_batch_size=32,
+        shape=shape,
+        run_s=run_s,
+        run_samples_per_s=samples / run_s,
+        startup_s=2.0,
+        loop_s=run_s - 3.0,
+        outside_s=0.5,
+        after_s=0.5,
+    )
 
 
 def test_whole_runs_rank_on_wall_time_not_on_the_samples_each_counted() -> None:
     # 4 epochs of 256 rows: at batch 32 the run counts 992 samples, at 256 only 768 (the first batch
     # is not counted). 768 / 7 s = 110/s against 992 / 10 s = 99/s read 1.11x; in wall time it is 10 / 7.
-    found = standing(whole(0, 10.0, 992), whole(1, 7.0, 768, 256, batch_size="8x"),
-                     whole(2, 8.0, 992, num_workers=4))
+    found = standing(whole(0, 10.0, 992), whole(1, 7.0, 768, 256, batch_size="8x"), whole(2, 8.0, 992, num_workers=4))
     assert found.decision.winner.first.number == 1
     assert found.speedup(found.decision.winner) == pytest.approx(10.0 / 7.0)
     assert [round(r.speedup, 2) for r in found.rows] == [1.0, 1.43, 1.25]
-    assert findings(found)[0].startswith("trial 1, 1.43x the baseline (your script's whole run in 7.0 s against "
-                                         "10.0 s as written")
+    assert findings(found)[0].startswith(
+        "trial 1, 1.43x the baseline (your script's whole run in 7.0 s against 10.0 s as written"
+    )
 
 
 def test_a_whole_run_on_another_batch_ranks_on_its_wall_time_and_its_loss_only_costs() -> None:
@@ -49,8 +79,9 @@ def test_a_whole_run_on_another_batch_ranks_on_its_wall_time_and_its_loss_only_c
     # the 1.77x of an early stop the script never makes.
     def judged(number: int, run_s: float, **loss: float) -> object:
         row = whole(number, run_s, 768, 128, batch_size="4x")
-        return dataclasses.replace(row, metrics={**row.metrics, "loss_excess": -0.1, "loss_tolerance": 0.5,
-                                                 "to_loss_target": 0.42, **loss})
+        return dataclasses.replace(
+            row, metrics={**row.metrics, "loss_excess": -0.1, "loss_tolerance": 0.5, "to_loss_target": 0.42, **loss}
+        )
 
     early = standing(whole(0, 11.5, 992), judged(1, 10.0, to_loss_ratio=0.65))
     assert found_speedup(early) == pytest.approx(1.15)
@@ -58,7 +89,8 @@ def test_a_whole_run_on_another_batch_ranks_on_its_wall_time_and_its_loss_only_c
     assert lines[0].startswith("trial 1, 1.15x the baseline (your script's whole run in 10.0 s against 11.5 s")
     assert next(line for line in lines if line.startswith("loss: ")).endswith(
         "; it reached the baseline's loss (0.42) on 0.65x the baseline's samples: not counted, as your run "
-        "trains all of them")
+        "trains all of them"
+    )
     # needing more samples than the baseline for its loss (or not there by its end) costs: production
     # trains that much longer for the same loss
     for key in ("to_loss_ratio", "to_loss_beyond"):
@@ -73,17 +105,22 @@ def test_a_warm_compiled_rerun_ranks_with_the_cold_compile_a_user_pays() -> None
         row = whole(number, run_s, 992, compile="default", **kw)
         return dataclasses.replace(row, metrics={**row.metrics, "compile_s": compile_s, "compile_warm": warm})
 
-    found = standing(whole(0, 10.0, 992), compiled(1, 8.0, 6.0, 0.0),
-                     compiled(2, 3.0, 1.0, 1.0, kind=Kind.CONFIRM, of=1))
+    found = standing(
+        whole(0, 10.0, 992), compiled(1, 8.0, 6.0, 0.0), compiled(2, 3.0, 1.0, 1.0, kind=Kind.CONFIRM, of=1)
+    )
     assert [round(r.speedup, 2) for r in found.rows] == [1.0, 1.25, 1.25]  # not 10 / 3 for the re-run
-    assert any(line.startswith("compile: torch.compile took 6.0 s cold (a first run on a machine: what its whole "
-                               "run counts) and 1.0 s warm") for line in findings(found))
+    assert any(
+        line.startswith(
+            "compile: torch.compile took 6.0 s cold (a first run on a machine: what its whole "
+            "run counts) and 1.0 s warm"
+        )
+        for line in findings(found)
+    )
 
 
 def found_speedup(found: object, number: int | None = None) -> float:
     """The speedup of the winner (or of trial ``number``'s config) in ``found``."""
-    group = (found.decision.winner if number is None
-             else next(g for g in found.groups if g.first.number == number))
+    group = found.decision.winner if number is None else next(g for g in found.groups if g.first.number == number)
     return found.speedup(group)
 
 
@@ -96,8 +133,10 @@ def test_a_whole_run_that_trained_other_samples_never_ranks_as_faster() -> None:
     assert found.decision.winner.first.number == 2 and found.decision.fastest.first.number == 2
     row = found.rows[1]
     assert row.outcome == "distorted" and row.speedup is None
-    assert row.reason == ("its whole run trained 51,200 samples, 8.00x the baseline's 6,400 (200 steps of 256 "
-                          "against 200 of 32): another training, whose wall time is no speedup of the baseline's")
+    assert row.reason == (
+        "its whole run trained 51,200 samples, 8.00x the baseline's 6,400 (200 steps of 256 "
+        "against 200 of 32): another training, whose wall time is no speedup of the baseline's"
+    )
     assert f"not ranked, another training: trial 1: {row.reason}" in findings(found)
     assert 1 not in plan(found.groups, runs=1)  # nor confirmed: it cannot win
     # faster in wall time too (say, 12 workers at 8x): still another training, still not ranked
@@ -118,16 +157,28 @@ def test_windowed_runs_and_a_study_read_without_shapes_rank_as_before() -> None:
     found = standing(trial(0, 100.0), trial(1, 150.0, sampled={"num_workers": 2}))
     assert found.decision.winner.first.number == 1 and found.rows[1].wall_rate is None
     # whole runs of a study from before shapes were recorded: their samples over their run time
-    old = [trial(0, 400.0, run_s=10.0, run_samples_per_s=99.2), trial(1, 400.0, run_s=8.0, run_samples_per_s=124.0,
-                                                                        sampled={"num_workers": 4})]
+    old = [
+        trial(0, 400.0, run_s=10.0, run_samples_per_s=99.2),
+        trial(1, 400.0, run_s=8.0, run_samples_per_s=124.0, sampled={"num_workers": 4}),
+    ]
     assert standing(*old).speedup(standing(*old).groups[1]) == pytest.approx(1.25)
 
 
 def result_of(outcome: Outcome, samples: int, batch: int, metrics: dict | None = None) -> TrialResult:
     """A finished whole run of ``samples`` at ``batch``, as the worker's parent reads it."""
     shape = {"ended": True, "epochs": 1, "samples": samples, "steps": samples // batch}
-    return TrialResult(outcome, "", dict(metrics or {"samples_per_s": 900.0}), {}, [], {"batch_size": batch}, 32,
-                       None, Path("trial.log"), shape=shape)
+    return TrialResult(
+        outcome,
+        "",
+        dict(metrics or {"samples_per_s": 900.0}),
+        {},
+        [],
+        {"batch_size": batch},
+        32,
+        None,
+        Path("trial.log"),
+        shape=shape,
+    )
 
 
 def test_a_trial_of_other_samples_is_recorded_as_another_training_not_only_ranked_so() -> None:
@@ -163,9 +214,11 @@ def test_with_a_horizon_whole_runs_rank_on_their_projected_production_time() -> 
     found = standing(base, lean, fast, horizon_h=2.0)
     assert found.decision.winner.first.number == 2 and found.horizon_h == 2.0
     assert [round(r.speedup, 3) for r in found.rows] == [1.0, round(7202 / 9601, 3), round(7202 / 3608, 3)]
-    assert findings(found)[0].startswith("trial 2, 2.00x the baseline (in 2 h of production (--horizon): start-up "
-                                         "+ compile + the loop at 800 vs 400 samples/s; your script's whole run "
-                                         "in 11.0 s against 10.0 s as written")
+    assert findings(found)[0].startswith(
+        "trial 2, 2.00x the baseline (in 2 h of production (--horizon): start-up "
+        "+ compile + the loop at 800 vs 400 samples/s; your script's whole run "
+        "in 11.0 s against 10.0 s as written"
+    )
     # another training is still not ranked, whatever the horizon
     wide = whole(3, 6.0, 7_936, 256, batch_size="8x")
     assert standing(base, wide, horizon_h=2.0).rows[1].outcome == "distorted"
@@ -181,13 +234,15 @@ def test_a_study_with_a_run_it_cannot_project_ranks_on_wall_time() -> None:
 
 def test_the_objective_is_said_and_a_start_up_heavy_run_without_a_horizon_is_told_to_pass_one() -> None:
     assert objective_lines({"run_s": 16.0, "startup_s": 4.0}, None) == [  # 25%: not over a quarter
-        "objective: your script's whole run as given (the production run): whole runs rank on its wall time"]
+        "objective: your script's whole run as given (the production run): whole runs rank on its wall time"
+    ]
     heavy = objective_lines({"run_s": 16.0, "startup_s": 4.5}, None)
     assert len(heavy) == 2 and heavy[1].startswith("start-up is 28% of your script's whole run (4.5 s of 16.0 s)")
     assert "--horizon HOURS" in heavy[1]
     assert objective_lines({"run_s": 16.0, "startup_s": 8.0}, 0.5) == [
         "objective: a production run of 0.5 h of the baseline's training (--horizon 0.5): whole runs rank on "
-        "start-up + compile + the loop's projected time for it"]
+        "start-up + compile + the loop's projected time for it"
+    ]
 
 
 def test_without_a_horizon_compile_still_pays_back_within_an_hour_and_none_is_allowed() -> None:
