@@ -85,10 +85,12 @@ class Hooks:
         self._patch(DataLoader, "__init__", self._loader_init)
         from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
-        self._patch(_MultiProcessingDataLoaderIter, "_reset", self._persistent_reset)
+        self._patch(
+            _MultiProcessingDataLoaderIter, "_reset", functools.partial(persistent_reset, self._made_persistent)
+        )
         for cls in optimizer_classes(torch):
             if "__init__" in vars(cls):
-                self._patch(cls, "__init__", functools.partial(self._optimizer_init, cls))
+                self._patch(cls, "__init__", functools.partial(optimizer_init, self, cls))
         loop = OutsideLoop(self.run, find_model=self.measure, stream=None if self.measure else sys.stderr)
         if self.measure or loop.active:
             self.loop = loop
@@ -172,23 +174,6 @@ class Hooks:
 
         return __init__
 
-    def _persistent_reset(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        """An epoch of a loader whose workers persist by our knob draws from the loader's generator
-        (torch's global one by default) what a new epoch's iterator draws: its workers' base seed.
-        A persistent iterator is reset instead and draws nothing, so every random number the script
-        drew after its first epoch (the shuffle's order, dropout) differed from its run as written
-        (a seeded script's final loss 0.563 under python, 1.219 with 2 persistent workers)."""
-        import torch
-
-        hooks = self
-
-        def _reset(it: Any, loader: Any, first_iter: bool = False) -> None:
-            if not first_iter and loader in hooks._made_persistent:
-                torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
-            return original(it, loader, first_iter)
-
-        return _reset
-
     def _adapted_iter(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """Production with ``adapt``: an epoch of a loader the script built comes from the loader
         in force for it (``autotune.production._adapt.AdaptiveLoaders``), measured, its values moved between
@@ -266,38 +251,6 @@ class Hooks:
         own_batch_elsewhere(self._built, training, DataLoader.__init__, self._call_ours, sys.stderr)
 
     # -- optimizers, backward ------------------------------------------------------------
-
-    def _optimizer_init(self, cls: type, original: Callable[..., Any]) -> Callable[..., Any]:
-        signature = inspect.signature(original)
-        names = list(signature.parameters)
-        hooks = self
-
-        def __init__(opt: Any, *args: Any, **kwargs: Any) -> None:
-            if hooks._ours():
-                return original(opt, *args, **kwargs)
-            given = dict(signature.bind(opt, *args, **kwargs).arguments)
-            given.pop(names[0])  # self
-            params = given.pop(names[1])
-            for name, p in signature.parameters.items():  # **kwargs of a subclass: flattened
-                if p.kind is p.VAR_KEYWORD:
-                    given.update(given.pop(name, {}))
-            lr = given.pop("lr", signature.parameters["lr"].default if "lr" in signature.parameters else None)
-            lr = None if lr is inspect.Parameter.empty else lr
-            run = hooks.run
-            if "batch_size" not in run._observed and (run.config.lr_scaling or "none") != "none":
-                warnings.warn(
-                    f"{cls.__name__} was built before any DataLoader: its lr is not scaled to the batch size",
-                    stacklevel=2,
-                )
-                kw = dict(given)
-            else:
-                lr, kw = run._optimizer_kwargs(cls, lr, given)
-            if lr is not None:
-                kw["lr"] = lr
-            hooks.optimizers.append(cls.__name__)
-            hooks._call_ours(lambda: original(opt, params, **kw))
-
-        return __init__
 
     def _any_optimizer_init(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """``Optimizer.__init__``, which every optimizer class calls: the loop learns of each one once
@@ -386,3 +339,54 @@ def own_batch_elsewhere(
             flush=True,
             file=out,
         )
+
+
+def persistent_reset(made_persistent: Any, original: Callable[..., Any]) -> Callable[..., Any]:
+    """An epoch of a loader whose workers persist by our knob draws from the loader's generator
+    (torch's global one by default) what a new epoch's iterator draws: its workers' base seed.
+    A persistent iterator is reset instead and draws nothing, so every random number the script
+    drew after its first epoch (the shuffle's order, dropout) differed from its run as written
+    (a seeded script's final loss 0.563 under python, 1.219 with 2 persistent workers).
+    ``made_persistent``: the loaders whose workers persist by our knob."""
+    import torch
+
+    def _reset(it: Any, loader: Any, first_iter: bool = False) -> None:
+        if not first_iter and loader in made_persistent:
+            torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
+        return original(it, loader, first_iter)
+
+    return _reset
+
+
+def optimizer_init(hooks: Hooks, cls: type, original: Callable[..., Any]) -> Callable[..., Any]:
+    """``cls.__init__`` under ``hooks``: the script's arguments, with the config's lr scaling and
+    optimizer kwargs (``fused=``) applied, the optimizer named for the trial's facts."""
+    signature = inspect.signature(original)
+    names = list(signature.parameters)
+
+    def __init__(opt: Any, *args: Any, **kwargs: Any) -> None:
+        if hooks._ours():
+            return original(opt, *args, **kwargs)
+        given = dict(signature.bind(opt, *args, **kwargs).arguments)
+        given.pop(names[0])  # self
+        params = given.pop(names[1])
+        for name, p in signature.parameters.items():  # **kwargs of a subclass: flattened
+            if p.kind is p.VAR_KEYWORD:
+                given.update(given.pop(name, {}))
+        lr = given.pop("lr", signature.parameters["lr"].default if "lr" in signature.parameters else None)
+        lr = None if lr is inspect.Parameter.empty else lr
+        run = hooks.run
+        if "batch_size" not in run._observed and (run.config.lr_scaling or "none") != "none":
+            warnings.warn(
+                f"{cls.__name__} was built before any DataLoader: its lr is not scaled to the batch size",
+                stacklevel=2,
+            )
+            kw = dict(given)
+        else:
+            lr, kw = run._optimizer_kwargs(cls, lr, given)
+        if lr is not None:
+            kw["lr"] = lr
+        hooks.optimizers.append(cls.__name__)
+        hooks._call_ours(lambda: original(opt, params, **kw))
+
+    return __init__

@@ -22,7 +22,7 @@ from typing import Any
 
 from autotune.core._loaders import close_epoch
 from autotune.training._framework_knobs import FrameworkKnobs
-from autotune.training._outside_amp import OutsideAmp
+from autotune.training._outside_amp import OutsideAmp, patch_clip
 from autotune.training._outside_model import ModelFinder
 from autotune.training._prefetch import count_tensors, iter_batches, paths_of
 
@@ -83,7 +83,7 @@ class OutsideLoop:
             for owner in (nn_utils, clip_grad):
                 for name in ("clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_", "get_total_norm"):
                     if name in vars(owner):
-                        patch(owner, name, functools.partial(self.amp.patch_clip, grads=name == "get_total_norm"))
+                        patch(owner, name, functools.partial(patch_clip, self.amp, grads=name == "get_total_norm"))
         if self.amp.value != "off":
             from torch.optim.optimizer import register_optimizer_step_pre_hook
 

@@ -213,23 +213,6 @@ class OutsideAmp:
 
         return __init__
 
-    def patch_clip(self, original: Callable[..., Any], grads: bool = False) -> Callable[..., Any]:
-        """``clip_grad_norm_``, ``clip_grad_value_``, ``clip_grads_with_norm_`` (parameters) and
-        ``get_total_norm`` (``grads``: gradients): under our fp16 scaler the gradients are unscaled
-        first (each optimizer once per step), so the script sees and clips their true values."""
-        amp = self
-
-        @functools.wraps(original)
-        def clip(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-            if amp._scaler is not None and amp.active:
-                import torch
-
-                tensors = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
-                amp._unscale_for({id(t) for t in tensors}, grads)
-            return original(tensors, *args, **kwargs)
-
-        return clip
-
     def _unscale_for(self, ids: set[int], grads: bool) -> None:
         for opt in self._optimizers:
             if id(opt) in self._unscaled:
@@ -351,3 +334,20 @@ class OutsideAmp:
             return {}
         fused = 0 if self._fused_skips is None else int(self._fused_skips.item())
         return {"fp16_steps": self.steps, "fp16_skipped_steps": self.skipped + fused}
+
+
+def patch_clip(amp: OutsideAmp, original: Callable[..., Any], grads: bool = False) -> Callable[..., Any]:
+    """``clip_grad_norm_``, ``clip_grad_value_``, ``clip_grads_with_norm_`` (parameters) and
+    ``get_total_norm`` (``grads``: gradients): under our fp16 scaler the gradients are unscaled
+    first (each optimizer once per step, by ``amp``), so the script sees and clips their true values."""
+
+    @functools.wraps(original)
+    def clip(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        if amp._scaler is not None and amp.active:
+            import torch
+
+            tensors = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+            amp._unscale_for({id(t) for t in tensors}, grads)
+        return original(tensors, *args, **kwargs)
+
+    return clip

@@ -153,55 +153,6 @@ class Recorder:
         """A running trial's heartbeat (its tuner lives: ``autotune.tuner._tuners.Liveness``)."""
         trial.set_user_attr(ATTR_HEARTBEAT, count)
 
-    @staticmethod
-    def watcher(
-        trial: optuna.Trial,
-        best: float | None,
-        prune: float,
-        max_load: float,
-        relay: Callable[[Mapping[str, Any]], None],
-        window_s: float = 0.0,
-    ) -> Callable[[dict[str, Any]], Stop | None]:
-        """The running trial's event handler: relays each event (the progress on the terminal),
-        records its worker process (what a tuner that resumes kills if it outlived us) and
-        each window's samples/s (Optuna's intermediate values), and stops it when the pruning
-        rule says so (``autotune.core._prune.prune_reason``; against ``best``, the winner's loop
-        median), or its measure so far, once it has lasted ``PRUNE_MIN_WINDOWS`` times
-        ``window_s`` (``prune_so_far``)."""
-        rates: list[float] = []
-
-        def on_event(event: dict[str, Any]) -> Stop | None:
-            relay({**event, "trial": trial.number})
-            if event["event"] == "spawned":
-                from autotune.machine._proctree import process_tree
-
-                procs = process_tree(event["pid"])
-                # Kept even if the worker is gone already: its tag still finds what it left.
-                started = procs[0].create_time() if procs else time.time()
-                trial.set_user_attr(ATTR_WORKER, {"pid": event["pid"], "started": started, "tag": event["tag"]})
-            elif event["event"] == "window":
-                rate = event["samples"] / event["seconds"]
-                trial.report(rate, event["index"])
-                # A window others slowed says nothing about the config: it never prunes.
-                if max(event.get("foreign_cpu", 0.0), event.get("foreign_gpu", 0.0)) <= max_load:
-                    rates.append(rate)
-                reason = prune_reason(rates, best, prune)
-                if reason:
-                    return Outcome.PRUNED, reason
-            elif (
-                event["event"] == "progress"
-                and "seconds" in event
-                and max(event.get("foreign_cpu", 0.0), event.get("foreign_gpu", 0.0)) <= max_load
-            ):
-                reason = prune_so_far(
-                    event["samples"], event["seconds"], best, prune, PRUNE_MIN_WINDOWS * window_s, event.get("window_s")
-                )
-                if reason:
-                    return Outcome.PRUNED, reason
-            return None
-
-        return on_event
-
     def end(
         self, trial: optuna.Trial, run_id: str, result: TrialResult, ceilings: Ceilings, base_rate: float | None
     ) -> bool:
@@ -375,3 +326,52 @@ class Recorder:
         self.tracker.delete_runs(self.experiment_id, self.parent_id)
         shutil.rmtree(self.log_dir, ignore_errors=True)
         shutil.rmtree(self.spool.folder, ignore_errors=True)
+
+
+def watcher(
+    trial: optuna.Trial,
+    best: float | None,
+    prune: float,
+    max_load: float,
+    relay: Callable[[Mapping[str, Any]], None],
+    window_s: float = 0.0,
+) -> Callable[[dict[str, Any]], Stop | None]:
+    """The running trial's event handler: relays each event (the progress on the terminal),
+    records its worker process (what a tuner that resumes kills if it outlived us) and
+    each window's samples/s (Optuna's intermediate values), and stops it when the pruning
+    rule says so (``autotune.core._prune.prune_reason``; against ``best``, the winner's loop
+    median), or its measure so far, once it has lasted ``PRUNE_MIN_WINDOWS`` times
+    ``window_s`` (``prune_so_far``)."""
+    rates: list[float] = []
+
+    def on_event(event: dict[str, Any]) -> Stop | None:
+        relay({**event, "trial": trial.number})
+        if event["event"] == "spawned":
+            from autotune.machine._proctree import process_tree
+
+            procs = process_tree(event["pid"])
+            # Kept even if the worker is gone already: its tag still finds what it left.
+            started = procs[0].create_time() if procs else time.time()
+            trial.set_user_attr(ATTR_WORKER, {"pid": event["pid"], "started": started, "tag": event["tag"]})
+        elif event["event"] == "window":
+            rate = event["samples"] / event["seconds"]
+            trial.report(rate, event["index"])
+            # A window others slowed says nothing about the config: it never prunes.
+            if max(event.get("foreign_cpu", 0.0), event.get("foreign_gpu", 0.0)) <= max_load:
+                rates.append(rate)
+            reason = prune_reason(rates, best, prune)
+            if reason:
+                return Outcome.PRUNED, reason
+        elif (
+            event["event"] == "progress"
+            and "seconds" in event
+            and max(event.get("foreign_cpu", 0.0), event.get("foreign_gpu", 0.0)) <= max_load
+        ):
+            reason = prune_so_far(
+                event["samples"], event["seconds"], best, prune, PRUNE_MIN_WINDOWS * window_s, event.get("window_s")
+            )
+            if reason:
+                return Outcome.PRUNED, reason
+        return None
+
+    return on_event

@@ -19,9 +19,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from autotune.core._ceilings import loader_only
-from autotune.core._compile_cost import cold_and_warm
 from autotune.core._kinds import Line
-from autotune.core._knobs import KNOBS, MODEL_KNOBS, Stage, batch_of, show_value
+from autotune.core._knobs import KNOBS, Stage, batch_of, show_value
 from autotune.core._whole_runs import HORIZON_H
 from autotune.machine._noise import doubt
 from autotune.tuner._loader_workers import (
@@ -30,6 +29,7 @@ from autotune.tuner._loader_workers import (
     useful_workers,
     widened_range,
 )
+from autotune.tuner._model_holds import amp_hold, compile_hold, model_hold, own_compile_hold, own_precision_hold
 from autotune.tuner._space import Cap, Choice, IntRange, Space
 from autotune.worker._streams import duplicating
 
@@ -172,17 +172,17 @@ def holds(
     ``amp``. ``settled_by``: the trial whose loader hold was last said (None: none);
     ``horizon_h``: the hours production trains for (compile must pay back within them);
     ``learnt``: knob -> line, knobs an earlier study found to break the code (a warm start's)."""
-    model, model_line = _model_hold(found, space)
+    model, model_line = model_hold(found, space)
     if not model:
-        model, model_line = _own_compile_hold(found, space)
+        model, model_line = own_compile_hold(found, space)
     if not model:
-        model, model_line = _compile_hold(found, space, horizon_h)
+        model, model_line = compile_hold(found, space, horizon_h)
     fused, fused_line = _fused_hold(found, space)
     no_loader, no_loader_line = _no_loader_hold(found, space)
-    own, own_line = _own_precision_hold(found, space)
+    own, own_line = own_precision_hold(found, space)
     order, order_line = _order_hold(found, space)
     loader, settled, loader_line = _loader_hold(found, space, settled_by)
-    precision, precision_why = _precision_hold(found, space, max_load, max_spread)
+    precision, precision_why = amp_hold(found, space, max_load, max_spread)
     lines = [line for line in (model_line, fused_line, no_loader_line, own_line, order_line, loader_line) if line]
     if own:
         precision, precision_why = own, None
@@ -268,64 +268,6 @@ def _no_loader_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line
     )
 
 
-def _own_precision_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
-    """``amp`` not drawn once a trial saw that the script uses its own autocast or GradScaler: its
-    own precision is what runs whatever the knob says (``autotune.training._outside_amp``)."""
-    if "amp" not in space.domains:
-        return {}, None
-    own = next((r.dataset["amp_own"] for r in found.rows if r.dataset.get("amp_own")), None)
-    if own is None:
-        return {}, None
-    return {"amp": None}, Line(
-        f"amp not tuned: your script sets its own precision ({own}: torch.autocast or a "
-        "GradScaler), and it is what runs",
-        "amp-own",
-    )
-
-
-def _own_compile_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
-    """``compile`` not drawn once a trial saw that the script compiles its model itself: the trial
-    holds the knob and the script's own compile runs (``autotune.training._outside_model``), so
-    every drawn value would run the same."""
-    if "compile" not in space.domains or not any(r.dataset.get("compile_own") for r in found.rows):
-        return {}, None
-    return {"compile": None}, Line(
-        "compile not tuned: your script compiles its model itself (torch.compile), and its own compile is what runs",
-        "compile-own",
-    )
-
-
-def _compile_hold(found: Standing, space: Space, horizon_h: float) -> tuple[dict[str, Any], Line | None]:
-    """``compile`` held at off once a compiled trial showed that compiling cannot pay back within
-    ``horizon_h`` hours of production: it ran past --compile-timeout, it ran no faster than the
-    baseline, or its cost over the time it saves per second of training is past the horizon.
-    Measured once per study: the first compiled trials decide for every config after them."""
-    base = found.base.loop_median if found.base is not None else None  # (the loop's: compiling is kept out)
-    if "compile" not in space.domains or not base:
-        return {}, None
-    compiled = [r for r in found.rows if r.config.get("compile") not in (None, "off")]
-    stuck = next((r for r in compiled if r.outcome == "timeout" and "compile_unfinished_s" in r.metrics), None)
-    if stuck is not None:
-        why = f"compiling ran past --compile-timeout in trial {stuck.number}"
-    else:
-        ran = [r for r in compiled if r.reliable and r.metrics.get("compile_s") and r.samples_per_s]
-        if not ran:
-            return {}, None
-        best = max(ran, key=lambda r: r.samples_per_s or 0.0)
-        rate = best.samples_per_s or 0.0  # (ran: each has one)
-        saved = 1 - base / rate  # production seconds saved per second
-        # (the cold compile a user pays, where a warm re-run of its config is the faster run)
-        cost = cold_and_warm(r.metrics for r in ran if r.config == best.config)[0] or best.metrics["compile_s"]
-        if saved > 0 and cost / saved <= horizon_h * 3600:
-            return {}, None
-        pays = f"pays back after {cost / saved / 3600:.1f} h of training" if saved > 0 else "never pays back"
-        why = (
-            f"trial {best.number} compiled in {cost:.0f} s and runs {rate / base:.2f}x "
-            f"the baseline, so compiling {pays}, past the {horizon_h:g} h horizon (--horizon)"
-        )
-    return {"compile": "off"}, Line(f"compile held at off: {why}", "compile-hold")
-
-
 def _order_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
     """``in_order`` not drawn once a trial saw that the training loader does not shuffle: its
     order may mean something (a curriculum, a stream's sequence), and the loader keeps it."""
@@ -333,35 +275,6 @@ def _order_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | N
         return {}, None
     return {"in_order": None}, Line(
         "in_order not tuned: your training loader does not shuffle, so the order of its batches is kept", "in-order"
-    )
-
-
-def _precision_hold(
-    found: Standing, space: Space, max_load: float, max_spread: float
-) -> tuple[dict[str, Any], str | None]:
-    from autotune.tuner._precision import KNOB, precision_hold
-
-    domain = space.domains.get(KNOB)
-    if not isinstance(domain, Choice):
-        return {}, None
-
-    def believed(row: TrialRow) -> bool:  # a pruned or diverged figure was never doubted: judge it here
-        return row.doubt is None and doubt(row.metrics, "", max_load, max_spread) is None
-
-    hold = precision_hold(found.rows, domain.values(), believed)
-    return ({}, None) if hold is None else ({KNOB: hold.value}, hold.why)
-
-
-def _model_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
-    tuned = [name for name in MODEL_KNOBS if name in space.domains]
-    base = found.base.first if found.base else None
-    if not tuned or base is None or not base.config or any(name in base.config for name in MODEL_KNOBS):
-        return {}, None
-    return dict.fromkeys(tuned), Line(
-        f"{' and '.join(tuned)} not tuned: no model was found (a training function "
-        "hands it to run.model(...); in a script, it is the module called with the "
-        "parameters an optimizer trains)",
-        "model-knobs",
     )
 
 

@@ -21,7 +21,7 @@ from autotune.tuner._ceiling_run import with_ceilings
 from autotune.tuner._confirm import noisy_loss
 from autotune.tuner._planner import owed_again
 from autotune.tuner._queue import write
-from autotune.tuner._recorder import Recorder
+from autotune.tuner._recorder import Recorder, watcher
 from autotune.tuner._scheduler import Heartbeat, Scheduler
 from autotune.tuner._space_now import draw_caps, holds, space_now
 from autotune.tuner._standing import Standing, standing
@@ -150,7 +150,7 @@ class TrialSteps:
                     spec,
                     self.recorder.log_path(trial.number),
                     self.ram_budget,
-                    self.recorder.watcher(
+                    watcher(
                         trial,
                         prune_below,
                         self.options.judge.prune,
