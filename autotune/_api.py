@@ -305,6 +305,5 @@ def _import_stores() -> None:
     import contextlib
 
     with contextlib.suppress(Exception):  # (an import that fails raises where it is used)
-        import optuna  # noqa: F401
-
         import mlflow  # noqa: F401
+        import optuna  # noqa: F401

@@ -19,12 +19,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _results import ROOT, machine, write_section
 from autotune import Config
 from autotune.core._guard import DIVERGENCE_TOLERANCE, compare, first_nonfinite
 from autotune.machine._launch import Budget, TrialSpec
 from autotune.tuner._watch import run_trial
-
-from _results import ROOT, machine, write_section
 
 RUNNERS = ["mnist", "charlm", "jpeg"]
 #: name -> (config, what it is meant to show)

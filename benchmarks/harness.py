@@ -38,10 +38,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autotune import Config
-from autotune.core._ceilings import bottleneck, cpu_roof
-from autotune.machine._launch import Budget
-
 from _results import (
     DATA,
     HERE,
@@ -55,6 +51,9 @@ from _results import (
     spread,
     write_section,
 )
+from autotune import Config
+from autotune.core._ceilings import bottleneck, cpu_roof
+from autotune.machine._launch import Budget
 
 RUNNERS = ["mnist", "jpeg", "charlm"]
 PARTS = ["runners", "search", "overhead", "divergence", "watchdogs"]  # each part's topic (page) too

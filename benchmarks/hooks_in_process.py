@@ -18,13 +18,12 @@ import statistics
 
 import torch
 
+from _results import data_path, machine, spread, write_section
+from _timed_loop import loop
 from autotune.core._config import Config
 from autotune.training._handles import Run
 from autotune.training._hooks import Hooks
 from autotune.worker._script_trial import ScriptTrial
-
-from _results import data_path, machine, spread, write_section
-from _timed_loop import loop
 
 TOPIC = "scripts"
 

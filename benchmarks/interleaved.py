@@ -62,15 +62,13 @@ import threading
 import time
 from pathlib import Path
 
-from production import CASES, TOPIC, geometric_mean_ci, monitor_slowed
-
+from _counted import COUNTER_ENV, TARGET_ENV, new_counter, read_counter
+from _results import HERE, data_path, machine, one_trial, spread, write_section
 from autotune.machine._launch import Budget, TrialSpec, build_command, new_tag
 from autotune.machine._proctree import _walk
 from autotune.production._export import render
 from autotune.worker._warm import WarmWorker
-
-from _counted import COUNTER_ENV, TARGET_ENV, new_counter, read_counter
-from _results import HERE, data_path, machine, one_trial, spread, write_section
+from production import CASES, TOPIC, geometric_mean_ci, monitor_slowed
 
 COUNTED = f"{HERE / '_counted.py'}:train"
 #: Steps each process makes before the slices start (imports, the dataset, the first

@@ -38,9 +38,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autotune.core._kinds import Kind
-
 from _results import ROOT, machine, spread, write_section
+from autotune.core._kinds import Kind
 
 sys.path.insert(0, str(ROOT / "tests" / "lib"))
 from servers import (
@@ -205,7 +204,6 @@ REPEATS = tuple(kind.value for kind in Kind if kind.repeats)
 def audit(url: str, tracking_uri: str, name: str, confirm: int, stores: list[Path]) -> Audit:
     """Read the study and its MLflow experiment back; count duplicated and lost work."""
     import optuna
-
     from mlflow import MlflowClient
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -114,10 +114,9 @@ def plain(workers: int, warmup_s: float, window_s: float, windows: int) -> list[
 
 
 def turn(workers: int, args: argparse.Namespace, logs: Path) -> dict[str, float]:
+    from _results import one_trial
     from autotune import Config
     from autotune.machine._launch import Budget
-
-    from _results import one_trial
 
     budget = Budget(warmup_s=args.warmup, window_s=args.window, windows=args.windows, ceiling_windows=0)
     figures: dict[str, float] = {}

@@ -31,6 +31,7 @@ import threading
 import time
 from pathlib import Path
 
+from _results import ROOT, machine, read_section, spread, write_section
 from autotune import Config
 from autotune.core._ceilings import Ceilings
 from autotune.core._guard import DIVERGENCE_TOLERANCE, compare, judged_span, mean_over
@@ -38,8 +39,6 @@ from autotune.machine._launch import Budget, TrialSpec
 from autotune.machine._noise import doubt
 from autotune.stores._records import bottleneck_of
 from autotune.tuner._watch import run_trial
-
-from _results import ROOT, machine, read_section, spread, write_section
 
 TARGET = f"{ROOT / 'runners' / 'mnist.py'}:train"
 HOG = [sys.executable, "-c", "while True: pass"]

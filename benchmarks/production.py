@@ -37,12 +37,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _results import ROOT, data_path, machine, one_trial, spread, write_section
 from autotune import Config, _monitor
 from autotune.machine._launch import Budget, new_tag
 from autotune.production._export import render
 from autotune.worker._warm import WarmWorker
-
-from _results import ROOT, data_path, machine, one_trial, spread, write_section
 
 #: The page and raw-figures folder (benchmarks/results/, benchmarks/data/) this and interleaved.py write.
 TOPIC = "trial-vs-production"

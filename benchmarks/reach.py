@@ -33,11 +33,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _results import ROOT, data_path, machine, one_trial, spread, write_section
 from autotune import Config
 from autotune.machine._launch import Budget, new_tag
 from autotune.worker._warm import WarmWorker
-
-from _results import ROOT, data_path, machine, one_trial, spread, write_section
 from harness import all_tricks, changed, cli, load
 
 #: name -> (target, the grid's axes). Workers reach 32x the cores on the waiting loader, 16x on jpeg

@@ -21,13 +21,12 @@ import math
 import os
 import sys
 
+from _results import ROOT, data_path, machine
 from autotune import Config
 from autotune.core._guard import DIVERGENCE_TOLERANCE
 from autotune.machine._launch import Budget, TrialSpec, new_tag
 from autotune.tuner._watch import run_trial
 from autotune.worker._warm import WarmWorker
-
-from _results import ROOT, data_path, machine
 
 TARGET = f"{ROOT / 'runners' / 'jpeg.py'}:train"
 LOADER = {"num_workers": 16, "persistent_workers": True, "prefetch_factor": 4}

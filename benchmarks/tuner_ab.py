@@ -25,9 +25,8 @@ import time
 from pathlib import Path
 
 import interleaved
-from production import geometric_mean_ci
-
 from _counted import read_counter
+from production import geometric_mean_ci
 
 #: After the tuner is stopped or let run, this long before a phase's first step is read.
 SETTLE_S = 0.2

@@ -19,12 +19,11 @@ from pathlib import Path
 
 import psutil
 
+from _results import ROOT, machine, spread, write_section
 from autotune import Config
 from autotune.machine._launch import Budget, TrialSpec
 from autotune.machine._monitor import INTERVAL, PSS_EVERY
 from autotune.tuner._watch import run_trial
-
-from _results import ROOT, machine, spread, write_section
 
 TARGET = f"{ROOT / 'tests' / 'fixtures' / 'faulty_train.py'}:train"
 HOG, HANG = Config(num_workers=4), Config(num_workers=3)

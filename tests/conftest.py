@@ -116,9 +116,8 @@ def warm():
     tag, so that it is no test's leftover; tests of what a trial leaves behind, and of the warm
     worker itself, start their own (its trials share its tag). It is itself forked from the
     suite's template of warm workers (tests/lib/forked_cli.py) where it can be."""
-    from autotune.machine._launch import new_tag
-
     import forked_cli
+    from autotune.machine._launch import new_tag
 
     worker = forked_cli.warm_worker(
         {k: v for k, v in os.environ.items() if k not in (TAG, "PYTORCH_CUDA_ALLOC_CONF")}, new_tag()

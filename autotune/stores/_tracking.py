@@ -97,8 +97,9 @@ class Tracker:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
         import logging
 
-        from autotune.stores._schema import seed_store
         from mlflow import MlflowClient
+
+        from autotune.stores._schema import seed_store
 
         # MLflow logs its schema migrations at INFO; the study's own output says enough.
         logging.getLogger("mlflow").setLevel(logging.WARNING)

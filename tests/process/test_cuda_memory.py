@@ -13,7 +13,6 @@ from autotune.core._memline import EXPANDABLE, memory_path
 from autotune.machine._launch import Budget, TrialSpec
 from autotune.tuner._watch import run_trial
 from autotune.worker._profile import PARTS, trace_events
-
 from helpers import FIXTURES
 
 SHAPES = FIXTURES / "shapes_train.py"

@@ -21,7 +21,6 @@ from autotune.core._knobs import KNOBS
 from autotune.machine._launch import Budget, TrialSpec
 from autotune.production._export import render
 from autotune.tuner._watch import run_trial
-
 from helpers import FIXTURES
 
 SCRIPT = FIXTURES / "scripts" / "harm_probe.py"

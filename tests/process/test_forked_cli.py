@@ -10,9 +10,8 @@ import time
 
 from conftest import TAG, tagged
 
-from autotune.machine._launch import TRIAL_TAG_ENV
-
 import forked_cli
+from autotune.machine._launch import TRIAL_TAG_ENV
 from helpers import FIXTURES, SHORT_TRIALS, cli, cli_env
 
 

@@ -6,7 +6,6 @@ import threading
 from pathlib import Path
 
 from autotune.tuner._tuners import HostRegistry
-
 from helpers import ROOT
 
 

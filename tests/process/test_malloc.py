@@ -16,7 +16,6 @@ from fixtures.heap_rounds import PAGES
 
 from autotune import Config, Recipe
 from autotune.machine import _malloc
-
 from helpers import FIXTURES
 
 

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from autotune.machine._margin import Cgroup
-
 from helpers import FIXTURES, cli_env
 
 JOB = FIXTURES / "growing_train.py"

@@ -9,7 +9,6 @@ import torch
 from autotune import Config, Outcome, Recipe
 from autotune.machine._launch import Budget, TrialSpec
 from autotune.tuner._watch import run_trial
-
 from helpers import FIXTURES
 
 FIXTURE = FIXTURES / "model_train.py"

@@ -13,7 +13,6 @@ from autotune.core._outcome import Outcome
 from autotune.machine._launch import Budget, TrialSpec
 from autotune.machine._monitor import Monitor
 from autotune.tuner._watch import run_trial
-
 from helpers import FIXTURES
 
 TINY = str(FIXTURES / "tiny_train.py")

@@ -11,7 +11,6 @@ from torch.nn.modules.module import register_module_forward_hook
 from autotune import Config, Recipe
 from autotune.training._hooks import Hooks
 from autotune.training._script import SCRIPT_STAGES, run_script
-
 from helpers import FIXTURES
 
 SCRIPTS = FIXTURES / "scripts"

@@ -11,7 +11,6 @@ import torch
 from torch.utils.data import DataLoader
 
 import autotune
-
 from helpers import ROOT
 
 RUNNERS = ROOT / "runners"

@@ -19,7 +19,6 @@ from autotune import Config, Outcome
 from autotune.machine._launch import TRIAL_TAG_ENV, Budget, TrialSpec, new_tag
 from autotune.tuner._watch import run_trial
 from autotune.worker._warm import WarmWorker
-
 from helpers import FIXTURES
 
 FAST = Budget(warmup_s=0.2, window_s=0.3, windows=2, ceiling_windows=0)

@@ -21,7 +21,6 @@ from autotune.machine._launch import TRIAL_TAG_ENV, Budget, TrialSpec
 from autotune.machine._monitor import Monitor
 from autotune.machine._reap import kill_orphans, sweep_orphans
 from autotune.tuner._watch import run_trial
-
 from helpers import FIXTURES
 
 FIXTURE = FIXTURES / "tiny_train.py"

@@ -13,7 +13,6 @@ from autotune import Config, Outcome
 from autotune.machine._launch import Budget, TrialSpec
 from autotune.machine._reap import kill_orphans
 from autotune.tuner._watch import run_trial
-
 from helpers import FIXTURES
 
 FIXTURE = FIXTURES / "faulty_train.py"

@@ -13,7 +13,6 @@ import pytest
 
 import autotune
 from autotune import ConfigError
-
 from helpers import FIXTURES, cli_env
 
 FIXTURE = FIXTURES / "tiny_train.py"

@@ -5,7 +5,6 @@ reaches the training loader only (autotune.training._hooks): real studies of unm
 from __future__ import annotations
 
 from autotune.tuner._standing import standing
-
 from helpers import FIXTURES, SHORT_TRIALS, autotune, load_study, mlflow_runs
 
 SCRIPTS = FIXTURES / "scripts"

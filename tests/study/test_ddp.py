@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import subprocess
 
+import forked_cli
 from autotune.core._kinds import Kind
 from autotune.tuner._standing import standing
-
-import forked_cli
 from helpers import FIXTURES, autotune, cli, cli_env, load_study
 
 SCRIPT = FIXTURES / "scripts" / "ddp_style.py"

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from autotune.core._guard import LEARN_WINDOWS
-
 from helpers import FIXTURES, autotune, built_once, cli_env, load_study, mlflow_runs
 
 FIXTURE = FIXTURES / "cli_train.py"

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import subprocess
 
-from autotune.tuner._standing import standing
-
 import forked_cli
+from autotune.tuner._standing import standing
 from helpers import FIXTURES, SHORT_TRIALS, cli, cli_env, load_study
 
 SCRIPTS = FIXTURES / "scripts"

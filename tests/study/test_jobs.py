@@ -11,9 +11,8 @@ import psutil
 import pytest
 from conftest import TAG
 
-from autotune.machine._launch import TRIAL_TAG_ENV
-
 import forked_cli
+from autotune.machine._launch import TRIAL_TAG_ENV
 from helpers import FIXTURES, cli, cli_env, load_study, mlflow_runs
 
 

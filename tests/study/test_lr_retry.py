@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from autotune.stores._records import signed_share
-
 from helpers import FIXTURES, SHORT_TRIALS, autotune, load_study, mlflow_runs
 
 

@@ -12,7 +12,6 @@ import pytest
 
 from autotune.tuner._queue import CLAIM_MARK
 from autotune.tuner._tuners import HOST_DIR_ENV, TUNER_KEY
-
 from tuners import Tuner, storage_of, study_exists, study_of, wait_until
 
 #: Windows of 0.15 s: every trial measures the baseline's samples (autotune.worker._marks), and these
@@ -38,7 +37,6 @@ FAST = [
 def check_invariants(url: str, tracking_uri: str, name: str, tuners: int, own_trials: int, confirm: int) -> None:
     """What must hold however many tuners ran the study, wherever they ran."""
     import optuna
-
     from mlflow import MlflowClient
 
     study = study_of(url, name)

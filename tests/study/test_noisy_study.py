@@ -10,7 +10,6 @@ import threading
 from autotune.core._kinds import Kind
 from autotune.machine._noise import FOREIGN_LOAD_MAX
 from autotune.tuner._standing import standing
-
 from helpers import ROOT, cli, cli_env, load_study
 
 #: Burns a CPU for at most 120 s (the test kills it sooner).

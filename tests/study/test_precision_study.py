@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from autotune.core._kinds import Kind
 from autotune.tuner._standing import standing
-
 from helpers import ROOT, autotune, load_study, mlflow_runs
 
 

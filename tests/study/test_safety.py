@@ -11,7 +11,6 @@ from conftest import TAG, tagged
 from autotune import Outcome
 from autotune.core._outcome import headline
 from autotune.stores._tracking import RUN_STATUS
-
 from helpers import (
     FAULTY,
     SHORT_TRIALS,

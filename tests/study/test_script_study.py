@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 
 from autotune.tuner._standing import standing
-
 from helpers import FIXTURES, SHORT_TRIALS, autotune, load_study, mlflow_runs
 
 SCRIPT = FIXTURES / "scripts" / "mnist_style.py"

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from autotune.stores._stores import MIN_FREE_BYTES, StoreDown, check_folder
-
 from helpers import FIXTURES, autotune
 
 

@@ -9,7 +9,6 @@ import re
 import yaml
 
 from autotune.tuner._standing import standing
-
 from helpers import FIXTURES, autotune, load_study, mlflow_runs
 
 SCRIPT = FIXTURES / "scripts" / "mnist_style.py"

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.machine._probe import usable_cpus
-
 from helpers import FIXTURES, autotune, load_study
 
 

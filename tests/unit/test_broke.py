@@ -7,7 +7,6 @@ import dataclasses
 from autotune.tuner._broke import broke_holds, broken, users_line
 from autotune.tuner._space import Choice, IntRange, Space
 from autotune.tuner._space_now import holds
-
 from standings import standing, trial
 
 #: pytorch/examples' vae at another batch: its test pass shapes the batch with its own size.

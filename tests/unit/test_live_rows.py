@@ -15,7 +15,6 @@ from autotune.tuner._live import (
     note_kind,
     short_summary,
 )
-
 from standings import standing, trial
 
 BASE = {"batch_size": "1x", "num_workers": 0, "pin_memory": False, "prefetch": "none"}

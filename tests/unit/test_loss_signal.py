@@ -17,7 +17,6 @@ from autotune.core._loss_signal import (
 from autotune.core._outcome import Outcome, classify
 from autotune.tuner._confirm import decide, group_runs, plan, speed_only
 from autotune.tuner._planner import loss_unit
-
 from standings import trial
 
 NAN = math.nan

@@ -8,7 +8,6 @@ from autotune.core._kinds import Kind
 from autotune.tuner._one_loss import clear_losses
 from autotune.tuner._space import Choice, IntRange, Space
 from autotune.tuner._space_now import holds
-
 from standings import standing, trial
 
 BASE = {"num_workers": 0, "batch_size": 16, "amp": "off", "prefetch": "none", "channels_last": False, "compile": "off"}

@@ -10,7 +10,6 @@ from autotune.tuner import _pace
 from autotune.tuner._option_groups import Options
 from autotune.tuner._options import StudyOptions
 from autotune.tuner._pace import CostWatch, pace_line
-
 from standings import trial
 
 

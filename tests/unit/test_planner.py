@@ -23,7 +23,6 @@ from autotune.tuner._planner import (
     without_baseline,
 )
 from autotune.tuner._space import Choice, Fixed, IntRange, Space
-
 from standings import ceilings_of, standing, trial
 
 NOISY = "noisy: other processes used 48% of its CPUs while it measured (over 20%)"

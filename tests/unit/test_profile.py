@@ -12,7 +12,6 @@ from autotune.machine._launch import Budget
 from autotune.tuner._profiling import parent_figures, profile_budget, profile_plan
 from autotune.tuner._standing import standing_of
 from autotune.worker._profile import PARTS, StepParts, breakdown, changed, shares
-
 from standings import trial
 
 

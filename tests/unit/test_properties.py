@@ -22,7 +22,6 @@ from autotune.tuner._space import Choice, IntRange, Space
 from autotune.tuner._space_now import draw_caps, holds, space_now
 from autotune.tuner._standing import findings, standing_of
 from autotune.tuner._watch import TrialResult
-
 from standings import with_bound
 
 SPACE = Space(

@@ -13,7 +13,6 @@ from autotune.tuner._loader_workers import evidence, limits, widened_range, work
 from autotune.tuner._planner import climb
 from autotune.tuner._space import Choice, IntRange, Space
 from autotune.tuner._worker_climb import more_workers
-
 from standings import standing, trial
 
 TWO = {"ranks": 2, "splits_ranks": True}

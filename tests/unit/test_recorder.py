@@ -177,7 +177,6 @@ def test_a_study_whose_baseline_is_never_believed_closes_its_parent_run_with_no_
     # (the finish once crashed here reading the median of the baseline's believed runs: none)
     from autotune.tuner._finish import parent_record
     from autotune.tuner._report import throughput_png
-
     from standings import standing as standing_of_rows
     from standings import trial
 
@@ -207,7 +206,6 @@ def test_a_whole_run_of_other_samples_is_recorded_as_another_training_in_both_st
     # Its own samples over its run time (3,657/s in 14 s) would draw the sampler to it; the standing never ranks it.
     from autotune.core._ceilings import Ceilings
     from autotune.worker._streams import same_training
-
     from standings import trial as row
 
     shape = {"ended": True, "epochs": 1, "steps": 200}

@@ -7,7 +7,6 @@ import dataclasses
 
 from autotune.core._kinds import Kind
 from autotune.stores._records import run_name
-
 from standings import trial
 
 

@@ -71,7 +71,6 @@ def test_a_baseline_the_input_failed_is_bad_input_in_one_line_and_one_the_code_f
     import dataclasses
 
     from autotune.tuner._options import baseline_failed
-
     from standings import trial
 
     said = "train.py has no training loop: it built no DataLoader, ... (autotune measures ...); its last lines: done"

@@ -7,7 +7,6 @@ import dataclasses
 from autotune.core._kinds import Line
 from autotune.tuner._space import Choice, IntRange, Space
 from autotune.tuner._space_now import draw_caps, holds, space_now
-
 from standings import ceilings_of, standing, trial
 
 LOADER = {"num_workers": 0, "batch_size": 16}

@@ -24,7 +24,6 @@ from autotune.worker._streams import (
     duplicating,
     row_prints,
 )
-
 from standings import standing, trial
 
 

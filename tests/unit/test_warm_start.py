@@ -6,7 +6,6 @@ import dataclasses
 
 from autotune.core._kinds import Kind
 from autotune.tuner._warm_start import Source, learnt, pick, same_machine, top_configs
-
 from standings import standing, trial
 
 NOISY = "noisy: other processes used 48% of its CPUs while it measured (over 20%)"

@@ -18,7 +18,6 @@ from autotune.tuner._options import StudyOptions
 from autotune.tuner._standing import findings
 from autotune.tuner._watch import TrialResult
 from autotune.worker._streams import same_training
-
 from standings import standing, trial
 
 
