@@ -21,7 +21,7 @@ read; ``Linear(16, 2)``, SGD, batch 16 as written). Three parts:
 The host's load (``/proc/loadavg``) is read before every measure and at each part's ends; a
 1-minute load above the usable CPUs marks the figures provisional.
 
-    python benchmarks/sweep.py                      # about 25 minutes on a loaded 2-core CPU
+    python benchmarks/sweep.py                      # 36 minutes on a loaded 2-core CPU (2026-11-29)
     python benchmarks/sweep.py --quick              # a smoke run: one point, a 2-trial study
     python benchmarks/sweep.py --batches 64 128 --workers 16 32 64 --prefetch-factors 2 4 8
     python benchmarks/sweep.py --from-json benchmarks/data/sweep/sweep.json   # the page again
@@ -31,11 +31,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import itertools
 import json
 import math
-import os
-import random
 import statistics
 import subprocess
 import sys
@@ -44,14 +41,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _plain_sweep import CODE_BATCH, best_point, env, grid, label, load, measure, sweep, usable_cpus, winner_of
 from _results import ROOT, data_path, spread, write_section
 
 TOPIC = "sweep"
-LOOP = Path(__file__).resolve().parent / "_io_loop.py"
 TARGET = f"{ROOT / 'tests' / 'fixtures' / 'io_train.py'}:train"
-#: io_train.py's batch and lr as written (``_io_loop.CODE_BATCH``, ``CODE_LR``; kept here too so
-#: that this module imports no torch).
-CODE_BATCH, CODE_LR = 16, 0.1
 GOAL = 0.95
 #: The two contenders of the turns.
 BEST, WINNER = "sweep's best", "study winner"
@@ -66,140 +60,6 @@ QUICK = {
     "samples": 2048,
     "warmup_samples": 512,
 }
-#: The export's keys the plain loop takes as they are, beside the DataLoader's.
-LOOP_KNOBS = {"prefetch", "amp", "fused_optimizer", "malloc_retain", "lr_scaling"}
-
-
-def env() -> dict[str, str]:
-    return {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
-
-
-def load() -> float:
-    """The host's 1-minute load average."""
-    return float(Path("/proc/loadavg").read_text().split()[0])
-
-
-def usable_cpus() -> int:
-    return len(os.sched_getaffinity(0))
-
-
-def scaled_lr(batch: int, rule: str = "linear", base: int = CODE_BATCH) -> float:
-    """The code's lr (written for batch ``base``) at ``batch`` by ``rule`` (the study's
-    ``lr_scaling``); the plain loop's speed does not depend on it, its training does."""
-    ratio = batch / base
-    return CODE_LR * {"linear": ratio, "sqrt": math.sqrt(ratio), "none": 1.0}[rule]
-
-
-def point(batch: int, workers: int, prefetch_factor: int) -> dict[str, Any]:
-    """One grid point: the plain loop's settings (persistent workers, linear lr)."""
-    return {
-        "loader": {
-            "batch_size": batch,
-            "num_workers": workers,
-            "persistent_workers": True,
-            "prefetch_factor": prefetch_factor,
-        },
-        "lr": scaled_lr(batch),
-    }
-
-
-def grid(batches: list[int], workers: list[int], factors: list[int]) -> list[dict[str, Any]]:
-    return [point(b, w, f) for b, w, f in itertools.product(batches, workers, factors)]
-
-
-def label(settings: dict[str, Any]) -> str:
-    """A plain loop's settings in a few words."""
-    loader = settings["loader"]
-    words = [f"batch {loader['batch_size']}", f"{loader.get('num_workers', 0)} workers"]
-    if loader.get("num_workers"):
-        words += [
-            "persistent" if loader.get("persistent_workers") else "not persistent",
-            f"prefetch_factor {loader.get('prefetch_factor', 2)}",
-        ]
-        if loader.get("in_order") is False:
-            words.append("in_order=False")
-    if loader.get("pin_memory"):
-        words.append("pin_memory")
-    extras = settings.get("extras", {})
-    words += [f"{k}={v}" for k, v in extras.items()]
-    return ", ".join(words)
-
-
-def plain_terms(export: dict[str, Any]) -> dict[str, Any]:
-    """The study's export (parsed YAML) as the plain loop's settings: the DataLoader's kwargs,
-    the lr its scaling gives, the loop's other settings, and the knobs the plain loop cannot take
-    (``untranslated``: set away from PyTorch's default), which the page names."""
-    from autotune.core._knobs import KNOBS
-
-    values = {key: value for section, body in export.items() if section != "measured_on" for key, value in body.items()}
-    base = values.pop("base_batch_size", CODE_BATCH)
-    loader, extras, untranslated = {}, {}, []
-    for key, value in values.items():
-        knob = KNOBS[key]
-        if knob.dataloader_kwarg:
-            loader[knob.dataloader_kwarg] = value
-        elif key in LOOP_KNOBS:
-            if value != knob.default and key != "lr_scaling":
-                extras[key] = value
-        elif value != knob.default:
-            untranslated.append(f"{key}={value}")
-    batch = loader.setdefault("batch_size", base)
-    rule = values.get("lr_scaling", "none")
-    return {"loader": loader, "lr": scaled_lr(batch, rule, base), "extras": extras, "untranslated": untranslated}
-
-
-def loop_argv(settings: dict[str, Any], samples: int, warmup: int) -> list[str]:
-    extras = settings.get("extras", {})
-    argv = [
-        sys.executable,
-        str(LOOP),
-        "--loader",
-        json.dumps(settings["loader"]),
-        "--lr",
-        repr(settings["lr"]),
-        "--samples",
-        str(samples),
-        "--warmup-samples",
-        str(warmup),
-    ]
-    if extras.get("amp", "off") != "off":
-        argv += ["--amp", extras["amp"]]
-    if extras.get("fused_optimizer"):
-        argv.append("--fused")
-    if extras.get("prefetch", "none") != "none":
-        argv += ["--prefetch", extras["prefetch"]]
-    if extras.get("malloc_retain"):
-        argv.append("--malloc-retain")
-    return argv
-
-
-def measure(settings: dict[str, Any], samples: int, warmup: int) -> dict[str, Any]:
-    """One run of the plain loop in a process of its own: its figures, and the load before it."""
-    before = load()
-    done = subprocess.run(loop_argv(settings, samples, warmup), check=False, capture_output=True, text=True, env=env())
-    if done.returncode:
-        raise RuntimeError(f"{label(settings)}: exit {done.returncode}\n{done.stderr[-2000:]}")
-    return {**json.loads(done.stdout.strip().splitlines()[-1]), "load_before": before}
-
-
-def sweep(points: list[dict[str, Any]], repeats: int, samples: int, warmup: int, seed: int = 0) -> list[dict[str, Any]]:
-    """Every point ``repeats`` times; each round the points in a new random order."""
-    runs: list[list[dict[str, Any]]] = [[] for _ in points]
-    order = random.Random(seed)
-    for round_ in range(repeats):
-        for i in order.sample(range(len(points)), len(points)):
-            runs[i].append(measure(points[i], samples, warmup))
-            print(
-                f"sweep round {round_ + 1}: {label(points[i])}: {runs[i][-1]['samples_per_s']:,.0f} samples/s",
-                file=sys.stderr,
-                flush=True,
-            )
-    return [{**p, "runs": r} for p, r in zip(points, runs)]
-
-
-def best_point(swept: list[dict[str, Any]]) -> dict[str, Any]:
-    """The point with the best median samples/s."""
-    return max(swept, key=lambda p: statistics.median(r["samples_per_s"] for r in p["runs"]))
 
 
 def study(trials: int, folder: Path) -> dict[str, Any]:
@@ -292,37 +152,38 @@ def rate(runs: list[dict[str, Any]]) -> list[float]:
 
 def render(raw: dict[str, Any]) -> str:
     """The page's section of one run."""
-    a, st = raw["args"], raw["study"]
     loaded = max(readings(raw)) > raw["cpus"]
+    return "\n".join([*header(raw, loaded), "", *sweep_part(raw), "", *study_part(raw), "", *turns_part(raw, loaded)])
+
+
+def header(raw: dict[str, Any], loaded: bool) -> list[str]:
     ends = ", ".join(f"{part} {v[0]:.1f} -> {v[-1]:.1f}" for part, v in raw["load"].items())
-    sweep_loads = [r["load_before"] for p in raw["sweep"] for r in p["runs"]]
+    before = [r["load_before"] for p in raw["sweep"] for r in p["runs"]]
     changed = raw["autotune_changed"]
-    lines = [
-        f"Machine: {raw['machine']}. Commit {raw['commit']}"
-        + (
-            f", with {len(changed)} files under autotune/ changed in the working tree by others at the time"
-            if changed
-            else ""
-        )
-        + f". Whole run {raw['wall_s'] / 60:.1f} min.",
+    others = f", with {len(changed)} files under autotune/ changed in the working tree by others" if changed else ""
+    state = (
+        " **Provisional: the host was loaded** (other engineers' tests, studies and benchmarks on the same "
+        "cores): every figure here was taken under that load."
+        if loaded
+        else " The host was quiet."
+    )
+    return [
+        f"Machine: {raw['machine']}. Commit {raw['commit']}{others}. Whole run {raw['wall_s'] / 60:.1f} min.",
         "",
         f"Host load (1-minute load average, {raw['cpus']} usable CPUs), at each part's start and end: {ends}; "
-        f"before the sweep's runs {min(sweep_loads):.1f}..{max(sweep_loads):.1f}."
-        + (
-            " **Provisional: the host was loaded** (other engineers' tests and benchmarks on the same 2 cores): "
-            "every figure here was taken under that load."
-            if loaded
-            else " The host was quiet."
-        ),
+        f"before the sweep's runs {min(before):.1f}..{max(before):.1f}.{state}",
         "",
-        command(a),
-        "",
-        (
-            f"**Sweep** of the plain loop (`benchmarks/_io_loop.py`: PyTorch's DataLoader and loop over "
-            f"`io_train.py`'s `SlowReads`, `Linear(16, 2)`, SGD, lr scaled linearly from batch {CODE_BATCH}); "
-            f"each point {a['repeats']} runs, a process each, {a['samples']:,} samples timed after "
-            f"{a['warmup_samples']:,}; samples/s median (min..max); {raw['sweep_wall_s'] / 60:.1f} min."
-        ),
+        command(raw["args"]),
+    ]
+
+
+def sweep_part(raw: dict[str, Any]) -> list[str]:
+    a = raw["args"]
+    lines = [
+        f"**Sweep** of the plain loop (`benchmarks/_io_loop.py`: PyTorch's DataLoader and loop over "
+        f"`io_train.py`'s `SlowReads`, `Linear(16, 2)`, SGD, lr scaled linearly from batch {CODE_BATCH}); "
+        f"each point {a['repeats']} runs, a process each, {a['samples']:,} samples timed after "
+        f"{a['warmup_samples']:,}; samples/s median (min..max); {raw['sweep_wall_s'] / 60:.1f} min.",
         "",
         "| batch | workers (persistent) | prefetch_factor | samples/s |",
         "|---|---|---|---|",
@@ -330,41 +191,55 @@ def render(raw: dict[str, Any]) -> str:
     best = best_point(raw["sweep"])
     for p in raw["sweep"]:
         loader, cell = p["loader"], spread(rate(p["runs"]), ",.0f")
-        lines.append(
-            f"| {loader['batch_size']} | {loader['num_workers']} | {loader['prefetch_factor']} | "
-            + (f"**{cell}** (best)" if p is best else cell)
-            + " |"
-        )
-    winner = raw["contenders"][WINNER]
-    lines += [
-        "",
+        cell = f"**{cell}** (best)" if p is best else cell
+        lines.append(f"| {loader['batch_size']} | {loader['num_workers']} | {loader['prefetch_factor']} | {cell} |")
+    return lines
+
+
+def study_part(raw: dict[str, Any]) -> list[str]:
+    from autotune.core._knobs import KNOBS
+
+    a, st, winner = raw["args"], raw["study"], raw["contenders"][WINNER]
+    speedup = f"{st['speedup']:.2f}x the code as written" if st.get("speedup") else "no speedup figure"
+    lines = [
         f"**Study** `{st['name']}`: `autotune run tests/fixtures/io_train.py:train --trials {a['trials']}` "
-        f"(default space and budget, a store of its own), {st['wall_s'] / 60:.1f} min. Its winner, trial "
-        f"{st['winner']}, by its own figure {st['samples_per_s'] or 0:,.0f} samples/s "
-        f"({st['speedup'] or 0:.2f}x the code as written)"
+        f"(default space and budget, a store of its own), {st['wall_s'] / 60:.1f} min. Its winner by its own "
+        f"figure: {st['samples_per_s'] or 0:,.0f} samples/s ({speedup})"
         + ("; it exported no winner, so the turns run the code as written" if winner.get("no_export") else "")
-        + f"; in the plain loop's terms: {label(winner)}, "
-        f"lr {winner['lr']:g}"
+        + f"; in the plain loop's terms: {label(winner)}, lr {winner['lr']:g}"
         + (f"; not carried to the plain loop: {', '.join(winner['untranslated'])}" if winner["untranslated"] else "")
         + ". It said:",
         "",
     ]
     lines += [f"- {line}" for line in st["findings"]]
+    shown = ("batch_size", "num_workers", "persistent_workers", "prefetch_factor")
     lines += [
         "",
-        "Its trials (knobs as sampled; samples/s as the study measured them):",
+        "Its runs (knobs as they ran; samples/s as the study measured them; *not believed*: the "
+        "study's own doubt, which keeps a figure out of its ranking):",
         "",
-        "| trial | kind | knobs | samples/s | outcome |",
-        "|---|---|---|---|---|",
+        "| trial | kind | batch | workers | persistent | prefetch_factor | other knobs set | samples/s | "
+        "not believed |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in st["trials"]:
-        knobs = ", ".join(f"{k}={v}" for k, v in row["config"].items()) or "(the code as written)"
-        lines.append(
-            f"| {row['number']} | {row['kind']} | {knobs} | {row['samples_per_s'] or 0:,.0f} | {row['outcome']} |"
-        )
-    lines += [
-        "",
-        f"**In turns**: each {a['turns']} runs, alternating which goes first; samples/s median (min..max).",
+        c = row["config"]
+        other = ", ".join(f"{k}={v}" for k, v in c.items() if k not in shown and k in KNOBS and v != KNOBS[k].default)
+        cells = [
+            row["number"],
+            row["kind"],
+            *(c.get(k, "") for k in shown),
+            other or "-",
+            f"{row['samples_per_s'] or 0:,.0f}",
+            row.get("doubt") or "-",
+        ]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    return lines
+
+
+def turns_part(raw: dict[str, Any], loaded: bool) -> list[str]:
+    lines = [
+        f"**In turns**: each {raw['args']['turns']} runs, alternating which goes first; samples/s median (min..max).",
         "",
         "| config | plain loop | samples/s | share of the sweep's best |",
         "|---|---|---|---|",
@@ -375,14 +250,13 @@ def render(raw: dict[str, Any]) -> str:
             f"| {name} | {label(raw['contenders'][name])} | {spread(rate(runs), ',.0f')} | "
             f"{medians[name] / medians[BEST]:.0%} |"
         )
-    verdict = "met" if raw["share"] >= GOAL else "NOT met"
-    lines += [
+    verdict = ("met" if raw["share"] >= GOAL else "NOT met") + (" (provisional: loaded host)." if loaded else ".")
+    return [
+        *lines,
         "",
         f"**Share: {raw['share']:.0%}** of the sweep's best (the turns' own ratios: geometric mean "
-        f"{raw['per_turn_geomean']:.0%}); goal {GOAL:.0%}: {verdict}"
-        + (" (provisional: loaded host)." if loaded else "."),
+        f"{raw['per_turn_geomean']:.0%}); goal {GOAL:.0%}: {verdict}",
     ]
-    return "\n".join(lines)
 
 
 def main() -> None:
@@ -453,18 +327,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="sweep-study-") as tmp:
         raw["study"] = study(args.trials, Path(tmp))
     raw["load"]["study"].append(load())
-    import yaml
-
     save(raw, args)
-    export = raw["study"].get("export")
-    # (no winner to export: the user keeps the code as written, and so do the turns)
-    winner = (
-        plain_terms(yaml.safe_load(export))
-        if export
-        else {**point(CODE_BATCH, 0, 2), "extras": {}, "untranslated": [], "no_export": True}
-    )
-    if not export:
-        winner["loader"] = {"batch_size": CODE_BATCH}
+    winner = winner_of(raw["study"].get("export"))
     best = best_point(raw["sweep"])
     raw["contenders"] = {BEST: {k: best[k] for k in ("loader", "lr")}, WINNER: winner}
     raw["load"]["turns"] = [load()]

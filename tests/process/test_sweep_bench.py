@@ -26,6 +26,7 @@ def _load(name: str, path: Path):
 
 
 sweep = _load("sweep_bench", BENCH / "sweep.py")
+plain = _load("plain_sweep_bench", BENCH / "_plain_sweep.py")
 io_loop = _load("io_loop_bench", BENCH / "_io_loop.py")
 io_train = _load("io_train_fixture", ROOT / "tests" / "fixtures" / "io_train.py")
 
@@ -65,7 +66,7 @@ def test_the_plain_loop_trains_what_the_fixture_trains() -> None:
     assert built["loader"] == {"batch_size": io_loop.CODE_BATCH, **io_loop.LOADER_FIXED}
     assert built["optimizer"] is io_loop.OPTIMIZER and built["lr"] == io_loop.CODE_LR
     assert built["shapes"] == [io_loop.MODEL_SHAPE[::-1], (io_loop.MODEL_SHAPE[1],)]  # Linear's weight, bias
-    assert (sweep.CODE_BATCH, sweep.CODE_LR) == (io_loop.CODE_BATCH, io_loop.CODE_LR)
+    assert (plain.CODE_BATCH, plain.CODE_LR) == (io_loop.CODE_BATCH, io_loop.CODE_LR)
 
 
 def test_an_export_in_the_plain_loops_terms() -> None:
@@ -85,15 +86,27 @@ def test_an_export_in_the_plain_loops_terms() -> None:
         "model": {"compile": "default"},
         "measured_on": {"device": "cpu", "cpus": 2},
     }
-    plain = sweep.plain_terms(export)
-    assert plain["loader"] == export["dataloader"]
-    assert plain["lr"] == pytest.approx(0.4)  # 0.1 x 64 / 16
-    assert plain["extras"] == {"prefetch": "thread", "malloc_retain": True}  # (defaults left out)
-    assert plain["untranslated"] == ["compile=default"]
+    terms = plain.plain_terms(export)
+    assert terms["loader"] == export["dataloader"]
+    assert terms["lr"] == pytest.approx(0.4)  # 0.1 x 64 / 16
+    assert terms["extras"] == {"prefetch": "thread", "malloc_retain": True}  # (defaults left out)
+    assert terms["untranslated"] == ["compile=default"]
     export["optimizer"]["lr_scaling"] = "sqrt"
-    assert sweep.plain_terms(export)["lr"] == pytest.approx(0.2)  # 0.1 x sqrt(4)
+    assert plain.plain_terms(export)["lr"] == pytest.approx(0.2)  # 0.1 x sqrt(4)
     del export["dataloader"]["batch_size"]  # the code's own batch: no scaling
-    assert sweep.plain_terms(export)["lr"] == pytest.approx(0.1)
+    assert plain.plain_terms(export)["lr"] == pytest.approx(0.1)
+
+
+def test_a_study_without_an_export_leaves_the_code_as_written() -> None:
+    assert plain.winner_of(None) == {
+        "loader": {"batch_size": 16},
+        "lr": 0.1,
+        "extras": {},
+        "untranslated": [],
+        "no_export": True,
+    }
+    text = "# autotune: a header\ndataloader: {batch_size: 64, num_workers: 1}\noptimizer: {lr_scaling: none}\n"
+    assert plain.winner_of(text)["loader"] == {"batch_size": 64, "num_workers": 1}
 
 
 def test_the_loop_argv_carries_every_setting() -> None:
@@ -102,11 +115,11 @@ def test_the_loop_argv_carries_every_setting() -> None:
         "lr": 0.2,
         "extras": {"amp": "bf16", "fused_optimizer": True, "prefetch": "thread", "malloc_retain": True},
     }
-    argv = sweep.loop_argv(settings, 1024, 256)
+    argv = plain.loop_argv(settings, 1024, 256)
     assert argv[argv.index("--lr") + 1] == "0.2" and argv[argv.index("--samples") + 1] == "1024"
     assert argv[argv.index("--amp") + 1] == "bf16" and argv[argv.index("--prefetch") + 1] == "thread"
     assert {"--fused", "--malloc-retain"} <= set(argv)
-    assert not {"--amp", "--fused", "--prefetch", "--malloc-retain"} & set(sweep.loop_argv(sweep.point(64, 4, 2), 1, 1))
+    assert not {"--amp", "--fused", "--prefetch", "--malloc-retain"} & set(plain.loop_argv(plain.point(64, 4, 2), 1, 1))
 
 
 def _runs(*rates: float) -> list[dict]:
@@ -115,10 +128,10 @@ def _runs(*rates: float) -> list[dict]:
 
 def test_the_best_point_is_the_best_median_and_the_share_is_of_medians() -> None:
     swept = [
-        {**sweep.point(64, 32, 2), "runs": _runs(100, 100, 300)},  # one lucky run: median 100
-        {**sweep.point(128, 32, 2), "runs": _runs(150, 160, 170)},
+        {**plain.point(64, 32, 2), "runs": _runs(100, 100, 300)},  # one lucky run: median 100
+        {**plain.point(128, 32, 2), "runs": _runs(150, 160, 170)},
     ]
-    assert sweep.best_point(swept)["loader"]["batch_size"] == 128
+    assert plain.best_point(swept)["loader"]["batch_size"] == 128
     turns = {sweep.BEST: _runs(200, 100, 200), sweep.WINNER: _runs(190, 100, 180)}
     got = sweep.share(turns)
     assert got["share"] == pytest.approx(180 / 200)
@@ -127,8 +140,8 @@ def test_the_best_point_is_the_best_median_and_the_share_is_of_medians() -> None
 
 def test_the_quick_sweep_measures_the_plain_loop_within_what_its_reads_allow() -> None:
     q = sweep.QUICK
-    points = sweep.grid(q["batches"], q["workers"], q["prefetch_factors"])
-    swept = sweep.sweep(points, q["repeats"], q["samples"], q["warmup_samples"])
+    points = plain.grid(q["batches"], q["workers"], q["prefetch_factors"])
+    swept = plain.sweep(points, q["repeats"], q["samples"], q["warmup_samples"])
     assert len(swept) == len(points) == 1
     (run,) = swept[0]["runs"]
     batch, workers = q["batches"][0], q["workers"][0]
@@ -141,10 +154,10 @@ def test_the_quick_sweep_measures_the_plain_loop_within_what_its_reads_allow() -
 def _raw(load: float) -> dict:
     """A run's raw figures, by hand: a two-point sweep, a study, the turns."""
     swept = [
-        {**sweep.point(64, 32, 2), "runs": _runs(100, 110, 120)},
-        {**sweep.point(128, 32, 2), "runs": _runs(200, 210, 220)},
+        {**plain.point(64, 32, 2), "runs": _runs(100, 110, 120)},
+        {**plain.point(128, 32, 2), "runs": _runs(200, 210, 220)},
     ]
-    winner = sweep.plain_terms(
+    winner = plain.plain_terms(
         {
             "dataloader": {"batch_size": 128, "num_workers": 24, "persistent_workers": False, "prefetch_factor": 4},
             "optimizer": {"lr_scaling": "none"},
@@ -195,3 +208,21 @@ def test_the_page_says_the_share_and_whether_the_host_was_loaded() -> None:
     loaded = sweep.render(_raw(load=7.0))  # above the 2 CPUs
     assert "**Provisional: the host was loaded**" in loaded and "sweep 0.5 -> 7.0" in loaded
     assert "NOT met (provisional: loaded host)." in loaded
+
+
+def test_the_command_renders_a_page_from_a_runs_raw_figures(tmp_path) -> None:
+    import json
+    import os
+    import subprocess
+
+    (tmp_path / "raw.json").write_text(json.dumps(_raw(load=7.0)))
+    page = tmp_path / "page.md"
+    env = {**os.environ, "AUTOTUNE_BENCH_RESULTS": str(page), "MLFLOW_DISABLE_TELEMETRY": "true"}
+    subprocess.run(
+        [sys.executable, str(BENCH / "sweep.py"), "--from-json", str(tmp_path / "raw.json")],
+        env=env,
+        check=True,
+        cwd=ROOT,
+    )
+    text = page.read_text()
+    assert "## Sweep (2026-11-29)" in text and "**Share: 90%**" in text
