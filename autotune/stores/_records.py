@@ -308,17 +308,18 @@ def trial_note(
     outcome: Outcome,
     reason: str,
     doubt: str | None,
-    samples_per_s: float | None,
+    metrics: Mapping[str, Any],
     baseline: float | None,
     bottleneck: str | None,
     attrs: Mapping[str, Any],
-    loss: tuple[float, float | None] | None = None,
 ) -> str:
     """A trial's MLflow description (its note): what it ran, how it ended and why, its speed
-    against the baseline's at the time, its loss against the baseline's (``loss``: its
-    ``loss_excess`` and ``loss_tolerance``, said where the reason does not), its bottleneck;
-    one paragraph a person reads."""
+    (``metrics``' ``samples_per_s``) against the baseline's at the time, its loss against the
+    baseline's (its ``loss_excess`` and ``loss_tolerance``, said where the reason does not), its
+    bottleneck; one paragraph a person reads."""
     kind, of = kind_of(attrs), attrs.get(ATTR_OF)
+    samples_per_s = metrics.get("samples_per_s")
+    loss = (metrics["loss_excess"], metrics.get("loss_tolerance")) if "loss_excess" in metrics else None
     what = {
         Kind.BASELINE: "the baseline: your code as written",
         Kind.SAMPLED: "a config the study drew",

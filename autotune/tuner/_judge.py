@@ -165,11 +165,10 @@ def result_record(
         result.outcome,
         result.reason,
         why,
-        metrics.get("samples_per_s"),
+        metrics,
         base_rate,
         bound.why if bound else None,
         attrs,
-        (metrics["loss_excess"], metrics.get("loss_tolerance")) if "loss_excess" in metrics else None,
     )
     return {
         "trial_id": trial_id,

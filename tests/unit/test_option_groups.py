@@ -197,7 +197,6 @@ def test_every_public_argument_is_documented() -> None:
 OVER_8 = {
     "core/_outcome.py:classify": 13,
     "production/_recipe.py:Recipe.__init__": 11,
-    "stores/_records.py:trial_note": 9,
     "tuner/_judge.py:checked_ceilings": 9,
     "tuner/_judge.py:result_record": 10,
     "tuner/_recorder.py:Recorder.__init__": 10,
