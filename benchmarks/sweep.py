@@ -1,6 +1,7 @@
 """Sweep: a default study of a latency-bound training function against a hand sweep of the same
-training as a plain PyTorch loop. Writes the section ``Sweep (DATE)`` of
-``benchmarks/results/sweep.md``, and the raw figures to ``benchmarks/data/sweep/sweep.json``.
+training as a plain PyTorch loop. Writes the section ``Sweep (DATE HH:MM)`` of
+``benchmarks/results/sweep.md`` (one per run, in the order they ran), and the raw figures to
+``benchmarks/data/sweep/sweep-DATE-HHMM.json``.
 
 The training: ``tests/fixtures/io_train.py``'s (4,096 items, each read waits 1 ms like a network
 read; ``Linear(16, 2)``, SGD, batch 16 as written). Three parts:
@@ -24,7 +25,7 @@ The host's load (``/proc/loadavg``) is read before every measure and at each par
     python benchmarks/sweep.py                      # 36 minutes on a loaded 2-core CPU (2026-11-29)
     python benchmarks/sweep.py --quick              # a smoke run: one point, a 2-trial study
     python benchmarks/sweep.py --batches 64 128 --workers 16 32 64 --prefetch-factors 2 4 8
-    python benchmarks/sweep.py --from-json benchmarks/data/sweep/sweep.json   # the page again
+    python benchmarks/sweep.py --from-json benchmarks/data/sweep/sweep-2026-11-29-1057.json   # a run's section again
 """
 
 from __future__ import annotations
@@ -279,7 +280,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.from_json:
         raw = json.loads(args.from_json.read_text())
-        write_section(TOPIC, f"Sweep ({raw['date']})", render(raw))
+        write_section(TOPIC, heading(raw), render(raw))
         return
     if args.quick:
         vars(args).update(QUICK)
@@ -288,13 +289,19 @@ def main() -> None:
     body = render(raw)
     print(body)
     if not args.quick:
-        write_section(TOPIC, f"Sweep ({raw['date']})", body)
+        write_section(TOPIC, heading(raw), body)
+
+
+def heading(raw: dict[str, Any]) -> str:
+    """A run's section: named by when it started (by its date, for a run that kept only that)."""
+    return f"Sweep ({raw.get('started', raw['date'])})"
 
 
 def save(raw: dict[str, Any], args: argparse.Namespace) -> None:
     """The raw figures so far (after each part: a run that fails later keeps what it measured)."""
     if not args.quick:
-        data_path(TOPIC, "sweep", ".json").write_text(json.dumps(raw, indent=1, default=str) + "\n")
+        name = "sweep-" + raw["started"].replace(" ", "-").replace(":", "")
+        data_path(TOPIC, name, ".json").write_text(json.dumps(raw, indent=1, default=str) + "\n")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -308,6 +315,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     raw: dict[str, Any] = {
         "date": datetime.date.today().isoformat(),
+        "started": f"{datetime.datetime.now():%Y-%m-%d %H:%M}",
         "machine": machine(),
         "commit": commit.stdout.strip(),
         "autotune_changed": dirty.stdout.split("\n")[:-1],

@@ -226,3 +226,12 @@ def test_the_command_renders_a_page_from_a_runs_raw_figures(tmp_path) -> None:
     )
     text = page.read_text()
     assert "## Sweep (2026-11-29)" in text and "**Share: 90%**" in text
+    (tmp_path / "raw.json").write_text(json.dumps({**_raw(load=7.0), "started": "2026-11-30 09:15"}))
+    subprocess.run(
+        [sys.executable, str(BENCH / "sweep.py"), "--from-json", str(tmp_path / "raw.json")],
+        env=env,
+        check=True,
+        cwd=ROOT,
+    )
+    text = page.read_text()  # a run of its own: a section of its own, after the earlier one
+    assert text.index("## Sweep (2026-11-29)") < text.index("## Sweep (2026-11-30 09:15)")
