@@ -354,7 +354,9 @@ def tune(entry: Entry, layout: Layout, python: str, trials: int, timeout: float)
         timeout,
     )
     lines = [line for line in (ran.stdout + ran.stderr).splitlines() if line.strip()]
-    found = next((line for line in lines if re.search(r"trial \d+.*(x the baseline|as written)", line)), None)
+    found = next((line for line in lines if line.startswith("best: ")), None) or next(
+        (line for line in lines if re.match(r"trial \d+, .*(x the baseline|as written)", line)), None
+    )
     return f"exit {ran.rc} in {ran.seconds:.0f} s: " + (found or (lines[-1] if lines else "(no output)"))[:160]
 
 
@@ -519,6 +521,8 @@ def main(argv: list[str] | None = None) -> int:
             f"loader {_median(result.seconds['loader'])} s",
             flush=True,
         )
+        if result.answer:
+            print(f"{entry.name}: study {result.answer}", flush=True)
     if not args.keep:
         shutil.rmtree(scratch, ignore_errors=True)
     else:
