@@ -38,6 +38,7 @@ LONG: tuple[tuple[tuple[str, ...], float], ...] = (
     (("test_noisy_study",), 26),
     (("test_worker_studies",), 25),
     (("test_live_view",), 100),  # (4 studies under a pty: 100-160 s alone on the loaded 2-core host)
+    (("test_gan_study", "test_broke_study"), 60),  # (a study and an exec: 105 s alone beside a CI run)
     (("test_precision_study",), 18),
     (("test_recorder",), 17),
     (("test_stream_study",), 13),
