@@ -47,20 +47,35 @@ def slow_reads():
 
 def in_thread(loader, depth: int = 2):
     """The loader's batches through a background thread and a bounded queue (``prefetch:
-    thread`` in plain code): the next batches are fetched while this one trains."""
+    thread`` in plain code): the next batches are fetched while this one trains. Closing the
+    generator stops and joins the thread (one left blocked on a full queue aborted the process
+    at its exit: "terminate called without an active exception", 2026-11-29)."""
     ready: queue.Queue = queue.Queue(maxsize=depth)
-    done = object()
+    stop, done = threading.Event(), object()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
 
     def fetch() -> None:
         for batch in loader:
-            ready.put(batch)
-        ready.put(done)
+            if not put(batch):
+                return
+        put(done)
 
     thread = threading.Thread(target=fetch, daemon=True)
     thread.start()
-    while (batch := ready.get()) is not done:
-        yield batch
-    thread.join()
+    try:
+        while (batch := ready.get()) is not done:
+            yield batch
+    finally:
+        stop.set()
+        thread.join()
 
 
 def retain_freed_memory() -> None:
@@ -103,7 +118,8 @@ def loop(
     epochs = 0
     while step < warmup + measured:
         epochs += 1
-        for xb, yb in in_thread(loader) if prefetch == "thread" else loader:
+        batches = in_thread(loader) if prefetch == "thread" else iter(loader)
+        for xb, yb in batches:
             with autocast():
                 loss = F.cross_entropy(model(xb), yb)
             loss.backward()
@@ -114,6 +130,8 @@ def loop(
                 began = time.perf_counter()
             if step == warmup + measured:
                 break
+        if prefetch == "thread":
+            batches.close()
     seconds = time.perf_counter() - began
     return {
         "samples_per_s": measured * batch / seconds,

@@ -277,6 +277,7 @@ def main() -> None:
         "short runs; writes no page",
     )
     parser.add_argument("--from-json", type=Path, help="render the page's section again from a run's raw figures")
+    parser.add_argument("--resume-from", type=Path, help="a run's raw figures: what it lacks (the turns) is run")
     args = parser.parse_args()
     if args.from_json:
         raw = json.loads(args.from_json.read_text())
@@ -320,22 +321,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "commit": commit.stdout.strip(),
         "autotune_changed": dirty.stdout.split("\n")[:-1],
         "cpus": usable_cpus(),
-        "args": {k: v for k, v in vars(args).items() if k != "from_json"},
+        "args": {k: v for k, v in vars(args).items() if k not in ("from_json", "resume_from")},
         "load": {},
     }
     began = time.monotonic()
-    raw["load"]["sweep"] = [load()]
-    raw["sweep"] = sweep(
-        grid(args.batches, args.workers, args.prefetch_factors), args.repeats, args.samples, args.warmup_samples
-    )
-    raw["load"]["sweep"].append(load())
-    raw["sweep_wall_s"] = time.monotonic() - began
-    save(raw, args)
-    raw["load"]["study"] = [load()]
-    with tempfile.TemporaryDirectory(prefix="sweep-study-") as tmp:
-        raw["study"] = study(args.trials, Path(tmp))
-    raw["load"]["study"].append(load())
-    save(raw, args)
+    if args.resume_from:  # (a run that died after its study: its sweep and study, its turns again)
+        raw = {**json.loads(args.resume_from.read_text()), "resumed": f"{datetime.datetime.now():%Y-%m-%d %H:%M}"}
+        args = argparse.Namespace(**{**raw["args"], "quick": False})
+        raw["wall_s_before"] = raw.get("sweep_wall_s", 0) + raw.get("study", {}).get("wall_s", 0)
+    if "sweep" not in raw:
+        raw["load"]["sweep"] = [load()]
+        raw["sweep"] = sweep(
+            grid(args.batches, args.workers, args.prefetch_factors), args.repeats, args.samples, args.warmup_samples
+        )
+        raw["load"]["sweep"].append(load())
+        raw["sweep_wall_s"] = time.monotonic() - began
+        save(raw, args)
+    if "study" not in raw:
+        raw["load"]["study"] = [load()]
+        with tempfile.TemporaryDirectory(prefix="sweep-study-") as tmp:
+            raw["study"] = study(args.trials, Path(tmp))
+        raw["load"]["study"].append(load())
+        save(raw, args)
     winner = winner_of(raw["study"].get("export"))
     best = best_point(raw["sweep"])
     raw["contenders"] = {BEST: {k: best[k] for k in ("loader", "lr")}, WINNER: winner}
@@ -343,7 +350,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     raw["turns"] = in_turns(raw["contenders"], args.turns, args.samples, args.warmup_samples)
     raw["load"]["turns"].append(load())
     raw.update(share(raw["turns"]))
-    raw["wall_s"] = time.monotonic() - began
+    raw["wall_s"] = raw.get("wall_s_before", 0) + time.monotonic() - began
     return raw
 
 

@@ -235,3 +235,14 @@ def test_the_command_renders_a_page_from_a_runs_raw_figures(tmp_path) -> None:
     )
     text = page.read_text()  # a run of its own: a section of its own, after the earlier one
     assert text.index("## Sweep (2026-11-29)") < text.index("## Sweep (2026-11-30 09:15)")
+
+
+def test_the_thread_prefetch_stops_and_joins_when_the_loop_stops() -> None:
+    import threading
+
+    before = threading.active_count()
+    batches = io_loop.in_thread(range(100), depth=2)
+    assert [next(batches) for _ in range(3)] == [0, 1, 2]
+    assert threading.active_count() == before + 1  # its thread, blocked on the full queue
+    batches.close()  # (one left blocked aborted the plain loop's process at its exit)
+    assert threading.active_count() == before
