@@ -24,6 +24,7 @@ import functools
 import inspect
 import sys
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
@@ -199,19 +200,21 @@ class Hooks:
         def __iter__(loader: Any) -> Iterator[Any]:
             if hooks._ours():
                 return original(loader)
+            asked = time.perf_counter()  # (its workers start now: inside the epoch's time)
             it = hooks._epoch_of(loader, original)
             # (the script's iterator keeps its API: len(), its class, its workers' shutdown)
             if loader is hooks.training:
-                return EpochIterator(it, hooks._trained(loader, it))
+                return EpochIterator(it, hooks._trained(loader, it, asked))
             return EpochIterator(it, hooks._watched(loader, it))
 
         return __iter__
 
-    def _trained(self, loader: Any, it: Iterator[Any]) -> Iterator[Any]:
-        """An epoch of the training loader: through the loop knobs, and under tuning the trial's windows."""
+    def _trained(self, loader: Any, it: Iterator[Any], asked: float | None = None) -> Iterator[Any]:
+        """An epoch of the training loader (its iterator ``asked`` for then): through the loop
+        knobs, and under tuning the trial's windows."""
         if self.loop is not None:
             it = self.loop.epoch(it)
-        return self.run._measured(loader, it) if self.measure else it
+        return self.run._measured(loader, it, asked) if self.measure else it
 
     def _watched(self, loader: Any, it: Iterator[Any]) -> Iterator[Any]:
         """A loader not known to train: each batch marks it as the last fetched; once it is the

@@ -159,7 +159,8 @@ class Trial(Closing, Stretches, CeilingPhases, ProfilePhase, LoaderlessSteps, Ru
         self._win.add_loss(loss.detach().float(), self._seen + self._batch_samples if curve else None)
 
     def batches(self, loader: Iterable[Any]) -> Iterator[Any]:
-        return self._measured(loader, self._source(loader))
+        asked = time.perf_counter()  # (the epoch's iterator starts its workers now: inside the epoch)
+        return self._measured(loader, self._source(loader), asked)
 
     def _source(self, loader: Iterable[Any]) -> Iterator[Any]:
         """An epoch of the loader's batches, as the loop gets them (on the device, per the prefetch knob)."""
@@ -168,9 +169,12 @@ class Trial(Closing, Stretches, CeilingPhases, ProfilePhase, LoaderlessSteps, Ru
     def _copy_edge(self) -> Callable[[], None] | None:
         return None if self._parts is None else lambda: self._edge("copy")
 
-    def _measured(self, loader: Iterable[Any], it: Iterator[Any]) -> Iterator[Any]:
-        """The batches of ``it`` (an epoch of ``loader``), counted into the trial's windows."""
-        epoch_t0 = time.perf_counter()
+    def _measured(self, loader: Iterable[Any], it: Iterator[Any], asked: float | None = None) -> Iterator[Any]:
+        """The batches of ``it`` (an epoch of ``loader``), counted into the trial's windows. The
+        epoch begins when its iterator was ``asked`` for (``iter(loader)``, which starts workers that
+        do not persist: a config's cost each epoch), not at its first batch; only the time before
+        that, between epochs, is outside the loop."""
+        epoch_t0 = time.perf_counter() if asked is None else asked
         self._resume_clock(epoch_t0)
         rows = 0
         try:
