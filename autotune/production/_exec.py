@@ -13,7 +13,7 @@ from typing import Any
 
 from autotune.core._config import ConfigError
 from autotune.core._knobs import show_value
-from autotune.production._exit_clock import start_watcher
+from autotune.production._exit_clock import boot_seconds_of, start_watcher
 from autotune.training._script import SCRIPT_STAGES, ScriptExited, check_script, label, module_of, run_script
 
 
@@ -182,9 +182,7 @@ def process_age() -> float:
     import time
 
     try:
-        with open("/proc/self/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        return time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - boot_seconds_of(os.getpid())
     except (OSError, ValueError, IndexError, AttributeError):  # (not Linux)
         import psutil
 
