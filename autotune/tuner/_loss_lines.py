@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 
-from autotune.stores._records import loss_against_baseline
+from autotune.stores._records import changes_batch, loss_against_baseline
 from autotune.tuner._confirm import Group
 
 
@@ -48,8 +48,7 @@ def to_loss_clause(win: Group) -> str:
             if r.reliable
             and r.run_s
             and r.metrics.get("to_loss_ratio")
-            and r.base_batch_size
-            and r.config.get("batch_size") not in (None, r.base_batch_size)
+            and changes_batch(r.config.get("batch_size"), r.base_batch_size)
         ]
         if not early or target is None:
             return ""

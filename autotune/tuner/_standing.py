@@ -95,7 +95,8 @@ def standing_of(rows: Sequence[TrialRow], ceilings: Ceilings, horizon_h: float |
             if r.outcome == Outcome.COMPLETE.value and r.run_s
         ):
             production = horizon_h = None  # (a run without the figures: all on wall time, one unit for all)
-        cold = {r.number: cold_and_warm(x.metrics for x in g.runs)[0] for g in groups for r in g.runs}
+        colds = [(g, cold_and_warm(r.metrics for r in g.runs)[0]) for g in groups]  # (a config's cold compile)
+        cold = {r.number: c for g, c in colds for r in g.runs}
         rows = [on_wall_time(r, base.first, production, cold.get(r.number)) for r in rows]
         groups = group_runs(rows)
         base = baseline_group(groups)
