@@ -34,13 +34,7 @@ class LoaderlessSteps(TrialState):
             self._announced = True
             self._started = self._beat = self._loop_t0 = self._step_end = now
             self._batch_samples = 1
-            self._emit(
-                "resolved",
-                config=self.resolved(),
-                base_batch_size=self._base_batch_size,
-                lr=self.lr,
-                dataset=self.facts(),
-            )
+            self._say_resolved()
             return
         self._after_step(loss)
         started, self._step_end = self._step_end, now

@@ -201,13 +201,7 @@ class Trial(Closing, Stretches, CeilingPhases, ProfilePhase, LoaderlessSteps, Ru
                     self._announced = True
                     self._started = self._beat = self._loop_t0 = time.perf_counter()
                     self._scale_marks(batch_len(batch))
-                    self._emit(
-                        "resolved",
-                        config=self.resolved(),
-                        base_batch_size=self._base_batch_size,
-                        lr=self.lr,
-                        dataset=self.facts(),
-                    )
+                    self._say_resolved()
                 if self._phase == Phase.MEASURE and Part.COMPUTE in self._pending:
                     self._cached.append(batch)
                 elif self._phase == Phase.WARMUP and self._epoch_rows is None:  # its first epoch's rows:

@@ -1,5 +1,5 @@
-"""How a trial's window closes (what it reports) and how its run ends (the ``end`` event): the
-part of ``autotune.worker._trial.Trial`` that speaks after its steps."""
+"""What a trial says of its run: the config it resolved (the ``resolved`` event, at its first
+batch or step), how a window closes (what it reports) and how its run ends (the ``end`` event)."""
 
 from __future__ import annotations
 
@@ -91,3 +91,14 @@ class Closing(TrialState):
             import torch
 
             torch.cuda.synchronize(self.device)
+
+    def _say_resolved(self) -> None:
+        """The ``resolved`` event, at the loop's first batch or step: the config as it runs, the
+        code's batch size and lr, the dataset's facts."""
+        self._emit(
+            "resolved",
+            config=self.resolved(),
+            base_batch_size=self._base_batch_size,
+            lr=self.lr,
+            dataset=self.facts(),
+        )
