@@ -8,7 +8,7 @@ from autotune.tuner._standing import findings, standing
 from helpers import FIXTURES, SHORT_TRIALS, autotune, load_study
 
 SCRIPT = FIXTURES / "scripts" / "gan_style.py"
-ARGS = ["--", "--epochs", "3", "--size", "512"]
+ARGS = ["--", "--epochs", "40", "--size", "1024"]  # (1,280 steps: windows to measure on a quiet host)
 
 
 def test_a_gan_is_tuned_to_an_answer_and_its_export_runs_to_the_scripts_end(tmp_path) -> None:
@@ -25,7 +25,10 @@ def test_a_gan_is_tuned_to_an_answer_and_its_export_runs_to_the_scripts_end(tmp_
     # the code as written is never diverged from itself, whatever its two losses did
     base_runs = [r for r in found.rows if r.baseline]
     assert base_runs and all(r.outcome != "diverged" for r in base_runs), [(r.number, r.reason) for r in base_runs]
-    assert any(r.outcome == "complete" for r in found.rows[1:]), [(r.number, r.outcome, r.reason) for r in found.rows]
+    # every other config ran to a figure: none judged diverged on the GAN's losses, none crashed
+    assert all(r.outcome in ("complete", "pruned") for r in found.rows[1:]), [
+        (r.number, r.outcome, r.reason) for r in found.rows
+    ]
     export = tmp_path / "best.yaml"
     assert autotune("export", "--store", "st", "-o", str(export), cwd=tmp_path).returncode == 0
     ran = autotune("exec", str(export), str(SCRIPT), *ARGS, cwd=tmp_path)
