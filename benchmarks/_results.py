@@ -92,12 +92,13 @@ def one_trial(
     baseline's ``TrialResult``, as a study judges its trials) if given. Its ``TrialResult`` if
     it completed; otherwise a RuntimeError, or with ``strict=False`` its result all the same and
     a line on stderr saying why."""
+    from autotune.core._guard import LossReference
     from autotune.machine._launch import TrialSpec
     from autotune.machine._probe import probe
     from autotune.tuner._watch import run_trial
 
     spec = TrialSpec(target, config, device or probe("auto").device, budget, seed=seed)
-    judged = {"reference": reference.losses, "reference_curve": reference.curve} if reference else {}
+    judged = {"against": LossReference(reference.losses, reference.curve)} if reference else {}
     result = run_trial(spec, logs / f"{Path(target.partition(':')[0]).stem}-{time.time_ns()}.log", warm=warm, **judged)
     if result.outcome.value == "complete":
         return result

@@ -34,7 +34,7 @@ from pathlib import Path
 from _results import ROOT, machine, read_section, spread, write_section
 from autotune import Config
 from autotune.core._ceilings import Ceilings
-from autotune.core._guard import DIVERGENCE_TOLERANCE, compare, judged_span, mean_over
+from autotune.core._guard import DIVERGENCE_TOLERANCE, LossReference, compare, judged_span, mean_over
 from autotune.machine._launch import Budget, TrialSpec
 from autotune.machine._noise import doubt
 from autotune.stores._records import bottleneck_of
@@ -118,8 +118,7 @@ def borderline(n: int, logs: Path) -> str:
             logs,
             f"border-{i}",
             budget,
-            reference=base.losses,
-            reference_curve=base.curve,
+            against=LossReference(base.losses, base.curve),
         )
         end = min(span[1], result.curve[-1][1])
         ref, loss = mean_over(base.curve, span[0], end), mean_over(result.curve, span[0], end)

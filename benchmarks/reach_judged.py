@@ -23,7 +23,7 @@ import sys
 
 from _results import ROOT, data_path, machine
 from autotune import Config
-from autotune.core._guard import DIVERGENCE_TOLERANCE
+from autotune.core._guard import DIVERGENCE_TOLERANCE, LossReference
 from autotune.machine._launch import Budget, TrialSpec, new_tag
 from autotune.tuner._watch import run_trial
 from autotune.worker._warm import WarmWorker
@@ -71,8 +71,7 @@ def main() -> None:
                         TrialSpec(TARGET, config, "cpu", budget, seed=trial_seed),
                         logs / f"{label}-{seed}-{trial_seed}.log",
                         warm=warm,
-                        reference=base.losses,
-                        reference_curve=base.curve,
+                        against=LossReference(base.losses, base.curve),
                     )
                     worse = result.judged.excess if result.judged else None
                     worse = worse if worse is not None and math.isfinite(worse) else None  # (JSON has no nan)

@@ -9,6 +9,7 @@ is ``loss`` (the warmup, then each measured window).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -37,6 +38,23 @@ LR_STEPS = ("none", "sqrt", "linear")
 Point = tuple[float, float]
 #: A piece of a loss curve: samples from, samples to, the mean loss of its steps, their count.
 Chunk = tuple[float, float, float, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class LossReference:
+    """What a trial's loss is judged against: the baseline's loss history (``loss_history``) and
+    loss curve (``loss_curve``), and how much worse than them it may be (``divergence``). With
+    neither (the default), only a nan or inf loss diverges: the baseline itself, a re-run of it.
+
+    Attributes:
+        losses: The baseline's loss history, sorted by samples.
+        curve: The baseline's loss curve: the two are compared over the same samples.
+        tolerance: The allowed relative excess (0.5 = 50% worse).
+    """
+
+    losses: Sequence[Point] = ()
+    curve: Sequence[Chunk] = ()
+    tolerance: float = DIVERGENCE_TOLERANCE
 
 
 def loss_history(warmup: Mapping[str, Any] | None, windows: Sequence[Mapping[str, Any]]) -> list[Point]:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import signal
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from autotune.core._guard import DIVERGENCE_TOLERANCE, Chunk, Point, divergence
+from autotune.core._guard import Chunk, LossReference, Point, divergence
 
 #: What a trial not finished yet shows instead of an outcome: enqueued, or running.
 WAITING, RUNNING = "waiting", "running"
@@ -49,20 +50,35 @@ def clip(reason: str, limit: int) -> str:
     return f"{head}\n...\n{reason[-(limit - len(head) - 5) :]}"
 
 
+@dataclasses.dataclass(frozen=True)
+class WorkerExit:
+    """How a trial's worker process ended, before anything it measured is looked at.
+
+    Attributes:
+        returncode: Its exit status (negative: killed by that signal).
+        killed: Why autotune killed it, if it did: the outcome it decided
+            (oom_host, timeout, pruned, interrupted) and the reason.
+        error: Its ``error`` event (type, message, traceback), if any.
+        stderr_tail: The last lines of its output, for crashes that said nothing.
+        memory_low: The machine's available memory was nearly gone while it ran
+            (then a SIGKILL from outside is most likely the kernel's OOM killer).
+    """
+
+    returncode: int | None
+    killed: tuple[Outcome, str] | None = None
+    error: Mapping[str, Any] | None = None
+    stderr_tail: str = ""
+    memory_low: bool = False
+
+
 def classify(
-    returncode: int | None,
-    killed: tuple[Outcome, str] | None,
-    error: Mapping[str, Any] | None,
+    worker: WorkerExit,
     windows: Sequence[Mapping[str, Any]],
-    stderr_tail: str = "",
     *,
     history: Sequence[Point] = (),
-    reference: Sequence[Point] = (),
-    tolerance: float = DIVERGENCE_TOLERANCE,
-    memory_low: bool = False,
-    expected_windows: int = 0,
-    reference_curve: Sequence[Chunk] = (),
     curve: Sequence[Chunk] = (),
+    against: LossReference = LossReference(),
+    expected_windows: int = 0,
     batches: int | None = None,
 ) -> tuple[Outcome, str]:
     """Decide a finished worker's outcome and the reason shown to the user.
@@ -71,23 +87,16 @@ def classify(
     after it are evidence: a traceback's tail, the end of the trial's log.
 
     Args:
-        returncode: The worker's exit status (negative: killed by that signal).
-        killed: Why autotune killed it, if it did: the outcome it decided
-            (oom_host, timeout, pruned, interrupted) and the reason.
-        error: The worker's ``error`` event (type, message, traceback), if any.
+        worker: How its process ended.
         windows: The measured windows it reported.
-        stderr_tail: The last lines of its output, for crashes that said nothing.
         history: Its loss history (see ``autotune.core._guard``).
-        reference: The baseline's loss history; empty for the baseline itself.
-        tolerance: How much worse than the reference its loss may be.
-        reference_curve: The baseline's loss curve (``autotune.core._guard.loss_curve``).
-        curve: Its loss curve: the two are compared over the same samples.
-        memory_low: The machine's available memory was nearly gone while it ran
-            (then a SIGKILL from outside is most likely the kernel's OOM killer).
+        curve: Its loss curve (``autotune.core._guard.loss_curve``).
+        against: The baseline's loss it is judged against; the default (none) for the baseline itself.
         expected_windows: The windows its budget asked for; a complete trial with
             fewer (the function ran out of epochs) says so in its reason.
         batches: The batches it took from ``run.batches`` (its end event's steps; None: unknown).
     """
+    returncode, killed, error, stderr_tail = worker.returncode, worker.killed, worker.error, worker.stderr_tail
     if killed:
         return killed
     if error:
@@ -103,14 +112,14 @@ def classify(
             name = signal.Signals(-returncode).name
         except ValueError:  # realtime signals have no name
             name = f"signal {-returncode}"
-        if -returncode == signal.SIGKILL and memory_low:
+        if -returncode == signal.SIGKILL and worker.memory_low:
             return Outcome.OOM_HOST, f"killed by {name} while the machine was out of memory (the kernel's OOM killer)"
         if -returncode == signal.SIGKILL:
             name += " from outside autotune"
         return Outcome.CRASHED, f"killed by {name}{tail}"
     if returncode:
         return Outcome.CRASHED, f"exit status {returncode}{tail}"
-    reason = divergence(reference, history, tolerance, reference_curve, curve)
+    reason = divergence(against.losses, history, against.tolerance, against.curve, curve)
     if reason:  # before the window check: a nan in the warmup ends the trial with no window
         return Outcome.DIVERGED, reason
     if not windows and batches == 0:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from autotune.core._config import Config
+from autotune.core._guard import LossReference
 from autotune.core._kinds import Kind, Line
 from autotune.core._whole_runs import with_production_rate
 from autotune.machine._launch import TrialSpec
@@ -159,9 +160,11 @@ class TrialSteps:
                         self.options.budget.window_s,
                     ),
                     interrupt=interrupt,
-                    reference=base.losses if base and judged else (),
-                    tolerance=self.options.judge.divergence_tolerance,
-                    reference_curve=base.curve if base and judged else (),
+                    against=LossReference(
+                        base.losses if base and judged else (),
+                        base.curve if base and judged else (),
+                        self.options.judge.divergence_tolerance,
+                    ),
                     warm=self._warm.get(slot.index),
                 )
                 result = with_ceilings(

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.core._events import EventReader
 from autotune.core._guard import (
-    DIVERGENCE_TOLERANCE,
     Chunk,
     Comparison,
+    LossReference,
     Point,
     judge_loss,
     judged_curve,
@@ -24,7 +24,7 @@ from autotune.core._guard import (
     loss_history,
 )
 from autotune.core._loss_signal import noise_line, per_sample, per_sample_factor, per_sample_line, self_disagreement
-from autotune.core._outcome import Outcome, classify
+from autotune.core._outcome import Outcome, WorkerExit, classify
 from autotune.core._to_loss import loss_fall, to_loss
 from autotune.machine._figures import (
     add_foreign_load,
@@ -90,10 +90,8 @@ def run_trial(
     on_event: Callable[[dict[str, Any]], Stop | None] | None = None,
     *,
     interrupt: threading.Event | None = None,
-    reference: Sequence[Point] = (),
-    tolerance: float = DIVERGENCE_TOLERANCE,
+    against: LossReference = LossReference(),
     floor: int | None = None,
-    reference_curve: Sequence[Chunk] = (),
     warm: Launcher | None = None,
 ) -> TrialResult:
     """Run one worker to its end and classify it. Never raises for the trial's own faults.
@@ -115,10 +113,9 @@ def run_trial(
             diverged) stops the trial with that outcome.
         interrupt: Set from elsewhere (a signal handler) to stop the trial as
             ``interrupted``.
-        reference: The baseline's loss history, to judge divergence.
-        reference_curve: The baseline's loss curve: divergence is judged on the same
-            samples in both (``autotune.core._guard.divergence``).
-        tolerance: See ``autotune.core._guard.divergence``.
+        against: The baseline's loss history and curve, and the tolerance, to judge divergence
+            (``autotune.core._guard.divergence``: on the same samples in both); the default (none)
+            for the baseline itself.
         floor: Available-memory floor in bytes (default: the monitor's).
         warm: The slot's warm worker (``autotune.worker._warm``): the worker is forked from it
             when it can be, else spawned cold (``autotune.machine._launch.launch``).
@@ -262,26 +259,26 @@ def run_trial(
     measured = summarize_ceilings(ceilings)
     losses = loss_history(events.get("warmup"), windows)
     curve = judged_curve(events.get("warmup"), windows)
-    memory_low = metrics.get("available_min", float("inf")) < 2 * monitor.floor
+    reference, reference_curve, tolerance = against.losses, against.curve, against.tolerance
     # The code as written run again (a re-run of the baseline) is never diverged from itself: a gap
     # past the tolerance says its loss is noise (autotune.core._loss_signal); only nan/inf is judged.
     own = not spec.config.set_values() and bool(reference or reference_curve)
     factor = 1.0 if own else per_sample_factor(reference, losses, reference_curve, curve)
     history, judged_c = per_sample(losses, curve, factor)  # (a summed loss, per sample)
     outcome, reason = classify(
-        proc.returncode,
-        killed[0] if killed else None,
-        events.get("error"),
+        WorkerExit(
+            proc.returncode,
+            killed[0] if killed else None,
+            events.get("error"),
+            stderr_tail,
+            memory_low=metrics.get("available_min", float("inf")) < 2 * monitor.floor,
+        ),
         windows,
-        stderr_tail,
         history=history,
-        reference=() if own else reference,
-        tolerance=tolerance,
-        memory_low=memory_low,
+        curve=judged_c,
+        against=LossReference(tolerance=tolerance) if own else against,
         # (the worker says whether it ran out before its measure was done)
         expected_windows=len(windows) + 1 if end.get("short") and not ended else 0,
-        reference_curve=() if own else reference_curve,
-        curve=judged_c,
         batches=events["end"].get("steps") if "end" in events else None,
     )
     if monitor.problems and not killed:

@@ -11,6 +11,7 @@ def test_a_config_gets_the_same_verdict_fast_or_slow(tmp_path, warm) -> None:
     the same loss there, the same verdict."""
 
     from autotune.core._config import Config
+    from autotune.core._guard import LossReference
     from autotune.machine._launch import Budget, TrialSpec
     from autotune.tuner._watch import run_trial
 
@@ -26,7 +27,7 @@ def test_a_config_gets_the_same_verdict_fast_or_slow(tmp_path, warm) -> None:
             "cpu",
             Budget(warmup_steps=2, warmup_s=0.2, window_s=window_s, windows=4, ceiling_windows=0),
         )
-        result = run_trial(spec, tmp_path / "t.log", reference=base.losses, reference_curve=base.curve, warm=warm)
+        result = run_trial(spec, tmp_path / "t.log", against=LossReference(base.losses, base.curve), warm=warm)
         verdicts.append(result.outcome)
         assert "over the same samples" in result.reason or result.reason == ""
     assert verdicts[0] == verdicts[1]

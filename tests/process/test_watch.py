@@ -16,6 +16,7 @@ from conftest import tagged
 
 from autotune import Config, Outcome
 from autotune.core._ceilings import CACHED_BATCHES, bottleneck, ceiling_key
+from autotune.core._guard import LossReference
 from autotune.core._knobs import Part
 from autotune.machine._launch import TRIAL_TAG_ENV, Budget, TrialSpec
 from autotune.machine._monitor import Monitor
@@ -258,7 +259,7 @@ def test_loss_worse_than_the_reference_diverges(tmp_path: Path, warm) -> None:
     # loss (about 0.1 after thousands of samples) is (0.1 - 0.001) / (0.1 * 0.7) > 100% worse.
     reference = [(0.0, 0.7), (100.0, 0.001)]
     # (a config of its own: a run of the code as written against its own baseline is judged on nan/inf only)
-    result, _ = trial(tmp_path, "train", Config(num_workers=0), reference=reference, warm=warm)
+    result, _ = trial(tmp_path, "train", Config(num_workers=0), against=LossReference(reference), warm=warm)
     assert result.outcome is Outcome.DIVERGED
     assert "over the same samples" in result.reason
     assert result.metrics["samples_per_s"] > 0  # its speed is kept: infeasible, not unmeasured
@@ -281,8 +282,7 @@ def test_a_larger_batch_is_judged_on_its_steps_and_its_samples_to_the_baselines_
         Config(batch_size="4x", lr_scaling="none"),
         budget=longer,
         fixture=lr_train,
-        reference=base.losses,
-        reference_curve=base.curve,
+        against=LossReference(base.losses, base.curve),
         warm=warm,
     )
     warmup = next(e for e in watch.events if e["event"] == "warmup")
@@ -299,8 +299,7 @@ def test_a_larger_batch_is_judged_on_its_steps_and_its_samples_to_the_baselines_
         Config(batch_size="4x", lr_scaling="linear"),
         budget=longer,
         fixture=lr_train,
-        reference=base.losses,
-        reference_curve=base.curve,
+        against=LossReference(base.losses, base.curve),
         warm=warm,
     )
     assert scaled.outcome is Outcome.COMPLETE, scaled.reason
@@ -338,8 +337,7 @@ def test_time_to_the_baselines_loss_is_not_used_where_that_loss_does_not_fall(tm
         "train_random_labels",
         Config(batch_size="4x", lr_scaling="linear"),
         budget=longer,
-        reference=base.losses,
-        reference_curve=base.curve,
+        against=LossReference(base.losses, base.curve),
         warm=warm,
     )
     assert wide.outcome is Outcome.COMPLETE, wide.reason

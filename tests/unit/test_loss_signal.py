@@ -14,7 +14,7 @@ from autotune.core._loss_signal import (
     per_sample_factor,
     self_disagreement,
 )
-from autotune.core._outcome import Outcome, classify
+from autotune.core._outcome import Outcome, WorkerExit, classify
 from autotune.tuner._confirm import decide, group_runs, plan, speed_only
 from autotune.tuner._planner import loss_unit
 from standings import trial
@@ -56,9 +56,9 @@ def test_a_falling_curve_whose_re_run_agrees_is_a_signal() -> None:
 def test_a_re_run_of_the_code_is_never_diverged_from_itself_but_nan_is_caught() -> None:
     # how run_trial classifies a re-run of the code as written: against no reference, nan/inf only
     window = [{"samples": 100}]
-    assert classify(0, None, None, window, history=[(50.0, 1.0)], curve=GAN_AGAIN) == (Outcome.COMPLETE, "")
+    assert classify(WorkerExit(0), window, history=[(50.0, 1.0)], curve=GAN_AGAIN) == (Outcome.COMPLETE, "")
     nan = GAN_AGAIN[:3] + [(300.0, 400.0, NAN, 10)]
-    outcome, reason = classify(0, None, None, window, history=[(50.0, 1.0)], curve=nan)
+    outcome, reason = classify(WorkerExit(0), window, history=[(50.0, 1.0)], curve=nan)
     assert outcome is Outcome.DIVERGED and reason.startswith("loss is nan")
     assert self_disagreement([], [], GAN_FIRST, nan, DIVERGENCE_TOLERANCE) is None  # (the guard says it)
 

@@ -8,7 +8,8 @@ import signal
 import pytest
 
 from autotune import Outcome
-from autotune.core._outcome import classify, clip, headline
+from autotune.core._guard import LossReference
+from autotune.core._outcome import WorkerExit, classify, clip, headline
 
 OK = [{"index": 0, "loss": 0.7}, {"index": 1, "loss": 0.6}]
 
@@ -113,7 +114,7 @@ STALLED = (Outcome.TIMEOUT, "stalled: no step finished for 30 s (after step 12)"
     ],
 )
 def test_classify(returncode, killed, error, windows, tail, outcome, reason) -> None:
-    got, why = classify(returncode, killed, error, windows, tail)
+    got, why = classify(WorkerExit(returncode, killed, error, tail), windows)
     assert got is outcome
     if not reason:
         assert why == ""
@@ -133,13 +134,13 @@ def test_classify(returncode, killed, error, windows, tail, outcome, reason) -> 
     ],
 )
 def test_a_complete_trial_with_fewer_windows_than_its_budget_says_so(expected: int, reason: str) -> None:
-    outcome, why = classify(0, None, None, OK, expected_windows=expected)
+    outcome, why = classify(WorkerExit(0), OK, expected_windows=expected)
     assert outcome is Outcome.COMPLETE
     assert why.startswith(reason) and bool(why) is bool(reason)
 
 
 def test_sigkill_while_the_machine_was_out_of_memory_is_oom_host() -> None:
-    outcome, why = classify(-signal.SIGKILL, None, None, OK, memory_low=True)
+    outcome, why = classify(WorkerExit(-signal.SIGKILL, memory_low=True), OK)
     assert outcome is Outcome.OOM_HOST
     assert "the kernel's OOM killer" in why
 
@@ -158,7 +159,7 @@ def test_sigkill_while_the_machine_was_out_of_memory_is_oom_host() -> None:
 )
 def test_classify_judges_the_loss_history(history, reference, outcome, reason) -> None:
     windows = OK if outcome is Outcome.COMPLETE else []
-    got, why = classify(0, None, None, windows, history=history, reference=reference)
+    got, why = classify(WorkerExit(0), windows, history=history, against=LossReference(reference))
     assert got is outcome
     assert reason in why
 
@@ -174,20 +175,20 @@ def test_classify_judges_the_loss_history(history, reference, outcome, reason) -
     ],
 )
 def test_every_reason_starts_with_its_headline(returncode, killed, error, tail, first) -> None:
-    _, why = classify(returncode, killed, error, OK, tail)
+    _, why = classify(WorkerExit(returncode, killed, error, tail), OK)
     assert headline(why) == first
 
 
 def test_error_event_wins_over_its_exit_status() -> None:
     # The worker exits 1 after reporting the error: the error is the story, not "exit status 1".
-    outcome, why = classify(1, None, USER_BUG, [], "tail")
+    outcome, why = classify(WorkerExit(1, None, USER_BUG, "tail"), [])
     assert outcome is Outcome.CRASHED
     assert "exit status" not in why
 
 
 def test_killed_by_a_realtime_signal_is_crashed() -> None:
     rt = signal.SIGRTMIN + 6  # 40 on Linux: valid, but no name in signal.Signals
-    outcome, why = classify(-rt, None, None, OK)
+    outcome, why = classify(WorkerExit(-rt), OK)
     assert outcome is Outcome.CRASHED
     assert str(int(rt)) in why
 
