@@ -8,6 +8,7 @@ the pending file, then Optuna, then MLflow).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -37,8 +38,19 @@ from autotune.stores._records import (
 if TYPE_CHECKING:
     import optuna
 
+    from autotune.tuner._option_groups import Noise
     from autotune.tuner._space import Domain
     from autotune.tuner._watch import TrialResult
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialIds:
+    """Which trial a record is of: its number in the study, its Optuna trial id (the storage's
+    key) and its MLflow child run."""
+
+    number: int
+    trial_id: int
+    run_id: str
 
 
 def checked_ceilings(
@@ -49,8 +61,7 @@ def checked_ceilings(
     resolved: Mapping[str, Any],
     measured: Sequence[Mapping[str, Any]],
     ceilings: Ceilings,
-    max_load: float,
-    max_spread: float,
+    noise: Noise,
 ) -> list[dict[str, Any]]:
     """The trial's own ceiling entries, each marked with a ``doubt`` when others loaded the
     CPUs while it was measured or the trial ran past it beyond the noise; and a
@@ -59,12 +70,13 @@ def checked_ceilings(
 
     Only a ceiling the trial ran past counts against it (``Bottleneck.ran_past``, each
     with the value it was compared with): one of its own already doubted (measured under
-    load) shows nothing wrong with the study's figure for that key."""
+    load) shows nothing wrong with the study's figure for that key. ``noise``: when a figure is
+    believed (its ``max_load`` and ``max_spread``)."""
     own = [dict(entry) for entry in measured]
     for entry in own:
-        entry["doubt"] = ceiling_doubt(entry, max_load)
+        entry["doubt"] = ceiling_doubt(entry, noise.max_load)
     sps = metrics.get("samples_per_s")
-    if outcome != Outcome.COMPLETE or not sps or doubt(metrics, reason, max_load, max_spread):
+    if outcome != Outcome.COMPLETE or not sps or doubt(metrics, reason, noise.max_load, noise.max_spread):
         return own  # a figure not believed proves no ceiling wrong
     mine = {e["part"]: e for e in own if not e["doubt"]}
     for part in bottleneck_of(metrics, resolved, ceilings, own).ran_past:
@@ -86,25 +98,26 @@ def checked_ceilings(
 
 
 def result_record(
-    number: int,
-    trial_id: int,
-    run_id: str,
+    ids: TrialIds,
     attrs: Mapping[str, Any],
     result: TrialResult,
     ceilings: Ceilings,
     base_rate: float | None,
-    max_load: float,
-    max_spread: float,
+    noise: Noise,
     optuna_params: Mapping[str, list[Any]],
 ) -> dict[str, Any]:
     """A finished trial's record, as the recorder writes it to the pending file, then Optuna
     (``attrs``, ``optuna_params``), then MLflow (``mlflow``). JSON data throughout.
 
     Args:
+        ids: Which trial it is, in Optuna and in MLflow.
         attrs: The trial's user attrs as it started (its kind, what it sampled).
+        ceilings: The study's ceilings as the trial ended.
         base_rate: The baseline's samples/s then, for the note (None: none yet).
+        noise: When its figure is believed (``checked_ceilings``).
         optuna_params: See ``optuna_params``.
     """
+    number = ids.number
     derived = {f"resolved.{k}": v for k, v in result.resolved.items()}
     derived.update(
         base_batch_size=result.base_batch_size,
@@ -133,11 +146,10 @@ def result_record(
         result.resolved,
         result.ceilings,
         ceilings,
-        max_load,
-        max_spread,
+        noise,
     )
     why = (
-        doubt(metrics, result.reason, max_load, max_spread)
+        doubt(metrics, result.reason, noise.max_load, noise.max_spread)
         if result.outcome == Outcome.COMPLETE and "samples_per_s" in metrics
         else None
     )
@@ -171,9 +183,9 @@ def result_record(
         attrs,
     )
     return {
-        "trial_id": trial_id,
+        "trial_id": ids.trial_id,
         "number": number,
-        "run_id": run_id,
+        "run_id": ids.run_id,
         "optuna_params": dict(optuna_params),
         "attrs": {
             ATTR_OUTCOME: result.outcome.value,

@@ -43,7 +43,7 @@ from autotune.stores._records import (
     told_rate,
 )
 from autotune.stores._stores import Spool, first_line
-from autotune.tuner._judge import optuna_params, optuna_state, result_record
+from autotune.tuner._judge import TrialIds, optuna_params, optuna_state, result_record
 
 if TYPE_CHECKING:
     import optuna
@@ -51,6 +51,8 @@ if TYPE_CHECKING:
     from autotune.core._config import Config
     from autotune.machine._slots import Slot
     from autotune.stores._tracking import Tracker
+    from autotune.tuner._join import Joined
+    from autotune.tuner._option_groups import Noise
     from autotune.tuner._space import Space
     from autotune.tuner._watch import Stop, TrialResult
 
@@ -78,32 +80,28 @@ class Recorder:
     """Writes one study's trials.
 
     Args:
-        study: The Optuna study.
+        joined: The study: its Optuna study, MLflow experiment and parent run.
         tracker: Its MLflow store.
-        experiment_id, parent_id: The study's MLflow experiment and parent run.
         spool: Where results wait for both stores (``STORE/pending/STUDY``).
         space: The study's space (the params of a trial the sampler did not draw).
         say: Told what a person should know (a result replayed, a trial closed by another tuner).
         log_dir: Where the trials' logs are (``trial-N.log``).
-        max_load, max_spread: When a figure is not believed (``autotune.machine._noise.doubt``).
+        noise: When a figure is not believed (``autotune.machine._noise.doubt``).
     """
 
     def __init__(
         self,
-        study: optuna.Study,
+        joined: Joined,
         tracker: Tracker,
-        experiment_id: str,
-        parent_id: str,
         spool: Spool,
         space: Space,
         say: Callable[[str], None],
         log_dir: Path,
-        max_load: float,
-        max_spread: float,
+        noise: Noise,
     ) -> None:
-        self.study, self.tracker, self.spool, self.space, self.say = study, tracker, spool, space, say
-        self.experiment_id, self.parent_id, self.log_dir = experiment_id, parent_id, log_dir
-        self._max_load, self._max_spread = max_load, max_spread
+        self.study, self.tracker, self.spool, self.space, self.say = joined.study, tracker, spool, space, say
+        self.experiment_id, self.parent_id, self.log_dir = joined.experiment_id, joined.parent_id, log_dir
+        self._noise = noise
 
     def log_path(self, number: int) -> Path:
         return self.log_dir / f"trial-{number}.log"
@@ -174,16 +172,7 @@ class Recorder:
             )
         )
         record = result_record(
-            trial.number,
-            trial_id_of(trial),
-            run_id,
-            attrs,
-            result,
-            ceilings,
-            base_rate,
-            self._max_load,
-            self._max_spread,
-            params,
+            TrialIds(trial.number, trial_id_of(trial), run_id), attrs, result, ceilings, base_rate, self._noise, params
         )
         try:
             path = self.spool.write(trial.number, record)

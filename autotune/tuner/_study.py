@@ -122,16 +122,13 @@ class StudyRunner(TrialSteps):
             self.reporter.note(neighbours_line(neighbours))
         self.scheduler = Scheduler(self.slots, options.trials, self.reporter.note)
         self.recorder = Recorder(
-            self.study,
+            joined,
             tracker,
-            joined.experiment_id,
-            joined.parent_id,
             Spool(options.store / "pending", self.name),
             space,
             self.reporter.note,
             options.store / "trials" / self.name,
-            options.noise.max_load,
-            options.noise.max_spread,
+            options.noise,
         )
         self._warm = dict(warm or {})  # slot index -> its warm worker (autotune.worker._warm), started early
         self._started = 0.0

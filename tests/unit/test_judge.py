@@ -6,6 +6,7 @@ from autotune.core._ceilings import Ceilings, ceiling_key
 from autotune.core._knobs import Part
 from autotune.core._outcome import Outcome
 from autotune.tuner._judge import checked_ceilings
+from autotune.tuner._option_groups import Noise
 
 CONFIG = {"batch_size": 16, "num_workers": 2}
 QUIET = {"samples_per_s": 1000.0, "samples_per_s_spread": 0.05, "foreign_cpu": 0.0, "data_wait_frac": 0.3}
@@ -31,8 +32,7 @@ def check(measured: list[dict], ceilings: Ceilings | None = None, metrics: dict 
         CONFIG,
         measured,
         ceilings or Ceilings(),
-        max_load=0.2,
-        max_spread=1.0,
+        Noise(max_load=0.2, max_spread=1.0),
     )
 
 

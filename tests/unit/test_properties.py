@@ -16,7 +16,8 @@ from autotune.core._knobs import Part
 from autotune.core._outcome import RUNNING, WAITING, Outcome
 from autotune.machine._noise import is_noisy
 from autotune.stores._records import TrialRow
-from autotune.tuner._judge import checked_ceilings, optuna_state, result_record
+from autotune.tuner._judge import TrialIds, checked_ceilings, optuna_state, result_record
+from autotune.tuner._option_groups import Noise
 from autotune.tuner._planner import Settings, after_trial, confirmation, without_baseline
 from autotune.tuner._space import Choice, IntRange, Space
 from autotune.tuner._space_now import draw_caps, holds, space_now
@@ -258,8 +259,9 @@ def test_the_recorders_rules_never_raise_and_never_tell_an_unbelieved_figure(
     given_, max_load, max_spread, base_rate
 ) -> None:
     result, drawn, study = given_
+    noise = Noise(max_load=max_load, max_spread=max_spread)
     record = result_record(
-        7, 7, "run", {"sampled": drawn, "kind": "sampled"}, result, study, base_rate, max_load, max_spread, {}
+        TrialIds(7, 7, "run"), {"sampled": drawn, "kind": "sampled"}, result, study, base_rate, noise, {}
     )
     attrs = record["attrs"]
     state, value = optuna_state(result.outcome, result.metrics.get("samples_per_s"), attrs["doubt"])
@@ -274,8 +276,7 @@ def test_the_recorders_rules_never_raise_and_never_tell_an_unbelieved_figure(
         config := result.resolved,
         result.ceilings,
         study,
-        max_load,
-        max_spread,
+        noise,
     )
     assert own == attrs["ceilings"]
     for entry in own:

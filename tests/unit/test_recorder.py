@@ -17,6 +17,8 @@ from autotune.core._outcome import Outcome
 from autotune.machine._slots import Slot
 from autotune.stores._stores import Spool
 from autotune.stores._tracking import Tracker
+from autotune.tuner._join import Joined
+from autotune.tuner._option_groups import Noise
 from autotune.tuner._queue import attrs_of, claim_waiting, write
 from autotune.tuner._recorder import Recorder
 from autotune.tuner._space import Choice, IntRange, Space
@@ -39,16 +41,13 @@ def recorder(tmp_path: Path):
     parent = tracker.parent_run(experiment, None, {"autotune.study": "s"})
     lines: list[str] = []
     recorder = Recorder(
-        study,
+        Joined(study, experiment, parent),
         tracker,
-        experiment,
-        parent,
         Spool(tmp_path / "pending", "s"),
         SPACE,
         lines.append,
         tmp_path / "trials",
-        max_load=0.2,
-        max_spread=1.0,
+        Noise(max_load=0.2, max_spread=1.0),
     )
     recorder.lines = lines
     return recorder
@@ -132,19 +131,16 @@ def test_replaying_a_result_changes_nothing_and_one_closed_otherwise_is_not_used
     recorder: Recorder, tmp_path: Path
 ) -> None:
     from autotune.core._ceilings import Ceilings
-    from autotune.tuner._judge import result_record
+    from autotune.tuner._judge import TrialIds, result_record
 
     trial, run_id = begun(recorder, Request(Kind.SAMPLED))
     record = result_record(
-        trial.number,
-        trial._trial_id,
-        run_id,
+        TrialIds(trial.number, trial._trial_id, run_id),
         trial.user_attrs,
         result(Outcome.PRUNED, {"samples_per_s": 10.0}, tmp_path),
         Ceilings(),
         None,
-        0.2,
-        1.0,
+        Noise(max_load=0.2, max_spread=1.0),
         {},
     )
     recorder.spool.write(trial.number, record)
