@@ -5,6 +5,7 @@ tuner joins it, waiting for the founder's set-up before doing it itself.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -50,30 +51,46 @@ class Joined:
         self.study, self.experiment_id, self.parent_id = study, experiment_id, parent_id
 
 
+@dataclasses.dataclass(frozen=True)
+class StudyFacts:
+    """What a study records of itself when it is set up (``set_up``), for every tuner that joins it.
+
+    Attributes:
+        target: What it tunes (``path.py:function``, or the script).
+        space: Its search space's name.
+        fingerprint: The machine it tunes on.
+        script: Whether the target is an unmodified script (its export then says ``autotune exec``).
+        horizon_h: The founder's ``--horizon``, the study's for good (every tuner, ``show`` and
+            ``export`` rank its whole runs alike); None: none given.
+    """
+
+    target: str
+    space: str
+    fingerprint: Fingerprint
+    script: bool = False
+    horizon_h: float | None = None
+
+
 def join(
     storage,
     name: str,
     sampler,
-    target: str,
-    space: str,
-    fingerprint: Fingerprint,
+    facts: StudyFacts,
     tracker: Tracker,
     say: Callable[[str], None],
-    script: bool = False,
     warm_start: bool = False,
-    horizon_h: float | None = None,
 ) -> Joined:
-    """Found study ``name`` or join it; the founder sets it up (``set_up``), a joiner waits for
-    that, and does it itself if the founder died first (its baseline is then asked for by the
-    first tuner that finds none). ``horizon_h``: the founder's ``--horizon``, the study's for good
-    (every tuner, ``show`` and ``export`` rank its whole runs alike).
+    """Found study ``name`` or join it; the founder sets it up with ``facts`` (``set_up``), a
+    joiner waits for that, and does it itself if the founder died first (its baseline is then
+    asked for by the first tuner that finds none).
 
     Raises:
         ConfigError: the study tunes another target.
     """
+    target = facts.target
     study, founder = found_or_join(storage, name, sampler)
     if founder:
-        set_up(study, target, space, fingerprint, tracker, baseline=True, script=script, horizon_h=horizon_h)
+        set_up(study, facts, tracker, baseline=True)
         if warm_start:
             from autotune.tuner._broke import BROKE_ATTR
             from autotune.tuner._warm_start import find_source
@@ -93,7 +110,7 @@ def join(
                     f"study {name}: the tuner that created it did not set it up within {SETUP_WAIT_S:.0f} s; "
                     "setting it up here"
                 )
-                set_up(study, target, space, fingerprint, tracker, baseline=False, script=script, horizon_h=horizon_h)
+                set_up(study, facts, tracker, baseline=False)
                 break
             time.sleep(0.5)
     known = study.user_attrs.get("target")
@@ -103,29 +120,20 @@ def join(
     return Joined(study, experiment_id, tracker.parent_run(experiment_id, study.user_attrs[ATTR_PARENT], {}))
 
 
-def set_up(
-    study: optuna.Study,
-    target: str,
-    space: str,
-    fingerprint: Fingerprint,
-    tracker: Tracker,
-    baseline: bool,
-    script: bool = False,
-    horizon_h: float | None = None,
-) -> None:
-    """Record what the study tunes (``target``, and ``script``: whether it is an unmodified script,
+def set_up(study: optuna.Study, facts: StudyFacts, tracker: Tracker, baseline: bool) -> None:
+    """Record what the study tunes (``facts``: its target, and whether it is an unmodified script,
     which production runs with ``autotune exec``), ask for its baseline, start its MLflow parent run.
 
     The parent run's id goes last: tuners joining the study wait for it.
     """
-    import dataclasses
     import warnings
 
+    target, fingerprint = facts.target, facts.fingerprint
     study.set_user_attr("target", target)
-    study.set_user_attr(ATTR_SCRIPT, script)
-    if horizon_h is not None:
-        study.set_user_attr(ATTR_HORIZON, horizon_h)
-    study.set_user_attr("space", space)
+    study.set_user_attr(ATTR_SCRIPT, facts.script)
+    if facts.horizon_h is not None:
+        study.set_user_attr(ATTR_HORIZON, facts.horizon_h)
+    study.set_user_attr("space", facts.space)
     study.set_user_attr("fingerprint", {**dataclasses.asdict(fingerprint), "summary": fingerprint.summary()})
     with warnings.catch_warnings():  # "experimental" since Optuna 3.2, and only ours to know
         warnings.simplefilter("ignore")

@@ -29,7 +29,7 @@ from autotune.stores._optuna_io import frozen_trial
 from autotune.stores._records import ATTR_BASELINE, ATTR_OWNER, kind_of
 from autotune.stores._stores import Spool, open_storage
 from autotune.tuner._finish import finish, leave
-from autotune.tuner._join import join
+from autotune.tuner._join import StudyFacts, join
 from autotune.tuner._options import Reporter, StudyOptions, baseline_failed, default_study_name
 from autotune.tuner._pace import CostWatch
 from autotune.tuner._planner import (
@@ -96,14 +96,12 @@ class StudyRunner(TrialSteps):
             storage,
             self.name,
             optuna.samplers.TPESampler(seed=options.seed),
-            options.label,
-            space.name,
-            fingerprint,
+            StudyFacts(
+                options.label, space.name, fingerprint, script=options.argv is not None, horizon_h=options.judge.horizon
+            ),
             tracker,
             self.reporter.note,
-            script=options.argv is not None,
             warm_start=options.warm_start,
-            horizon_h=options.judge.horizon,
         )
         self.study = joined.study
         self._owner = this_process()
