@@ -9,7 +9,7 @@ from typing import Any
 from autotune.core._bounds import RAM_BUDGET, RAM_BUDGET_LEAST, allowed
 from autotune.core._config import Config, ConfigError, read_yaml
 from autotune.core._knobs import KNOBS, Stage, show_value, unknown_knob_message
-from autotune.production._recipe import Recipe
+from autotune.production._recipe import Adaptation, Recipe
 
 #: The one key of an export that is not a knob: the batch size the lr was written for.
 BASE_BATCH_KEY = "base_batch_size"
@@ -132,18 +132,24 @@ def load(
             f"load(ram_budget={ram_budget!r}): must be a finite number of GiB >= {RAM_BUDGET_LEAST} "
             "(as a study's --ram-budget)"
         )
-    extra = {"adapt": adapt, "tracking_uri": tracking_uri, "ram_budget": ram_budget} if adapt else {}
     if path is None:
-        return recipe_from_mapping({}, "defaults", device, report_every=report_every, quiet=quiet, **extra)
+        adaptation = Adaptation(tracking_uri, ram_budget) if adapt else None
+        return recipe_from_mapping({}, "defaults", device, report_every=report_every, quiet=quiet, adapt=adaptation)
     data = read_yaml(Path(path))
     measured = data.get(MEASURED_SECTION) if isinstance(data, Mapping) else None
-    for key, name in (("ram_peak_gib", "ram_peak"), ("gpu_mem_peak_gib", "gpu_peak")):
-        if adapt and isinstance(measured, Mapping) and isinstance(measured.get(key), (int, float)):
-            extra[name] = float(measured[key])
+    section = measured if isinstance(measured, Mapping) else {}
+
+    def gib(key: str) -> float | None:  # what the study's winner held, where the export says
+        value = section.get(key)
+        return float(value) if isinstance(value, (int, float)) else None
+
+    adaptation = Adaptation(tracking_uri, ram_budget, gib("ram_peak_gib"), gib("gpu_mem_peak_gib")) if adapt else None
     origin = f"{path}" + (f" ({measured['found']})" if isinstance(measured, Mapping) and measured.get("found") else "")
     if check and isinstance(data, Mapping):
-        data = _honourable(data, str(path), device, measured if isinstance(measured, Mapping) else {})
-    return recipe_from_mapping(data, str(path), device, origin=origin, report_every=report_every, quiet=quiet, **extra)
+        data = _honourable(data, str(path), device, section)
+    return recipe_from_mapping(
+        data, str(path), device, origin=origin, report_every=report_every, quiet=quiet, adapt=adaptation
+    )
 
 
 def _honourable(data: Mapping[str, Any], where: str, device: Any, measured: Mapping[str, Any]) -> dict[str, Any]:

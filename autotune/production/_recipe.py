@@ -3,6 +3,7 @@ or to an unmodified script by ``autotune exec`` (``autotune.training._hooks``)."
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -16,6 +17,24 @@ from autotune.core._loaders import batch_len
 from autotune.training._handles import Run
 
 
+@dataclasses.dataclass(frozen=True)
+class Adaptation:
+    """How a recipe's loaders adapt (``autotune.load(path, adapt=True)``; ``autotune.production._adapt``).
+
+    Attributes:
+        tracking_uri: The MLflow store the production job's epochs are logged to; None: not logged.
+        ram_budget: GiB of host RAM the training process and its workers may hold (None: the default,
+            ``autotune.machine._margin.default_budget``).
+        ram_peak: GiB of host RAM the study's winner held (the export's), where known.
+        gpu_peak: GiB of GPU memory the study's winner held (the export's), where known.
+    """
+
+    tracking_uri: str | None = None
+    ram_budget: float | None = None
+    ram_peak: float | None = None
+    gpu_peak: float | None = None
+
+
 class Recipe(Run):
     """A tuned config applied in production: ``train(autotune.load("best.yaml"))``.
 
@@ -27,6 +46,8 @@ class Recipe(Run):
         base_batch_size: The user batch size the recipe was tuned from (the base of
             its lr scaling), or None.
         origin: Where it came from (an export's path and what the study found there).
+        adaptive: With an ``Adaptation``, the loaders it moves between epochs
+            (``autotune.production._adapt``); else None.
     """
 
     def __init__(
@@ -38,11 +59,7 @@ class Recipe(Run):
         origin: str | None = None,
         report_every: float | None = None,
         quiet: bool = False,
-        adapt: bool = False,
-        tracking_uri: str | None = None,
-        ram_budget: float | None = None,
-        ram_peak: float | None = None,
-        gpu_peak: float | None = None,
+        adapt: Adaptation | None = None,
     ) -> None:
         super().__init__(config, device)
         self.base_batch_size = base_batch_size
@@ -50,17 +67,17 @@ class Recipe(Run):
         self.origin = origin
         self._report_every, self._quiet = report_every, quiet
         self.adaptive = None  # with adapt: the loaders it moves between epochs (autotune.production._adapt)
-        if adapt:
+        if adapt is not None:
             from autotune.machine._probe import usable_cpus
             from autotune.production._adapt import AdaptiveLoaders
             from autotune.production._prodlog import production_log
 
             self.adaptive = AdaptiveLoaders(
                 usable_cpus(),
-                log=production_log(tracking_uri, origin),
-                budget=int(ram_budget * 2**30) if ram_budget else None,
+                log=production_log(adapt.tracking_uri, origin),
+                budget=int(adapt.ram_budget * 2**30) if adapt.ram_budget else None,
             )
-            self.adaptive.ram_peak, self.adaptive.gpu_peak = ram_peak, gpu_peak  # GiB, from the export
+            self.adaptive.ram_peak, self.adaptive.gpu_peak = adapt.ram_peak, adapt.gpu_peak  # GiB, from the export
         self._reported: tuple[float, int] | None = None  # (since, samples) of the report under way
         self._said = False
         self.apply_backends()
