@@ -181,3 +181,52 @@ def test_a_loop_without_a_dataloader_is_measured_in_steps(update: str) -> None:
     assert all(w["loss"] is not None and 0 < w["loss"] < 10 for w in windows)
     resolved = next(e for kind, e in events if kind == "resolved")
     assert resolved["dataset"]["loaderless"] is True
+
+
+def gan(pause: float) -> None:
+    """A GAN's loop (pytorch/examples' dcgan): two models, two optimizers stepped in turn on each
+    batch, and work before, between and after the two steps that takes ``pause`` each."""
+    netG, netD = torch.nn.Linear(2, 4), torch.nn.Linear(4, 1)
+    optD = torch.optim.SGD(netD.parameters(), lr=0.01)
+    optG = torch.optim.SGD(netG.parameters(), lr=0.01)
+    train = DataLoader(DATA, batch_size=64, shuffle=True)
+    for _ in range(100_000):
+        for x, _ in train:
+            time.sleep(pause)  # the discriminator's forward
+            netD.zero_grad()
+            netD(x).mean().backward()
+            optD.step()
+            time.sleep(pause)  # the generator's forward
+            netG.zero_grad()
+            netD(netG(torch.randn(x.size(0), 2))).mean().backward()
+            optG.step()
+            time.sleep(pause)  # the loop's own logging
+
+
+def test_a_gans_two_steps_a_batch_are_one_step_and_all_of_its_time_is_in_the_windows() -> None:
+    """Each batch of a GAN steps two optimizers: it counts once, and the time before, between and
+    after its two steps is all in the windows, so no window reads faster than its sleeps allow (a
+    window that left out the time between the steps would read up to 3x that)."""
+    events: list[tuple[str, dict]] = []
+    run = ScriptTrial(
+        Config(num_workers=0),
+        "cpu",
+        lambda kind, **e: events.append((kind, e)),
+        warmup_steps=2,
+        warmup_s=0.0,
+        window_s=0.3,
+        min_window_steps=2,
+        windows=3,
+    )
+    pause = 0.005
+    run.hooks.install()
+    try:
+        with pytest.raises(BudgetSpent):
+            gan(pause)
+    finally:
+        run.hooks.remove()
+    windows = [e for kind, e in events if kind == "window"]
+    assert len(windows) == 3 and run.hooks.training is not None
+    assert all(w["samples"] == 64 * w["steps"] for w in windows)  # a batch a step, not two
+    ceiling = 64 / (3 * pause)  # (the sleeps alone; load only makes a step longer)
+    assert all(w["samples"] / w["seconds"] <= ceiling * 1.02 for w in windows), (ceiling, windows)
