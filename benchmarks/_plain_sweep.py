@@ -28,11 +28,6 @@ def env() -> dict[str, str]:
     return {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
 
 
-def load() -> float:
-    """The host's 1-minute load average."""
-    return float(Path("/proc/loadavg").read_text().split()[0])
-
-
 def usable_cpus() -> int:
     return len(os.sched_getaffinity(0))
 
@@ -148,12 +143,15 @@ def loop_argv(settings: dict[str, Any], samples: int, warmup: int) -> list[str]:
 
 
 def measure(settings: dict[str, Any], samples: int, warmup: int) -> dict[str, Any]:
-    """One run of the plain loop in a process of its own: its figures, and the load before it."""
-    before = load()
-    done = subprocess.run(loop_argv(settings, samples, warmup), check=False, capture_output=True, text=True, env=env())
+    """One run of the plain loop in a process of its own: its figures, the 1-minute load average
+    before it, and the share of the CPUs other processes used while it ran (``_host_load``)."""
+    from _host_load import timed
+
+    argv = loop_argv(settings, samples, warmup)
+    done, before, foreign = timed(lambda: subprocess.run(argv, check=False, capture_output=True, text=True, env=env()))
     if done.returncode:
         raise RuntimeError(f"{label(settings)}: exit {done.returncode}\n{done.stderr[-2000:]}")
-    return {**json.loads(done.stdout.strip().splitlines()[-1]), "load_before": before}
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "load_before": before, "foreign": foreign}
 
 
 def sweep(points: list[dict[str, Any]], repeats: int, samples: int, warmup: int, seed: int = 0) -> list[dict[str, Any]]:

@@ -19,8 +19,11 @@ read; ``Linear(16, 2)``, SGD, batch 16 as written). Three parts:
    times in turns (which goes first alternates), so that the machine's drift falls on both.
    *share*: the winner's median over the sweep's best's. Goal: 95% or more.
 
-The host's load (``/proc/loadavg``) is read before every measure and at each part's ends; a
-1-minute load above the usable CPUs marks the figures provisional.
+The host's load is read two ways around every measure and part (``_host_load.py``): the 1-minute
+load average (``/proc/loadavg``), which counts the benchmark's own processes (64 DataLoader
+workers, the study's trials), and the share of the CPUs that processes outside the benchmark's
+process tree used, which does not. That share over the study's own limit for a trial marks the
+figures provisional.
 
     python benchmarks/sweep.py                      # 36 minutes on a loaded 2-core CPU (2026-11-29)
     python benchmarks/sweep.py --quick              # a smoke run: one point, a 2-trial study
@@ -42,7 +45,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _plain_sweep import CODE_BATCH, best_point, env, grid, label, load, measure, sweep, usable_cpus, winner_of
+from _host_load import foreign_since, load_average, provisional, reading
+from _plain_sweep import CODE_BATCH, best_point, env, grid, label, measure, sweep, usable_cpus, winner_of
 from _results import ROOT, data_path, spread, write_section
 
 TOPIC = "sweep"
@@ -141,10 +145,33 @@ def command(a: dict[str, Any]) -> str:
 
 
 def readings(raw: dict[str, Any]) -> list[float]:
-    """Every load reading of a run: each part's ends, and before each measure."""
+    """Every 1-minute load average of a run: each part's ends, and before each measure."""
     ends = [x for part in raw["load"].values() for x in part]
     runs = [r["load_before"] for p in raw["sweep"] for r in p["runs"]]
     return ends + runs + [r["load_before"] for v in raw["turns"].values() for r in v]
+
+
+def foreign_by_part(raw: dict[str, Any]) -> dict[str, list[float]]:
+    """Each part's foreign shares (``_host_load``): the part's own, then each of its measures'."""
+    measures = {
+        "sweep": [r for p in raw["sweep"] for r in p["runs"]],
+        "turns": [r for v in raw.get("turns", {}).values() for r in v],
+    }
+    return {
+        part: [share, *(r["foreign"] for r in measures.get(part, []) if "foreign" in r)]
+        for part, share in raw.get("foreign", {}).items()
+    }
+
+
+def loaded(raw: dict[str, Any]) -> str | None:
+    """Why a run's figures are provisional (None: the host was quiet): the load other processes
+    put on the CPUs during a measure (``_host_load.provisional``); for a run from before that
+    was recorded, a 1-minute load average above the usable CPUs, which counts the benchmark's
+    own processes too."""
+    if "foreign" in raw:
+        return provisional(foreign_by_part(raw))
+    most = max(readings(raw))
+    return f"a 1-minute load average of up to {most:.1f} on {raw['cpus']} CPUs" if most > raw["cpus"] else None
 
 
 def rate(runs: list[dict[str, Any]]) -> list[float]:
@@ -153,26 +180,39 @@ def rate(runs: list[dict[str, Any]]) -> list[float]:
 
 def render(raw: dict[str, Any]) -> str:
     """The page's section of one run."""
-    loaded = max(readings(raw)) > raw["cpus"]
-    return "\n".join([*header(raw, loaded), "", *sweep_part(raw), "", *study_part(raw), "", *turns_part(raw, loaded)])
+    why = loaded(raw)
+    return "\n".join(
+        [*header(raw, why), "", *sweep_part(raw), "", *study_part(raw), "", *turns_part(raw, why is not None)]
+    )
 
 
-def header(raw: dict[str, Any], loaded: bool) -> list[str]:
+def header(raw: dict[str, Any], why: str | None) -> list[str]:
     ends = ", ".join(f"{part} {v[0]:.1f} -> {v[-1]:.1f}" for part, v in raw["load"].items())
     before = [r["load_before"] for p in raw["sweep"] for r in p["runs"]]
     changed = raw["autotune_changed"]
     others = f", with {len(changed)} files under autotune/ changed in the working tree by others" if changed else ""
+    foreign = foreign_by_part(raw)
+    outside = (
+        " Share of the CPUs used by processes outside the benchmark's own process tree (its plain "
+        "loops and their workers, the study and its trials), over each part and (highest) over any "
+        "of its measures: "
+        + ", ".join(f"{part} {shares[0]:.0%} ({max(shares):.0%})" for part, shares in foreign.items())
+        + "."
+        if foreign
+        else ""
+    )
     state = (
-        " **Provisional: the host was loaded** (other engineers' tests, studies and benchmarks on the same "
-        "cores): every figure here was taken under that load."
-        if loaded
+        f" **Provisional: the host was loaded**: {why} (other engineers' tests, studies and benchmarks "
+        "on the same cores); every figure here was taken under that load."
+        if why
         else " The host was quiet."
     )
     return [
         f"Machine: {raw['machine']}. Commit {raw['commit']}{others}. Whole run {raw['wall_s'] / 60:.1f} min.",
         "",
-        f"Host load (1-minute load average, {raw['cpus']} usable CPUs), at each part's start and end: {ends}; "
-        f"before the sweep's runs {min(before):.1f}..{max(before):.1f}.{state}",
+        f"Host load (1-minute load average, which counts the benchmark's own processes, {raw['cpus']} usable "
+        f"CPUs), at each part's start and end: {ends}; before the sweep's runs {min(before):.1f}..{max(before):.1f}."
+        f"{outside}{state}",
         "",
         command(raw["args"]),
     ]
@@ -329,26 +369,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raw = {**json.loads(args.resume_from.read_text()), "resumed": f"{datetime.datetime.now():%Y-%m-%d %H:%M}"}
         args = argparse.Namespace(**{**raw["args"], "quick": False})
         raw["wall_s_before"] = raw.get("sweep_wall_s", 0) + raw.get("study", {}).get("wall_s", 0)
+    raw.setdefault("foreign", {})
     if "sweep" not in raw:
-        raw["load"]["sweep"] = [load()]
+        raw["load"]["sweep"], start = [load_average()], reading()
         raw["sweep"] = sweep(
             grid(args.batches, args.workers, args.prefetch_factors), args.repeats, args.samples, args.warmup_samples
         )
-        raw["load"]["sweep"].append(load())
+        raw["load"]["sweep"].append(load_average())
+        raw["foreign"]["sweep"] = foreign_since(start)
         raw["sweep_wall_s"] = time.monotonic() - began
         save(raw, args)
     if "study" not in raw:
-        raw["load"]["study"] = [load()]
+        raw["load"]["study"], start = [load_average()], reading()
         with tempfile.TemporaryDirectory(prefix="sweep-study-") as tmp:
             raw["study"] = study(args.trials, Path(tmp))
-        raw["load"]["study"].append(load())
+        raw["load"]["study"].append(load_average())
+        raw["foreign"]["study"] = foreign_since(start)
         save(raw, args)
     winner = winner_of(raw["study"].get("export"))
     best = best_point(raw["sweep"])
     raw["contenders"] = {BEST: {k: best[k] for k in ("loader", "lr")}, WINNER: winner}
-    raw["load"]["turns"] = [load()]
+    raw["load"]["turns"], start = [load_average()], reading()
     raw["turns"] = in_turns(raw["contenders"], args.turns, args.samples, args.warmup_samples)
-    raw["load"]["turns"].append(load())
+    raw["load"]["turns"].append(load_average())
+    raw["foreign"]["turns"] = foreign_since(start)
     raw.update(share(raw["turns"]))
     raw["wall_s"] = raw.get("wall_s_before", 0) + time.monotonic() - began
     return raw
