@@ -496,7 +496,12 @@ def instrumentation(repeats: int) -> tuple[list[float], list[float]]:
     def loop(instrumented: bool) -> float:
         torch.manual_seed(0)
         model = mnist.Net()
-        run = Trial(Config(), "cpu", lambda kind, **_: None, warmup_steps=0, warmup_s=0.0, window_s=1e9, windows=1)
+        run = Trial(
+            Config(),
+            "cpu",
+            lambda kind, **_: None,
+            Budget(warmup_steps=0, warmup_s=0.0, window_s=1e9, windows=1, ceiling_windows=0),
+        )
         loader = run.dataloader(dataset, batch_size=64, shuffle=True, drop_last=True)
         opt = run.optimizer(torch.optim.AdamW, model.parameters(), lr=1e-3)
         batches = run.batches(loader) if instrumented else iter(loader)
@@ -523,7 +528,12 @@ def instrumentation(repeats: int) -> tuple[list[float], list[float]]:
         ratios.append(loop(True) / plain)
 
     def empty(n: int = 20000) -> float:
-        run = Trial(Config(), "cpu", lambda kind, **_: None, warmup_steps=0, warmup_s=0.0, window_s=0.05, windows=10**9)
+        run = Trial(
+            Config(),
+            "cpu",
+            lambda kind, **_: None,
+            Budget(warmup_steps=0, warmup_s=0.0, window_s=0.05, windows=10**9, ceiling_windows=0),
+        )
         batch, loss = (torch.zeros(64, 1),), torch.zeros(())
         started = time.perf_counter()
         for _ in run.batches([batch] * n):

@@ -21,6 +21,7 @@ import torch
 from _results import data_path, machine, spread, write_section
 from _timed_loop import loop
 from autotune.core._config import Config
+from autotune.machine._launch import Budget
 from autotune.training._handles import Run
 from autotune.training._hooks import Hooks
 from autotune.worker._script_trial import ScriptTrial
@@ -49,7 +50,12 @@ def main() -> None:
         arms["plain"].append(loop(args.steps, 100))
         arms["production hooks"].append(hooked(Run(config, "cpu"), args.steps, 100))
         # A trial whose one window outlasts the loop: every batch counted, timed and waited for.
-        trial = ScriptTrial(config, "cpu", lambda *a, **k: None, warmup_steps=0, warmup_s=0.0, window_s=1e9, windows=1)
+        trial = ScriptTrial(
+            config,
+            "cpu",
+            lambda *a, **k: None,
+            Budget(warmup_steps=0, warmup_s=0.0, window_s=1e9, windows=1, ceiling_windows=0),
+        )
         trial.hooks.install()
         try:
             arms["trial hooks"].append(loop(args.steps, 100))

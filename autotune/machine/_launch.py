@@ -103,11 +103,21 @@ class Budget:
         return max(windows, self.whole_s) + 2 * self.ceiling_windows * self.window_s
 
     def worker_args(self) -> dict[str, Any]:
-        """What the worker's Trial takes (the limits are the parent's to enforce)."""
+        """What the worker's Trial measures by, as JSON data (the limits are the parent's to
+        enforce): ``from_worker_args`` makes it a budget again."""
         args = dataclasses.asdict(self)
         for limit in ("startup_s", "stall_s", "compile_s", "timeout_s"):
             del args[limit]
         return args
+
+    @classmethod
+    def from_worker_args(cls, args: dict[str, Any]) -> Budget:
+        """The budget ``worker_args`` gave the worker (its limits at their defaults: not the worker's).
+
+        >>> Budget.from_worker_args(Budget(windows=2, marks=(8, 16)).worker_args()).marks
+        (8, 16)
+        """
+        return cls(**{**args, "marks": tuple(args.get("marks", ()))})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,6 +15,7 @@ from autotune.core._ceilings import CACHED_BATCHES
 from autotune.core._config import Config
 from autotune.core._knobs import Part
 from autotune.core._loaders import batch_len, close_epoch
+from autotune.machine._launch import Budget
 from autotune.machine._proctree import tree_cpu_s
 from autotune.training._handles import Run
 from autotune.worker._loaderless import LoaderlessSteps
@@ -32,7 +33,8 @@ PROGRESS_S = 1.0
 
 
 class Trial(Closing, Stretches, CeilingPhases, ProfilePhase, LoaderlessSteps, Run):
-    """A run under tuning: measures the loop in windows and stops it when done.
+    """A run under tuning: measures the loop in windows and stops it when done, as its
+    ``budget`` (``autotune.machine._launch.Budget``) says.
 
     Warmup steps come first (``warmup_steps`` and at least ``warmup_s``); then
     ``windows`` windows of at least ``window_s`` seconds, which end on an epoch's
@@ -69,28 +71,17 @@ class Trial(Closing, Stretches, CeilingPhases, ProfilePhase, LoaderlessSteps, Ru
         config: Config,
         device: Any,
         emit: Callable[..., None],
+        budget: Budget,
         *,
-        warmup_steps: int,
-        warmup_s: float,
-        window_s: float,
-        windows: int,
-        min_window_steps: int = 2,
-        ceiling_windows: int = 0,
-        learn_windows: int = 0,
-        learn_to: float = 0.0,
         known_ceilings: Mapping[str, Sequence[str]] | None = None,
         trace: str | None = None,
-        marks: Sequence[int] = (),
-        whole: bool = False,
-        whole_s: float = 0.0,
-        step_samples: float = 0.0,
     ) -> None:
         super().__init__(config, device)
         self._emit = emit
-        self._warmup_steps, self._warmup_s = warmup_steps, warmup_s
-        self._window_s, self._windows, self._min_window_steps = window_s, windows, min_window_steps
-        self._ceiling_windows = ceiling_windows
-        self._learn_windows, self._learn_to = learn_windows, learn_to
+        self._warmup_steps, self._warmup_s = budget.warmup_steps, budget.warmup_s
+        self._window_s, self._windows, self._min_window_steps = budget.window_s, budget.windows, budget.min_window_steps
+        self._ceiling_windows = budget.ceiling_windows
+        self._learn_windows, self._learn_to = budget.learn_windows, budget.learn_to
         self._warmup_loss: float | None = None
         self._chunks: list[list[float]] = []  # the loss curve of every window so far
         self._known = {part: set(keys) for part, keys in (known_ceilings or {}).items()}
@@ -119,7 +110,7 @@ class Trial(Closing, Stretches, CeilingPhases, ProfilePhase, LoaderlessSteps, Ru
         self._outside_total = 0.0  # seconds between the measured loader's epochs, all of them
         self._so_far = (0, 0.0)  # samples and seconds of the windows closed so far
         self._start_parts(trace)
-        self._start_stretches(marks, whole, whole_s, step_samples)
+        self._start_stretches(budget.marks, budget.whole, budget.whole_s, budget.step_samples)
 
     def _resume_clock(self, now: float) -> None:
         """An epoch begins: the time since the last one ended (an evaluation pass, a checkpoint,

@@ -202,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             torch.set_num_threads(len(cpus))
 
         from autotune.core._config import Config
+        from autotune.machine._launch import Budget
         from autotune.worker._trial import BudgetSpent, Trial
 
         torch.manual_seed(spec["seed"])
@@ -215,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             Config(**spec["config"]),
             spec["device"],
             emit,
-            **spec["budget"],
+            Budget.from_worker_args(spec["budget"]),
             known_ceilings=spec.get("known_ceilings"),
             trace=spec.get("trace"),
         )

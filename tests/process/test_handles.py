@@ -378,6 +378,7 @@ def test_trial_phases_name_their_ceiling() -> None:
 
 def _windows_measured(loss_after_warmup: float, **learning) -> list[dict]:
     """The window events of a Trial whose loss is 1.0 in its warmup (4 steps), then constant."""
+    from autotune.machine._launch import Budget
     from autotune.worker._trial import BudgetSpent, Trial
 
     events: list[dict] = []
@@ -385,12 +386,9 @@ def _windows_measured(loss_after_warmup: float, **learning) -> list[dict]:
         Config(),
         torch.device("cpu"),
         lambda kind, **e: events.append({"event": kind, **e}),
-        warmup_steps=4,
-        warmup_s=0.0,
-        window_s=0.0,
-        windows=2,
-        min_window_steps=8,
-        **learning,
+        Budget(
+            warmup_steps=4, warmup_s=0.0, window_s=0.0, windows=2, min_window_steps=8, ceiling_windows=0, **learning
+        ),
     )
     weight = torch.nn.Parameter(torch.zeros(1))
     opt = torch.optim.SGD([weight], lr=0.0)
@@ -431,6 +429,7 @@ class _SlowStart(torch.utils.data.Dataset):
 
 
 def _epoch_windows(window_s: float, wait_s: float) -> list[dict]:
+    from autotune.machine._launch import Budget
     from autotune.worker._trial import BudgetSpent, Trial
 
     events: list[dict] = []
@@ -438,10 +437,7 @@ def _epoch_windows(window_s: float, wait_s: float) -> list[dict]:
         Config(),
         torch.device("cpu"),
         lambda kind, **e: events.append({"event": kind, **e}),
-        warmup_steps=20,
-        warmup_s=0.0,
-        window_s=window_s,
-        windows=4,
+        Budget(warmup_steps=20, warmup_s=0.0, window_s=window_s, windows=4, ceiling_windows=0),
     )  # past an epoch
     weight = torch.nn.Parameter(torch.zeros(1))
     opt = torch.optim.SGD([weight], lr=0.0)

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from autotune import Config, Recipe
+from autotune.machine._launch import Budget
 from autotune.training._hooks import Hooks
 from autotune.training._script import SCRIPT_STAGES
 from autotune.worker._script_trial import ScriptTrial
@@ -78,7 +79,7 @@ def script(epochs: int, test_pause: float) -> None:
                 time.sleep(test_pause / 2)  # 2 batches: the pass takes test_pause
 
 
-def measured(test_pause: float, **trial) -> tuple[ScriptTrial, list[tuple[str, dict]]]:
+def measured(test_pause: float, windows: int, trace: str | None = None) -> tuple[ScriptTrial, list[tuple[str, dict]]]:
     """``script`` run as a trial measures it (no loader workers, windows of 0.3 s after 2 warmup
     steps, ``trial`` for the rest) until its budget ends it; the trial and its events."""
     events: list[tuple[str, dict]] = []
@@ -86,11 +87,8 @@ def measured(test_pause: float, **trial) -> tuple[ScriptTrial, list[tuple[str, d
         Config(num_workers=0),
         "cpu",
         lambda kind, **e: events.append((kind, e)),
-        warmup_steps=2,
-        warmup_s=0.0,
-        window_s=0.3,
-        min_window_steps=2,
-        **trial,
+        Budget(warmup_steps=2, warmup_s=0.0, window_s=0.3, min_window_steps=2, windows=windows, ceiling_windows=0),
+        trace=trace,
     )
     run.hooks.install()
     try:
@@ -163,11 +161,7 @@ def test_a_loop_without_a_dataloader_is_measured_in_steps(update: str) -> None:
         Config(),
         "cpu",
         lambda kind, **e: events.append((kind, e)),
-        warmup_steps=2,
-        warmup_s=0.0,
-        window_s=0.05,
-        min_window_steps=2,
-        windows=3,
+        Budget(warmup_steps=2, warmup_s=0.0, window_s=0.05, min_window_steps=2, windows=3, ceiling_windows=0),
     )
     run.hooks.install()
     try:
@@ -212,11 +206,7 @@ def test_a_gans_two_steps_a_batch_are_one_step_and_all_of_its_time_is_in_the_win
         Config(num_workers=0),
         "cpu",
         lambda kind, **e: events.append((kind, e)),
-        warmup_steps=2,
-        warmup_s=0.0,
-        window_s=0.3,
-        min_window_steps=2,
-        windows=3,
+        Budget(warmup_steps=2, warmup_s=0.0, window_s=0.3, min_window_steps=2, windows=3, ceiling_windows=0),
     )
     pause = 0.005
     run.hooks.install()

@@ -20,6 +20,7 @@ ROWS, BATCH = 256, 8
 def measured(config: Config = Config(), epochs: int = 100, step_s: float = 0.0, **budget) -> tuple[list[dict], bool]:  # noqa: B008
     """The events of a Trial over a loop of ``epochs`` epochs (each step ``step_s`` long), and
     whether the loop ended by itself (else the trial stopped it)."""
+    from autotune.machine._launch import Budget
     from autotune.worker._trial import BudgetSpent, Trial
 
     events: list[dict] = []
@@ -27,7 +28,7 @@ def measured(config: Config = Config(), epochs: int = 100, step_s: float = 0.0, 
         config,
         torch.device("cpu"),
         lambda kind, **e: events.append({"event": kind, **e}),
-        **{"warmup_steps": 2, "warmup_s": 0.0, "window_s": 0.0, "windows": 3, **budget},
+        Budget(**{"warmup_steps": 2, "warmup_s": 0.0, "window_s": 0.0, "windows": 3, "ceiling_windows": 0, **budget}),
     )
     weight = torch.nn.Parameter(torch.zeros(1))
     opt = torch.optim.SGD([weight], lr=0.0)

@@ -17,6 +17,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from autotune import Config, Recipe
+from autotune.machine._launch import Budget
 from autotune.training._hooks import Hooks
 from autotune.training._script import SCRIPT_STAGES
 from autotune.worker._script_trial import ScriptTrial
@@ -315,11 +316,7 @@ def test_a_trial_of_a_script_reports_the_loop_knobs_in_force_and_its_model() -> 
         Config(amp="bf16", prefetch="thread"),
         "cpu",
         lambda kind, **e: events.append((kind, e)),
-        warmup_steps=2,
-        warmup_s=0.0,
-        window_s=0.05,
-        windows=2,
-        min_window_steps=2,
+        Budget(warmup_steps=2, warmup_s=0.0, window_s=0.05, windows=2, min_window_steps=2, ceiling_windows=0),
     )
     run.hooks.install()
     try:

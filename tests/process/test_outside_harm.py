@@ -262,6 +262,7 @@ def test_the_loaders_iterator_keeps_its_api_and_its_workers_end_when_the_script_
 
 
 def test_a_trial_reads_the_unscaled_loss_of_a_script_that_scales_its_own() -> None:
+    from autotune.machine._launch import Budget
     from autotune.worker._script_trial import ScriptTrial
     from autotune.worker._trial import BudgetSpent
 
@@ -270,11 +271,7 @@ def test_a_trial_reads_the_unscaled_loss_of_a_script_that_scales_its_own() -> No
         Config(),
         "cpu",
         lambda kind, **e: events.append((kind, e)),
-        warmup_steps=2,
-        warmup_s=0.0,
-        window_s=0.05,
-        windows=2,
-        min_window_steps=2,
+        Budget(warmup_steps=2, warmup_s=0.0, window_s=0.05, windows=2, min_window_steps=2, ceiling_windows=0),
     )
     run.hooks.install()
     try:

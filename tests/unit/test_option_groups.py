@@ -192,13 +192,6 @@ def test_every_public_argument_is_documented() -> None:
             assert re.search(rf"^\s+{field.name}: \S", cls.__doc__, re.MULTILINE), f"{cls.__name__}.{field.name}"
 
 
-#: Functions of others' modules that take more than 8 parameters as this test came: each may only
-#: lose parameters (an entry that no longer exceeds fails until it is struck from here).
-OVER_8 = {
-    "worker/_trial.py:Trial.__init__": 17,
-}
-
-
 def parameter_counts(package: Path) -> dict[str, int]:
     """Each function of ``package`` that takes more than 8 parameters (``self`` and ``cls`` not
     counted, nor ``*args`` and ``**kwargs``): ``path:Class.function`` -> how many."""
@@ -224,10 +217,7 @@ def parameter_counts(package: Path) -> dict[str, int]:
 
 def test_no_function_takes_more_than_8_parameters() -> None:
     found = parameter_counts(Path(autotune.__file__).parent)
-    grown = {name: n for name, n in found.items() if n > OVER_8.get(name, 8)}
-    assert not grown, f"more than 8 parameters: group them in a dataclass (as tune's options): {grown}"
-    shrunk = sorted(name for name in OVER_8 if name not in found)
-    assert not shrunk, f"now within 8: strike from OVER_8 {shrunk}"
+    assert not found, f"more than 8 parameters: group them in a dataclass (as tune's options): {found}"
 
 
 def test_the_parameter_count_sees_methods_keyword_only_and_not_self(tmp_path: Path) -> None:
