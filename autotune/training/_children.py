@@ -7,8 +7,11 @@ otherwise run whole before its trial found no optimizer step in it. Two signs, e
 
 - it calls ``torch.multiprocessing.start_processes`` (what ``spawn`` calls) before any
   optimizer has stepped in its own process;
-- an optimizer steps in a process it forked that is not the script's own (a forked child inherits
-  this watch): DataLoader workers never step one.
+- an optimizer steps in a process it started that is not the script's own: a forked child
+  inherits this watch; a child started by ``spawn`` or ``forkserver`` (pytorch/examples'
+  mnist_hogwild: ``mp.set_start_method('spawn')``, then ``mp.Process(target=train)``) is a fresh
+  interpreter that inherits nothing, so its target is wrapped (``_watched_target``) to install the
+  same watch there and tell the script's process over a pipe. DataLoader workers never step one.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import threading
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -41,6 +46,14 @@ def callers_line() -> str:
         if not any(part in frame.filename for part in _NOT_THE_SCRIPTS):
             return f"{os.path.basename(frame.filename)}:{frame.lineno}"
     return "its code"
+
+
+def _stepped_in_child(optimizer: Any) -> str:
+    """The refusal's line, said at a child's first optimizer step."""
+    return (
+        f"trains in child processes: {type(optimizer).__name__}.step() at {callers_line()} "
+        f"ran in process {os.getpid()}, a child the script started; {INSTEAD}"
+    )
 
 
 class ChildWatch:
@@ -75,7 +88,43 @@ class ChildWatch:
             if getattr(owner, "start_processes", None) is original:
                 setattr(owner, "start_processes", start_processes)  # noqa: B010 (mypy: a module without it)
                 self._undo.append(functools.partial(setattr, owner, "start_processes", original))
+        from multiprocessing.process import BaseProcess
+
+        start = BaseProcess.start
+        BaseProcess.start = lambda process: self._start(process, start)  # type: ignore[method-assign,assignment]
+        self._undo.append(functools.partial(setattr, BaseProcess, "start", start))
         return self
+
+    def _start(self, process: Any, start: Callable[[Any], None]) -> None:
+        """``Process.start``: a child that will not inherit this watch (``spawn``, ``forkserver``)
+        runs its target under it (``_watched_target``), and its first optimizer step is told here
+        over a pipe, then refused as a forked child's is."""
+        import multiprocessing
+
+        method = getattr(process, "_start_method", None) or multiprocessing.get_start_method()
+        target = getattr(process, "_target", None)
+        if (
+            method == "fork"
+            or os.getpid() != self.pid
+            or target is None
+            or getattr(target, "__module__", "").startswith("torch.utils.data")  # a DataLoader worker
+        ):
+            return start(process)
+        reader, writer = multiprocessing.Pipe(duplex=False)
+        process._target = functools.partial(_watched_target, writer, target)
+        try:
+            start(process)
+        finally:
+            process._target = target
+            writer.close()  # (the child holds its own copy: the reader ends when the child does)
+        threading.Thread(target=self._told, args=(reader,), daemon=True).start()
+
+    def _told(self, reader: Any) -> None:
+        try:
+            line = reader.recv()
+        except (EOFError, OSError):  # the child ended without stepping an optimizer
+            return
+        self._refuse_in_child(line)
 
     def remove(self) -> None:
         while self._undo:
@@ -97,7 +146,18 @@ class ChildWatch:
         if os.getpid() == self.pid:
             self.stepped = True
             return
-        self._refuse_in_child(
-            f"trains in child processes: {type(optimizer).__name__}.step() at {callers_line()} "
-            f"ran in process {os.getpid()}, a child the script started; {INSTEAD}"
-        )
+        self._refuse_in_child(_stepped_in_child(optimizer))
+
+
+def _watched_target(writer: Any, target: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """A started child's target, run in that child (``spawn``, ``forkserver``): its first
+    optimizer step sends the refusal's line to the script's process, which ends the trial."""
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    def before_step(optimizer: Any, _args: Any, _kwargs: Any) -> None:
+        writer.send(_stepped_in_child(optimizer))
+        time.sleep(60)  # (the trial's process group is killed meanwhile; this child trains no further)
+        os._exit(1)
+
+    register_optimizer_step_pre_hook(before_step)
+    return target(*args, **kwargs)
