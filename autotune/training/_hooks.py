@@ -312,7 +312,9 @@ class Hooks:
             return
         self.steps += 1
         run = self.run
-        if run._announced and self._stepped_at != run._step:
+        if not run._announced and run._loader_read_once(optimizer, self._loss):
+            self.training = None  # its steps are the clock from here (autotune.worker._loaderless)
+        elif run._announced and self._stepped_at != run._step:
             self._stepped_at = run._step
             run._after_step(self._loss)
 

@@ -124,3 +124,19 @@ def test_a_loop_without_a_dataloader_is_measured_in_its_optimizers_steps(tmp_pat
     assert rows[0].outcome == "complete" and rows[0].dataset.get("loaderless"), rows[0].reason
     drawn = [row.config for row in rows[1:]]
     assert drawn and all(c.get("batch_size") in (None, "1x") and not c.get("num_workers") for c in drawn), drawn
+
+
+def test_a_loop_that_reads_its_loader_once_is_measured_in_its_optimizers_steps(tmp_path) -> None:
+    """pytorch/examples' mnist_forward_forward takes its whole training set as one batch
+    (``next(iter(loader))``) and then steps each layer's optimizer on it many times: no second
+    batch ever comes. It ended in "startup: no batch after 60 s"; it is measured in steps instead,
+    said in one line, and the study answers."""
+    done = autotune(
+        "run", str(FIXTURES / "scripts" / "full_batch.py"), "--trials", "2", "--store", "st", *SHORT_TRIALS,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = standing(load_study(tmp_path / "st", "full_batch")).rows
+    assert rows[0].outcome == "complete" and rows[0].dataset.get("loaderless"), (rows[0].outcome, rows[0].reason)
+    log = (tmp_path / "st" / "trials" / "full_batch" / "trial-0.log").read_text()
+    assert "autotune: Adam.step() ran again on the same batch (the loader gave one and then none)" in log, log
