@@ -46,8 +46,8 @@ class Recipe(Run):
         base_batch_size: The user batch size the recipe was tuned from (the base of
             its lr scaling), or None.
         origin: Where it came from (an export's path and what the study found there).
-        adaptive: With an ``Adaptation``, the loaders it moves between epochs
-            (``autotune.production._adapt``); else None.
+        adaptive: With ``adapt``, the loaders it moves between epochs (``autotune.load(path,
+            adapt=True)``); else None.
     """
 
     def __init__(

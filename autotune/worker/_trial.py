@@ -34,7 +34,7 @@ PROGRESS_S = 1.0
 
 class Trial(Closing, Stretches, CeilingPhases, ProfilePhase, LoaderlessSteps, Run):
     """A run under tuning: measures the loop in windows and stops it when done, as its
-    ``budget`` (``autotune.machine._launch.Budget``) says.
+    ``budget`` says (the study's: how long it warms up, its windows, its marks).
 
     Warmup steps come first (``warmup_steps`` and at least ``warmup_s``); then
     ``windows`` windows of at least ``window_s`` seconds, which end on an epoch's
