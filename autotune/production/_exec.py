@@ -147,7 +147,9 @@ def measured_facts(export: Path, what: str, device: str) -> dict[str, Any]:
         base = measured.get("run_s")
         if not isinstance(base, (int, float)) or base <= 0:
             return {**facts, "none": "the study did not run it whole, so it has no whole run to compare with"}
-        differs = differences(measured, probe(device, cpus=job_cpus()))
+        # (no fused step tried: the facts compared need none, and its AdamW imported torch._dynamo
+        # at the exit of a script that builds no torch.optim optimizer, 0.7-1.5 s of CPU, 2026-11-29)
+        differs = differences(measured, probe(device, cpus=job_cpus(), try_fused=False))
         if differs:
             return {**facts, "none": f"the study measured it on another machine ({'; '.join(differs)})"}
         return {**facts, "base": base, "winner": measured.get("winner_run_s")}

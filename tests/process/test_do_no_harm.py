@@ -108,6 +108,35 @@ def test_exec_passes_a_message_to_sys_exit_on_as_python_does(tmp_path: Path) -> 
     assert under.stderr.rstrip().endswith("not this time")
 
 
+def imported(command: list[str], cwd: Path) -> set[str]:
+    """Every module the process imports from its start to its exit (``python -X importtime``)."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", *command], capture_output=True, text=True, env=ENV, cwd=cwd, timeout=180
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {line.split("|")[2].strip() for line in done.stderr.splitlines() if line.startswith("import time:")} - {
+        "imported package"
+    }
+
+
+def test_exec_imports_nothing_into_the_scripts_process_but_its_own(tmp_path: Path) -> None:
+    """From its start to its exit, ``autotune exec`` adds to what ``python`` imports for the script
+    only autotune, what reads its command line and export (click, yaml), psutil and the standard
+    library: no other part of torch (the exit's machine check imported torch._dynamo, 1 s of CPU,
+    for a script that builds no torch.optim optimizer), nor the study's optuna, mlflow or rich."""
+    script = FIXTURES / "scripts" / "no_step.py"
+    measured = {"device": "cpu", "gpu": None, "cpus": 2, "torch": "2.13.0", "date": "2026-11-29", "run_s": 3.0}
+    (tmp_path / "own.yaml").write_text(
+        render({**{name: knob.default for name, knob in KNOBS.items()}, "batch_size": 32}, 32, ["own"], measured)
+    )
+    plain = imported([str(script)], tmp_path)
+    under = imported(["-m", "autotune", "exec", str(tmp_path / "own.yaml"), str(script)], tmp_path)
+    assert "torch.utils.data" in plain and "torch._dynamo" not in plain
+    ours = {"autotune", "click", "yaml", "_yaml", "psutil"}
+    added = sorted(m for m in under - plain if m.split(".")[0] not in ours | sys.stdlib_module_names)
+    assert not added, added
+
+
 def test_a_trial_that_runs_the_script_whole_exits_as_python_does(tmp_path: Path, monkeypatch) -> None:
     """A whole run in a trial (started cold) leaves the files ``python`` leaves, and its wall time
     counts the thread's checkpoint, which ends half a second after the script's last line."""
