@@ -142,7 +142,9 @@ def one_study(name: str, target: str, args: argparse.Namespace, index: int) -> t
     wall = time.monotonic() - started
     found = standing(load(args.store, study))
     winner = Config(**found.best.sampled) if found.best is not None else Config()
-    return {"study": study, "wall": wall, "findings": findings(found)}, winner
+    from _spent import spent
+
+    return {"study": study, "wall": wall, "findings": findings(found), "spent": spent(args.store, study)}, winner
 
 
 def winner_label(args: argparse.Namespace, index: int) -> str:
@@ -269,6 +271,10 @@ def render(results: list[dict[str, Any]], args: argparse.Namespace, where: str) 
         for s in studies:
             who = f"study `{s['study']}`" if len(studies) > 1 else "the study"
             notes += [f"  - {who} said: {line}" for line in s["findings"]]
+            if "spent" in s:  # (a run from before it was recorded has none)
+                from _spent import said
+
+                notes.append(f"  - trials spent on a losing value: {said(s['spent'])}")
     return "\n".join(lines + [""] + notes)
 
 

@@ -105,7 +105,15 @@ def study(trials: int, folder: Path) -> dict[str, Any]:
         text=True,
         check=True,
     )
-    return {"name": name, "wall_s": wall, "printed_tail": printed.splitlines()[-40:], **json.loads(shown.stdout)}
+    from _spent import spent
+
+    return {
+        "name": name,
+        "wall_s": wall,
+        "printed_tail": printed.splitlines()[-40:],
+        "spent": spent(store, name),
+        **json.loads(shown.stdout),
+    }
 
 
 def in_turns(contenders: dict[str, dict[str, Any]], turns: int, samples: int, warmup: int) -> dict[str, list]:
@@ -253,6 +261,10 @@ def study_part(raw: dict[str, Any]) -> list[str]:
         "",
     ]
     lines += [f"- {line}" for line in st["findings"]]
+    if "spent" in st:  # (a run from before it was recorded has none)
+        from _spent import said
+
+        lines += ["", f"Trials spent on a losing value: {said(st['spent'])}."]
     shown = ("batch_size", "num_workers", "persistent_workers", "prefetch_factor")
     lines += [
         "",

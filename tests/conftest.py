@@ -126,6 +126,21 @@ def warm():
     worker.close()
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """Every study a test in tests/study runs to its end is held to issue 62's rule
+    (tests/lib/lost_values.py): no second trial on a knob value that ran under half the baseline's
+    speed, unless the study says why. Checked once the test's body passed (a failed test's own
+    failure says more), on the store folders under its ``tmp_path`` (a ``--storage`` is checked as
+    its run ends: tests/lib/helpers.py, tuners.py): a new study test is checked without asking."""
+    result = yield
+    if item.path.parent.name == "study":
+        import lost_values
+
+        lost_values.check_journals(getattr(item, "funcargs", {}).get("tmp_path"))
+    return result
+
+
 @pytest.fixture(autouse=True)
 def environment_restored():
     """Each test leaves this process's environment as it found it: code under test may set

@@ -54,6 +54,8 @@ def built_once(tmp_path_factory, name: str, build) -> Path:
     process that ran one of them before). A build that fails is tried again by the next asker."""
     import fcntl
 
+    import lost_values
+
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent  # shared by the session's processes
@@ -64,6 +66,7 @@ def built_once(tmp_path_factory, name: str, build) -> Path:
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir()
             build(folder)
+            lost_values.check_journals(folder)  # (issue 62's rule, as a test's own studies: tests/conftest.py)
             done.write_text("built\n")
     return folder
 
@@ -72,8 +75,12 @@ def autotune(*args: str, cwd: Path, env: dict | None = None, timeout: float = 24
     """Run the real CLI in a process of its own (see ``cli``), as a user would: forked from a template
     that has done its imports, where that cannot differ from a new interpreter (tests/lib/forked_cli.py)."""
     import forked_cli
+    import lost_values
 
-    return forked_cli.run(cli(*args), cwd=cwd, env=cli_env(env), capture_output=True, text=True, timeout=timeout)
+    done = forked_cli.run(cli(*args), cwd=cwd, env=cli_env(env), capture_output=True, text=True, timeout=timeout)
+    if done.returncode == 0:  # (a study run to its end, on a --storage: issue 62's rule, tests/conftest.py)
+        lost_values.check_run(args, cwd)
+    return done
 
 
 def load_study(store: Path, name: str, url: str | None = None):
