@@ -1,13 +1,15 @@
 """The ``autotune`` command line: run, show, export, report, ui, doctor.
 
 Heavy modules (torch, optuna, mlflow, rich) are imported inside the commands so
-that ``autotune --help`` stays fast.
+that ``autotune --help`` stays fast; the commands that take the study's options are built when
+asked for (``_Commands``), so that ``exec``, in a user's process, loads none of the tuner.
 """
 
 from __future__ import annotations
 
 import atexit
 import dataclasses
+import functools
 import os
 import signal
 import sys
@@ -22,16 +24,15 @@ from autotune.core._config import ConfigError
 from autotune.core._knobs import KNOBS, show_value
 from autotune.stores._exits import Group
 from autotune.training._script import command_line
-from autotune.tuner._option_fields import from_flat
-from autotune.tuner._option_flags import flags, ranged
-from autotune.tuner._option_groups import Basics, Options, Stores
+from autotune.tuner._option_flags import ranged
 
 #: Set by ``exec``: this process ran the user's script, and ends as Python ends it (``main``).
 _ran_users_code = False
 
-
-#: The flags of the commands that read a study: which, in which storage, in which store folder.
-_store_options = flags(Stores, Basics, only=("study", "storage", "store"))
+#: The commands whose flags are the study's options (``autotune.tuner._option_groups``), built on
+#: first use (``_study_commands``): those groups import the tuner's modules for their defaults, which
+#: ``exec`` never needs (55 ms of CPU in each production run's start, 2026-11-29).
+STUDY_COMMANDS = ("run", "show", "export", "report", "ui")
 
 
 def main(args: Sequence[str] | None = None) -> None:
@@ -61,7 +62,19 @@ def main(args: Sequence[str] | None = None) -> None:
     os._exit(code)
 
 
-@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(Group):
+    """The ``autotune`` group: a study's command is built when it is asked for (``STUDY_COMMANDS``)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *STUDY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in STUDY_COMMANDS:
+            _study_commands()
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="autotune")
 def cli() -> None:
     """Tune a PyTorch training loop's loader, transfer, precision and optimizer knobs
@@ -76,63 +89,6 @@ def cli() -> None:
       autotune ui
       autotune doctor
     """
-
-
-@cli.command(epilog=f"Knobs: {', '.join(KNOBS)}.")
-@click.argument("target", required=False)
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-@click.option("-m", "module", metavar="MODULE", help="Tune a module run as a script (python -m MODULE ARGS).")
-@flags(Basics, Options)
-@click.option("-q", "--quiet", is_flag=True, help="Print only the summary (and errors), no progress.")
-@click.option(
-    "-v",
-    "--verbose",
-    is_flag=True,
-    help="Every trial's full lines, every note, the whole summary and "
-    "a line per measured window (on a terminal the live table shows a row per config; a pipe or a "
-    "log gets the full lines without -v).",
-)
-def run(
-    target: str | None, args: tuple[str, ...], module: str | None, quiet: bool, verbose: bool, **options: Any
-) -> None:
-    """Tune TARGET: a script as it is (train.py -- ARGS, or -m package.module -- ARGS), or a
-    training function that takes the Run (path/to/file.py:function or package.module:function).
-
-    A script runs unmodified, with its own command line (ARGS, after --): the DataLoaders and
-    optimizers it builds get each trial's config from outside its code. A function that takes
-    the Run can also tune AMP, compile, channels_last and the prefetchers.
-
-    After the trials, the top configs and the baseline are re-run (--confirm) and
-    the winner is chosen on the median of its runs. Ctrl-C stops the running trial, records it,
-    exports the best so far and exits 130; running the same command again resumes the study.
-    From Python: autotune.tune(TARGET, trials=..., options=autotune.Options(...)), the same options.
-    """
-    from autotune._api import tune
-    from autotune._terminal import Progress, print_summary
-    from autotune.tuner._options import BaselineFailed, Reporter
-
-    if quiet and verbose:
-        raise ConfigError("-q/--quiet, -v/--verbose: pick one")
-    target, script_args = command_line(target, args, module)
-    try:
-        basics = {field.name: options[field.name] for field in dataclasses.fields(Basics)}  # (tune's flat ones)
-        result = tune(
-            target,
-            progress=Reporter() if quiet else Progress(verbose),
-            args=script_args,
-            **basics,
-            options=from_flat(Options, options),
-        )
-    except BaselineFailed as exc:  # 2: the input's fault, in one line; 1: the code's, with its traceback
-        click.echo(f"autotune: {'error: ' if exc.status == 2 else ''}{exc}", err=True)
-        sys.exit(exc.status)
-    print_summary(result.study, result._found, options["store"], verbose)
-    if result.interrupted_by:
-        click.echo(
-            f"autotune: stopped by {result.interrupted_by}; run the same command to resume study {result.study}",
-            err=True,
-        )
-        sys.exit(128 + signal.Signals[result.interrupted_by])  # the shell's convention: 130 for Ctrl-C
 
 
 @cli.command("exec")
@@ -213,107 +169,6 @@ def _open_study(store: Path, storage: str | None, name: str | None):
 
 
 @cli.command()
-@_store_options
-@click.option("--json", "as_json", is_flag=True, help="Print the study as JSON: its findings and every trial.")
-@click.option("--csv", "as_csv", is_flag=True, help="Print every trial as CSV, a column per knob.")
-@click.option("--wide", is_flag=True, help="Every column: ceilings' roof, others' load, step time, RAM peak.")
-def show(study: str | None, storage: str | None, store: Path, as_json: bool, as_csv: bool, wide: bool) -> None:
-    """The study's trials: knobs, samples/s, speedup, bottleneck, data wait, outcome, reason."""
-    from autotune._result import Result
-    from autotune._show import show_table
-
-    if as_json and as_csv:
-        raise ConfigError("--json, --csv: pick one")
-    loaded = _open_study(store, storage, study)
-    result = Result.of(loaded)
-    if as_json:
-        import json
-
-        click.echo(json.dumps(result.as_dict(), indent=1, default=str))
-    elif as_csv:
-        click.echo(result.csv(), nl=False)
-    else:
-        show_table(result, wide)
-
-
-@cli.command()
-@_store_options
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here (default: stdout).")
-def export(study: str | None, storage: str | None, store: Path, output: Path | None) -> None:
-    """The best config as YAML; load it with autotune.load(path)."""
-    from autotune.tuner._export_text import export_text
-    from autotune.tuner._standing import findings, standing
-
-    loaded = _open_study(store, storage, study)
-    found = standing(loaded)
-    best = found.best
-    if best is None:
-        click.echo(f"autotune: study {loaded.study_name} has nothing to export: {findings(found)[0]}", err=True)
-        sys.exit(1)
-    text = export_text(loaded, found)
-    if output is None:
-        click.echo(text, nl=False)
-    else:
-        output.write_text(text)
-        click.echo(f"wrote {output} (trial {best.number} of study {loaded.study_name})", err=True)
-
-
-@cli.command()
-@_store_options
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here (default: STORE/reports/STUDY.html).")
-def report(study: str | None, storage: str | None, store: Path, output: Path | None) -> None:
-    """The study as one self-contained HTML page: the winner, every trial, what each knob did,
-    the loss against the baseline's, the ceilings. Also on the MLflow parent run (report.html)."""
-    from autotune.tuner._report import report_html
-    from autotune.tuner._standing import standing
-
-    loaded = _open_study(store, storage, study)
-    output = output or store / "reports" / f"{loaded.study_name}.html"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(
-        report_html(
-            loaded.study_name, standing(loaded), loaded.user_attrs.get("fingerprint"), loaded.user_attrs.get("profile")
-        )
-    )
-    click.echo(f"wrote {output} (study {loaded.study_name}); open it in a browser", err=True)
-
-
-@cli.command()
-@flags(Basics, only=("store",))
-@click.option("--tracking-uri", metavar="URI", help="Serve this store instead.")
-@click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True)
-def ui(store: Path, tracking_uri: str | None, port: int) -> None:
-    """Serve the MLflow UI over the study's tracking store on 127.0.0.1."""
-    from autotune.stores._tracking import runs_pages
-    from autotune.stores._tracking import tracking_uri as default_uri
-
-    uri = default_uri(store, tracking_uri)
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).exists():
-        raise ConfigError(f"--store {store}: no MLflow database at {uri}; run `autotune run` first")
-    # One person looking at one store: one worker, and none of the job runners MLflow
-    # starts for its GenAI features (they more than doubled its processes and memory).
-    argv = [
-        sys.executable,
-        "-m",
-        "mlflow",
-        "server",
-        "--backend-store-uri",
-        uri,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--workers",
-        "1",
-    ]
-    os.environ["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"
-    click.echo(f"MLflow UI: http://127.0.0.1:{port}  (Ctrl-C stops it)", err=True)
-    for line in runs_pages(uri, f"http://127.0.0.1:{port}"):
-        click.echo(line, err=True)
-    os.execv(sys.executable, argv)
-
-
-@cli.command()
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option("--space", default=None, help="Also show what this space loses here.")
 def doctor(device: str, space: str | None) -> None:
@@ -348,6 +203,184 @@ def doctor(device: str, space: str | None) -> None:
         click.echo(f"space {space}: " + ("usable as is" if not notes else "drops"))
         for line in notes:
             click.echo(f"  {line}")
+
+
+@functools.cache
+def _study_commands() -> dict[str, click.Command]:
+    """``run``, ``show``, ``export``, ``report`` and ``ui``, with their flags, registered on ``cli``
+    (once)."""
+    from autotune.tuner._option_fields import from_flat
+    from autotune.tuner._option_flags import flags
+    from autotune.tuner._option_groups import Basics, Options, Stores
+
+    # (the flags of the commands that read a study: which, in which storage, in which store folder)
+    store_options = flags(Stores, Basics, only=("study", "storage", "store"))
+
+    @cli.command(epilog=f"Knobs: {', '.join(KNOBS)}.")
+    @click.argument("target", required=False)
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    @click.option("-m", "module", metavar="MODULE", help="Tune a module run as a script (python -m MODULE ARGS).")
+    @flags(Basics, Options)
+    @click.option("-q", "--quiet", is_flag=True, help="Print only the summary (and errors), no progress.")
+    @click.option(
+        "-v",
+        "--verbose",
+        is_flag=True,
+        help="Every trial's full lines, every note, the whole summary and "
+        "a line per measured window (on a terminal the live table shows a row per config; a pipe or a "
+        "log gets the full lines without -v).",
+    )
+    def run(
+        target: str | None, args: tuple[str, ...], module: str | None, quiet: bool, verbose: bool, **options: Any
+    ) -> None:
+        """Tune TARGET: a script as it is (train.py -- ARGS, or -m package.module -- ARGS), or a
+        training function that takes the Run (path/to/file.py:function or package.module:function).
+
+        A script runs unmodified, with its own command line (ARGS, after --): the DataLoaders and
+        optimizers it builds get each trial's config from outside its code. A function that takes
+        the Run can also tune AMP, compile, channels_last and the prefetchers.
+
+        After the trials, the top configs and the baseline are re-run (--confirm) and
+        the winner is chosen on the median of its runs. Ctrl-C stops the running trial, records it,
+        exports the best so far and exits 130; running the same command again resumes the study.
+        From Python: autotune.tune(TARGET, trials=..., options=autotune.Options(...)), the same options.
+        """
+        from autotune._api import tune
+        from autotune._terminal import Progress, print_summary
+        from autotune.tuner._options import BaselineFailed, Reporter
+
+        if quiet and verbose:
+            raise ConfigError("-q/--quiet, -v/--verbose: pick one")
+        target, script_args = command_line(target, args, module)
+        try:
+            basics = {field.name: options[field.name] for field in dataclasses.fields(Basics)}  # (tune's flat ones)
+            result = tune(
+                target,
+                progress=Reporter() if quiet else Progress(verbose),
+                args=script_args,
+                **basics,
+                options=from_flat(Options, options),
+            )
+        except BaselineFailed as exc:  # 2: the input's fault, in one line; 1: the code's, with its traceback
+            click.echo(f"autotune: {'error: ' if exc.status == 2 else ''}{exc}", err=True)
+            sys.exit(exc.status)
+        print_summary(result.study, result._found, options["store"], verbose)
+        if result.interrupted_by:
+            click.echo(
+                f"autotune: stopped by {result.interrupted_by}; run the same command to resume study {result.study}",
+                err=True,
+            )
+            sys.exit(128 + signal.Signals[result.interrupted_by])  # the shell's convention: 130 for Ctrl-C
+
+    @cli.command()
+    @store_options
+    @click.option("--json", "as_json", is_flag=True, help="Print the study as JSON: its findings and every trial.")
+    @click.option("--csv", "as_csv", is_flag=True, help="Print every trial as CSV, a column per knob.")
+    @click.option("--wide", is_flag=True, help="Every column: ceilings' roof, others' load, step time, RAM peak.")
+    def show(study: str | None, storage: str | None, store: Path, as_json: bool, as_csv: bool, wide: bool) -> None:
+        """The study's trials: knobs, samples/s, speedup, bottleneck, data wait, outcome, reason."""
+        from autotune._result import Result
+        from autotune._show import show_table
+
+        if as_json and as_csv:
+            raise ConfigError("--json, --csv: pick one")
+        loaded = _open_study(store, storage, study)
+        result = Result.of(loaded)
+        if as_json:
+            import json
+
+            click.echo(json.dumps(result.as_dict(), indent=1, default=str))
+        elif as_csv:
+            click.echo(result.csv(), nl=False)
+        else:
+            show_table(result, wide)
+
+    @cli.command()
+    @store_options
+    @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here (default: stdout).")
+    def export(study: str | None, storage: str | None, store: Path, output: Path | None) -> None:
+        """The best config as YAML; load it with autotune.load(path)."""
+        from autotune.tuner._export_text import export_text
+        from autotune.tuner._standing import findings, standing
+
+        loaded = _open_study(store, storage, study)
+        found = standing(loaded)
+        best = found.best
+        if best is None:
+            click.echo(f"autotune: study {loaded.study_name} has nothing to export: {findings(found)[0]}", err=True)
+            sys.exit(1)
+        text = export_text(loaded, found)
+        if output is None:
+            click.echo(text, nl=False)
+        else:
+            output.write_text(text)
+            click.echo(f"wrote {output} (trial {best.number} of study {loaded.study_name})", err=True)
+
+    @cli.command()
+    @store_options
+    @click.option(
+        "-o", "--output", type=click.Path(path_type=Path), help="Write here (default: STORE/reports/STUDY.html)."
+    )
+    def report(study: str | None, storage: str | None, store: Path, output: Path | None) -> None:
+        """The study as one self-contained HTML page: the winner, every trial, what each knob did,
+        the loss against the baseline's, the ceilings. Also on the MLflow parent run (report.html)."""
+        from autotune.tuner._report import report_html
+        from autotune.tuner._standing import standing
+
+        loaded = _open_study(store, storage, study)
+        output = output or store / "reports" / f"{loaded.study_name}.html"
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(
+            report_html(
+                loaded.study_name,
+                standing(loaded),
+                loaded.user_attrs.get("fingerprint"),
+                loaded.user_attrs.get("profile"),
+            )
+        )
+        click.echo(f"wrote {output} (study {loaded.study_name}); open it in a browser", err=True)
+
+    @cli.command()
+    @flags(Basics, only=("store",))
+    @click.option("--tracking-uri", metavar="URI", help="Serve this store instead.")
+    @click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True)
+    def ui(store: Path, tracking_uri: str | None, port: int) -> None:
+        """Serve the MLflow UI over the study's tracking store on 127.0.0.1."""
+        from autotune.stores._tracking import runs_pages
+        from autotune.stores._tracking import tracking_uri as default_uri
+
+        uri = default_uri(store, tracking_uri)
+        if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).exists():
+            raise ConfigError(f"--store {store}: no MLflow database at {uri}; run `autotune run` first")
+        # One person looking at one store: one worker, and none of the job runners MLflow
+        # starts for its GenAI features (they more than doubled its processes and memory).
+        argv = [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            uri,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ]
+        os.environ["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"
+        click.echo(f"MLflow UI: http://127.0.0.1:{port}  (Ctrl-C stops it)", err=True)
+        for line in runs_pages(uri, f"http://127.0.0.1:{port}"):
+            click.echo(line, err=True)
+        os.execv(sys.executable, argv)
+
+    return {"run": run, "show": show, "export": export, "report": report, "ui": ui}
+
+
+def __getattr__(name: str) -> click.Command:
+    if name in STUDY_COMMANDS:  # (``autotune._cli.run``: the command, built on first use)
+        return _study_commands()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":

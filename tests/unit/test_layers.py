@@ -108,3 +108,23 @@ def test_an_old_module_path_still_imports_the_module_with_a_warning() -> None:
     ):
         old = importlib.import_module("autotune._watch")
     assert old is importlib.import_module("autotune.tuner._watch")
+
+
+def test_exec_loads_none_of_the_tuner_nor_the_study() -> None:
+    """``autotune exec`` runs in the user's process: the command line and the modules its path
+    imports load none of the tuner (its option groups but the flag helpers), the worker, optuna,
+    mlflow or rich; ``autotune run``'s flags still come from the option groups."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, autotune._cli as cli; cli.cli.get_command(None, 'exec'); "
+        "import autotune.production._exec, autotune.production._export, autotune.training._hooks, "
+        "autotune.training._ranks, autotune.machine._probe; loaded = sorted(sys.modules); "
+        "heavy = ('autotune.worker', 'optuna', 'mlflow', 'rich', 'sqlalchemy', 'pandas', 'torch'); "
+        "print([m for m in loaded if m.startswith(heavy) or (m.startswith('autotune.tuner.') and "
+        "m not in ('autotune.tuner._option_fields', 'autotune.tuner._option_flags'))]); "
+        "print(len(cli.cli.get_command(None, 'run').params) > 30, 'autotune.tuner._option_groups' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.splitlines() == ["[]", "True True"], done.stderr
