@@ -18,6 +18,16 @@ figures to ``data/exec-vs-python/exec-vs-python.json``.
 
     python benchmarks/exec_vs_python.py                   # about 10 minutes on a 2-core CPU
     python benchmarks/exec_vs_python.py --turns 2 --cases harm-probe   # a smoke run
+
+``--startup`` measures what exec adds to a run in milliseconds, on a 10-step script (``TRIVIAL``)
+whose own start-up is python's: ``python SCRIPT`` against ``autotune exec`` of the checkout (and,
+with ``--against COMMIT``, of that commit's ``autotune``), in turns; wall and CPU time from spawn to
+exit (``os.wait4``), the differences to python's run of the same turn, and the minor page faults.
+Every tree runs from byte-compiled modules (``PYTHONPYCACHEPREFIX``), as an installed wheel does:
+with ``PYTHONDONTWRITEBYTECODE=1`` (this project's containers) an editable install compiles
+autotune's modules at every start. Writes the section ``Exec's start-up (DATE TIME)``.
+
+    python benchmarks/exec_vs_python.py --startup --turns 24 --against 074a92a
 """
 
 from __future__ import annotations
@@ -146,7 +156,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=5, help="runs of each, python and exec, in turns")
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--startup", action="store_true", help="exec's own start-up, in ms, on a 10-step script")
+    parser.add_argument("--against", metavar="COMMIT", help="with --startup: also exec of this commit's autotune")
     args = parser.parse_args()
+    if args.startup:
+        from _exec_startup import startup
+
+        startup(args.turns, args.against)
+        return
     found = {}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
