@@ -137,6 +137,23 @@ def test_exec_imports_nothing_into_the_scripts_process_but_its_own(tmp_path: Pat
     assert not added, added
 
 
+def test_execs_exit_watcher_is_forked_before_torch_is_imported(tmp_path: Path) -> None:
+    """The watcher that says exec's last line lives to the process's end and shares the pages the
+    process had at its fork: forked after torch, each page the script wrote to was copied (98,000
+    page faults against python's 61,000 on a 10-step script; benchmarks/results/exec-vs-python.md)."""
+    (tmp_path / "own.yaml").write_text(OWN)
+    code = (
+        "import atexit, sys\nimport autotune.production._exec as e\nforked = []\nfork = e.start_watcher\n"
+        "e.start_watcher = lambda line: (forked.append('torch' in sys.modules), fork(line))[1]\n"
+        "atexit.register(lambda: print('torch loaded at the fork:', forked))\n"
+        f"sys.argv = ['autotune', 'exec', 'own.yaml', {str(SCRIPT)!r}, '--', '--steps', '3']\n"
+        "from autotune._cli import main\nmain()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "torch loaded at the fork: [False]", done.stdout
+
+
 def test_a_trial_that_runs_the_script_whole_exits_as_python_does(tmp_path: Path, monkeypatch) -> None:
     """A whole run in a trial (started cold) leaves the files ``python`` leaves, and its wall time
     counts the thread's checkpoint, which ends half a second after the script's last line."""
