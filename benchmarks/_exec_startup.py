@@ -40,6 +40,13 @@ for x, y in loader:
     opt.step()
 print(f"final loss {loss.item():.6f}")
 """
+#: The same steps taken by hand, as pytorch/examples' word_language_model does: no torch.optim
+#: optimizer, so nothing of the script's imports torch._dynamo (an optimizer's first use does).
+BY_HAND = TRIVIAL.replace("opt = torch.optim.SGD(model.parameters(), lr=0.05)\n", "").replace(
+    "    opt.zero_grad()\n    loss.backward()\n    opt.step()\n",
+    "    model.zero_grad()\n    loss.backward()\n    with torch.no_grad():\n"
+    "        for p in model.parameters():\n            p.add_(p.grad, alpha=-0.05)\n",
+)
 
 
 def own_export(path: Path) -> None:
@@ -73,11 +80,11 @@ def spread_ms(values: list[float]) -> str:
     return f"{statistics.median(values):.0f} ({min(values):.0f}..{max(values):.0f})"
 
 
-def startup(turns: int, against: str | None) -> None:
+def startup(turns: int, against: str | None, by_hand: bool = False) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         script, export = folder / "trivial.py", folder / "own.yaml"
-        script.write_text(TRIVIAL)
+        script.write_text(BY_HAND if by_hand else TRIVIAL)
         own_export(export)
         trees = {"exec": ROOT}
         if against:
@@ -102,10 +109,10 @@ def startup(turns: int, against: str | None) -> None:
                 found[name].append(run_once(*commands[name], folder))
             loads.append(os.getloadavg()[0])
             print(f"turn {turn + 1}/{turns}: load {loads[-1]:.1f}", flush=True)
-    report(found, loads, turns, against)
+    report(found, loads, turns, against, by_hand)
 
 
-def report(found: dict[str, list[dict]], loads: list[float], turns: int, against: str | None) -> None:
+def report(found: dict[str, list[dict]], loads: list[float], turns: int, against: str | None, by_hand: bool) -> None:
     plain = found["python"]
     differs = [n for n, runs in found.items() if any(r["stdout"] != p["stdout"] for r, p in zip(runs, plain))]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
@@ -114,8 +121,9 @@ def report(found: dict[str, list[dict]], loads: list[float], turns: int, against
         f"{statistics.median(loads):.1f} ({min(loads):.1f}..{max(loads):.1f}).",
         "",
         f"`python benchmarks/exec_vs_python.py --startup --turns {turns}"
-        + (f" --against {against}`" if against else "`")
-        + f": a 10-step script, {turns} turns of `python SCRIPT` and `autotune exec EXPORT SCRIPT` "
+        + (f" --against {against}" if against else "")
+        + (" --by-hand`" if by_hand else "`")
+        + f": a 10-step script{' stepping by hand, no torch.optim optimizer' if by_hand else ''}, {turns} turns of `python SCRIPT` and `autotune exec EXPORT SCRIPT` "
         "(the script's own config, with this machine's `measured_on`), in a rotating order, each tree "
         "byte-compiled. Milliseconds: median (min..max); *over python*: each run less python's of its "
         f"turn. Same printed line in every run: {'no, ' + ', '.join(differs) if differs else 'yes'}.",
@@ -136,5 +144,8 @@ def report(found: dict[str, list[dict]], loads: list[float], turns: int, against
     body = "\n".join(lines)
     print(body)
     raw = {name: [{k: v for k, v in r.items() if k != "stdout"} for r in runs] for name, runs in found.items()}
-    data_path(TOPIC, "exec-startup", ".json").write_text(json.dumps({"loads": loads, **raw}, indent=1))
-    write_section(TOPIC, f"Exec's start-up ({datetime.datetime.now().strftime('%Y-%m-%d %H:%M')})", body)
+    data_path(TOPIC, "exec-startup" + "-by-hand" * by_hand, ".json").write_text(
+        json.dumps({"loads": loads, **raw}, indent=1)
+    )
+    what = " of a script stepping by hand" if by_hand else ""
+    write_section(TOPIC, f"Exec's start-up{what} ({datetime.datetime.now().strftime('%Y-%m-%d %H:%M')})", body)

@@ -28,6 +28,7 @@ with ``PYTHONDONTWRITEBYTECODE=1`` (this project's containers) an editable insta
 autotune's modules at every start. Writes the section ``Exec's start-up (DATE TIME)``.
 
     python benchmarks/exec_vs_python.py --startup --turns 24 --against 074a92a
+    python benchmarks/exec_vs_python.py --startup --turns 12 --against 074a92a --by-hand
 """
 
 from __future__ import annotations
@@ -158,11 +159,12 @@ def main() -> None:
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
     parser.add_argument("--startup", action="store_true", help="exec's own start-up, in ms, on a 10-step script")
     parser.add_argument("--against", metavar="COMMIT", help="with --startup: also exec of this commit's autotune")
+    parser.add_argument("--by-hand", action="store_true", help="with --startup: the script steps without torch.optim")
     args = parser.parse_args()
     if args.startup:
         from _exec_startup import startup
 
-        startup(args.turns, args.against)
+        startup(args.turns, args.against, args.by_hand)
         return
     found = {}
     with tempfile.TemporaryDirectory() as tmp:
