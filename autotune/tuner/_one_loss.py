@@ -107,21 +107,42 @@ def clear_losses(
     return lost
 
 
+class Among(NamedTuple):
+    """A knob drawn evenly from ``values``, not by the sampler: its other values lost clearly. The
+    sampler keeps a categorical's choices for the whole study, and a value it draws is recorded
+    as drawn, so a lost one is left out by not asking it (``autotune.tuner._space.Space.sample``)."""
+
+    values: tuple[Any, ...]
+
+    def pick(self, trial: int) -> Any:
+        """Trial ``trial``'s value: the same for every tuner that asks.
+
+        >>> [Among(("off", "fp16")).pick(n) for n in (3, 3)] == [Among(("off", "fp16")).pick(3)] * 2
+        True
+        """
+        import random
+
+        return random.Random(f"among-{trial}").choice(self.values)
+
+
 def loss_holds(losses: Sequence[Loss], choices: Mapping[str, Sequence[Any]]) -> dict[str, tuple[Any, str]]:
-    """Knob -> (the value to hold it at, the line that says why), where every value of it but
-    one has lost clearly: the sampler keeps a categorical's choices for the whole study, so a
-    knob is held at the one value left (on a CPU: amp at off once bf16 lost).
+    """Knob -> (the value to hold it at, the line that says why) for each knob with a value that
+    lost clearly: held at the one value left (on a CPU: amp at off once bf16 lost), or, where two
+    or more are left, drawn ``Among`` them (on a GPU: amp from off and fp16 once bf16 lost).
 
     >>> loss_holds([Loss("amp", "bf16", 1, "amp=bf16 lost clearly: ...")], {"amp": ["off", "bf16"]})
     {'amp': ('off', 'amp held at off for the rest of the study: amp=bf16 lost clearly: ...')}
+    >>> loss_holds([Loss("amp", "bf16", 1, "amp=bf16 lost clearly: ...")], {"amp": ["off", "bf16", "fp16"]})
+    {'amp': (Among(values=('off', 'fp16')), 'amp drawn from off, fp16 for the rest of the study: amp=bf16 lost clearly: ...')}
     """
-    out = {}
+    out: dict[str, tuple[Any, str]] = {}
     for knob, values in choices.items():
         mine = [x for x in losses if x.knob == knob]
         left = [v for v in values if all(show_value(v) != show_value(x.value) for x in mine)]
+        why = "; ".join(x.why for x in mine)
         if mine and len(left) == 1:
-            out[knob] = (
-                left[0],
-                f"{knob} held at {show_value(left[0])} for the rest of the study: " + "; ".join(x.why for x in mine),
-            )
+            out[knob] = (left[0], f"{knob} held at {show_value(left[0])} for the rest of the study: {why}")
+        elif mine and left:
+            shown = ", ".join(show_value(v) for v in left)
+            out[knob] = (Among(tuple(left)), f"{knob} drawn from {shown} for the rest of the study: {why}")
     return out

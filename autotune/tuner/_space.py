@@ -13,6 +13,7 @@ from autotune.core._config import Config, ConfigError, read_yaml
 from autotune.core._knobs import KNOBS, parse_relative, unknown_knob_message
 from autotune.machine._probe import usable_cpus
 from autotune.stores._optuna_io import fixed_params
+from autotune.tuner._one_loss import Among
 
 if TYPE_CHECKING:
     import optuna
@@ -139,8 +140,8 @@ class Space:
     def sample(self, trial: optuna.Trial, held: Mapping[str, Any] | None = None, cap: Cap | None = None) -> Config:
         """Draw a config define-by-run, skipping knobs whose condition fails.
 
-        Knobs in ``held`` take its value (None: the user's own) and are not sampled, but for
-        those the trial was enqueued with (a fixed value: whoever enqueued it asked for that
+        Knobs in ``held`` take its value (None: the user's own; an ``Among``: its pick for this
+        trial) and are not sampled, but for those the trial was enqueued with (a fixed value: whoever enqueued it asked for that
         config, e.g. a climb's or a test's); an int range is drawn up to
         ``cap(name, values drawn so far)`` where that is lower.
         """
@@ -150,7 +151,8 @@ class Space:
         for name, domain in self.domains.items():
             if KNOBS[name].is_active(values):
                 bound = cap(name, values) if cap is not None and isinstance(domain, IntRange) else None
-                values[name] = held[name] if name in held else _suggest(trial, name, domain, bound)
+                value = held[name] if name in held else _suggest(trial, name, domain, bound)
+                values[name] = value.pick(trial.number) if isinstance(value, Among) else value
         return Config(**values)
 
 

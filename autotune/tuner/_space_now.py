@@ -145,7 +145,8 @@ class Holds:
     """The knobs not to sample now, and why.
 
     Attributes:
-        values: Knob to the value it is held at (None: the user's own).
+        values: Knob to the value it is held at (None: the user's own; an ``Among``: drawn from its
+            values, each trial its own).
         why: Knob to why, for the trial's MLflow tags (``autotune.held.<knob>``): the
             precision hold's, a clear loss's and a broken value's (the others are said in the terminal).
         lines: What to say about them (each once per its key).

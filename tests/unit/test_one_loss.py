@@ -4,8 +4,10 @@ standings."""
 
 from __future__ import annotations
 
+import optuna
+
 from autotune.core._kinds import Kind
-from autotune.tuner._one_loss import clear_losses
+from autotune.tuner._one_loss import Among, clear_losses
 from autotune.tuner._space import Choice, IntRange, Space
 from autotune.tuner._space_now import holds
 from standings import standing, trial
@@ -73,8 +75,10 @@ def test_loader_values_are_blamed_only_alone_and_a_worker_count_can_explain_a_lo
     # prefetch=thread alone at 0.3x: held at none
     held = holds(standing(base(), drew(1, 300.0, prefetch="thread")), CPU, None, 1.0, 1000.0)
     assert held.values == {"prefetch": "none"}
-    # a batch size with two values left is not held (the sampler keeps a categorical's choices)
-    assert holds(standing(base(), drew(1, 300.0, batch_size="4x")), CPU, None, 1.0, 1000.0).values == {}
+    # a batch size with two values left is drawn from them (the sampler keeps a categorical's choices)
+    assert holds(standing(base(), drew(1, 300.0, batch_size="4x")), CPU, None, 1.0, 1000.0).values == {
+        "batch_size": Among(("1x", "2x"))
+    }
     assert [
         x.value for x in clear_losses(standing(base(), drew(1, 300.0, batch_size="4x")).rows, 1000.0, CPU.domains, BASE)
     ] == ["4x"]
@@ -86,3 +90,21 @@ def test_only_believed_first_measures_count_not_repeats_or_noisy_figures() -> No
     again = trial(2, 150.0, kind=Kind.CONFIRM, of=0, sampled={}, config={**BASE, "amp": "bf16"})
     assert clear_losses([base(), again], 1000.0, CPU.domains, BASE) == []
     assert clear_losses([drew(1, 150.0, amp="bf16")], None, CPU.domains, BASE) == []  # no baseline figure
+
+
+def test_a_lost_value_of_three_is_never_drawn_again_and_the_other_two_are() -> None:
+    """On a GPU amp has three values: bf16 lost clearly in trial 1 (a GPU without native bf16), so
+    every later trial draws amp from off and fp16, neither asked of the sampler (which would record
+    bf16 as drawn where a trial ran another) nor held at one."""
+    gpu = Space("gpu", {"amp": Choice(("off", "bf16", "fp16")), "prefetch": Choice(("none", "thread"))})
+    held = holds(standing(base(), drew(1, 150.0, amp="bf16")), gpu, None, 1.0, 1000.0)
+    assert held.values == {"amp": Among(("off", "fp16"))}
+    assert held.why["amp"].startswith("amp drawn from off, fp16 for the rest of the study: amp=bf16 lost clearly")
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    drawn = []
+    for _ in range(24):
+        trial = study.ask()
+        drawn.append(gpu.sample(trial, held.values).amp)
+        assert "amp" not in trial.params and "prefetch" in trial.params
+        study.tell(trial, 1.0)
+    assert set(drawn) == {"off", "fp16"}  # (24 even draws of two: both, and never bf16)
