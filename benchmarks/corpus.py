@@ -25,6 +25,7 @@ file checked by its sha256 (``--examples``); the data is made by ``corpus/make_d
     python benchmarks/corpus.py --only word_language_model regression     # some
     python benchmarks/corpus.py --torchvision-python /tmp/corpus-venv/bin/python --repeats 3
     python benchmarks/corpus.py --trials 6 --only mnist                   # also tune to an answer
+    python benchmarks/corpus.py --trials 6 --studies-only --timeout 1800  # only tune, each to an answer
 
 Writes ``benchmarks/results/corpus.md`` (``--out``) and prints each result as it comes.
 Exit status: 0 when every script that ran was equivalent under both exports, 1 otherwise.
@@ -88,6 +89,7 @@ class Entry:
     deterministic: bool
     torchvision: bool
     fast: bool
+    study_args: list[str]
 
 
 @dataclasses.dataclass
@@ -121,6 +123,7 @@ def load_corpus(path: Path = TABLE) -> tuple[dict[str, Any], list[Entry]]:
             deterministic=e.get("deterministic", True),
             torchvision=e.get("torchvision", False),
             fast=e.get("fast", False),
+            study_args=[str(a) for a in e.get("study_args", e.get("args", []))],
         )
         for e in table["scripts"]
     ]
@@ -212,8 +215,8 @@ def run_once(entry: Entry, root: Path, command: list[str], timeout: float) -> Ra
         rc, out, err = done.returncode, done.stdout, done.stderr
     except subprocess.TimeoutExpired as exc:
         rc = 124
-        out = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        err = f"timed out after {timeout:.0f} s"
+        text = lambda got: got.decode() if isinstance(got, bytes) else (got or "")  # noqa: E731
+        out, err = text(exc.stdout), text(exc.stderr) + f"\ntimed out after {timeout:.0f} s"
     seconds = time.monotonic() - start
     after = snapshot(root)
     written = {path: sha for path, sha in after.items() if before.get(path) != sha}
@@ -343,21 +346,101 @@ def check(
     return result
 
 
-def tune(entry: Entry, layout: Layout, python: str, trials: int, timeout: float) -> str:
-    """``autotune run`` to an answer in a fresh working copy, then ``export``: the answer's line."""
+#: What a study must not end in (issue 58's done-when): the study found no answer, or broke.
+_BAD = (
+    ("no complete trial", "no complete trial"),
+    ("Traceback (most recent call last)", "a traceback"),
+    ("startup: no batch", "a start-up timeout"),
+    ("timed out after", "the harness's timeout"),
+)
+
+
+@dataclasses.dataclass
+class Study:
+    """One ``autotune run`` of an entry: how it ended, in what time, under what load."""
+
+    rc: int
+    seconds: float
+    line: str  # the answer's line, else the last line it printed
+    verdict: str  # an answer / a refusal within 30 s / **bad**: why
+    load: str  # the 1-minute load average at its start and end
+    log: Path  # everything it printed (stdout, then stderr)
+
+
+def _load() -> str:
+    try:
+        return Path("/proc/loadavg").read_text().split()[0]
+    except OSError:
+        return "?"
+
+
+def _study_verdict(rc: int, seconds: float, text: str, answer: str | None) -> str:
+    """Whether a study ended within issue 58's done-when."""
+    for needle, why in _BAD:
+        if needle in text:
+            return f"**bad**: {why}"
+    if answer is not None and rc == 0:
+        return "an answer"
+    if rc == 0 and ": unreliable: " in text:
+        return "**no answer**: unreliable (every figure noisy: the host's load)"
+    refusals = [line for line in text.splitlines() if line.startswith("autotune: error: ")]
+    if rc != 0 and len(refusals) == 1:
+        return (
+            "a one-line refusal within 30 s" if seconds <= 30 else f"**late**: a one-line refusal, in {seconds:.0f} s"
+        )
+    if rc != 0 and seconds <= 30:
+        return "a refusal within 30 s"
+    return f"**bad**: exit {rc} after {seconds:.0f} s without an answer"
+
+
+def study(entry: Entry, layout: Layout, python: str, trials: int, timeout: float, logs: Path) -> Study:
+    """``autotune run --trials N`` in a fresh working copy, as a user runs it (the default space);
+    its whole output kept in ``logs/<name>.log``."""
     root = layout.copy(entry, "study")
     autotune = str(Path(python).parent / "autotune")
-    ran = run_once(
-        entry,
-        root,
-        [autotune, "run", entry.script, "--trials", str(trials), "--store", "st", "--", *entry.args],
-        timeout,
-    )
-    lines = [line for line in (ran.stdout + ran.stderr).splitlines() if line.strip()]
+    command = [autotune, "run", entry.script, "--trials", str(trials), "--store", "st", "--", *entry.study_args]
+    before = _load()
+    ran = run_once(entry, root, command, timeout)
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / f"{entry.name}.log"
+    log.write_text(f"$ {' '.join(command)}\n{ran.stdout}\n--- stderr ---\n{ran.stderr}")
+    text = ran.stdout + ran.stderr
+    lines = [line for line in text.splitlines() if line.strip()]
     found = next((line for line in lines if line.startswith("best: ")), None) or next(
         (line for line in lines if re.match(r"trial \d+, .*(x the baseline|as written)", line)), None
     )
-    return f"exit {ran.rc} in {ran.seconds:.0f} s: " + (found or (lines[-1] if lines else "(no output)"))[:160]
+    # (the summary's first line, on stdout: "study NAME: unreliable: ..." where nothing ranked)
+    summary = next((line for line in ran.stdout.splitlines() if line.startswith("study ")), None)
+    line = (found or summary or (lines[-1] if lines else "(no output)"))[:200]
+    verdict = _study_verdict(ran.rc, ran.seconds, text, found)
+    return Study(ran.rc, ran.seconds, line, verdict, f"{before}-{_load()}", log)
+
+
+def tune(entry: Entry, layout: Layout, python: str, trials: int, timeout: float) -> str:
+    """``autotune run`` to an answer in a fresh working copy: the answer's line."""
+    done = study(entry, layout, python, trials, timeout, layout.scratch / "studies")
+    return f"exit {done.rc} in {done.seconds:.0f} s: {done.line}"
+
+
+def studies_page(done: list[tuple[Entry, Study]], header: dict[str, str]) -> str:
+    """The studies' table: what each ended with, in what time, under what load."""
+    lines = [
+        f"## Studies (`autotune run --trials {header['trials']}`, {header['date']})",
+        "",
+        f"- machine: {header['machine']}",
+        f"- autotune: `{header['autotune']}`; pythons: {header['pythons']}",
+        f"- command: `{header['command']}`",
+        "",
+        "| script | class of script | study ended | within the done-when | in s | load (start-end) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for entry, s in done:
+        said = s.line.replace("|", "\\|")
+        lines.append(
+            f"| {entry.name} | {entry.cls} | exit {s.rc}: `{said}` | {s.verdict} | {s.seconds:.0f} | {s.load} |"
+        )
+    lines.append("")
+    return "\n".join(lines)
 
 
 def _has_torchvision(python: str) -> bool:
@@ -464,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
         "--examples",
         help=f"a git copy of pytorch/examples (default: ${EXAMPLES_ENV}, else benchmarks/corpus/upstream/examples)",
     )
-    parser.add_argument("--only", nargs="+", metavar="NAME", help="these entries only")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="these entries only, in this order")
     parser.add_argument("--fast", action="store_true", help="the fast subset only (the entries marked fast)")
     parser.add_argument(
         "--python",
@@ -478,6 +561,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--repeats", type=int, default=1, help="interleaved turns of the three runs [1]")
     parser.add_argument("--trials", type=int, default=0, help="also `autotune run --trials N` each script (slow)")
+    parser.add_argument(
+        "--studies-only",
+        action="store_true",
+        help="only `autotune run --trials N` each script (no python/exec runs): the studies' table",
+    )
+    parser.add_argument("--logs", type=Path, help="keep each study's whole output here as NAME.log")
     parser.add_argument("--timeout", type=float, default=300, help="seconds a run may take [300]")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "corpus.md", help="the results page")
     parser.add_argument("--no-page", action="store_true", help="print only; write no page")
@@ -492,7 +581,7 @@ def main(argv: list[str] | None = None) -> int:
         unknown = sorted(set(args.only) - {e.name for e in entries})
         if unknown:
             parser.error(f"--only: unknown {', '.join(unknown)}; known: {', '.join(e.name for e in entries)}")
-        entries = [e for e in entries if e.name in args.only]
+        entries = [next(e for e in entries if e.name == name) for name in dict.fromkeys(args.only)]  # (in its order)
     if args.fast:
         entries = [e for e in entries if e.fast]
     source = examples_source(args.examples)
@@ -505,11 +594,22 @@ def main(argv: list[str] | None = None) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="autotune-corpus-"))
     layout = Layout(table, source, scratch)
     results = []
+    studied: list[tuple[Entry, Study]] = []
+    if args.studies_only and not args.trials:
+        parser.error("--studies-only needs --trials N")
     for entry in entries:
         python = tv_python if entry.torchvision else args.python
         if entry.torchvision and not tv_ok:
             results.append(Result(entry, skipped=f"no torchvision in {tv_python}"))
             print(f"{entry.name}: skipped (no torchvision in {tv_python})", flush=True)
+            continue
+        if args.studies_only:
+            done = study(entry, layout, python, args.trials, args.timeout, args.logs or scratch / "studies")
+            studied.append((entry, done))
+            print(
+                f"{entry.name}: {done.verdict}, exit {done.rc} in {done.seconds:.0f} s (load {done.load}): {done.line}",
+                flush=True,
+            )
             continue
         result = check(entry, layout, python, args.repeats, args.timeout, args.keep)
         if args.trials:
@@ -546,6 +646,14 @@ def main(argv: list[str] | None = None) -> int:
             "command": "python benchmarks/corpus.py " + " ".join(sys.argv[1:] if argv is None else argv),
         }
         args.out.parent.mkdir(parents=True, exist_ok=True)
+        if args.studies_only:
+            header["trials"] = str(args.trials)
+            text = studies_page(studied, header)
+            if args.append and args.out.exists():
+                text = args.out.read_text().rstrip("\n") + "\n\n" + text
+            args.out.write_text(text)
+            print(f"wrote {args.out}")
+            return 0 if all(not s.verdict.startswith("**bad") for _, s in studied) else 1
         text = page(results, header)
         if args.append and args.out.exists():
             text = args.out.read_text().rstrip("\n") + "\n\n#" + text.replace("\n# ", "\n## ")

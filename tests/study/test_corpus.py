@@ -91,3 +91,19 @@ def test_the_comparison_names_what_differs(tmp_path) -> None:
         )
         == []
     )
+
+
+def test_a_studys_end_is_judged_by_issue_58s_done_when() -> None:
+    """An answer, or a one-line refusal within 30 s; never no complete trial, a traceback or a
+    start-up timeout (seconds, text, answer line -> verdict)."""
+    cases = [
+        (0, 300.0, "best: trial 0 (the baseline: your code as written)", "best: trial 0", "an answer"),
+        (2, 12.0, "autotune: error: main.py ended after 2 training steps", None, "a one-line refusal within 30 s"),
+        (2, 72.0, "autotune: error: main.py trains in child processes", None, "**late**: a one-line refusal, in 72 s"),
+        (1, 100.0, "timeout startup: no batch after 60 s (imports", None, "**bad**: a start-up timeout"),
+        (0, 900.0, "study main: no complete trial", None, "**bad**: no complete trial"),
+        (1, 5.0, "Traceback (most recent call last):\n  File", None, "**bad**: a traceback"),
+        (0, 1333.0, "study main: unreliable: no figure to rank", None, "**no answer**: unreliable"),
+    ]
+    for rc, seconds, text, answer, verdict in cases:
+        assert corpus._study_verdict(rc, seconds, text, answer).startswith(verdict), (text, verdict)
