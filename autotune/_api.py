@@ -160,9 +160,9 @@ def tune(
     from autotune._terminal import print_summary, summary_lines
 
     if progress is True:
-        print_summary(result.study, result._found, given.store)
+        print_summary(result.study, result._standing, given.store)
     elif not progress:  # to the logger, as the notes (a Reporter of the caller's own: `run` prints it)
-        for line in summary_lines(result.study, result._found, given.store):
+        for line in summary_lines(result.study, result._standing, given.store):
             LOGGER.info(line)
     return result
 

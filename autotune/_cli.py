@@ -264,7 +264,7 @@ def _study_commands() -> dict[str, click.Command]:
         except BaselineFailed as exc:  # 2: the input's fault, in one line; 1: the code's, with its traceback
             click.echo(f"autotune: {'error: ' if exc.status == 2 else ''}{exc}", err=True)
             sys.exit(exc.status)
-        print_summary(result.study, result._found, options["store"], verbose)
+        print_summary(result.study, result._standing, options["store"], verbose)
         if result.interrupted_by:
             click.echo(
                 f"autotune: stopped by {result.interrupted_by}; run the same command to resume study {result.study}",
@@ -301,15 +301,15 @@ def _study_commands() -> dict[str, click.Command]:
     def export(study: str | None, storage: str | None, store: Path, output: Path | None) -> None:
         """The best config as YAML; load it with autotune.load(path)."""
         from autotune.tuner._export_text import export_text
-        from autotune.tuner._standing import findings, standing
+        from autotune.tuner._standing import findings, read_standing
 
         loaded = _open_study(store, storage, study)
-        found = standing(loaded)
-        best = found.best
+        standing = read_standing(loaded)
+        best = standing.best
         if best is None:
-            click.echo(f"autotune: study {loaded.study_name} has nothing to export: {findings(found)[0]}", err=True)
+            click.echo(f"autotune: study {loaded.study_name} has nothing to export: {findings(standing)[0]}", err=True)
             sys.exit(1)
-        text = export_text(loaded, found)
+        text = export_text(loaded, standing)
         if output is None:
             click.echo(text, nl=False)
         else:
@@ -325,7 +325,7 @@ def _study_commands() -> dict[str, click.Command]:
         """The study as one self-contained HTML page: the winner, every trial, what each knob did,
         the loss against the baseline's, the ceilings. Also on the MLflow parent run (report.html)."""
         from autotune.tuner._report import report_html
-        from autotune.tuner._standing import standing
+        from autotune.tuner._standing import read_standing
 
         loaded = _open_study(store, storage, study)
         output = output or store / "reports" / f"{loaded.study_name}.html"
@@ -333,7 +333,7 @@ def _study_commands() -> dict[str, click.Command]:
         output.write_text(
             report_html(
                 loaded.study_name,
-                standing(loaded),
+                read_standing(loaded),
                 loaded.user_attrs.get("fingerprint"),
                 loaded.user_attrs.get("profile"),
             )

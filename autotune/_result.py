@@ -30,18 +30,18 @@ class Result:
     study: str
     findings: tuple[str, ...]
     interrupted_by: str | None
-    _found: Standing = dataclasses.field(repr=False)
+    _standing: Standing = dataclasses.field(repr=False)
     _export: str | None = dataclasses.field(repr=False)
 
     @classmethod
-    def of(cls, study: optuna.Study, interrupted_by: str | None = None, found: Standing | None = None) -> Result:
-        """The result of a study as its storage holds it now (or as ``found`` read it)."""
+    def of(cls, study: optuna.Study, interrupted_by: str | None = None, standing: Standing | None = None) -> Result:
+        """The result of a study as its storage holds it now (or as ``standing`` read it)."""
         from autotune.tuner._export_text import export_text
-        from autotune.tuner._standing import findings, standing
+        from autotune.tuner._standing import findings, read_standing
 
-        found = found or standing(study)
-        text = export_text(study, found) if found.best is not None else None
-        return cls(study.study_name, tuple(findings(found)), interrupted_by, found, text)
+        standing = standing or read_standing(study)
+        text = export_text(study, standing) if standing.best is not None else None
+        return cls(study.study_name, tuple(findings(standing)), interrupted_by, standing, text)
 
     @property
     def winner(self) -> Recipe | None:
@@ -57,44 +57,44 @@ class Result:
     @property
     def config(self) -> dict[str, Any]:
         """The winner's knobs as it ran them (empty: no winner)."""
-        best = self._found.best
+        best = self._standing.best
         return dict(best.config) if best else {}
 
     @property
     def samples_per_s(self) -> float | None:
         """The winner's samples/s: the median of its runs."""
-        win = self._found.decision.winner
+        win = self._standing.decision.winner
         return win.median if win and win.rates else None
 
     @property
     def baseline_samples_per_s(self) -> float | None:
         """The baseline's (your code as written) samples/s: the median of its runs."""
-        base = self._found.base
+        base = self._standing.base
         return base.median if base and base.rates else None
 
     @property
     def run_s(self) -> float | None:
         """The winner's whole run in seconds, process start to exit, the median of its runs (None:
         the study did not run the code whole: it ran past ``whole_run``)."""
-        win = self._found.decision.winner
+        win = self._standing.decision.winner
         return win.run_s if win else None
 
     @property
     def baseline_run_s(self) -> float | None:
         """The code as written's whole run in seconds, the median of its runs (None: not run whole)."""
-        base = self._found.base
+        base = self._standing.base
         return base.run_s if base else None
 
     @property
     def speedup(self) -> float | None:
         """The winner's samples/s over the baseline's (None: either has no believed figure)."""
-        win = self._found.decision.winner
-        return self._found.speedup(win) if win else None
+        win = self._standing.decision.winner
+        return self._standing.speedup(win) if win else None
 
     @property
     def spread(self) -> float | None:
         """± on the winner's figure: half the spread of its runs (of its windows, when it ran once)."""
-        win = self._found.decision.winner
+        win = self._standing.decision.winner
         if win is None:
             return None
         spread = win.spread if win.confirmed else win.lead.metrics.get("samples_per_s_spread", 0.0)
@@ -103,7 +103,7 @@ class Result:
     @property
     def rows(self) -> list[dict[str, Any]]:
         """Every trial as a plain dict (``show --json`` prints these)."""
-        return [row_dict(r, self._found) for r in self._found.rows]
+        return [row_dict(r, self._standing) for r in self._standing.rows]
 
     def table(self) -> str:
         """Every trial as a plain-text table: number, outcome, samples/s, speedup, the knobs
@@ -111,9 +111,9 @@ class Result:
         from autotune.core._knobs import show_value
         from autotune.stores._records import kind_label
 
-        rows = self._found.rows
-        keys = self._found.varied_knobs()
-        best = self._found.best
+        rows = self._standing.rows
+        keys = self._standing.varied_knobs()
+        best = self._standing.best
         head = ["#", "outcome", "samples/s", "speedup", *keys, "reason"]
         body = [
             [
@@ -131,7 +131,7 @@ class Result:
 
     def as_dict(self) -> dict[str, Any]:
         """The study as plain data: its findings, the winner's figures, every trial (``show --json``)."""
-        best = self._found.best
+        best = self._standing.best
         return {
             "study": self.study,
             "findings": list(self.findings),
@@ -200,13 +200,13 @@ class Result:
         return f"study {self.study}: " + "\n  ".join(self.findings)
 
 
-def row_dict(row: TrialRow, found: Standing) -> dict[str, Any]:
+def row_dict(row: TrialRow, standing: Standing) -> dict[str, Any]:
     """One trial as plain data: what ``Result.rows`` and ``show --json`` give. ``kind`` says why it
     ran (``baseline``, ``sampled``, ``confirm``, ``remeasure``, ``retry``, ``more_workers``,
     ``smaller_batch``), ``of`` the trial whose config it runs again or starts from, ``baseline``
     whether it runs the code as written (the baseline or a re-run of it)."""
     bound = row.bottleneck
-    best = found.best
+    best = standing.best
     return {
         "number": row.number,
         "kind": row.kind.value,

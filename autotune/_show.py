@@ -50,8 +50,8 @@ def _cells(result, wide: bool):
     from autotune.core._kinds import Kind
     from autotune.stores._records import kind_label, loss_cell
 
-    found = result._found
-    rows, best, keys = found.rows, found.best, found.varied_knobs()
+    standing = result._standing
+    rows, best, keys = standing.rows, standing.best, standing.varied_knobs()
     extra = ("of roof", "others", "main busy", "step p50", "RAM peak") if wide else ()
     whole = any(r.run_s for r in rows)  # a study of whole runs: each run's wall time, which ranks
     heads = [
@@ -67,7 +67,7 @@ def _cells(result, wide: bool):
         *(keys if wide else ["knobs that varied"] if keys else []),
         *(["reason"] if wide else []),
     ]
-    first_of = found.first_of
+    first_of = standing.first_of
     reasons, cells, knob_lines = [], [], []
     for r in rows:
         m, bound = r.metrics, r.bottleneck
@@ -182,8 +182,8 @@ def show_table(result, wide: bool) -> None:
 
     from autotune.stores._records import LOSS_LEGEND
 
-    found = result._found
-    rows, best, keys = found.rows, found.best, found.varied_knobs()
+    standing = result._standing
+    rows, best, keys = standing.rows, standing.best, standing.varied_knobs()
     same = {k: rows[0].config[k] for k in KNOBS if k not in keys and rows and k in rows[0].config}
     heads, cells, reasons, knob_lines, whole = _cells(result, wide)
     console = Console()

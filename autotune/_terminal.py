@@ -38,17 +38,17 @@ def interactive(out) -> bool:
         return False
 
 
-def summary_lines(name: str, found, store: Path) -> list[str]:
+def summary_lines(name: str, standing, store: Path) -> list[str]:
     """The summary a study ends with: its findings (the first, ``best: ...``, or what stopped
     every figure from ranking), the data wait, the winner's config, the export and what next."""
     from autotune.tuner._standing import findings
 
-    best = found.best
-    first, *rest = findings(found)
+    best = standing.best
+    first, *rest = findings(standing)
     if best is None:  # nothing complete, or nothing believed: findings says which
         return [f"study {name}: {first}"]
     lines = [f"best: {first}", *rest]
-    base = found.base.first if found.base else None
+    base = standing.base.first if standing.base else None
     if base:
         lines.append(
             f"data wait: {base.metrics.get('data_wait_frac', 0):.0%} of the baseline's "
@@ -62,7 +62,7 @@ def summary_lines(name: str, found, store: Path) -> list[str]:
     ]
 
 
-def print_summary(name: str, found, store: Path, verbose: bool = False) -> None:
+def print_summary(name: str, standing, store: Path, verbose: bool = False) -> None:
     """The summary on stdout: about a dozen lines on a terminal (``autotune.tuner._live.short_summary``),
     every line with ``verbose`` (``run -v``) or without a terminal (a pipe, a log, CI)."""
     from rich.markup import escape
@@ -71,8 +71,8 @@ def print_summary(name: str, found, store: Path, verbose: bool = False) -> None:
 
     out = console()
     brief = interactive(out) and not verbose
-    first, *rest = (short_summary if brief else summary_lines)(name, found, store)
-    if found.best is None:
+    first, *rest = (short_summary if brief else summary_lines)(name, standing, store)
+    if standing.best is None:
         out.print(f"[red]{escape(first)}[/red]")
         return
     out.print(f"\n[bold]{escape(first)}[/bold]")
@@ -255,12 +255,12 @@ class Progress(Reporter):
                 return
             self._draw()
 
-    def trial_done(self, row, found, seconds_left: float) -> None:
+    def trial_done(self, row, standing, seconds_left: float) -> None:
         from rich.markup import escape
 
         if self._board is not None:
             with self._lock:
-                self._board.done(row, found, seconds_left)
+                self._board.done(row, standing, seconds_left)
                 self._redraw()
             return
         sps = f"{row.samples_per_s:10,.1f} samples/s" if row.samples_per_s else " " * 20
@@ -302,8 +302,8 @@ class Progress(Reporter):
             elif row.doubt:
                 line += f"  [yellow]not ranked: {escape(row.doubt)}[/yellow]"
             left = f"~{int(seconds_left // 60)}m{int(seconds_left % 60):02d}s left" if seconds_left else "done"
-            win = found.decision.winner  # the figures the summary and the export give
-            speedup = found.speedup(win) if win else None
+            win = standing.decision.winner  # the figures the summary and the export give
+            speedup = standing.speedup(win) if win else None
             best_text = f"best {speedup:.2f}x (trial {win.first.number})" if speedup else ""
             self.console.print(f"{line}   [dim]{best_text} {left}[/dim]")
             if self._heads:

@@ -151,7 +151,7 @@ def changed(config: dict[str, Any]) -> str:
 
 
 def runners_part(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from autotune.tuner._standing import findings, standing
+    from autotune.tuner._standing import findings, read_standing
 
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M")
     logs = args.store / "harness-logs"
@@ -172,12 +172,12 @@ def runners_part(args: argparse.Namespace) -> list[dict[str, Any]]:
             cwd=args.store,
         )
         wall = time.monotonic() - started
-        found = standing(load(args.store, name))
-        rows = [r for r in found.rows if r.samples_per_s]
+        standing = read_standing(load(args.store, name))
+        rows = [r for r in standing.rows if r.samples_per_s]
         configs = {
             "PyTorch defaults": Config(),
             "all tricks on": all_tricks(),
-            f"tuned ({args.trials} trials)": Config(**found.best.sampled),
+            f"tuned ({args.trials} trials)": Config(**standing.best.sampled),
         }
         runs: dict[str, list[dict[str, Any]]] = {label: [] for label in configs}
         for turn in range(args.repeats):  # in turns: a slow drift of the machine hits all alike
@@ -192,8 +192,8 @@ def runners_part(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "runner": runner,
                 "study": name,
                 "wall": wall,
-                "trials": len(found.rows),
-                "findings": findings(found),
+                "trials": len(standing.rows),
+                "findings": findings(standing),
                 "configs": {k: v.set_values() for k, v in configs.items()},
                 "runs": runs,
                 "overhead": [r.metrics.get("overhead_s") for r in rows if r.metrics.get("overhead_s")],
@@ -301,7 +301,7 @@ def search_part(args: argparse.Namespace) -> None:
 
     import yaml
 
-    from autotune.tuner._standing import standing
+    from autotune.tuner._standing import read_standing
 
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M")
     short = [
@@ -328,7 +328,7 @@ def search_part(args: argparse.Namespace) -> None:
     started = time.monotonic()
     cli("run", target(SEARCH_RUNNER), "--trials", str(len(points)), "--study", grid, *short, cwd=args.store)
     grid_wall = time.monotonic() - started
-    table = [r.samples_per_s if r.outcome == "complete" else 0.0 for r in standing(load(args.store, grid)).rows]
+    table = [r.samples_per_s if r.outcome == "complete" else 0.0 for r in read_standing(load(args.store, grid)).rows]
     best = max(table)
     curves = {}
     for seed in range(args.seeds):
@@ -346,7 +346,7 @@ def search_part(args: argparse.Namespace) -> None:
             cwd=args.store,
         )
         curves[seed] = best_so_far(
-            [r.samples_per_s if r.outcome == "complete" else 0.0 for r in standing(load(args.store, name)).rows]
+            [r.samples_per_s if r.outcome == "complete" else 0.0 for r in read_standing(load(args.store, name)).rows]
         )
     random = expected_random_curve(table[1:], table[0])
     reach = {seed: next((i + 1 for i, v in enumerate(c) if v >= NEAR_BEST * best), None) for seed, c in curves.items()}

@@ -154,7 +154,7 @@ def study(folder: Path, trials: int, confirm: int, hog_at: tuple[float, float] |
     import optuna
     from optuna.storages.journal import JournalFileBackend
 
-    from autotune.tuner._standing import findings, standing
+    from autotune.tuner._standing import findings, read_standing
 
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     args = [
@@ -195,34 +195,34 @@ def study(folder: Path, trials: int, confirm: int, hog_at: tuple[float, float] |
     if proc.returncode:
         print(f"the tuner exited {proc.returncode}; its output ends:\n" + "".join(out[-40:]), flush=True)
     storage = optuna.storages.JournalStorage(JournalFileBackend(str(folder / "optuna.journal")))
-    found = standing(optuna.load_study(study_name="mnist", storage=storage))
-    for r in found.rows:  # the raw rows, for the log
+    standing = read_standing(optuna.load_study(study_name="mnist", storage=storage))
+    for r in standing.rows:  # the raw rows, for the log
         print(
             f"  trial {r.number} (= {r.of}) {r.outcome} {r.samples_per_s or 0:,.0f}/s "
             f"foreign {r.metrics.get('foreign_cpu', 0):.0%} {r.doubt or ''} {r.sampled}",
             flush=True,
         )
-    win = found.decision.winner
+    win = standing.decision.winner
     shown_over = sum(
         1
-        for r in found.rows
+        for r in standing.rows
         if r.bottleneck and ((r.bottleneck.efficiency or 0) > 1 or (r.bottleneck.of_roof or 0) > 1)
     )
     return {
         "wall": wall,
         "returncode": proc.returncode,
-        "findings": findings(found),
+        "findings": findings(standing),
         "winner": win.first.number if win else None,
         "config": win.first.sampled if win else None,
-        "speedup": found.speedup(win) if win else None,
+        "speedup": standing.speedup(win) if win else None,
         "spread": win.spread if win else None,
-        "base_spread": found.base.spread if found.base else None,
-        "noisy": sum(1 for r in found.rows if r.doubt and r.doubt.startswith("noisy")),
-        "remeasured": sum(1 for r in found.rows if r.remeasure),
-        "foreign_max": max((r.metrics.get("foreign_cpu", 0) for r in found.rows if r.measured), default=0),
+        "base_spread": standing.base.spread if standing.base else None,
+        "noisy": sum(1 for r in standing.rows if r.doubt and r.doubt.startswith("noisy")),
+        "remeasured": sum(1 for r in standing.rows if r.remeasure),
+        "foreign_max": max((r.metrics.get("foreign_cpu", 0) for r in standing.rows if r.measured), default=0),
         "over_100": shown_over,
-        "trials": len(found.rows),
-        "sampled": [r.sampled for r in found.rows if r.sampled and r.of is None],
+        "trials": len(standing.rows),
+        "sampled": [r.sampled for r in standing.rows if r.sampled and r.of is None],
         "said": [line for line in "".join(out).splitlines() if "noisy" in line or "busy" in line],
     }
 

@@ -124,7 +124,7 @@ def rate(
 
 def one_study(name: str, target: str, args: argparse.Namespace, index: int) -> tuple[dict[str, Any], Config]:  # type: ignore[valid-type]
     """A default study of ``args.trials`` trials: what it said, and its winner's config."""
-    from autotune.tuner._standing import findings, standing
+    from autotune.tuner._standing import findings, read_standing
 
     study = f"reach-{name}-{datetime.datetime.now():%Y%m%d-%H%M}" + (f"-{index + 1}" if args.studies > 1 else "")
     started = time.monotonic()
@@ -140,11 +140,11 @@ def one_study(name: str, target: str, args: argparse.Namespace, index: int) -> t
         cwd=args.store,
     )
     wall = time.monotonic() - started
-    found = standing(load(args.store, study))
-    winner = Config(**found.best.sampled) if found.best is not None else Config()
+    standing = read_standing(load(args.store, study))
+    winner = Config(**standing.best.sampled) if standing.best is not None else Config()
     from _spent import spent
 
-    return {"study": study, "wall": wall, "findings": findings(found), "spent": spent(args.store, study)}, winner
+    return {"study": study, "wall": wall, "findings": findings(standing), "spent": spent(args.store, study)}, winner
 
 
 def winner_label(args: argparse.Namespace, index: int) -> str:

@@ -32,7 +32,7 @@ def study(store: Path, target: str, name: str, trials: int, warm: bool) -> dict:
     import optuna
     from optuna.storages.journal import JournalFileBackend
 
-    from autotune.tuner._standing import standing
+    from autotune.tuner._standing import read_standing
 
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     began = time.monotonic()
@@ -62,18 +62,18 @@ def study(store: Path, target: str, name: str, trials: int, warm: bool) -> dict:
     if done.returncode != 0:
         raise SystemExit(f"study {name} failed:\n{done.stderr[-3000:]}")
     storage = optuna.storages.JournalStorage(JournalFileBackend(str(store / "mlflow" / "optuna.journal")))
-    found = standing(optuna.load_study(study_name=name, storage=storage))
-    win = found.decision.winner
+    standing = read_standing(optuna.load_study(study_name=name, storage=storage))
+    win = standing.decision.winner
     said = [" ".join(line.split()) for line in done.stderr.splitlines() if line.startswith("warm start:")]
     return {
         "name": name,
         "trials": trials,
         "warm": warm,
         "wall_s": wall,
-        "speedup": found.speedup(win) if win is not None else 1.0,
-        "winner": dict(found.best.sampled) if found.best is not None else {},
+        "speedup": standing.speedup(win) if win is not None else 1.0,
+        "winner": dict(standing.best.sampled) if standing.best is not None else {},
         "warm_line": said[0] if said else None,
-        "kinds": [r.kind.value for r in found.rows],
+        "kinds": [r.kind.value for r in standing.rows],
     }
 
 

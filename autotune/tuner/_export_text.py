@@ -11,18 +11,18 @@ if TYPE_CHECKING:
     import optuna
 
 
-def export_text(study: optuna.Study, found: Standing) -> str:
+def export_text(study: optuna.Study, standing: Standing) -> str:
     """The winning config as the YAML snippet ``autotune.load`` reads."""
     from autotune.production._export import MEASURED_ON, render
     from autotune.training._frameworks import own_settings
 
-    best, win = found.best, found.decision.winner
+    best, win = standing.best, standing.decision.winner
     assert best is not None and win is not None  # (every caller exports a study with a winner)
     fingerprint = study.user_attrs.get("fingerprint", {})
-    first, *rest = findings(found)
+    first, *rest = findings(standing)
     # A config tuned on a --jobs slot is tuned for that share of the host.
     share = f"; each trial on {best.slot['share']} (--jobs)" if best.slot.get("cpus") else ""
-    memory = winner_memory(found)
+    memory = winner_memory(standing)
     held = (
         [
             "memory: the winner's highest "
@@ -38,7 +38,7 @@ def export_text(study: optuna.Study, found: Standing) -> str:
         f"measured on: {fingerprint.get('summary', 'unknown machine')}{share}",
         _how_to_use(study.user_attrs.get("target", ""), study.user_attrs.get("script")),
     ]
-    base = found.base.first if found.base else None
+    base = standing.base.first if standing.base else None
     own = own_settings(best.dataset.get("framework"), best.config, base.config if base else {})
     if own:  # a Lightning or Trainer script: the same, in the framework's own settings
         header.append(f"or {own}")
@@ -46,8 +46,8 @@ def export_text(study: optuna.Study, found: Standing) -> str:
     if best.slot.get("cpus"):
         machine["cpus"] = len(best.slot["cpus"])
     machine.update(memory)
-    if found.base is not None and found.base.run_s and win.run_s:  # for `autotune exec`'s line
-        machine.update(run_s=round(found.base.run_s, 2), winner_run_s=round(win.run_s, 2))
+    if standing.base is not None and standing.base.run_s and win.run_s:  # for `autotune exec`'s line
+        machine.update(run_s=round(standing.base.run_s, 2), winner_run_s=round(win.run_s, 2))
     return render(
         best.config, best.base_batch_size, header, machine, f"study {study.study_name}: {first.split(' (')[0]}"
     )
@@ -60,10 +60,10 @@ MEMORY_WORDS = {
 }
 
 
-def winner_memory(found: Standing) -> dict[str, float]:
+def winner_memory(standing: Standing) -> dict[str, float]:
     """The winner's highest host RAM (``autotune.machine._proctree.tree_memory``) and GPU memory over its believed
     runs, in GiB: what ``autotune.load(path, adapt=True)`` holds against its RAM budget."""
-    win = found.decision.winner
+    win = standing.decision.winner
     runs = [r for r in win.runs if r.reliable] if win else []
     out = {}
     for key, metric in (("ram_peak_gib", "ram_peak"), ("gpu_mem_peak_gib", "gpu_mem_peak")):

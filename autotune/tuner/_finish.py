@@ -22,7 +22,7 @@ from autotune.tuner._confirm import UNFINISHED
 from autotune.tuner._export_text import export_text
 from autotune.tuner._profiling import PROFILE_ATTR, parent_figures
 from autotune.tuner._recorder import ParentRecord, Recorder
-from autotune.tuner._standing import Standing, findings, standing
+from autotune.tuner._standing import Standing, findings, read_standing
 from autotune.tuner._tuners import Liveness, Registry, TunerPhase, describe
 
 if TYPE_CHECKING:
@@ -40,8 +40,8 @@ def finish(
 ) -> Standing:
     """Export the winner; close the MLflow parent run with the study's figures if this is the
     last tuner running the study (else the last one does); return the standing."""
-    found = standing(study)
-    export(study, found, store)
+    standing = read_standing(study)
+    export(study, standing, store)
     ended = f"interrupted by {signal.Signals(signum).name}" if signum else "finished"
     others = leave(registry, liveness, ended, recorder)
     if others:
@@ -49,13 +49,13 @@ def finish(
             f"the study's MLflow parent run stays open: {describe(others)} still run study {study.study_name}, "
             "and the last one closes it"
         )
-        return found
+        return standing
     from autotune.tuner._report import throughput_png
 
-    plot = throughput_png(study.study_name, found)  # once: the report and the parent run share it
-    record = parent_record(study, found, ended, 1 + len(registry.others()), plot)
+    plot = throughput_png(study.study_name, standing)  # once: the report and the parent run share it
+    record = parent_record(study, standing, ended, 1 + len(registry.others()), plot)
     recorder.close_parent(record, {"throughput.png": plot}, "KILLED" if signum else "FINISHED")
-    return found
+    return standing
 
 
 def leave(
@@ -94,65 +94,65 @@ def discard(study: optuna.Study, recorder: Recorder, store: Path, store_created:
     return True
 
 
-def export(study: optuna.Study, found: Standing, store: Path) -> Path | None:
+def export(study: optuna.Study, standing: Standing, store: Path) -> Path | None:
     """Write the winner as ``STORE/exports/STUDY.yaml``; its path (None: no winner yet)."""
-    if found.best is None:
+    if standing.best is None:
         return None
     path = store / "exports" / f"{study.study_name}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(export_text(study, found))
+    path.write_text(export_text(study, standing))
     return path
 
 
 def parent_record(
-    study: optuna.Study, found: Standing, ended: str, tuners: int, throughput: bytes | None = None
+    study: optuna.Study, standing: Standing, ended: str, tuners: int, throughput: bytes | None = None
 ) -> ParentRecord:
     """The parent run's closing record, from the study's standing (``throughput``: its samples/s
     plot as PNG, if rendered already)."""
     from autotune.tuner._report import report_html
 
-    name, rows, best = study.study_name, found.rows, found.best
+    name, rows, best = study.study_name, standing.rows, standing.best
     artifacts = {
         "trials.json": json.dumps([dataclasses.asdict(r) for r in rows], indent=1),
-        "ceilings.json": json.dumps(found.ceilings.table(), indent=1),
+        "ceilings.json": json.dumps(standing.ceilings.table(), indent=1),
         "report.html": report_html(
-            name, found, study.user_attrs.get("fingerprint"), study.user_attrs.get(PROFILE_ATTR), throughput
+            name, standing, study.user_attrs.get("fingerprint"), study.user_attrs.get(PROFILE_ATTR), throughput
         ),
     }
     metrics: dict[str, float] = {
         "trials": float(len(rows)),
         "noisy_trials": float(sum(1 for r in rows if is_noisy(r.doubt))),
     }
-    lines = findings(found)
+    lines = findings(standing)
     tags = {
         "autotune.ended": f"{ended} (last of {tuners} tuner(s))",
         "autotune.result": lines[0],
         "mlflow.note.content": f"Study {name}: " + "\n\n".join(lines),
     }
     if best is not None:
-        win = found.decision.winner
+        win = standing.decision.winner
         assert win is not None  # (best is its lead)
-        artifacts["best.yaml"] = export_text(study, found)
+        artifacts["best.yaml"] = export_text(study, standing)
         metrics.update(
             best_samples_per_s=win.median,
             best_trial=float(best.number),
             best_runs=float(len(win.rates)),
             best_spread=win.spread,
         )
-        speedup = found.speedup(win)  # (None when every baseline run was noisy)
-        if found.base is not None and found.base.rates and speedup is not None:
+        speedup = standing.speedup(win)  # (None when every baseline run was noisy)
+        if standing.base is not None and standing.base.rates and speedup is not None:
             metrics.update(
-                best_speedup=speedup, baseline_samples_per_s=found.base.median, baseline_spread=found.base.spread
+                best_speedup=speedup, baseline_samples_per_s=standing.base.median, baseline_spread=standing.base.spread
             )
             tags["mlflow.runName"] = f"{name}: trial {best.number} wins, {speedup:.2f}x"
-        if win.run_s and found.base is not None and found.base.run_s:  # whole runs: the answer in wall time
-            metrics.update(best_run_s=win.run_s, baseline_run_s=found.base.run_s)
+        if win.run_s and standing.base is not None and standing.base.run_s:  # whole runs: the answer in wall time
+            metrics.update(best_run_s=win.run_s, baseline_run_s=standing.base.run_s)
         run_line = next((line for line in lines if line.startswith("run time")), None)
         if run_line:
             tags["autotune.run_time"] = run_line
         if best.bottleneck is not None and best.bottleneck.efficiency is not None:
             metrics["best_efficiency"] = best.bottleneck.efficiency
-        if win.loss_excess is not None and win is not found.base:  # (the baseline is judged against itself)
+        if win.loss_excess is not None and win is not standing.base:  # (the baseline is judged against itself)
             metrics["best_loss_excess"] = win.loss_excess
         tags.update(
             {
@@ -162,7 +162,7 @@ def parent_record(
         )
     profiled, traces = parent_figures(study.user_attrs.get(PROFILE_ATTR) or {})
     metrics.update(profiled)
-    winners = {r.number for r in found.decision.winner.runs} if found.decision.winner else set()
+    winners = {r.number for r in standing.decision.winner.runs} if standing.decision.winner else set()
     # The runs page shows names by default: each says how its trial ended, and which won
     runs = {
         r.run_id: {

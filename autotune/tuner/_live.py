@@ -156,21 +156,21 @@ class Board:
         if line is not None:
             line.outcome = "warmup" if index is None else f"window {index + 1}"
 
-    def done(self, row: TrialRow, found: Standing, seconds_left: float = 0.0) -> None:
+    def done(self, row: TrialRow, standing: Standing, seconds_left: float = 0.0) -> None:
         key = self._row_of.pop(row.number, row.number)
         self.since.pop(row.number, None)
         self.ends = time.monotonic() + seconds_left if seconds_left else None
         line = self.lines.setdefault(key, Line(key))
-        base = found.base.first if found.base else None
+        base = standing.base.first if standing.base else None
         if base is not None:
             self._base = base.config
         line.outcome = outcome_of(row)
-        group = next((g for g in found.groups if g.first.number == key), None)
+        group = next((g for g in standing.groups if g.first.number == key), None)
         # its runs that ended, earlier invocations' included (a resumed study's)
         line.runs = sum(1 for r in group.runs if r.outcome not in UNFINISHED) if group else line.runs + 1
-        speedup = found.speedup(group) if group is not None and group.rates else None
+        speedup = standing.speedup(group) if group is not None and group.rates else None
         if speedup is None:  # not believed (yet): its own figure (over the baseline's median), marked
-            own = next((r.speedup for r in found.rows if r.number == row.number), None) or row.speedup
+            own = next((r.speedup for r in standing.rows if r.number == row.number), None) or row.speedup
             line.speedup = f"({own:.2f}x)" if own else ""
         else:
             line.speedup = f"{speedup:.2f}x"
@@ -184,10 +184,10 @@ class Board:
         if base is not None:  # (a re-run runs its trial's config unchanged: the same knobs)
             line.knobs = changed(row.config, base.config) if key != base.number else ""
             line.why = "baseline" if key == base.number else line.why
-        win = found.decision.winner
+        win = standing.decision.winner
         for each in self.lines.values():
             each.best = win is not None and each.number == win.first.number
-        speedup = found.speedup(win) if win else None
+        speedup = standing.speedup(win) if win else None
         self.best = f"best {speedup:.2f}x (trial {win.first.number})" if win and speedup else ""
 
     def table(self, width: int, last: int | None = None) -> list[tuple[str, bool]]:
@@ -242,22 +242,22 @@ def fit(line: str, width: int) -> str:
     return line if len(line) <= width else line[: max(width - 1, 0)] + "…"
 
 
-def short_summary(name: str, found: Standing, store: Path) -> list[str]:
+def short_summary(name: str, standing: Standing, store: Path) -> list[str]:
     """The summary the live view ends with, in at most ``SUMMARY_LINES`` lines: the winner and its
     gain in wall time, the spread, what limits it, its config, the export and the next commands
     (``autotune._terminal.summary_lines``: every line, with ``-v`` or without a terminal)."""
     from autotune.tuner._loss_lines import to_loss_of
     from autotune.tuner._standing import findings
 
-    first, *rest = findings(found)
-    win, base = found.decision.winner, found.base
+    first, *rest = findings(standing)
+    win, base = standing.decision.winner, standing.base
     if win is None:
         return [f"study {name}: {first}"]
     keep = ("no config beat", "not ranked", "unreliable")
-    if base is None or win is base or not found.speedup(win) or to_loss_of(win):  # findings says it best
+    if base is None or win is base or not standing.speedup(win) or to_loss_of(win):  # findings says it best
         lines = [f"best: {first}"]
     else:
-        lines = [_gain(win, base, found)]
+        lines = [_gain(win, base, standing)]
     lines += [line for line in rest if line.startswith(("runs:", *keep))]
     if win.lead.bottleneck is not None:
         lines.append(f"limit: {win.lead.bottleneck.why.partition('; ')[0]}")  # (the rest: which bounds went unused)
@@ -271,9 +271,9 @@ def short_summary(name: str, found: Standing, store: Path) -> list[str]:
     return lines[:SUMMARY_LINES]
 
 
-def _gain(win: Group, base: Group, found: Standing) -> str:
+def _gain(win: Group, base: Group, standing: Standing) -> str:
     """The winner's gain as the time a training takes: its whole run's, else the same samples'."""
-    speedup = found.speedup(win) or 1.0  # (the caller checked it has one)
+    speedup = standing.speedup(win) or 1.0  # (the caller checked it has one)
     spread = win.spread if win.confirmed else win.lead.metrics.get("samples_per_s_spread", 0.0)
     if win.run_s and base.run_s:
         said = f"its whole run in {win.run_s:.1f} s against {base.run_s:.1f} s as written"

@@ -22,12 +22,12 @@ if TYPE_CHECKING:
     from autotune.tuner._standing import Standing
 
 
-def own_precision_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
+def own_precision_hold(standing: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
     """``amp`` not drawn once a trial saw that the script uses its own autocast or GradScaler: its
     own precision is what runs whatever the knob says (``autotune.training._outside_amp``)."""
     if "amp" not in space.domains:
         return {}, None
-    own = next((r.dataset["amp_own"] for r in found.rows if r.dataset.get("amp_own")), None)
+    own = next((r.dataset["amp_own"] for r in standing.rows if r.dataset.get("amp_own")), None)
     if own is None:
         return {}, None
     return {"amp": None}, Line(
@@ -37,11 +37,11 @@ def own_precision_hold(found: Standing, space: Space) -> tuple[dict[str, Any], L
     )
 
 
-def own_compile_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
+def own_compile_hold(standing: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
     """``compile`` not drawn once a trial saw that the script compiles its model itself: the trial
     holds the knob and the script's own compile runs (``autotune.training._outside_model``), so
     every drawn value would run the same."""
-    if "compile" not in space.domains or not any(r.dataset.get("compile_own") for r in found.rows):
+    if "compile" not in space.domains or not any(r.dataset.get("compile_own") for r in standing.rows):
         return {}, None
     return {"compile": None}, Line(
         "compile not tuned: your script compiles its model itself (torch.compile), and its own compile is what runs",
@@ -49,15 +49,15 @@ def own_compile_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Lin
     )
 
 
-def compile_hold(found: Standing, space: Space, horizon_h: float) -> tuple[dict[str, Any], Line | None]:
+def compile_hold(standing: Standing, space: Space, horizon_h: float) -> tuple[dict[str, Any], Line | None]:
     """``compile`` held at off once a compiled trial showed that compiling cannot pay back within
     ``horizon_h`` hours of production: it ran past --compile-timeout, it ran no faster than the
     baseline, or its cost over the time it saves per second of training is past the horizon.
     Measured once per study: the first compiled trials decide for every config after them."""
-    base = found.base.loop_median if found.base is not None else None  # (the loop's: compiling is kept out)
+    base = standing.base.loop_median if standing.base is not None else None  # (the loop's: compiling is kept out)
     if "compile" not in space.domains or not base:
         return {}, None
-    compiled = [r for r in found.rows if r.config.get("compile") not in (None, "off")]
+    compiled = [r for r in standing.rows if r.config.get("compile") not in (None, "off")]
     stuck = next((r for r in compiled if r.outcome == "timeout" and "compile_unfinished_s" in r.metrics), None)
     if stuck is not None:
         why = f"compiling ran past --compile-timeout in trial {stuck.number}"
@@ -80,7 +80,7 @@ def compile_hold(found: Standing, space: Space, horizon_h: float) -> tuple[dict[
     return {"compile": "off"}, Line(f"compile held at off: {why}", "compile-hold")
 
 
-def amp_hold(found: Standing, space: Space, max_load: float, max_spread: float) -> tuple[dict[str, Any], str | None]:
+def amp_hold(standing: Standing, space: Space, max_load: float, max_spread: float) -> tuple[dict[str, Any], str | None]:
     from autotune.tuner._precision import KNOB, precision_hold
 
     domain = space.domains.get(KNOB)
@@ -90,13 +90,13 @@ def amp_hold(found: Standing, space: Space, max_load: float, max_spread: float) 
     def believed(row: TrialRow) -> bool:  # a pruned or diverged figure was never doubted: judge it here
         return row.doubt is None and doubt(row.metrics, "", max_load, max_spread) is None
 
-    hold = precision_hold(found.rows, domain.values(), believed)
+    hold = precision_hold(standing.rows, domain.values(), believed)
     return ({}, None) if hold is None else ({KNOB: hold.value}, hold.why)
 
 
-def model_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
+def model_hold(standing: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
     tuned = [name for name in MODEL_KNOBS if name in space.domains]
-    base = found.base.first if found.base else None
+    base = standing.base.first if standing.base else None
     if not tuned or base is None or not base.config or any(name in base.config for name in MODEL_KNOBS):
         return {}, None
     return dict.fromkeys(tuned), Line(

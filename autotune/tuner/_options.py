@@ -133,8 +133,8 @@ class Reporter:
     def event(self, event: Mapping[str, Any]) -> None:
         """An event from a running worker (``event["trial"]`` says whose)."""
 
-    def trial_done(self, row: TrialRow, found: Standing, seconds_left: float) -> None:
-        """A trial ended; ``found`` is the study's standing with it (its winner so far)."""
+    def trial_done(self, row: TrialRow, standing: Standing, seconds_left: float) -> None:
+        """A trial ended; ``standing`` is the study's standing with it (its winner so far)."""
         figures = [
             f"{row.samples_per_s:,.1f} samples/s" if row.samples_per_s else "",
             f"{row.speedup:.2f}x the baseline" if row.speedup else "",

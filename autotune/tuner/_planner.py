@@ -73,13 +73,13 @@ class Failed:
     row: TrialRow
 
 
-def without_baseline(found: Standing, watched: int | None) -> Wait | Failed | Request:
+def without_baseline(standing: Standing, watched: int | None) -> Wait | Failed | Request:
     """What a tuner does while the study has no complete baseline (every trial's divergence
     check and speedup need one) and none was left for it to claim: wait for the one another
     tuner or slot runs; stop, when the one it ``watched`` ended otherwise than interrupted;
     else ask for it again (an older study, or the tuner that owed it died)."""
-    baselines = [r for r in found.rows if r.kind is Kind.BASELINE]
-    pending = [r for r in found.rows if r.outcome in UNFINISHED and r.baseline]
+    baselines = [r for r in standing.rows if r.kind is Kind.BASELINE]
+    pending = [r for r in standing.rows if r.outcome in UNFINISHED and r.baseline]
     if pending:
         return Wait(pending[-1].number)
     if watched is not None and baselines and baselines[-1].outcome != Outcome.INTERRUPTED.value:
@@ -87,13 +87,13 @@ def without_baseline(found: Standing, watched: int | None) -> Wait | Failed | Re
     return baseline_request(len(baselines))
 
 
-def after_trial(row: TrialRow, found: Standing, settings: Settings) -> list[Decision]:
+def after_trial(row: TrialRow, standing: Standing, settings: Settings) -> list[Decision]:
     """What this trial's end asks for, in order (see the module)."""
-    decisions = [owed_again(row, found), measure_again(row, settings.remeasure)]
+    decisions = [owed_again(row, standing), measure_again(row, settings.remeasure)]
     if row.kind.explores and (row.outcome == Outcome.DIVERGED.value or slow_learner(row)):
-        decisions.append(retry_lr(row, found, settings.space, settings.trials_left))
+        decisions.append(retry_lr(row, standing, settings.space, settings.trials_left))
     if row.kind.explores and row.reliable and settings.trials_left:
-        decisions.append(climb(row, found, settings.space, settings.cpus))
+        decisions.append(climb(row, standing, settings.space, settings.cpus))
     if row.kind is Kind.BASELINE and row.measured:
         decisions.append(baseline_curve(row, settings.tolerance, settings.windows))
     decisions.append(loss_unit(row))
@@ -111,12 +111,12 @@ def loss_unit(row: TrialRow) -> Line | None:
     )
 
 
-def owed_again(row: TrialRow, found: Standing) -> Request | None:
+def owed_again(row: TrialRow, standing: Standing) -> Request | None:
     """An interrupted baseline or re-run, owed to the study again (a sampled trial is not)."""
     if row.outcome != Outcome.INTERRUPTED.value:
         return None
     if row.kind is Kind.BASELINE:
-        return baseline_request(sum(1 for r in found.rows if r.kind is Kind.BASELINE))
+        return baseline_request(sum(1 for r in standing.rows if r.kind is Kind.BASELINE))
     if row.kind.repeats:
         return Request(row.kind, row.sampled, row.of, baseline=row.baseline, attempt=row.remeasure)
     return None
@@ -184,7 +184,7 @@ def slow_learner(row: TrialRow) -> bool:
     )
 
 
-def retry_lr(row: TrialRow, found: Standing, space: Space, trials_left: bool) -> Decision | None:
+def retry_lr(row: TrialRow, standing: Standing, space: Space, trials_left: bool) -> Decision | None:
     """A drawn config judged diverged (or, at a larger batch, complete but a ``slow_learner``)
     that ran faster than the best so far: its config again
     with the next ``lr_scaling`` (``autotune.core._guard.lr_retry``), while this tuner has trials
@@ -200,8 +200,8 @@ def retry_lr(row: TrialRow, found: Standing, space: Space, trials_left: bool) ->
     """
     domain = space.domains.get("lr_scaling")
     rate, size = row.rate, row.config.get("batch_size")  # (as it ranks before time to loss: a whole run's)
-    base = found.base.median if found.base and found.base.rates else None
-    winner = found.decision.winner
+    base = standing.base.median if standing.base and standing.base.rates else None
+    winner = standing.decision.winner
     best = winner.ranked_median if winner is not None and winner.ranked else base
     if (
         not isinstance(domain, Choice)
@@ -215,7 +215,9 @@ def retry_lr(row: TrialRow, found: Standing, space: Space, trials_left: bool) ->
         return None
     first = row.of if row.kind is Kind.RETRY else row.number
     tried = {
-        r.sampled.get("lr_scaling") for r in found.rows if r.number == first or (r.kind is Kind.RETRY and r.of == first)
+        r.sampled.get("lr_scaling")
+        for r in standing.rows
+        if r.number == first or (r.kind is Kind.RETRY and r.of == first)
     }
     scaling = row.sampled.get("lr_scaling")
     step = lr_retry(
@@ -234,7 +236,7 @@ def retry_lr(row: TrialRow, found: Standing, space: Space, trials_left: bool) ->
         f"with lr_scaling {scaling}, but ran at {rate:,.0f} samples/s{' over its whole run' if row.run_s else ''}, "
         f"past the best so far ({best:,.0f})"
     )
-    other = next((r for r in found.rows if r.sampled == wanted), None)
+    other = next((r for r in standing.rows if r.sampled == wanted), None)
     if other is not None:
         return Line(
             f"{said}; its config with lr_scaling {step} "
@@ -249,7 +251,7 @@ def retry_lr(row: TrialRow, found: Standing, space: Space, trials_left: bool) ->
     )
 
 
-def climb(row: TrialRow, found: Standing, space: Space, cpus: int) -> Request | None:
+def climb(row: TrialRow, standing: Standing, space: Space, cpus: int) -> Request | None:
     """A leading trial that still waits on data with fewer workers than could help: its
     config again with more (``autotune.tuner._worker_climb.more_workers``), or at the next smaller
     batch size where it has a worker per batch already; once per trial, however many
@@ -258,18 +260,18 @@ def climb(row: TrialRow, found: Standing, space: Space, cpus: int) -> Request | 
     domain = domains.get("num_workers")
     if not isinstance(domain, IntRange):
         return None
-    base, samples = base_batch_size(found), epoch_samples(found.rows)
+    base, samples = base_batch_size(standing), epoch_samples(standing.rows)
     drawn = row.sampled.get("batch_size")
     useful = useful_workers(drawn, base, samples)
     persist = domains.get("persistent_workers")
     below = smaller_batch(drawn, base, domains.get("batch_size"))
     smaller = None if below is None else (below, useful_workers(below, base, samples))
-    high = 1 if duplicating(found.rows) else domain.high  # (a stream every worker yields whole)
+    high = 1 if duplicating(standing.rows) else domain.high  # (a stream every worker yields whole)
     more = more_workers(
         row,
-        found.rows,
-        found.ceilings,
-        found.ceilings.cpus or cpus,
+        standing.rows,
+        standing.ceilings,
+        standing.ceilings.cpus or cpus,
         high,
         useful,
         can_persist=isinstance(persist, Choice) and True in persist.choices,
@@ -279,7 +281,7 @@ def climb(row: TrialRow, found: Standing, space: Space, cpus: int) -> Request | 
         return None
     # (an epoch's batches at the batch size it runs at: its own, or the smaller one)
     params = climbed(row.sampled, more, useful if more.batch_size is None or smaller is None else smaller[1])
-    if any(r.sampled == params for r in found.rows):
+    if any(r.sampled == params for r in standing.rows):
         return None  # drawn already
     kind = Kind.MORE_WORKERS if more.batch_size is None else Kind.SMALLER_BATCH
     return Request(kind, params, row.number, more.why, once=f"more-workers-{row.number}", enqueue_params=True)
@@ -325,12 +327,12 @@ class Round:
     why: str
 
 
-def confirmation(found: Standing, runs: int) -> Round:
+def confirmation(standing: Standing, runs: int) -> Round:
     """The re-runs that give the top configs and the baseline ``1 + runs`` believed runs each
     (``autotune.tuner._confirm.plan``), in turns. The round is named after the configs run so far,
     the same for every tuner that gets here, and re-runs already enqueued or running count."""
-    firsts = {g.first.number: g.first for g in found.groups}
-    numbers = plan(found.groups, runs)
+    firsts = {g.first.number: g.first for g in standing.groups}
+    numbers = plan(standing.groups, runs)
     requests = tuple(Request(Kind.CONFIRM, firsts[n].sampled, n, baseline=firsts[n].baseline) for n in numbers)
     why = (
         (
@@ -340,4 +342,4 @@ def confirmation(found: Standing, runs: int) -> Round:
         if numbers
         else ""
     )
-    return Round(f"confirm-after-{len(found.groups)}", requests, why)
+    return Round(f"confirm-after-{len(standing.groups)}", requests, why)

@@ -32,24 +32,24 @@ PROFILE_ATTR = "profile"
 TRACE_NAME = "{role}.pt.trace.json.gz"
 
 
-def profile_plan(found: Standing, nproc: int = 1) -> tuple[list[tuple[str, int, dict[str, Any]]], str | None]:
+def profile_plan(standing: Standing, nproc: int = 1) -> tuple[list[tuple[str, int, dict[str, Any]]], str | None]:
     """Which configs to profile, as ``(role, trial, sampled config)``: the baseline's, and the
     winner's where the study has one other than the baseline; or why none (a reason to say).
 
     >>> profile_plan(None)
     ([], 'no profile: the study has no baseline figure')
     """
-    if found is None or found.base is None or not found.base.rates:
+    if standing is None or standing.base is None or not standing.base.rates:
         return [], "no profile: the study has no baseline figure"
     if nproc > 1:
         return [], (
             f"no profile on {nproc} ranks: each rank would trace itself into one file "
             "(profile a single rank's run with --nproc-per-node 1)"
         )
-    plan: list[tuple[str, int, dict[str, Any]]] = [("baseline", found.base.first.number, {})]
-    winner = found.decision.winner
-    if winner is not None and winner is not found.base and found.best is not None:
-        plan.append(("winner", found.best.number, dict(found.best.sampled)))
+    plan: list[tuple[str, int, dict[str, Any]]] = [("baseline", standing.base.first.number, {})]
+    winner = standing.decision.winner
+    if winner is not None and winner is not standing.base and standing.best is not None:
+        plan.append(("winner", standing.best.number, dict(standing.best.sampled)))
     return plan, None
 
 
@@ -72,8 +72,8 @@ def profile_budget(budget: Budget, marks: Sequence[int] = ()) -> Budget:
     )
 
 
-def run_profiles(runner: Any, found: Standing) -> dict[str, Any]:
-    """Run the profile runs of ``found`` (``profile_plan``) with ``--profile on``, when the study
+def run_profiles(runner: Any, standing: Standing) -> dict[str, Any]:
+    """Run the profile runs of ``standing`` (``profile_plan``) with ``--profile on``, when the study
     was not interrupted, if this tuner (``runner``, an ``autotune.tuner._study.StudyRunner``) is the
     last one running it; keep and say what they found. Returns it, by role (empty: none ran)."""
     if not runner.options.profile or runner.scheduler.signum:
@@ -87,7 +87,7 @@ def run_profiles(runner: Any, found: Standing) -> dict[str, Any]:
         # were it the first by identity, leave the profile runs to it; nobody would run them.
         runner.registry.enter(TunerPhase.DONE)
         return {}
-    plan, why = profile_plan(found, runner.options.nproc_per_node)
+    plan, why = profile_plan(standing, runner.options.nproc_per_node)
     if why:
         runner.reporter.note(why)
         return {}
@@ -95,13 +95,13 @@ def run_profiles(runner: Any, found: Standing) -> dict[str, Any]:
     kept: dict[str, Any] = {}
     began = time.monotonic()
     for role, number, sampled in plan:
-        found_here = _profile_run(runner, found, role, number, sampled, folder)
+        found_here = _profile_run(runner, standing, role, number, sampled, folder)
         if found_here is not None:
             kept[role] = found_here
     for role, again in expandable_plan(kept, plan):
         found_here = _profile_run(
             runner,
-            found,
+            standing,
             again,
             kept[role]["trial"],
             {**dict(next(s for r, _, s in plan if r == role)), "cuda_alloc_conf": EXPANDABLE},
@@ -123,20 +123,20 @@ def run_profiles(runner: Any, found: Standing) -> dict[str, Any]:
 
 
 def _profile_run(
-    runner: Any, found: Standing, role: str, number: int, sampled: Mapping[str, Any], folder: Path
+    runner: Any, standing: Standing, role: str, number: int, sampled: Mapping[str, Any], folder: Path
 ) -> dict[str, Any] | None:
     """One profile run of trial ``number``'s ``sampled`` config as ``role``; what it found (None:
     it wrote no trace, and the terminal says why)."""
     options, slot = runner.options, runner.slots[0]
     started = time.monotonic()
     trace = folder / TRACE_NAME.format(role=role)
-    marks = found.base.first.shape.get("marks", ()) if found.base else ()
+    marks = standing.base.first.shape.get("marks", ()) if standing.base else ()
     spec = TrialSpec(
         options.target,
         Config(**sampled),
         slot.device,
         profile_budget(options.budget, marks),
-        seed=found.seed(options.seed),
+        seed=standing.seed(options.seed),
         cpus=slot.cpus,
         argv=options.argv,
         trace=str(trace),

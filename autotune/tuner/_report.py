@@ -40,7 +40,7 @@ td.reason { min-width: 22em; }
 
 def report_html(
     name: str,
-    found: Standing,
+    standing: Standing,
     fingerprint: Mapping[str, Any] | None = None,
     profile: Mapping[str, Any] | None = None,
     throughput: bytes | None = None,
@@ -50,7 +50,7 @@ def report_html(
     ``throughput``: the samples/s plot as PNG, if the caller rendered it already (``throughput_png``)."""
     from autotune.tuner._standing import findings
 
-    rows, best, base = found.rows, found.best, found.base
+    rows, best, base = standing.rows, standing.best, standing.base
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>autotune: study {_e(name)}</title>"
         f"<style>{_STYLE}</style></head><body>",
@@ -58,7 +58,7 @@ def report_html(
         f"<p class='dim'>measured on {_e((fingerprint or {}).get('summary', 'an unknown machine'))}; "
         f"{len(rows)} trial{'s' if len(rows) != 1 else ''}</p>",
         "<h2 id='findings'>What it found</h2><ul class='findings'>",
-        *(f"<li>{_e(line)}</li>" for line in findings(found)),
+        *(f"<li>{_e(line)}</li>" for line in findings(standing)),
         "</ul>",
     ]
     if best is not None and base is not None and base.rates:
@@ -73,9 +73,9 @@ def report_html(
         parts.append(step_parts_html(profile))
     parts += [
         "<h2 id='throughput'>samples/s per trial</h2>",
-        _img(throughput or throughput_png(name, found), "samples/s per trial"),
+        _img(throughput or throughput_png(name, standing), "samples/s per trial"),
         "<h2 id='trials'>Every trial</h2>",
-        _trials_table(found),
+        _trials_table(standing),
     ]
     effects = knob_effects(rows)
     if effects:
@@ -192,10 +192,10 @@ def knob_effects(rows: Sequence[TrialRow]) -> dict[str, list[tuple[str, float, i
     return effects
 
 
-def _trials_table(found: Standing) -> str:
-    best = found.best
-    rows = found.rows
-    keys, first_of = found.varied_knobs(), found.first_of
+def _trials_table(standing: Standing) -> str:
+    best = standing.best
+    rows = standing.rows
+    keys, first_of = standing.varied_knobs(), standing.first_of
     # the reason beside its outcome, before the figures and the knob columns: why a trial
     # failed, was pruned or distorted is what a reader of a failed row looks for first
     head = ["#", "outcome", "reason", "samples/s", "speedup", "loss", "bound", "data wait", *keys]
@@ -268,12 +268,12 @@ def _loss_figure(base: TrialRow, best: TrialRow):
     return fig
 
 
-def throughput_png(name: str, found: Standing) -> bytes:
+def throughput_png(name: str, standing: Standing) -> bytes:
     """The samples/s plot (``throughput_figure``) as PNG: rendered once per finish, it goes both into
     the report and to the parent run (its rendering is most of what closing a study costs the tuner)."""
     from autotune.tuner._standing import throughput_figure
 
-    return _png(throughput_figure(name, found))
+    return _png(throughput_figure(name, standing))
 
 
 def _png(fig) -> bytes:

@@ -40,12 +40,12 @@ if TYPE_CHECKING:
     from autotune.tuner._standing import Standing
 
 
-def base_batch_size(found: Standing) -> int | None:
+def base_batch_size(standing: Standing) -> int | None:
     """The batch size the user's code passes (every trial's loader reports the same)."""
-    return next((r.base_batch_size for r in found.rows if r.base_batch_size), None)
+    return next((r.base_batch_size for r in standing.rows if r.base_batch_size), None)
 
 
-def space_now(space: Space, found: Standing, cpus: int, ram_budget: int | None) -> tuple[Space, Line | None]:
+def space_now(space: Space, standing: Standing, cpus: int, ram_budget: int | None) -> tuple[Space, Line | None]:
     """``space``, with an ``auto`` worker range widened as far as the measured loaders ask
     (``autotune.tuner._loader_workers.widened_range``), and the line that says so (said once per range)."""
     domain = space.domains.get("num_workers")
@@ -53,7 +53,7 @@ def space_now(space: Space, found: Standing, cpus: int, ram_budget: int | None) 
         return space, None
     # At the space's smallest batch size an epoch has the most batches: no more workers help.
     epoch = {}
-    samples, base = epoch_samples(found.rows), base_batch_size(found)
+    samples, base = epoch_samples(standing.rows), base_batch_size(standing)
     sizes = space.domains.get("batch_size")
     counts = {b: useful_workers(b, base, samples) for b in (sizes.values() if sizes else (None,))}
     known = {b: n for b, n in counts.items() if n}
@@ -63,9 +63,9 @@ def space_now(space: Space, found: Standing, cpus: int, ram_budget: int | None) 
     wider = widened_range(
         domain.high,
         domain.low,
-        [r for r in found.rows if r.measured],
-        found.ceilings,
-        found.ceilings.cpus or cpus,
+        [r for r in standing.rows if r.measured],
+        standing.ceilings,
+        standing.ceilings.cpus or cpus,
         ram_budget,
         also=epoch,
     )
@@ -74,15 +74,15 @@ def space_now(space: Space, found: Standing, cpus: int, ram_budget: int | None) 
     return space.with_high("num_workers", wider.high), Line(wider.why, f"workers-{wider.high}")
 
 
-def draw_caps(found: Standing, space: Space, say: Callable[[Line], None]) -> Cap | None:
+def draw_caps(standing: Standing, space: Space, say: Callable[[Line], None]) -> Cap | None:
     """Draw ``num_workers`` only up to the batches of an epoch at the batch size drawn
     (a worker makes whole batches; ``Run.dataloader`` would clamp the rest), and
     ``prefetch_factor`` only up to the batches each of those workers has in an epoch
     (the loader asks for at most an epoch's batches ahead). ``say`` hears each cap that
     bites, as a line to say once. None before any trial reported its epoch."""
-    samples, base = epoch_samples(found.rows), base_batch_size(found)
-    duplicated = duplicating(found.rows)
-    broke = _broke_caps(found, space)
+    samples, base = epoch_samples(standing.rows), base_batch_size(standing)
+    duplicated = duplicating(standing.rows)
+    broke = _broke_caps(standing, space)
     if samples is None and duplicated is None and not broke:
         return None
 
@@ -161,7 +161,7 @@ class Holds:
 
 
 def holds(
-    found: Standing,
+    standing: Standing,
     space: Space,
     settled_by: int | None,
     max_load: float,
@@ -173,17 +173,17 @@ def holds(
     ``amp``. ``settled_by``: the trial whose loader hold was last said (None: none);
     ``horizon_h``: the hours production trains for (compile must pay back within them);
     ``learnt``: knob -> line, knobs an earlier study found to break the code (a warm start's)."""
-    model, model_line = model_hold(found, space)
+    model, model_line = model_hold(standing, space)
     if not model:
-        model, model_line = own_compile_hold(found, space)
+        model, model_line = own_compile_hold(standing, space)
     if not model:
-        model, model_line = compile_hold(found, space, horizon_h)
-    fused, fused_line = _fused_hold(found, space)
-    no_loader, no_loader_line = _no_loader_hold(found, space)
-    own, own_line = own_precision_hold(found, space)
-    order, order_line = _order_hold(found, space)
-    loader, settled, loader_line = _loader_hold(found, space, settled_by)
-    precision, precision_why = amp_hold(found, space, max_load, max_spread)
+        model, model_line = compile_hold(standing, space, horizon_h)
+    fused, fused_line = _fused_hold(standing, space)
+    no_loader, no_loader_line = _no_loader_hold(standing, space)
+    own, own_line = own_precision_hold(standing, space)
+    order, order_line = _order_hold(standing, space)
+    loader, settled, loader_line = _loader_hold(standing, space, settled_by)
+    precision, precision_why = amp_hold(standing, space, max_load, max_spread)
     lines = [line for line in (model_line, fused_line, no_loader_line, own_line, order_line, loader_line) if line]
     if own:
         precision, precision_why = own, None
@@ -191,60 +191,60 @@ def holds(
         lines.append(Line(precision_why, f"precision-{precision['amp']}"))
     held = {**model, **fused, **order, **loader, **no_loader, **precision}
     why = {"amp": precision_why} if precision_why else {}
-    for knob, (value, line) in _broke_holds(found, space, learnt).items():
+    for knob, (value, line) in _broke_holds(standing, space, learnt).items():
         if knob not in held:  # (a hold above says its own reason)
             held[knob], why[knob] = value, line
             lines.append(Line(line, f"broke-{knob}"))
-    for knob, (value, line) in _loss_holds(found, space, max_load, max_spread).items():
+    for knob, (value, line) in _loss_holds(standing, space, max_load, max_spread).items():
         if knob not in held:  # (a hold above says its own reason)
             held[knob], why[knob] = value, line
             lines.append(Line(line, f"lost-{knob}-{show_value(value)}"))
     return Holds(held, why, tuple(lines), settled)
 
 
-def _broke_holds(found: Standing, space: Space, learnt: Mapping[str, str] | None) -> dict[str, tuple[Any, str]]:
+def _broke_holds(standing: Standing, space: Space, learnt: Mapping[str, str] | None) -> dict[str, tuple[Any, str]]:
     """Knobs held at the code's own after a value of theirs broke it (``autotune.tuner._broke``)."""
     from autotune.tuner._broke import broke_holds, broken
 
-    if found.base is None:
+    if standing.base is None:
         return {}
     learnt = {k: v for k, v in (learnt or {}).items() if k in space.domains}
-    return broke_holds(broken(found.rows, space.domains, found.base.first.config), learnt)
+    return broke_holds(broken(standing.rows, space.domains, standing.base.first.config), learnt)
 
 
-def _broke_caps(found: Standing, space: Space) -> dict[str, tuple[int, str]]:
+def _broke_caps(standing: Standing, space: Space) -> dict[str, tuple[int, str]]:
     """Int knobs drawn below a value that broke the code (``autotune.tuner._broke.broke_caps``)."""
     from autotune.tuner._broke import broke_caps, broken
 
     ints = [name for name, domain in space.domains.items() if isinstance(domain, IntRange)]
-    if found.base is None or not ints:
+    if standing.base is None or not ints:
         return {}
-    return broke_caps(broken(found.rows, space.domains, found.base.first.config), found.rows, ints)
+    return broke_caps(broken(standing.rows, space.domains, standing.base.first.config), standing.rows, ints)
 
 
-def _loss_holds(found: Standing, space: Space, max_load: float, max_spread: float) -> dict[str, tuple[Any, str]]:
+def _loss_holds(standing: Standing, space: Space, max_load: float, max_spread: float) -> dict[str, tuple[Any, str]]:
     """Knobs held after one clear loss of each other value (``autotune.tuner._one_loss``)."""
     from autotune.tuner._one_loss import clear_losses, loss_holds
 
     choices = {name: domain.values() for name, domain in space.domains.items() if isinstance(domain, Choice)}
-    if found.base is None or not choices:
+    if standing.base is None or not choices:
         return {}
     losses = clear_losses(
-        found.rows,
-        found.base.loop_median,
+        standing.rows,
+        standing.base.loop_median,
         space.domains,
-        found.base.first.config,
+        standing.base.first.config,
         lambda row: row.doubt is None and doubt(row.metrics, "", max_load, max_spread) is None,
     )
     return loss_holds(losses, choices)
 
 
-def _fused_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
+def _fused_hold(standing: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
     """``fused_optimizer`` not drawn once a trial saw that none of the code's optimizers takes
     ``fused=`` (Adadelta, LBFGS, ...): it would change nothing, and a config saying it is on would be untrue."""
     if FUSED not in space.domains:
         return {}, None
-    built = next((r.dataset["optimizers"] for r in found.rows if r.dataset.get("optimizers")), None)
+    built = next((r.dataset["optimizers"] for r in standing.rows if r.dataset.get("optimizers")), None)
     if not built or any(built.values()):
         return {}, None
     names = ", ".join(built)
@@ -254,10 +254,10 @@ def _fused_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | N
     )
 
 
-def _no_loader_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
+def _no_loader_hold(standing: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
     """The loader's and the transfer's knobs not drawn once a trial saw a loop that takes no batch
     from a DataLoader (``autotune.worker._loaderless``): none of them would reach it."""
-    if not any(r.dataset.get("loaderless") for r in found.rows):
+    if not any(r.dataset.get("loaderless") for r in standing.rows):
         return {}, None
     names = [n for n in space.domains if KNOBS[n].stage in (Stage.DATALOADER, Stage.TRANSFER)]
     if not names:
@@ -269,10 +269,10 @@ def _no_loader_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line
     )
 
 
-def _order_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
+def _order_hold(standing: Standing, space: Space) -> tuple[dict[str, Any], Line | None]:
     """``in_order`` not drawn once a trial saw that the training loader does not shuffle: its
     order may mean something (a curriculum, a stream's sequence), and the loader keeps it."""
-    if "in_order" not in space.domains or not any(r.dataset.get("shuffles") is False for r in found.rows):
+    if "in_order" not in space.domains or not any(r.dataset.get("shuffles") is False for r in standing.rows):
         return {}, None
     return {"in_order": None}, Line(
         "in_order not tuned: your training loader does not shuffle, so the order of its batches is kept", "in-order"
@@ -280,11 +280,11 @@ def _order_hold(found: Standing, space: Space) -> tuple[dict[str, Any], Line | N
 
 
 def _loader_hold(
-    found: Standing, space: Space, settled_by: int | None
+    standing: Standing, space: Space, settled_by: int | None
 ) -> tuple[dict[str, Any], int | None, Line | None]:
     """The loader-only knobs held at the best trial's values once it is compute-bound at high
     efficiency (``held_loader_knobs``); the line when the hold starts, moves or is lifted."""
-    best = found.best
+    best = standing.best
     held = held_loader_knobs(best, space.domains)
     if held and best is not None and best.bottleneck is not None and best.number != settled_by:  # (held: both)
         knobs = ", ".join(f"{k}={'as in your code' if v is None else show_value(v)}" for k, v in held.items())

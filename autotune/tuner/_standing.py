@@ -72,7 +72,7 @@ class Standing:
         return group.ranked_median / self.base.ranked_median if self.base and self.base.rates and group.rates else None
 
 
-def standing(study: optuna.Study) -> Standing:
+def read_standing(study: optuna.Study) -> Standing:
     """Every trial as a row, grouped by config, and the winner (see ``Standing``)."""
     trials = study.get_trials(deepcopy=False)
     ceilings = Ceilings(entry for t in trials for entry in t.user_attrs.get(ATTR_CEILINGS, []))
@@ -144,7 +144,7 @@ def on_wall_time(
     return dataclasses.replace(row, wall_rate=rate)
 
 
-def throughput_figure(name: str, found: Standing):
+def throughput_figure(name: str, standing: Standing):
     """samples/s per trial, as a matplotlib figure: the baseline in gray, believed figures in blue,
     doubted (noisy, short) in orange, pruned in purple, diverged in red; trials with no figure (crashed, pruned
     early, timed out) as red crosses on the axis; the best so far as the median of the leading
@@ -159,7 +159,7 @@ def throughput_figure(name: str, found: Standing):
 
     fig = Figure(figsize=(8, 4.4), dpi=110)
     ax = fig.subplots()
-    rows = found.rows
+    rows = standing.rows
     PRUNED, DISTORTED = Outcome.PRUNED.value, Outcome.DISTORTED.value  # noqa: N806
     finished = [r for r in rows if r.outcome not in UNFINISHED]
     done = [r for r in finished if r.samples_per_s]
@@ -188,7 +188,7 @@ def throughput_figure(name: str, found: Standing):
             clip_on=False,
             label="no figure (" + ", ".join(sorted({r.outcome for r in failed})) + ")",
         )
-    group_of = found.first_of
+    group_of = standing.first_of
     runs: dict[int, list[float]] = {}
     xs, best = [], []
     for r in finished:
@@ -231,16 +231,16 @@ def _doubts(rows: list[TrialRow], numbers: bool = False, most: int = 4) -> str:
     return "; ".join(parts)
 
 
-def findings(found: Standing) -> list[str]:
+def findings(standing: Standing) -> list[str]:
     """What a study found, as plain lines: the export's header and the run's summary.
 
     The first line names the winner and its speedup (medians, with ± half the
     spread of its runs, or of its windows when it ran once); the next say how sure
     that is and what limits it.
     """
-    decision, base = found.decision, found.base
+    decision, base = standing.decision, standing.base
     win = decision.winner
-    doubted = [r for g in found.groups for r in g.doubted if not g.rates]
+    doubted = [r for g in standing.groups for r in g.doubted if not g.rates]
     if win is None:
         if not doubted:
             return ["no complete trial"]
@@ -263,7 +263,7 @@ def findings(found: Standing) -> list[str]:
             else f"{win.median / base.median:.2f}x its samples/s ({win.median:,.0f} vs {base.median:,.0f}"
         )
         lines = [
-            f"trial {win.first.number}, {found.speedup(win):.2f}x the baseline in time to its loss: "
+            f"trial {win.first.number}, {standing.speedup(win):.2f}x the baseline in time to its loss: "
             f"{measured}, ±{spread / 2:.0%}) at {to_loss_of(win):.2f}x the samples for the baseline's loss "
             f"(batch size {win.lead.config.get('batch_size')}, the code's {win.lead.base_batch_size})"
         ]
@@ -273,19 +273,19 @@ def findings(found: Standing) -> list[str]:
             if whole
             else f"{win.median:,.0f} vs {base.median:,.0f} samples/s"
         )
-        if whole and found.horizon_h and win.loop_median and base.loop_median:  # (ranked on the projection)
+        if whole and standing.horizon_h and win.loop_median and base.loop_median:  # (ranked on the projection)
             measured = (
-                f"in {found.horizon_h:g} h of production (--horizon): start-up + compile + the loop at "
+                f"in {standing.horizon_h:g} h of production (--horizon): start-up + compile + the loop at "
                 f"{win.loop_median:,.0f} vs {base.loop_median:,.0f} samples/s; {measured}"
             )
-        lines = [f"trial {win.first.number}, {found.speedup(win):.2f}x the baseline ({measured}, ±{spread / 2:.0%})"]
+        lines = [f"trial {win.first.number}, {standing.speedup(win):.2f}x the baseline ({measured}, ±{spread / 2:.0%})"]
     else:
         lines = [f"trial {win.first.number} (the baseline: your code as written), {_figure(win)}, ±{spread / 2:.0%}"]
     if decision.no_win and decision.fastest is not None:  # (a winner: there is a fastest)
         fastest = decision.fastest
         lines.append(
             f"no config beat the baseline beyond the run-to-run noise: the fastest, trial "
-            f"{fastest.first.number} ({found.speedup(fastest):.2f}x, {_runs(fastest)}), "
+            f"{fastest.first.number} ({standing.speedup(fastest):.2f}x, {_runs(fastest)}), "
             f"has runs as slow as the baseline's fastest"
         )
     if win.confirmed and (base is None or base.confirmed):
@@ -302,7 +302,7 @@ def findings(found: Standing) -> list[str]:
         )
     if doubted:
         lines.append(f"not ranked, figure not believed: {_doubts(doubted, numbers=True)}")
-    distorted = [r for r in found.rows if r.outcome == Outcome.DISTORTED.value]
+    distorted = [r for r in standing.rows if r.outcome == Outcome.DISTORTED.value]
     if distorted:  # their figures are another training's (autotune.worker._streams): the first one's why
         lines.append(
             f"not ranked, another training: trial{'s' if len(distorted) > 1 else ''} "
@@ -311,7 +311,7 @@ def findings(found: Standing) -> list[str]:
     loss = winner_loss_line(win)
     if loss is not None and win is not base:
         lines.append(loss + to_loss_clause(win))
-    lines += filter(None, [flat_runs(found.rows)])
+    lines += filter(None, [flat_runs(standing.rows)])
     if win.lead.bottleneck is not None:
         lines.append(f"bottleneck: {win.lead.bottleneck.why}")
         each = [r.bottleneck.efficiency for r in win.runs if r.reliable and r.bottleneck and r.bottleneck.efficiency]

@@ -44,7 +44,7 @@ from autotune.tuner._profiling import run_profiles
 from autotune.tuner._queue import claim, claim_waiting, write
 from autotune.tuner._recorder import Recorder
 from autotune.tuner._scheduler import Heartbeat, Scheduler
-from autotune.tuner._standing import Standing, standing
+from autotune.tuner._standing import Standing, read_standing
 from autotune.tuner._trial_steps import TrialSteps, recover
 from autotune.tuner._tuners import (
     HostRegistry,
@@ -170,7 +170,7 @@ class StudyRunner(TrialSteps):
                 self.reporter.note(f"killed {swept} trial process(es) that tuners now gone left on this host")
             with self.scheduler.signals(), Heartbeat(self.registry.beat, "this tuner", self.reporter.note):
                 self.scheduler.run(self._work)
-                run_profiles(self, standing(self.study))  # (--profile on, not interrupted, the last tuner)
+                run_profiles(self, read_standing(self.study))  # (--profile on, not interrupted, the last tuner)
         except BaseException as exc:  # the parent run must not stay RUNNING if this was its last tuner
             with contextlib.suppress(Exception):  # a store that is down must not hide why we stop
                 leave(self.registry, self._liveness, f"stopped: {exc!r}", self.recorder, killed=True)
@@ -192,22 +192,22 @@ class StudyRunner(TrialSteps):
     def _work(self, slot: Slot) -> None:
         """One slot's share of the work: trials of this tuner's own until ``options.trials``
         are taken, then (once every slot is done sampling) the confirmation re-runs."""
-        found = standing(self.study)
+        standing = read_standing(self.study)
         while (index := self.scheduler.take_own()) is not None:
-            trial = self._next_trial(found)
+            trial = self._next_trial(standing)
             if trial is None:
                 self.scheduler.give_back_own()
                 break
             own = not kind_of(trial.user_attrs).repeats
             if not own:  # a re-run that ask() handed out first: not one of this tuner's trials
                 self.scheduler.give_back_own()
-            found = self._trial_and_report(
-                trial, slot, found, index if own else 0, self.options.trials if own else 1, self._started
+            standing = self._trial_and_report(
+                trial, slot, standing, index if own else 0, self.options.trials if own else 1, self._started
             )
         if self.scheduler.interrupt.is_set():
             return
         self.scheduler.done_sampling(self._plan_confirmation)
-        self._confirm(slot, found)
+        self._confirm(slot, standing)
 
     def _plan_confirmation(self) -> None:
         """This tuner is done sampling: enter the confirmation, and plan its round if no other
@@ -221,14 +221,14 @@ class StudyRunner(TrialSteps):
                 f"of study {self.name}: the last one to finish plans the confirmation"
             )
         elif self.options.judge.confirm:
-            round_ = confirmation(standing(self.study), self.options.judge.confirm)
+            round_ = confirmation(read_standing(self.study), self.options.judge.confirm)
             if claim(self.study, round_.once):
                 for request in round_.requests:
                     write(self.study, request)
                 if round_.why:
                     self.reporter.note(round_.why)
 
-    def _next_trial(self, found: Standing) -> optuna.Trial | None:
+    def _next_trial(self, standing: Standing) -> optuna.Trial | None:
         """The next trial to run: the study's baseline while none has completed, else ``ask``'s
         (the queue first, then a draw). None once interrupted.
 
@@ -241,15 +241,15 @@ class StudyRunner(TrialSteps):
         """
         watched: int | None = None
         while not self.scheduler.interrupt.is_set():
-            if found.base is not None:
+            if standing.base is not None:
                 return self.study.ask()
             trial = claim_waiting(self.study, lambda t: bool(t.user_attrs.get(ATTR_BASELINE)))
             if trial is not None:
                 return trial
-            found = standing(self.study)  # what the claim found: another tuner or slot may have just taken it
-            if found.base is not None:
+            standing = read_standing(self.study)  # what the claim found: another tuner or slot may have just taken it
+            if standing.base is not None:
                 continue
-            step = without_baseline(found, watched)
+            step = without_baseline(standing, watched)
             if isinstance(step, Failed):
                 raise baseline_failed(step.row)
             if isinstance(step, Request):
@@ -263,10 +263,10 @@ class StudyRunner(TrialSteps):
             self.scheduler.say(Line(line, line))
             self.scheduler.interrupt.wait(POLL_S)
             self.recover()
-            found = standing(self.study)
+            standing = read_standing(self.study)
         return None
 
-    def _confirm(self, slot: Slot, found: Standing) -> None:
+    def _confirm(self, slot: Slot, standing: Standing) -> None:
         """Run enqueued re-runs (of any tuner's plan) until none is left."""
         import optuna
 
@@ -279,11 +279,11 @@ class StudyRunner(TrialSteps):
                 kind_of(w.user_attrs).repeats
                 for w in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
             )
-            found = self._trial_and_report(trial, slot, found, index, index + 1 + left, started)
+            standing = self._trial_and_report(trial, slot, standing, index, index + 1 + left, started)
             index += 1
 
     def _trial_and_report(
-        self, trial: optuna.Trial, slot: Slot, found: Standing, index: int, total: int, started: float
+        self, trial: optuna.Trial, slot: Slot, standing: Standing, index: int, total: int, started: float
     ) -> Standing:
         """Run one claimed trial, report it, act on what the planner decides of it; return the
         new standing.
@@ -291,26 +291,26 @@ class StudyRunner(TrialSteps):
         Raises:
             BaselineFailed: this was the baseline and it did not complete.
         """
-        number, recorded = self._one_trial(trial, slot, index, total, found)
-        found = standing(self.study)
-        row = next(r for r in found.rows if r.number == number)
+        number, recorded = self._one_trial(trial, slot, index, total, standing)
+        standing = read_standing(self.study)
+        row = next(r for r in standing.rows if r.number == number)
         left = (time.monotonic() - started) / (index + 1) * (total - index - 1)
-        self.reporter.trial_done(row, found, left)
+        self.reporter.trial_done(row, standing, left)
         if recorded:  # (else another tuner closed it, and owes what it owed)
             settings = Settings(
-                self._space_now(found),
+                self._space_now(standing),
                 self.fingerprint.cpus,
                 self.options.judge.divergence_tolerance,
                 self.options.budget.windows,
                 self.options.noise.remeasure,
                 self.scheduler.trials_left(),
             )
-            for decision in after_trial(row, found, settings):
+            for decision in after_trial(row, standing, settings):
                 self._act(decision, slot)
         if row.kind is Kind.BASELINE and row.outcome not in (Outcome.COMPLETE.value, Outcome.INTERRUPTED.value):
             raise baseline_failed(row)
         self._cost.after(row, recorded)
-        return found
+        return standing
 
     def _act(self, decision: Request | Line, slot: Slot) -> None:
         """Say a line; write a request (a remeasure once the machine is quiet)."""

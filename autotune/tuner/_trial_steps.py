@@ -25,7 +25,7 @@ from autotune.tuner._queue import write
 from autotune.tuner._recorder import Recorder, watcher
 from autotune.tuner._scheduler import Heartbeat, Scheduler
 from autotune.tuner._space_now import draw_caps, holds, space_now
-from autotune.tuner._standing import Standing, standing
+from autotune.tuner._standing import Standing, read_standing
 from autotune.tuner._training_shape import shape_of, trial_budget
 from autotune.tuner._tuners import HostRegistry, Liveness, stale_trials
 from autotune.tuner._watch import run_trial
@@ -60,13 +60,13 @@ class TrialSteps:
     _holding: threading.Lock
     _settled_by: int | None
 
-    def _space_now(self, found: Standing) -> Space:
-        space, line = space_now(self.space, found, self.fingerprint.cpus, self.ram_budget)
+    def _space_now(self, standing: Standing) -> Space:
+        space, line = space_now(self.space, standing, self.fingerprint.cpus, self.ram_budget)
         if line is not None:
             self.scheduler.say(line)
         return space
 
-    def _config(self, trial: optuna.Trial, kind: Kind, found: Standing) -> tuple[Config, dict[str, str]]:
+    def _config(self, trial: optuna.Trial, kind: Kind, standing: Standing) -> tuple[Config, dict[str, str]]:
         """What a claimed trial runs, by its kind, and why knobs were held (for its tags): the
         code's own (the baseline), the config it repeats or retries, or a draw from the
         space as of now under its holds and caps (a climb's config is enqueued as the draw's
@@ -75,10 +75,10 @@ class TrialSteps:
             return Config(), {}
         if kind.repeats or kind is Kind.RETRY:
             return Config(**trial.user_attrs.get(ATTR_SAMPLED, {})), {}
-        space = self._space_now(found)
+        space = self._space_now(standing)
         with self._holding:
             held = holds(
-                found,
+                standing,
                 self.space,
                 self._settled_by,
                 *self.options.hold_limits,
@@ -87,9 +87,11 @@ class TrialSteps:
             self._settled_by = held.settled_by
         for line in held.lines:
             self.scheduler.say(line)
-        return space.sample(trial, held.values, draw_caps(found, space, self.scheduler.say)), held.why
+        return space.sample(trial, held.values, draw_caps(standing, space, self.scheduler.say)), held.why
 
-    def _one_trial(self, trial: optuna.Trial, slot: Slot, index: int, total: int, found: Standing) -> tuple[int, bool]:
+    def _one_trial(
+        self, trial: optuna.Trial, slot: Slot, index: int, total: int, standing: Standing
+    ) -> tuple[int, bool]:
         """Run one claimed trial to its end in both stores; return its number, and whether
         this tuner recorded it (False: another tuner closed it as stale meanwhile).
 
@@ -97,9 +99,12 @@ class TrialSteps:
         paired in every run); the baseline measures until it learns (every trial's divergence
         is judged against its curve), and where it ran whole its ceilings run after it."""
         kind = kind_of(trial.user_attrs)
-        config, holding = self._config(trial, kind, found)
-        base, judged = found.base.first if found.base else None, noisy_loss(found.rows) is None  # (else: nan/inf only)
-        seed = found.seed(self.options.seed)
+        config, holding = self._config(trial, kind, standing)
+        base, judged = (
+            standing.base.first if standing.base else None,
+            noisy_loss(standing.rows) is None,
+        )  # (else: nan/inf only)
+        seed = standing.seed(self.options.seed)
         tags = {
             "autotune.fingerprint": self.fingerprint.summary(),
             **{f"autotune.held.{knob}": why for knob, why in holding.items()},
@@ -127,14 +132,14 @@ class TrialSteps:
             slot.device,
             budget,
             seed,
-            {} if kind.repeats else found.ceilings.known(),
+            {} if kind.repeats else standing.ceilings.known(),
             slot.cpus,
             self.options.argv,
             self.options.nproc_per_node,
             compile_cache=str(self.options.store / "inductor" / self.name),
         )
         # (its windows' samples/s against the winner's loop's: a whole run ranks with its start-up)
-        prune_below = found.decision.winner.loop_median if found.decision.winner and kind.explores else None
+        prune_below = standing.decision.winner.loop_median if standing.decision.winner and kind.explores else None
         beats = itertools.count(1)
         interrupt = self.scheduler.interrupt
         try:
@@ -178,10 +183,12 @@ class TrialSteps:
         except BaseException as exc:  # a second Ctrl-C, or our own bug: close both records, go on raising
             self.recorder.abandon(trial, run_id, exc)
             raise
-        base_rate = found.base.loop_median if found.base else None
+        base_rate = standing.base.loop_median if standing.base else None
         result = same_training(result, base)  # (under --horizon, Optuna learns the projection it ranks on)
-        result = dataclasses.replace(result, metrics=with_production_rate(result.metrics, base_rate, found.horizon_h))
-        return trial.number, self.recorder.end(trial, run_id, result, found.ceilings, base_rate)
+        result = dataclasses.replace(
+            result, metrics=with_production_rate(result.metrics, base_rate, standing.horizon_h)
+        )
+        return trial.number, self.recorder.end(trial, run_id, result, standing.ceilings, base_rate)
 
 
 def recover(study: optuna.Study, liveness: Liveness, recorder: Recorder, note: Callable[[str], None]) -> list[int]:
@@ -200,8 +207,8 @@ def recover(study: optuna.Study, liveness: Liveness, recorder: Recorder, note: C
             continue  # another tuner closed it first, and owes what it owed
         note(f"trial {frozen.number}: {reason}")
         closed.append(frozen.number)
-        found = standing(study)
-        owed = owed_again(next(r for r in found.rows if r.number == frozen.number), found)
+        standing = read_standing(study)
+        owed = owed_again(next(r for r in standing.rows if r.number == frozen.number), standing)
         if owed is not None:
             write(study, owed)
     return closed

@@ -83,19 +83,19 @@ def same_machine(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bo
     return all(a.get(k) == b.get(k) for k in MACHINE_KEYS)
 
 
-def top_configs(found: Standing, top: int = TOP) -> tuple[list[dict[str, Any]], list[float]]:
+def top_configs(standing: Standing, top: int = TOP) -> tuple[list[dict[str, Any]], list[float]]:
     """The configs of a finished study that beat its baseline, best first in what they ranked
     on (their time to the baseline's loss where the batch changed), with their speedups there:
     distinct configs as sampled, believed figures only."""
-    if found.base is None or not found.base.ranked:
+    if standing.base is None or not standing.base.ranked:
         return [], []
     ranked = sorted(
-        (g for g in found.groups if g is not found.base and g.ranked and not g.first.baseline),
+        (g for g in standing.groups if g is not standing.base and g.ranked and not g.first.baseline),
         key=lambda g: -g.ranked_median,
     )
     configs, speedups = [], []
     for group in ranked:
-        speedup = found.speedup(group)
+        speedup = standing.speedup(group)
         sampled = dict(group.first.sampled)
         if speedup is None or speedup <= 1.0 or not sampled or sampled in configs:
             continue
@@ -106,16 +106,17 @@ def top_configs(found: Standing, top: int = TOP) -> tuple[list[dict[str, Any]], 
     return configs, speedups
 
 
-def learnt(found: Standing, carried: Mapping[str, str]) -> dict[str, str]:
-    """Knob -> line for each knob the finished study ``found`` held because a value of it broke
+def learnt(standing: Standing, carried: Mapping[str, str]) -> dict[str, str]:
+    """Knob -> line for each knob the finished study ``standing`` held because a value of it broke
     the code: its own crashes', and what its own warm start ``carried``."""
     from autotune.tuner._broke import broke_holds, broken
 
-    if found.base is None:
+    if standing.base is None:
         return dict(carried)
-    knobs = {k for r in found.rows for k in r.sampled}
+    knobs = {k for r in standing.rows for k in r.sampled}
     return {
-        k: line for k, (_, line) in broke_holds(broken(found.rows, knobs, found.base.first.config), carried).items()
+        k: line
+        for k, (_, line) in broke_holds(broken(standing.rows, knobs, standing.base.first.config), carried).items()
     }
 
 
@@ -135,7 +136,7 @@ def find_source(storage: Any, name: str, target: str, fingerprint: Mapping[str, 
 
     from autotune.tuner._broke import BROKE_ATTR
     from autotune.tuner._queue import is_marker
-    from autotune.tuner._standing import standing
+    from autotune.tuner._standing import read_standing
 
     candidates = []
     for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
@@ -147,12 +148,12 @@ def find_source(storage: Any, name: str, target: str, fingerprint: Mapping[str, 
     known = {n: fp for n, fp, _ in candidates}
     for source in pick(candidates, fingerprint):
         study = optuna.load_study(study_name=source, storage=storage)
-        found = standing(study)
-        configs, speedups = top_configs(found, top)
+        standing = read_standing(study)
+        configs, speedups = top_configs(standing, top)
         carried = study.user_attrs.get(BROKE_ATTR) or {}
         broke = {
             k: line if line.startswith("study ") else f"study {source} learnt: {line}"
-            for k, line in learnt(found, carried).items()
+            for k, line in learnt(standing, carried).items()
         }
         if configs or broke:
             return Source(source, configs, speedups, same_machine(known[source], fingerprint), broke)

@@ -86,11 +86,11 @@ def spent_on_losses(study: optuna.Study) -> list[Spent]:
     without a reason have a non-empty ``unsaid``."""
     from autotune.core._knobs import KNOBS, show_value
     from autotune.tuner._one_loss import STEP_STAGES
-    from autotune.tuner._standing import standing
+    from autotune.tuner._standing import read_standing
 
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
-    found = standing(study)
-    base = found.base
+    standing = read_standing(study)
+    base = standing.base
     rate = base and (base.loop_median or base.first.samples_per_s)
     if base is None or not rate:
         return []
@@ -111,7 +111,7 @@ def spent_on_losses(study: optuna.Study) -> list[Spent]:
         v = row.sampled.get(knob, row.config.get(knob))
         return None if v is None else show_value(v)
 
-    rows = [r for r in found.rows if not r.baseline]
+    rows = [r for r in standing.rows if not r.baseline]
 
     def compiled(row: Any) -> bool:
         return value(row, "compile") not in (None, "off", own.get("compile"))

@@ -87,7 +87,7 @@ def ceilings_of(*entries: tuple[Mapping[str, Any], float, float, float | None, f
     return found
 
 
-def standing(*rows: TrialRow, ceilings: Ceilings | None = None, horizon_h: float | None = None) -> Standing:
+def standing_from(*rows: TrialRow, ceilings: Ceilings | None = None, horizon_h: float | None = None) -> Standing:
     """The standing of ``rows`` as ``autotune.tuner._standing.standing`` builds it from a store (of a
     study given ``--horizon horizon_h``)."""
     ceilings = ceilings or Ceilings()

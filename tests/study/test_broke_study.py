@@ -4,7 +4,7 @@ reaches the training loader only (autotune.training._hooks): real studies of unm
 
 from __future__ import annotations
 
-from autotune.tuner._standing import standing
+from autotune.tuner._standing import read_standing
 from helpers import FIXTURES, SHORT_TRIALS, autotune, load_study, mlflow_runs
 
 SCRIPTS = FIXTURES / "scripts"
@@ -31,7 +31,7 @@ def test_a_batch_that_breaks_the_training_step_is_held_and_a_warm_start_holds_it
         "for the rest of the study (trial "
     ) in said, said
     study = load_study(tmp_path / "st", "own_batch")
-    rows = standing(study).rows
+    rows = read_standing(study).rows
     crashed = [r for r in rows if r.outcome == "crashed"]
     assert len(crashed) == 1, [(r.number, r.outcome, r.config) for r in rows]  # learnt, not retried
     after = [t for t in study.trials if t.number > crashed[0].number and t.user_attrs.get("kind") == "sampled"]
@@ -97,7 +97,7 @@ def test_a_value_that_breaks_the_dataset_in_loader_workers_is_held(tmp_path) -> 
         f'at main_process_handle.py:{line} (raise RuntimeError("the records handle was opened in another '
         "process\")): num_workers held at your code's own for the rest of the study"
     ) in said, said
-    rows = standing(load_study(tmp_path / "st", "main_process_handle")).rows
+    rows = read_standing(load_study(tmp_path / "st", "main_process_handle")).rows
     assert [r.outcome for r in rows].count("crashed") == 1, [(r.number, r.outcome, r.config) for r in rows]
 
 
@@ -122,7 +122,7 @@ def test_the_batch_knob_reaches_the_training_loader_only(tmp_path) -> None:
         timeout=600,
     )
     assert done.returncode == 0, done.stderr
-    rows = standing(load_study(tmp_path / "st", "own_batch")).rows
+    rows = read_standing(load_study(tmp_path / "st", "own_batch")).rows
     # (none crashed; beside the suite's load a trial may still be pruned on its speed)
     assert "crashed" not in [r.outcome for r in rows], [(r.outcome, r.reason) for r in rows]
     trial = next(r for r in rows if r.config.get("batch_size") not in (None, 32))

@@ -8,7 +8,7 @@ import subprocess
 
 import forked_cli
 from autotune.core._kinds import Kind
-from autotune.tuner._standing import standing
+from autotune.tuner._standing import read_standing
 from helpers import FIXTURES, autotune, cli, cli_env, load_study
 
 SCRIPT = FIXTURES / "scripts" / "ddp_style.py"
@@ -44,8 +44,8 @@ def test_a_ddp_script_is_tuned_on_two_ranks_and_run_in_production_on_two(tmp_pat
     assert "no ceilings on 2 ranks" in done.stderr
     study = load_study(tmp_path / "st", "ddp_style")
     assert study.user_attrs["target"].startswith(f"--nproc-per-node 2 {SCRIPT} -- --epochs 1000")
-    found = standing(study)
-    base, drawn = found.rows
+    standing = read_standing(study)
+    base, drawn = standing.rows
     assert base.outcome == drawn.outcome == "complete" and drawn.config["num_workers"] == 2
     # its DistributedSampler gives each rank its share: nothing to say (without one: a note line)
     assert (base.dataset["ranks"], base.dataset["splits_ranks"]) == (2, True)
@@ -77,7 +77,7 @@ def test_a_ddp_script_is_tuned_on_two_ranks_and_run_in_production_on_two(tmp_pat
     # the export's config (the baseline's, where the drawn trial's lead was inside the noise of
     # the loaded machine's windows), and no warning that the export came from another machine:
     # each rank keeps to its share of the CPUs, and the job's are those the study measured on
-    workers = found.best.config["num_workers"]
+    workers = standing.best.config["num_workers"]
     assert "autotune: 2 ranks, each running" in ran.stderr and f"num_workers={workers}" in ran.stderr, ran.stderr
     assert "measured on another machine" not in ran.stderr, ran.stderr
     assert "epoch 1: loss" in ran.stdout  # both ranks ran to the end (rank 0 prints after the last all-reduce)
@@ -116,7 +116,7 @@ def test_a_ddp_study_whose_ranks_wait_on_reads_climbs_past_the_cores(tmp_path) -
     assert done.returncode == 0, done.stderr
     said = done.stdout + done.stderr
     assert "trial 0's loader on each of 2 ranks" in said, said
-    rows = standing(load_study(tmp_path / "st", "ddp_style")).rows
+    rows = read_standing(load_study(tmp_path / "st", "ddp_style")).rows
     assert [r.kind for r in rows] == [Kind.BASELINE, Kind.SAMPLED, Kind.MORE_WORKERS], said
     drawn, climbed = rows[1].config["num_workers"], rows[2].config["num_workers"]
     assert rows[2].of == 1 and drawn < climbed <= 2 * drawn, (drawn, climbed)  # (twice, or the range's top)
@@ -179,9 +179,9 @@ def test_a_rank_that_raises_or_hangs_ends_its_trial_and_a_run_handle_function_tr
     )
     said = {name: proc.communicate(timeout=180) for name, proc in runs.items()}
     assert runs["handle"].returncode == 0, said["handle"]
-    assert standing(load_study(tmp_path / "handle" / "st", "ddp_train")).rows[0].outcome == "complete"
+    assert read_standing(load_study(tmp_path / "handle" / "st", "ddp_train")).rows[0].outcome == "complete"
     assert runs["raises"].returncode == 1, said["raises"]
     assert "rank 1: rank 1 lost its disk" in said["raises"][1]  # the failing rank's own error, named
     assert runs["hangs"].returncode == 1, said["hangs"]
-    rows = standing(load_study(tmp_path / "hangs" / "st", "ddp_style")).rows
+    rows = read_standing(load_study(tmp_path / "hangs" / "st", "ddp_style")).rows
     assert rows[0].outcome == "timeout" and "stalled: no step finished" in rows[0].reason, rows[0].reason

@@ -312,10 +312,10 @@ def test_export_loads_and_trains_in_production(study_store: Path) -> None:
     text = (study_store / "best.yaml").read_text()
     assert text.startswith("# autotune: study e2e, trial ")
     # the winner's highest host RAM over its runs, in the header and where load reads it
-    from autotune.tuner._standing import standing
+    from autotune.tuner._standing import read_standing
 
-    found = standing(load_study(study_store / "mlflow", "e2e"))
-    peak = max(r.metrics["ram_peak"] for r in found.decision.winner.runs if r.reliable) / 2**30
+    standing = read_standing(load_study(study_store / "mlflow", "e2e"))
+    peak = max(r.metrics["ram_peak"] for r in standing.decision.winner.runs if r.reliable) / 2**30
     assert (
         f"# memory: the winner's highest {round(peak, 2)} GiB host RAM (its process tree: PSS, "
         "and batches in shared memory no process maps)\n"
@@ -334,7 +334,7 @@ def test_export_loads_and_trains_in_production(study_store: Path) -> None:
 
 
 def test_confirmation_re_runs_the_top_configs_and_the_baseline(tmp_path: Path) -> None:
-    from autotune.tuner._standing import standing
+    from autotune.tuner._standing import read_standing
 
     args = [*FAST[:-2], "--confirm", "1", "--ceiling-windows", "0"]
     out = autotune("run", TARGET, "--trials", "3", "--study", "c", "--space", "loader", *args, cwd=tmp_path)
@@ -371,10 +371,10 @@ def test_confirmation_re_runs_the_top_configs_and_the_baseline(tmp_path: Path) -
     }
     assert tagged["5"] == ("confirm", "0", "true")  # the baseline's re-run is a baseline too
     # the winner is chosen on medians of 2 runs, said in the summary and the export
-    found = standing(study)
-    assert all(len(g.rates) == 2 for g in found.groups)
+    standing = read_standing(study)
+    assert all(len(g.rates) == 2 for g in standing.groups)
     header = (tmp_path / "mlflow" / "exports" / "c.yaml").read_text().splitlines()
-    assert header[0].startswith(f"# autotune: study c, trial {found.best.number}")
+    assert header[0].startswith(f"# autotune: study c, trial {standing.best.number}")
     assert header[1].startswith("# runs: median of 2 runs") or header[1].startswith("# no config beat")
     assert "runs: median of 2 runs" in out.stdout
     show = autotune("show", "--study", "c", cwd=tmp_path)

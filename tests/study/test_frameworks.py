@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 
 import forked_cli
-from autotune.tuner._standing import standing
+from autotune.tuner._standing import read_standing
 from helpers import FIXTURES, SHORT_TRIALS, cli, cli_env, load_study
 
 SCRIPTS = FIXTURES / "scripts"
@@ -48,11 +48,11 @@ def test_a_lightning_and_a_trainer_script_are_tuned_unmodified(tmp_path) -> None
     said = {name: proc.communicate(timeout=240) for name, proc in runs.items()}
     for name, proc in runs.items():
         assert proc.returncode == 0, said[name][1]
-        found = standing(load_study(tmp_path / name / "st", name))
-        base, drawn = found.rows
+        standing = read_standing(load_study(tmp_path / name / "st", name))
+        base, drawn = standing.rows
         assert base.outcome == drawn.outcome == "complete", said[name][1]
         assert drawn.config["num_workers"] == 2 and drawn.samples_per_s > 1.2 * base.samples_per_s, said[name][1]
-        assert found.best.number == 1
+        assert standing.best.number == 1
     lightning = (tmp_path / "lightning_style" / "st" / "exports" / "lightning_style.yaml").read_text()
     assert "# or in your Lightning script: DataLoader(num_workers=2, persistent_workers=True)" in lightning
     trainer = (tmp_path / "hf_trainer_style" / "st" / "exports" / "hf_trainer_style.yaml").read_text()
@@ -86,7 +86,7 @@ def test_a_lightning_trial_gets_its_precision_through_the_trainer(tmp_path) -> N
         timeout=240,
     )
     assert done.returncode == 0, done.stderr
-    base, drawn = standing(load_study(tmp_path / "st", "lightning_style")).rows
+    base, drawn = read_standing(load_study(tmp_path / "st", "lightning_style")).rows
     assert base.config["amp"] == "off" and drawn.config["amp"] == "bf16"  # in force, as the trial reported it
     assert not drawn.dataset.get("amp_own")  # Lightning's autocast was ours, not the script's own
     log = (tmp_path / "st" / "trials" / "lightning_style" / "trial-1.log").read_text()

@@ -4,7 +4,7 @@ export run in production to the script's own end."""
 
 from __future__ import annotations
 
-from autotune.tuner._standing import findings, standing
+from autotune.tuner._standing import findings, read_standing
 from helpers import FIXTURES, SHORT_TRIALS, autotune, load_study
 
 SCRIPT = FIXTURES / "scripts" / "gan_style.py"
@@ -19,15 +19,15 @@ def test_a_gan_is_tuned_to_an_answer_and_its_export_runs_to_the_scripts_end(tmp_
         *SHORT_TRIALS, *ARGS, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    found = standing(load_study(tmp_path / "st", "gan_style"))
-    said = findings(found)
+    standing = read_standing(load_study(tmp_path / "st", "gan_style"))
+    said = findings(standing)
     assert said[0] != "no complete trial" and not said[0].startswith("unreliable"), said
     # the code as written is never diverged from itself, whatever its two losses did
-    base_runs = [r for r in found.rows if r.baseline]
+    base_runs = [r for r in standing.rows if r.baseline]
     assert base_runs and all(r.outcome != "diverged" for r in base_runs), [(r.number, r.reason) for r in base_runs]
     # every other config ran to a figure: none judged diverged on the GAN's losses, none crashed
-    assert all(r.outcome in ("complete", "pruned") for r in found.rows[1:]), [
-        (r.number, r.outcome, r.reason) for r in found.rows
+    assert all(r.outcome in ("complete", "pruned") for r in standing.rows[1:]), [
+        (r.number, r.outcome, r.reason) for r in standing.rows
     ]
     export = tmp_path / "best.yaml"
     assert autotune("export", "--store", "st", "-o", str(export), cwd=tmp_path).returncode == 0

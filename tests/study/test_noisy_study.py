@@ -9,7 +9,7 @@ import threading
 
 from autotune.core._kinds import Kind
 from autotune.machine._noise import FOREIGN_LOAD_MAX
-from autotune.tuner._standing import standing
+from autotune.tuner._standing import read_standing
 from helpers import ROOT, cli, cli_env, load_study
 
 #: Burns a CPU for at most 120 s (the test kills it sooner).
@@ -106,26 +106,26 @@ def test_a_study_measures_again_the_trial_hogs_slowed_and_ranks_only_believed_fi
             tuner.kill()
     done = subprocess.CompletedProcess(tuner.args, tuner.returncode, "".join(out), "".join(err))
     assert done.returncode == 0, done.stderr
-    found = standing(load_study(tmp_path / "st", "cli_train"))
-    first = found.rows[0]
+    standing = read_standing(load_study(tmp_path / "st", "cli_train"))
+    first = standing.rows[0]
     assert first.baseline and first.metrics["foreign_cpu"] > MAX_LOAD  # the hog took its share of the CPU
     assert first.doubt.startswith("noisy: other processes used")
     trials = load_study(tmp_path / "st", "cli_train").trials
     assert trials[first.number].state.name == "FAIL"  # the sampler is not told a noisy figure
     assert "trial 0: noisy: other processes used" in done.stderr
-    assert all(r.metrics.get("foreign_cpu") is not None for r in found.rows if r.measured)
-    again = [r for r in found.rows if r.kind is Kind.REMEASURE and r.of == 0 and r.remeasure >= 1]
+    assert all(r.metrics.get("foreign_cpu") is not None for r in standing.rows if r.measured)
+    again = [r for r in standing.rows if r.kind is Kind.REMEASURE and r.of == 0 and r.remeasure >= 1]
     if not again:  # the machine stayed busy for the whole --quiet-wait: said, and never ranked
         assert "trial 0: noisy: other processes used" in done.stderr and "the machine is still busy" in done.stderr
-        assert not found.base.rates
+        assert not standing.base.rates
         assert "no speedup: unreliable baseline" in done.stdout or "unreliable" in done.stdout
         return
-    assert "measuring it again" in done.stderr, found.rows
+    assert "measuring it again" in done.stderr, standing.rows
     believed = [r for r in again if r.reliable]
     if not believed:  # others loaded the machine again while it measured: said, and never ranked
-        assert "its figure is not ranked" in done.stderr and not found.base.rates
+        assert "its figure is not ranked" in done.stderr and not standing.base.rates
         return
-    assert found.base.rates and found.best.reliable
-    assert found.base.lead.number == believed[0].number  # the believed run speaks for the baseline
+    assert standing.base.rates and standing.best.reliable
+    assert standing.base.lead.number == believed[0].number  # the believed run speaks for the baseline
     assert trials[believed[0].number].state.name == "COMPLETE"
     assert trials[believed[0].number].value == believed[0].metrics["samples_per_s"]

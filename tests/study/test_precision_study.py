@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from autotune.core._kinds import Kind
-from autotune.tuner._standing import standing
+from autotune.tuner._standing import read_standing
 from helpers import ROOT, autotune, load_study, mlflow_runs
 
 
@@ -36,7 +36,7 @@ def test_a_study_stops_drawing_a_precision_its_machine_runs_far_slower(tmp_path)
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr
-    rows = sorted(standing(load_study(store, "slow_bf16_train")).rows, key=lambda r: r.number)
+    rows = sorted(read_standing(load_study(store, "slow_bf16_train")).rows, key=lambda r: r.number)
     bf16 = [r.number for r in rows if r.sampled.get("amp") == "bf16"]
     assert len(bf16) == 1, rows  # (seed 0 draws bf16 in trial 1, and would again in 3 and 4)
     why = f"amp held at off for the rest of the study: amp=bf16 lost clearly: trial {bf16[0]} with it ran at"

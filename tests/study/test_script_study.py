@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 
-from autotune.tuner._standing import standing
+from autotune.tuner._standing import read_standing
 from helpers import FIXTURES, SHORT_TRIALS, autotune, load_study, mlflow_runs
 
 SCRIPT = FIXTURES / "scripts" / "mnist_style.py"
@@ -47,19 +47,19 @@ def test_a_script_is_tuned_unmodified_and_run_in_production_with_its_export(tmp_
     drawn = [t.params for t in study.trials[1:]]  # (the baseline's params are its code's own values)
     assert all(set(params) <= {"num_workers", "persistent_workers", "amp"} for params in drawn), drawn
     assert all("amp" in params for params in drawn), drawn
-    found = standing(study)
+    standing = read_standing(study)
     # what each trial ran with is what it drew: autocast entered from outside, no script autocast of its own
-    assert all(r.config["amp"] == r.sampled["amp"] for r in found.rows[1:]), [r.config for r in found.rows]
-    assert not any(r.dataset.get("amp_own") for r in found.rows)
-    base = found.rows[0]
+    assert all(r.config["amp"] == r.sampled["amp"] for r in standing.rows[1:]), [r.config for r in standing.rows]
+    assert not any(r.dataset.get("amp_own") for r in standing.rows)
+    base = standing.rows[0]
     assert base.baseline and base.outcome == "complete"
     assert base.config["batch_size"] == 64 and base.config["num_workers"] == 0  # the script's own
     assert base.metrics["outside_loop_s"] > 0  # its test passes, kept out of samples/s
     log = (tmp_path / "st" / "trials" / "mnist_style" / "trial-0.log").read_text()
     assert "measuring the loader of SlowDigits (batch_size 64)" in log  # not the test loader (500)
     assert "Train Epoch: 1" in log  # the script's own output, its own command line
-    seen = [(r.number, r.config.get("num_workers"), r.outcome, r.samples_per_s) for r in found.rows]
-    assert found.best.config["num_workers"] > 0 and found.best.number != 0, seen  # workers help this loader
+    seen = [(r.number, r.config.get("num_workers"), r.outcome, r.samples_per_s) for r in standing.rows]
+    assert standing.best.config["num_workers"] > 0 and standing.best.number != 0, seen  # workers help this loader
     _, runs = mlflow_runs(tmp_path / "st", "mnist_style")
     assert len([r for r in runs if "autotune.kind" in r.data.tags]) == len(study.trials)
 
@@ -70,10 +70,10 @@ def test_a_script_is_tuned_unmodified_and_run_in_production_with_its_export(tmp_
         "exec", str(export), str(SCRIPT), "--", "--epochs", "1", "--train-size", "256", "--read-ms", "0", cwd=tmp_path
     )
     assert ran.returncode == 0, ran.stderr
-    workers = found.best.config["num_workers"]
+    workers = standing.best.config["num_workers"]
     assert f"autotune: running {SCRIPT} -- --epochs 1" in ran.stderr and f"num_workers={workers}" in ran.stderr
-    if found.best.config["amp"] != "off":  # applied in production as in its trials, not dropped for the code
-        assert f"amp={found.best.config['amp']}" in ran.stderr and "not applied" not in ran.stderr
+    if standing.best.config["amp"] != "off":  # applied in production as in its trials, not dropped for the code
+        assert f"amp={standing.best.config['amp']}" in ran.stderr and "not applied" not in ran.stderr
     assert "Test set: Average loss" in ran.stdout  # ran to its end
     assert digest() == before  # run and exec left the script as it was
 
@@ -120,7 +120,7 @@ def test_a_loop_without_a_dataloader_is_measured_in_its_optimizers_steps(tmp_pat
     assert done.returncode == 0, done.stderr
     assert "batch_size, num_workers, pin_memory" in done.stderr
     assert "not tuned: your loop takes its batches from no DataLoader (it slices its own)" in done.stderr
-    rows = standing(load_study(tmp_path / "st", "sliced_lm")).rows
+    rows = read_standing(load_study(tmp_path / "st", "sliced_lm")).rows
     assert rows[0].outcome == "complete" and rows[0].dataset.get("loaderless"), rows[0].reason
     drawn = [row.config for row in rows[1:]]
     assert drawn and all(c.get("batch_size") in (None, "1x") and not c.get("num_workers") for c in drawn), drawn
@@ -136,7 +136,7 @@ def test_a_loop_that_reads_its_loader_once_is_measured_in_its_optimizers_steps(t
         cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    rows = standing(load_study(tmp_path / "st", "full_batch")).rows
+    rows = read_standing(load_study(tmp_path / "st", "full_batch")).rows
     assert rows[0].outcome == "complete" and rows[0].dataset.get("loaderless"), (rows[0].outcome, rows[0].reason)
     log = (tmp_path / "st" / "trials" / "full_batch" / "trial-0.log").read_text()
     assert "autotune: Adam.step() ran again on the same batch (the loader gave one and then none)" in log, log

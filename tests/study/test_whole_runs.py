@@ -8,7 +8,7 @@ import re
 
 import yaml
 
-from autotune.tuner._standing import standing
+from autotune.tuner._standing import read_standing
 from helpers import FIXTURES, autotune, load_study, mlflow_runs
 
 SCRIPT = FIXTURES / "scripts" / "mnist_style.py"
@@ -47,11 +47,11 @@ def test_a_short_script_runs_whole_in_every_trial_and_exec_holds_its_run_against
         r"runs: about [\d.]+ (?:s|min)",
         done.stderr,
     ), done.stderr  # (minutes on a loaded host)
-    found = standing(load_study(tmp_path / "st", "mnist_style"))
-    rows = [(r.number, r.kind.value, r.outcome, r.doubt, r.run_s) for r in found.rows]
-    assert len(found.rows) == 4 and all(r.outcome == "complete" and r.doubt is None for r in found.rows), rows
-    assert all(r.run_s and "short measure" not in r.reason for r in found.rows), rows
-    base = found.rows[0]
+    standing = read_standing(load_study(tmp_path / "st", "mnist_style"))
+    rows = [(r.number, r.kind.value, r.outcome, r.doubt, r.run_s) for r in standing.rows]
+    assert len(standing.rows) == 4 and all(r.outcome == "complete" and r.doubt is None for r in standing.rows), rows
+    assert all(r.run_s and "short measure" not in r.reason for r in standing.rows), rows
+    base = standing.rows[0]
     # the shape it learned: where its warmup and windows ended, and that the code ended by itself
     # (its first batch comes before an optimizer step shows the loader trains: not counted)
     assert base.shape["ended"] and base.shape["epochs"] == 4 and base.shape["samples"] == 4 * 256 - 32
@@ -62,12 +62,12 @@ def test_a_short_script_runs_whole_in_every_trial_and_exec_holds_its_run_against
     assert (tmp_path / "st" / "trials" / "mnist_style" / "trial-0-ceilings.log").exists()
     # later trials measured the same samples as the baseline: its marks (a window shorter than
     # autotune.worker._marks.MIN_WINDOW_S merged into the next), then the code's end
-    for row in found.rows[1:]:
+    for row in standing.rows[1:]:
         assert row.shape["marks"][0] == base.shape["marks"][0], (row.number, row.shape, base.shape)
         assert set(row.shape["marks"][:-1]) <= set(base.shape["marks"]), (row.number, row.shape, base.shape)
     # four workers against none, as the user waits for it: in the summary and the export
-    assert found.decision.winner.first.number == 1, rows
-    assert found.decision.winner.run_s < found.base.run_s, rows
+    assert standing.decision.winner.first.number == 1, rows
+    assert standing.decision.winner.run_s < standing.base.run_s, rows
     assert "run time, measured whole (medians of 2 and 2 runs): as written" in done.stdout
     export = tmp_path / "best.yaml"
     assert autotune("export", "--store", "st", "-o", str(export), cwd=tmp_path).returncode == 0
@@ -134,7 +134,7 @@ def test_code_that_runs_past_whole_run_is_measured_at_the_baselines_marks(tmp_pa
         r"[\d,]+ samples after a warmup of [\d,]+",
         done.stderr,
     ), done.stderr
-    base, later = standing(load_study(tmp_path / "st", "tiny_train")).rows
+    base, later = read_standing(load_study(tmp_path / "st", "tiny_train")).rows
     # its warmup, 2 windows (and more while its loss had not fallen: it learns for every trial's verdict)
     assert not base.run_s and not base.shape.get("ended") and len(base.shape["marks"]) >= 3
     assert later.outcome == "complete" and later.doubt is None, later.reason
@@ -175,7 +175,7 @@ def test_under_a_horizon_optunas_sampler_learns_the_projection_the_study_ranks_o
             continue
         assert metrics["run_s"] > 0 and trial.value == metrics["production_samples_per_s"], (trial.number, metrics)
         assert trial.value != metrics["run_samples_per_s"]
-    found = standing(study)
-    assert found.horizon_h == 2 and all(r.wall_rate for r in found.rows if r.outcome == "complete")
+    standing = read_standing(study)
+    assert standing.horizon_h == 2 and all(r.wall_rate for r in standing.rows if r.outcome == "complete")
     _, runs = mlflow_runs(tmp_path / "st", "mnist_style")
     assert all("production_samples_per_s" in r.data.metrics for r in runs if "autotune.trial" in r.data.tags)

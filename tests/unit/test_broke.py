@@ -7,7 +7,7 @@ import dataclasses
 from autotune.tuner._broke import broke_holds, broken, users_line
 from autotune.tuner._space import Choice, IntRange, Space
 from autotune.tuner._space_now import holds
-from standings import standing, trial
+from standings import standing_from, trial
 
 #: pytorch/examples' vae at another batch: its test pass shapes the batch with its own size.
 VAE_CRASH = """RuntimeError: shape '[128, 1, 28, 28]' is invalid for input of size 200704
@@ -66,7 +66,7 @@ def test_the_users_line_is_the_innermost_frame_of_its_own_code() -> None:
 
 def test_a_batch_that_breaks_the_scripts_reshape_is_held_after_one_crash() -> None:
     rows = [trial(0, 100.0, config=BASE), crashed(1, VAE_CRASH, batch_size="2x", amp="bf16", fused_optimizer=True)]
-    held = holds(standing(*rows), SPACE, None, 1.0, 1000.0)
+    held = holds(standing_from(*rows), SPACE, None, 1.0, 1000.0)
     # three values changed, one error of shapes: the batch is to blame, and held at the script's own
     assert held.values == {"batch_size": None}
     assert held.why["batch_size"] == (
@@ -80,7 +80,7 @@ def test_a_batch_that_breaks_the_scripts_reshape_is_held_after_one_crash() -> No
 
 def test_a_value_that_breaks_the_code_in_a_loader_worker_holds_its_knob() -> None:
     rows = [trial(0, 100.0, config=BASE), crashed(1, WORKER_CRASH, num_workers=2)]
-    held = holds(standing(*rows), SPACE, None, 1.0, 1000.0)
+    held = holds(standing_from(*rows), SPACE, None, 1.0, 1000.0)
     assert held.values == {"num_workers": None}
     assert held.why["num_workers"].startswith(
         'your code breaks with num_workers=2 at data.py:12 (raise RuntimeError("the handle is not shared with '
@@ -98,7 +98,7 @@ def test_a_knob_another_value_of_which_ran_is_not_held() -> None:
     ]
     [found] = broken(rows, SPACE.domains, BASE)
     assert (found.knob, found.value, found.alone) == ("num_workers", 2, False)
-    assert "num_workers" not in holds(standing(*rows), SPACE, None, 1.0, 1000.0).values
+    assert "num_workers" not in holds(standing_from(*rows), SPACE, None, 1.0, 1000.0).values
 
 
 def test_a_value_that_ran_elsewhere_is_not_blamed_and_a_crash_not_the_codes_blames_nothing() -> None:
@@ -118,7 +118,7 @@ def test_a_value_that_ran_elsewhere_is_not_blamed_and_a_crash_not_the_codes_blam
 
 def test_what_an_earlier_study_learnt_is_held_from_the_start() -> None:
     learnt = {"batch_size": "study vae learnt: your code shapes a batch ...", "compile": "not in this space"}
-    held = holds(standing(trial(0, 100.0, config=BASE)), SPACE, None, 1.0, 1000.0, learnt=learnt)
+    held = holds(standing_from(trial(0, 100.0, config=BASE)), SPACE, None, 1.0, 1000.0, learnt=learnt)
     # a knob this space does not draw is not held (nor said)
     assert held.values == {"batch_size": None}
     assert [line.once for line in held.lines] == ["broke-batch_size"]
@@ -137,7 +137,7 @@ def test_an_int_knob_is_drawn_below_a_value_that_broke_where_a_smaller_one_ran()
         trial(1, 120.0, sampled={"num_workers": 1}),
         crashed(2, WORKER_CRASH, num_workers=3),
     ]
-    cap = draw_caps(standing(*rows), SPACE, said.append)
+    cap = draw_caps(standing_from(*rows), SPACE, said.append)
     assert cap("num_workers", {}) == 2
     assert said[-1].once == "broke-num_workers-2"
     assert (
@@ -147,4 +147,4 @@ def test_an_int_knob_is_drawn_below_a_value_that_broke_where_a_smaller_one_ran()
     )
     # a larger value that ran says the count is not what breaks it: no cap
     ran_above = [*rows, trial(3, 110.0, sampled={"num_workers": 4})]
-    assert draw_caps(standing(*ran_above), SPACE, said.append) is None
+    assert draw_caps(standing_from(*ran_above), SPACE, said.append) is None

@@ -15,7 +15,7 @@ from autotune.tuner._live import (
     note_kind,
     short_summary,
 )
-from standings import standing, trial
+from standings import standing_from, trial
 
 BASE = {"batch_size": "1x", "num_workers": 0, "pin_memory": False, "prefetch": "none"}
 FAST = {**BASE, "num_workers": 4, "prefetch": "thread"}
@@ -46,7 +46,7 @@ def test_a_rerun_updates_its_trials_row_and_rows_show_only_changed_knobs() -> No
     board = Board()
     board.started(0, Kind.BASELINE, None, {}, 0, 2)
     base = trial(0, 1000.0, config=BASE)
-    board.done(base, standing(base), 60.0)
+    board.done(base, standing_from(base), 60.0)
     board.started(1, Kind.SAMPLED, None, FAST, 1, 2)
     assert board.lines[1].knobs == "num_workers=4 prefetch=thread"  # against the baseline's config
     board.window(1, None)
@@ -54,11 +54,11 @@ def test_a_rerun_updates_its_trials_row_and_rows_show_only_changed_knobs() -> No
     board.window(1, 0)
     assert board.lines[1].outcome == "window 1"
     fast = trial(1, 2000.0, config=FAST)
-    board.done(fast, standing(base, fast), 30.0)
+    board.done(fast, standing_from(base, fast), 30.0)
     board.started(2, Kind.CONFIRM, 1, FAST, 0, 2)
     assert list(board.lines) == [0, 1] and board.lines[1].outcome == "confirm 1/2"
     again = trial(2, 2200.0, kind=Kind.CONFIRM, of=1, config=FAST)
-    board.done(again, standing(base, fast, again), 0.0)
+    board.done(again, standing_from(base, fast, again), 0.0)
     rows = [line.cells() for line in board.lines.values()]
     # median of 2,000 and 2,200 over the baseline's 1,000
     assert rows == [
@@ -72,23 +72,23 @@ def test_a_noisy_run_shows_its_own_figure_marked_and_a_failure_its_reason() -> N
     board = Board()
     base = trial(0, 1000.0, config=BASE)
     noisy = trial(1, 1500.0, config=FAST, doubt="noisy: other processes used 57% of its CPUs")
-    board.done(base, standing(base))
-    board.done(noisy, standing(base, noisy))
+    board.done(base, standing_from(base))
+    board.done(noisy, standing_from(base, noisy))
     assert board.lines[1].outcome == "noisy" and board.lines[1].speedup == "(1.50x)"
     crashed = dataclasses.replace(trial(2, None, "crashed", config=FAST), reason="oom_host: killed at 7.1 GiB\n...")
-    board.done(crashed, standing(base, noisy, crashed))
+    board.done(crashed, standing_from(base, noisy, crashed))
     assert board.lines[2].cells()[1:4] == ("crashed", "", "oom_host")
 
 
 def test_the_table_fits_the_width_and_the_height() -> None:
     board = Board()
     base = trial(0, 1000.0, config=BASE)
-    board.done(base, standing(base))
+    board.done(base, standing_from(base))
     rows = [base]
     for n in range(1, 30):
         row = trial(n, 1000.0 + n, config={**FAST, "num_workers": n, "prefetch_factor": 2, "persistent_workers": True})
         rows.append(row)
-        board.done(row, standing(*rows))
+        board.done(row, standing_from(*rows))
     table = board.table(60)
     assert len(table) == 31 and max(len(line) for line, _ in table) == 60
     assert table[1][0].endswith("(baseline)") and table[2][0].endswith("…")
@@ -102,14 +102,14 @@ def test_the_table_fits_the_width_and_the_height() -> None:
 def test_the_summary_says_the_winner_its_time_and_what_next_in_a_dozen_lines() -> None:
     base, base2 = trial(0, 1000.0, config=BASE), trial(2, 1010.0, kind=Kind.CONFIRM, of=0, config=BASE)
     fast, fast2 = trial(1, 2000.0, config=FAST), trial(3, 2040.0, kind=Kind.CONFIRM, of=1, config=FAST)
-    lines = short_summary("io", standing(base, fast, base2, fast2), Path("mlflow"))
+    lines = short_summary("io", standing_from(base, fast, base2, fast2), Path("mlflow"))
     assert len(lines) <= SUMMARY_LINES
     # 2,020 / 1,005: the same samples in half the time
     assert lines[0].startswith("best: trial 1, 2.01x the baseline, ±") and "in 50% of the time" in lines[0], lines
     assert "config: num_workers=4 prefetch=thread" in lines
     assert f"exported: {Path('mlflow') / 'exports' / 'io.yaml'}" in lines
     assert lines[-2].startswith("next: autotune export -o best.yaml")
-    assert short_summary("io", standing(trial(0, None, "crashed")), Path("m"))[0].startswith("study io: ")
+    assert short_summary("io", standing_from(trial(0, None, "crashed")), Path("m"))[0].startswith("study io: ")
 
 
 def test_only_a_real_terminal_gets_the_live_view(monkeypatch) -> None:
@@ -139,10 +139,10 @@ def test_a_resumed_studys_rerun_shows_its_earlier_trials_config_and_every_run() 
     base, fast = trial(0, 1000.0, config=BASE), trial(1, 2000.0, config=FAST)
     board.started(2, Kind.CONFIRM, 1, FAST, 0, 1)
     again = trial(2, 2000.0, kind=Kind.CONFIRM, of=1, config=FAST)
-    board.done(again, standing(base, fast, again))
+    board.done(again, standing_from(base, fast, again))
     assert board.lines[1].cells()[0] == "1 x2" and board.lines[1].knobs == "num_workers=4 prefetch=thread"
     same = trial(3, 1000.0, config=BASE)  # a draw that landed on the baseline's values
-    board.done(same, standing(base, fast, again, same))
+    board.done(same, standing_from(base, fast, again, same))
     assert board.lines[3].cells()[-1] == "(the baseline's values)"
 
 
@@ -164,7 +164,7 @@ def test_a_whole_run_studys_summary_says_the_gain_in_seconds() -> None:
             after_s=0.5,
         )
 
-    lines = short_summary("s", standing(whole(0, 10.0), whole(1, 8.0, num_workers=4)), Path("m"))
+    lines = short_summary("s", standing_from(whole(0, 10.0), whole(1, 8.0, num_workers=4)), Path("m"))
     # 10 s / 8 s: the script's whole run, start-up included, as the user waits for it
     assert lines[0].startswith("best: trial 1, 1.25x the baseline, ±") and lines[0].endswith(
         "its whole run in 8.0 s against 10.0 s as written"

@@ -23,7 +23,7 @@ from autotune.tuner._planner import (
     without_baseline,
 )
 from autotune.tuner._space import Choice, Fixed, IntRange, Space
-from standings import ceilings_of, standing, trial
+from standings import ceilings_of, standing_from, trial
 
 NOISY = "noisy: other processes used 48% of its CPUs while it measured (over 20%)"
 LR = Space("lr", {"batch_size": Choice(("1x", "2x", "4x")), "lr_scaling": Choice(("none", "sqrt", "linear"))})
@@ -38,17 +38,17 @@ def settings(space: Space = LR, trials_left: bool = True, remeasure: int = 2) ->
 
 def test_without_a_baseline_a_tuner_waits_for_the_one_running_stops_on_a_failed_one_or_asks_again() -> None:
     running = trial(0, None, "running")
-    assert without_baseline(standing(running), None) == Wait(0)
+    assert without_baseline(standing_from(running), None) == Wait(0)
     rerun = trial(3, None, "waiting", kind=Kind.REMEASURE, of=0, baseline=True)  # its noisy figure, again
-    assert without_baseline(standing(trial(0, 900.0, doubt=NOISY), rerun), None) == Wait(3)
+    assert without_baseline(standing_from(trial(0, 900.0, doubt=NOISY), rerun), None) == Wait(3)
     crashed = trial(0, None, "crashed")
-    assert without_baseline(standing(crashed), watched=0) == Failed(crashed)
+    assert without_baseline(standing_from(crashed), watched=0) == Failed(crashed)
     # one this tuner did not watch fail (an older study), or one interrupted: asked for again,
     # once per generation however many tuners find it missing
-    assert without_baseline(standing(crashed), None) == Request(Kind.BASELINE, baseline=True, once="baseline-1")
+    assert without_baseline(standing_from(crashed), None) == Request(Kind.BASELINE, baseline=True, once="baseline-1")
     stopped = trial(0, None, "interrupted")
-    assert without_baseline(standing(stopped), watched=0).once == "baseline-1"
-    assert without_baseline(standing(), None).once == "baseline-0"
+    assert without_baseline(standing_from(stopped), watched=0).once == "baseline-1"
+    assert without_baseline(standing_from(), None).once == "baseline-0"
 
 
 # -- after a trial ---------------------------------------------------------------------------
@@ -56,11 +56,13 @@ def test_without_a_baseline_a_tuner_waits_for_the_one_running_stops_on_a_failed_
 
 def test_an_interrupted_baseline_or_repeat_is_owed_again_a_draw_is_not() -> None:
     base = trial(0, None, "interrupted")
-    assert owed_again(base, standing(base)) == Request(Kind.BASELINE, baseline=True, once="baseline-1")
+    assert owed_again(base, standing_from(base)) == Request(Kind.BASELINE, baseline=True, once="baseline-1")
     again = trial(5, None, "interrupted", kind=Kind.REMEASURE, of=2, sampled={"num_workers": 2}, remeasure=1)
-    assert owed_again(again, standing(trial(0), again)) == Request(Kind.REMEASURE, {"num_workers": 2}, 2, attempt=1)
-    assert owed_again(trial(4, None, "interrupted", sampled={"num_workers": 2}), standing(trial(0))) is None
-    assert owed_again(trial(4, 900.0), standing(trial(0))) is None
+    assert owed_again(again, standing_from(trial(0), again)) == Request(
+        Kind.REMEASURE, {"num_workers": 2}, 2, attempt=1
+    )
+    assert owed_again(trial(4, None, "interrupted", sampled={"num_workers": 2}), standing_from(trial(0))) is None
+    assert owed_again(trial(4, 900.0), standing_from(trial(0))) is None
 
 
 def test_a_noisy_figure_is_measured_again_up_to_the_limit() -> None:
@@ -108,8 +110,8 @@ def diverged(number: int = 1, rate: float = 2000.0, scaling: str = "none", **kw)
 
 def test_a_fast_config_diverged_on_its_lr_runs_again_with_the_next_scaling() -> None:
     row = diverged()
-    found = standing(trial(0, 1000.0), row)
-    retry = retry_lr(row, found, LR, trials_left=True)
+    standing = standing_from(trial(0, 1000.0), row)
+    retry = retry_lr(row, standing, LR, trials_left=True)
     assert retry == Request(Kind.RETRY, {"batch_size": "2x", "lr_scaling": "sqrt"}, 1, retry.why)
     assert retry.why == (
         "trial 1 diverged at batch size 32 (2x the code's) with lr_scaling none, but ran at 2,000 "
@@ -118,11 +120,11 @@ def test_a_fast_config_diverged_on_its_lr_runs_again_with_the_next_scaling() -> 
     )
     # the retry's own divergence goes on from the config's first trial, not tried twice
     second = diverged(2, scaling="sqrt", kind=Kind.RETRY, of=1)
-    assert retry_lr(second, standing(trial(0, 1000.0), row, second), LR, True).config["lr_scaling"] == "linear"
+    assert retry_lr(second, standing_from(trial(0, 1000.0), row, second), LR, True).config["lr_scaling"] == "linear"
     # slower than the best, at the code's batch size, no trials left: nothing
-    assert retry_lr(diverged(rate=900.0), standing(trial(0, 1000.0), diverged(rate=900.0)), LR, True) is None
-    assert retry_lr(row, found, LR, trials_left=False) is None
-    assert retry_lr(row, found, Space("fixed", {"lr_scaling": Fixed("none")}), True) is None
+    assert retry_lr(diverged(rate=900.0), standing_from(trial(0, 1000.0), diverged(rate=900.0)), LR, True) is None
+    assert retry_lr(row, standing, LR, trials_left=False) is None
+    assert retry_lr(row, standing, Space("fixed", {"lr_scaling": Fixed("none")}), True) is None
 
 
 def test_a_complete_larger_batch_slow_to_the_baselines_loss_runs_again_with_the_next_scaling() -> None:
@@ -136,9 +138,9 @@ def test_a_complete_larger_batch_slow_to_the_baselines_loss_runs_again_with_the_
         lr=0.01,
         to_loss_ratio=2.5,
     )
-    found = standing(trial(0, 1000.0), slow)
+    standing = standing_from(trial(0, 1000.0), slow)
     assert slow.ranked_rate == 800.0  # ranks under the baseline: its time to the loss
-    decisions = after_trial(slow, found, settings())
+    decisions = after_trial(slow, standing, settings())
     (retry,) = [d for d in decisions if isinstance(d, Request) and d.kind is Kind.RETRY]
     assert retry.config == {"batch_size": "2x", "lr_scaling": "sqrt"}
     assert retry.why.startswith(
@@ -149,13 +151,13 @@ def test_a_complete_larger_batch_slow_to_the_baselines_loss_runs_again_with_the_
     near = dataclasses.replace(slow, metrics={**slow.metrics, "to_loss_ratio": 1.2})
     assert not [
         d
-        for d in after_trial(near, standing(trial(0, 1000.0), near), settings())
+        for d in after_trial(near, standing_from(trial(0, 1000.0), near), settings())
         if isinstance(d, Request) and d.kind is Kind.RETRY
     ]
     same = trial(1, 2000.0, sampled={"lr_scaling": "none"}, config={"batch_size": 16}, lr=0.01, to_loss_ratio=2.5)
     assert not [
         d
-        for d in after_trial(same, standing(trial(0, 1000.0), same), settings())
+        for d in after_trial(same, standing_from(trial(0, 1000.0), same), settings())
         if isinstance(d, Request) and d.kind is Kind.RETRY
     ]
 
@@ -163,12 +165,12 @@ def test_a_complete_larger_batch_slow_to_the_baselines_loss_runs_again_with_the_
 def test_a_retry_that_another_trial_drew_already_is_said_not_run() -> None:
     row = diverged()
     other = trial(2, None, "running", sampled={"batch_size": "2x", "lr_scaling": "sqrt"})
-    said = retry_lr(row, standing(trial(0, 1000.0), row, other), LR, True)
+    said = retry_lr(row, standing_from(trial(0, 1000.0), row, other), LR, True)
     assert isinstance(said, Line) and said.text.endswith(
         "its config with lr_scaling sqrt runs already (trial 2): not run again"
     )
     done = dataclasses.replace(other, outcome="complete", metrics={"samples_per_s": 1900.0})
-    assert retry_lr(row, standing(trial(0, 1000.0), row, done), LR, True).text.endswith(
+    assert retry_lr(row, standing_from(trial(0, 1000.0), row, done), LR, True).text.endswith(
         "ran already (trial 2): not run again"
     )
 
@@ -186,7 +188,7 @@ def leader_standing(persistent: bool | None = None, **extra):
         trial(1, 900.0, waits=0.5, sampled={"num_workers": 4}, workers_high=34),
         trial(3, 1600.0, waits=0.4, sampled=sampled, workers_high=34, **extra),
     ]
-    return rows[2], standing(*rows, ceilings=ceilings_of((LOADER, 4000.0, 800.0, None, 1e-4)))
+    return rows[2], standing_from(*rows, ceilings=ceilings_of((LOADER, 4000.0, 800.0, None, 1e-4)))
 
 
 def test_a_leader_that_waits_on_data_runs_again_with_more_workers_once() -> None:
@@ -206,20 +208,20 @@ def test_a_leader_that_waits_on_data_runs_again_with_more_workers_once() -> None
     assert climb(leader, found, held, cpus=2).config == {"num_workers": 18, "persistent_workers": False}
     # drawn already by someone: not asked again
     drawn = trial(4, None, "running", sampled={"num_workers": 18, "persistent_workers": True})
-    assert climb(leader, standing(*found.rows, drawn, ceilings=found.ceilings), WORKERS, 2) is None
+    assert climb(leader, standing_from(*found.rows, drawn, ceilings=found.ceilings), WORKERS, 2) is None
     # no worker range in the space: nothing
     assert climb(leader, found, Space("none", {}), 2) is None
 
 
 def test_a_leader_with_a_worker_per_batch_climbs_at_the_next_smaller_batch() -> None:
     epoch = {"epoch_batches": 9}  # its epoch at 4x (64): 9 batches, one per worker
-    leader, found = leader_standing(dataset=epoch)
+    leader, standing = leader_standing(dataset=epoch)
     leader = dataclasses.replace(
         leader, sampled={**leader.sampled, "batch_size": "4x"}, config={"num_workers": 9, "batch_size": 64}
     )
-    found = standing(*found.rows[:2], leader, ceilings=found.ceilings)
+    standing = standing_from(*standing.rows[:2], leader, ceilings=standing.ceilings)
     space = Space("w", {**WORKERS.domains, "batch_size": Choice(("1x", "2x", "4x"))})
-    more = climb(leader, found, space, cpus=2)
+    more = climb(leader, standing, space, cpus=2)
     assert more == Request(
         Kind.SMALLER_BATCH,
         {"num_workers": 18, "batch_size": "2x"},
@@ -252,16 +254,18 @@ def test_the_baseline_says_when_its_curve_cannot_judge_divergence() -> None:
 
 def test_after_a_trial_the_rules_come_in_order() -> None:
     row = diverged(doubt=None)
-    found = standing(trial(0, 1000.0), row)
-    assert [d.kind for d in after_trial(row, found, settings())] == [Kind.RETRY]
-    assert after_trial(row, found, settings(trials_left=False)) == []
+    standing = standing_from(trial(0, 1000.0), row)
+    assert [d.kind for d in after_trial(row, standing, settings())] == [Kind.RETRY]
+    assert after_trial(row, standing, settings(trials_left=False)) == []
     base = trial(0, None, "interrupted")
-    assert after_trial(base, standing(base), settings()) == [Request(Kind.BASELINE, baseline=True, once="baseline-1")]
+    assert after_trial(base, standing_from(base), settings()) == [
+        Request(Kind.BASELINE, baseline=True, once="baseline-1")
+    ]
     noisy = trial(0, 900.0, doubt=NOISY, losses=[(100.0, 2.3), (600.0, 1.0)], curve=[(0, 512, 1.0, 8)])
-    assert [type(d) for d in after_trial(noisy, standing(noisy), settings())] == [Request]  # and no curve line
+    assert [type(d) for d in after_trial(noisy, standing_from(noisy), settings())] == [Request]  # and no curve line
     # a repeat is never retried or climbed: it runs a config another trial explores
     again = dataclasses.replace(row, number=2, kind=Kind.CONFIRM, of=1)
-    assert after_trial(again, standing(trial(0, 1000.0), row, again), settings()) == []
+    assert after_trial(again, standing_from(trial(0, 1000.0), row, again), settings()) == []
 
 
 @pytest.mark.parametrize(
@@ -272,19 +276,19 @@ def test_after_a_trial_the_rules_come_in_order() -> None:
     ],
 )
 def test_the_confirmation_re_runs_the_top_configs_and_the_baseline(runs: int, order: list) -> None:
-    found = standing(
+    standing = standing_from(
         trial(0, 1000.0),
         trial(1, 800.0, sampled={"a": 1}),
         trial(2, 1200.0, sampled={"a": 2}),
         trial(3, 1500.0, sampled={"a": 3}),
         trial(4, None, "crashed", sampled={"a": 4}),
     )
-    round_ = confirmation(found, runs)
+    round_ = confirmation(standing, runs)
     assert [r.of for r in round_.requests] == order
     assert [r.baseline for r in round_.requests] == [n == 0 for n in order]  # its re-runs are the baseline too
-    assert all(r.kind is Kind.CONFIRM and r.config == found.rows[r.of].sampled for r in round_.requests)
+    assert all(r.kind is Kind.CONFIRM and r.config == standing.rows[r.of].sampled for r in round_.requests)
     assert round_.once == "confirm-after-5"
     assert round_.why == (
         f"confirming: {len(order)} re-runs of trials 3, 2, 1, 0 (the winner is chosen on the median of its runs)"
     )
-    assert confirmation(standing(trial(0, 1000.0)), 2).requests == ()  # nothing to compare the baseline with
+    assert confirmation(standing_from(trial(0, 1000.0)), 2).requests == ()  # nothing to compare the baseline with

@@ -162,28 +162,28 @@ def standings(draw):
 
 @RUN
 @given(standings())
-def test_the_standing_never_raises_and_ranks_only_believed_figures(found) -> None:
-    believed = {r.number: r.samples_per_s for r in found.rows if r.reliable}
-    for group in found.groups:
+def test_the_standing_never_raises_and_ranks_only_believed_figures(standing) -> None:
+    believed = {r.number: r.samples_per_s for r in standing.rows if r.reliable}
+    for group in standing.groups:
         assert sorted(group.rates) == sorted(believed[r.number] for r in group.runs if r.number in believed)
-    winner = found.decision.winner
+    winner = standing.decision.winner
     if winner is not None:
         assert winner.rates and sorted(winner.rates) == sorted(r.samples_per_s for r in winner.runs if r.reliable)
-        assert found.best.reliable and found.best.doubt is None
-    assert findings(found)
+        assert standing.best.reliable and standing.best.doubt is None
+    assert findings(standing)
 
 
 @RUN
 @given(standings(), st.data())
-def test_the_planners_rules_never_raise_and_never_ask_for_what_ran(found, data) -> None:
-    drawn = [r.sampled for r in found.rows]
+def test_the_planners_rules_never_raise_and_never_ask_for_what_ran(standing, data) -> None:
+    drawn = [r.sampled for r in standing.rows]
     settings_ = Settings(SPACE, 2, 0.5, 4, data.draw(st.integers(0, 3)), data.draw(st.booleans()))
-    for row in found.rows:
-        for decision in after_trial(row, found, settings_):
+    for row in standing.rows:
+        for decision in after_trial(row, standing, settings_):
             if not isinstance(decision, Request):
                 continue
             if decision.kind.repeats:
-                assert decision.of is not None and decision.config == found.rows[decision.of].sampled
+                assert decision.of is not None and decision.config == standing.rows[decision.of].sampled
             if decision.kind is Kind.REMEASURE and row.outcome == Outcome.INTERRUPTED.value:  # owed again, as it was
                 assert row.kind is Kind.REMEASURE and decision.attempt == row.remeasure
             elif decision.kind is Kind.REMEASURE:  # only a noisy figure is measured again, up to the limit
@@ -191,24 +191,24 @@ def test_the_planners_rules_never_raise_and_never_ask_for_what_ran(found, data) 
             if decision.kind in (Kind.RETRY, Kind.MORE_WORKERS, Kind.SMALLER_BATCH):
                 assert settings_.trials_left and dict(decision.config) not in drawn  # never a config drawn already
                 assert row.reliable or row.outcome == Outcome.DIVERGED.value
-    without_baseline(found, data.draw(st.sampled_from([None, 0])))
-    for request in confirmation(found, data.draw(st.integers(0, 3))).requests:
-        first = found.rows[request.of]
+    without_baseline(standing, data.draw(st.sampled_from([None, 0])))
+    for request in confirmation(standing, data.draw(st.integers(0, 3))).requests:
+        first = standing.rows[request.of]
         assert request.kind is Kind.CONFIRM and request.config == first.sampled and request.baseline == first.baseline
 
 
 @RUN
 @given(standings(), st.integers(0, 12), st.sampled_from(["1x", "2x", "4x", None]), st.data())
-def test_the_space_now_never_raises_and_holds_only_for_a_believed_best(found, workers, size, data) -> None:
-    now, _ = space_now(SPACE, found, 2, data.draw(st.sampled_from([None, 2**30])))
+def test_the_space_now_never_raises_and_holds_only_for_a_believed_best(standing, workers, size, data) -> None:
+    now, _ = space_now(SPACE, standing, 2, data.draw(st.sampled_from([None, 2**30])))
     assert now.domains["num_workers"].high >= SPACE.domains["num_workers"].high
-    held = holds(found, SPACE, data.draw(st.sampled_from([None, 0, 3])), 0.2, 1.0)
+    held = holds(standing, SPACE, data.draw(st.sampled_from([None, 0, 3])), 0.2, 1.0)
     loader = {k for k in held.values if k in ("num_workers", "persistent_workers", "prefetch_factor")}
     # (or a value of it broke the code where the baseline ran: autotune.tuner._broke)
     loader -= {k for k in loader if "crashed where the baseline ran" in held.why.get(k, "")}
     if loader:
-        assert found.best is not None and found.best.reliable and found.best.bottleneck.settled
-    cap = draw_caps(found, now, lambda line: None)
+        assert standing.best is not None and standing.best.reliable and standing.best.bottleneck.settled
+    cap = draw_caps(standing, now, lambda line: None)
     if cap is not None:
         for name in ("num_workers", "prefetch_factor"):
             bound = cap(name, {"batch_size": size, "num_workers": workers})

@@ -13,7 +13,7 @@ from autotune.tuner._loader_workers import evidence, limits, widened_range, work
 from autotune.tuner._planner import climb
 from autotune.tuner._space import Choice, IntRange, Space
 from autotune.tuner._worker_climb import more_workers
-from standings import standing, trial
+from standings import standing_from, trial
 
 TWO = {"ranks": 2, "splits_ranks": True}
 NONE: dict[str, int] = {}
@@ -126,11 +126,11 @@ def test_a_ranked_leader_that_waits_climbs() -> None:
         "of its time: its config runs again with num_workers=4"
     )
     # the planner asks for it, as for one process
-    found = standing(*rows)
-    assert climb(leader, found, WORKERS, cpus=2) == Request(
+    standing = standing_from(*rows)
+    assert climb(leader, standing, WORKERS, cpus=2) == Request(
         Kind.MORE_WORKERS, {"num_workers": 4}, 1, more.why, once="more-workers-1", enqueue_params=True
     )
     # the range the space has now bounds it: 2 is its top, so nothing
     assert more_workers(leader, rows, Ceilings(), 2, high=2, useful=None) is None
     # without a baseline that bounded the read, nothing says more than the cores help
-    assert climb(leader, standing(base(busy=0.8), leader), WORKERS, cpus=2) is None
+    assert climb(leader, standing_from(base(busy=0.8), leader), WORKERS, cpus=2) is None

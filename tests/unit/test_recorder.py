@@ -173,7 +173,7 @@ def test_a_study_whose_baseline_is_never_believed_closes_its_parent_run_with_no_
     # (the finish once crashed here reading the median of the baseline's believed runs: none)
     from autotune.tuner._finish import parent_record
     from autotune.tuner._report import throughput_png
-    from standings import standing as standing_of_rows
+    from standings import standing_from as standing_of_rows
     from standings import trial
 
     noisy = "noisy: other processes used 70% of its CPUs while it measured (over 60%)"

@@ -84,7 +84,7 @@ def test_held_loader_knobs(efficiency: float, wait: float, held: dict) -> None:
 
 
 def test_findings_of_a_confirmed_win() -> None:
-    found = standing_of(
+    standing = standing_of(
         row(0, 100, baseline=True),
         row(1, 150, efficiency=0.94),
         row(2, 98, confirms=0),
@@ -92,7 +92,7 @@ def test_findings_of_a_confirmed_win() -> None:
         row(4, 160, confirms=1),
         row(5, 140, confirms=1),
     )
-    lines = findings(found)
+    lines = findings(standing)
     # medians: 150 vs 100; ± is half the spread of the winner's runs: (160 - 140) / 150 / 2 = 7%
     assert lines[0] == "trial 1, 1.50x the baseline (150 vs 100 samples/s, ±7%)"
     assert lines[1] == ("runs: median of 3 runs (1, 4, 5), ±7%; the baseline's: median of 3 runs (0, 2, 3), ±2%")
@@ -124,15 +124,17 @@ def test_a_config_on_another_batch_ranks_on_its_time_to_the_baselines_loss() -> 
 
     base = [judged(row(0, 100, baseline=True), 1.0, 32), judged(row(4, 100, confirms=0), 1.0, 32)]
     # 2x the samples/s at 1.5-1.7x the samples to the baseline's loss: 1.25x (the median) in time
-    found = standing_of(
+    standing = standing_of(
         base[0],
         judged(row(1, 200), 1.5),
         judged(row(2, 200, confirms=1), 1.6),
         judged(row(3, 200, confirms=1), 1.7),
         base[1],
     )
-    lines = findings(found)
-    assert found.decision.winner.first.number == 1 and found.speedup(found.decision.winner) == pytest.approx(1.25)
+    lines = findings(standing)
+    assert standing.decision.winner.first.number == 1 and standing.speedup(standing.decision.winner) == pytest.approx(
+        1.25
+    )
     assert lines[0] == (
         "trial 1, 1.25x the baseline in time to its loss: 2.00x its samples/s (200 vs 100, ±0%) "
         "at 1.60x the samples for the baseline's loss (batch size 64, the code's 32)"
@@ -141,7 +143,7 @@ def test_a_config_on_another_batch_ranks_on_its_time_to_the_baselines_loss() -> 
         "; ranked on its time to the baseline's loss (0.31), for which it took 1.60x the baseline's samples"
     )
     # 2.4x the samples/s but 3x the samples: slower to the loss than a config on the code's batch at 1.3x
-    found = standing_of(
+    standing = standing_of(
         base[0],
         judged(row(1, 240), 3.0),
         judged(row(2, 240, confirms=1), 3.0),
@@ -149,8 +151,8 @@ def test_a_config_on_another_batch_ranks_on_its_time_to_the_baselines_loss() -> 
         judged(row(5, 130, confirms=3), 1.0, 32),
         base[1],
     )
-    assert found.decision.winner.first.number == 3 and found.decision.fastest.first.number == 3
-    assert found.speedup(next(g for g in found.groups if g.first.number == 1)) == pytest.approx(0.8)
+    assert standing.decision.winner.first.number == 3 and standing.decision.fastest.first.number == 3
+    assert standing.speedup(next(g for g in standing.groups if g.first.number == 1)) == pytest.approx(0.8)
     # not there by its last sample: ranked on the bound (at most its samples/s over 2.5)
     bound = dataclasses.replace(judged(row(1, 200), None), metrics={"samples_per_s": 200.0, "to_loss_beyond": 2.5})
     assert bound.ranked_rate == pytest.approx(80.0) and bound.to_loss == 2.5
@@ -160,7 +162,7 @@ def test_findings_give_the_winners_loss_against_the_baselines_not_the_baselines_
     def judged(r: TrialRow, excess: float) -> TrialRow:
         return dataclasses.replace(r, metrics={**r.metrics, "loss_excess": excess, "loss_tolerance": 0.5})
 
-    found = standing_of(
+    standing = standing_of(
         row(0, 100, baseline=True),
         judged(row(1, 150), 0.12),
         judged(row(2, 98, confirms=0), 0.0),
@@ -169,7 +171,7 @@ def test_findings_give_the_winners_loss_against_the_baselines_not_the_baselines_
     )
     assert (
         "loss: +12% against the baseline's on the same samples (each run: +12%, +9%, +15%; "
-        "diverged past +50%)" in findings(found)
+        "diverged past +50%)" in findings(standing)
     )
     # the baseline winning: its re-runs are judged against itself, which says nothing
     alone = standing_of(row(0, 100, baseline=True), judged(row(2, 101, confirms=0), -0.004))
@@ -226,7 +228,7 @@ def test_findings_name_the_batched_fetch_where_loading_limits(
 
 
 def test_findings_when_nothing_beats_the_baseline_beyond_the_noise() -> None:
-    found = standing_of(
+    standing = standing_of(
         row(0, 100, baseline=True),
         row(1, 104),
         row(2, 99, confirms=0),
@@ -234,8 +236,8 @@ def test_findings_when_nothing_beats_the_baseline_beyond_the_noise() -> None:
         row(4, 102, confirms=1),
         row(5, 106, confirms=1),
     )
-    lines = findings(found)
-    assert found.best.number == 0
+    lines = findings(standing)
+    assert standing.best.number == 0
     assert lines[0].startswith("trial 0 (the baseline: your code as written), 100 samples/s")
     assert lines[1].startswith(
         "no config beat the baseline beyond the run-to-run noise: "
@@ -244,8 +246,8 @@ def test_findings_when_nothing_beats_the_baseline_beyond_the_noise() -> None:
 
 
 def test_findings_unconfirmed_say_so_and_use_the_window_spread() -> None:
-    found = standing_of(row(0, 100, baseline=True), row(1, 130, window_spread=0.08))
-    lines = findings(found)
+    standing = standing_of(row(0, 100, baseline=True), row(1, 130, window_spread=0.08))
+    lines = findings(standing)
     assert lines[0] == "trial 1, 1.30x the baseline (130 vs 100 samples/s, ±4%)"
     assert lines[1].startswith("runs: one each, not confirmed by re-runs")
 
@@ -275,35 +277,35 @@ NOISY = "noisy: other processes used 48% of its CPUs while it measured (over 20%
 def test_a_noisy_run_is_not_the_one_that_speaks_for_its_config() -> None:
     # trial 0 (the baseline) ran under load at 40/s; its re-run 2 is believed: the winner's
     # figures, its bottleneck and the baseline's 1.00x come from the believed runs only
-    found = standing_of(
+    standing = standing_of(
         row(0, 40.0, baseline=True, doubt=NOISY, efficiency=0.2),
         row(1, 300.0),
         row(2, 100.0, confirms=0, efficiency=0.95),
     )
-    assert found.best.number == 1 and found.speedup(found.decision.winner) == pytest.approx(3.0)
-    first, *rest = findings(found)
+    assert standing.best.number == 1 and standing.speedup(standing.decision.winner) == pytest.approx(3.0)
+    first, *rest = findings(standing)
     assert first.startswith("trial 1, 3.00x the baseline (300 vs 100 samples/s")
     assert any(line.startswith("not ranked") for line in rest) is False  # 0's config has a believed run
 
 
 def test_a_config_with_noisy_runs_only_is_named_not_ranked() -> None:
-    found = standing_of(row(0, 100.0, baseline=True), row(1, 900.0, doubt=NOISY), row(2, 150.0))
-    assert found.best.number == 2
-    lines = findings(found)
+    standing = standing_of(row(0, 100.0, baseline=True), row(1, 900.0, doubt=NOISY), row(2, 150.0))
+    assert standing.best.number == 2
+    lines = findings(standing)
     assert "not ranked, figure not believed: noisy (trial 1: other processes used 48%" in "\n".join(lines)
 
 
 def test_every_figure_doubted_says_unreliable_instead_of_a_speedup() -> None:
-    found = standing_of(row(0, 100.0, baseline=True, doubt=NOISY), row(1, 900.0, doubt=NOISY))
-    assert found.best is None
-    (line,) = findings(found)
+    standing = standing_of(row(0, 100.0, baseline=True, doubt=NOISY), row(1, 900.0, doubt=NOISY))
+    assert standing.best is None
+    (line,) = findings(standing)
     assert line.startswith("unreliable: no figure to rank; 2 trial(s) completed, but each was noisy")
 
 
 def test_a_baseline_never_measured_quietly_gives_no_speedup() -> None:
-    found = standing_of(row(0, 100.0, baseline=True, doubt=NOISY), row(1, 300.0))
-    assert found.best.number == 1 and found.speedup(found.decision.winner) is None
-    assert "no speedup: unreliable baseline, every run of it was noisy" in findings(found)[0]
+    standing = standing_of(row(0, 100.0, baseline=True, doubt=NOISY), row(1, 300.0))
+    assert standing.best.number == 1 and standing.speedup(standing.decision.winner) is None
+    assert "no speedup: unreliable baseline, every run of it was noisy" in findings(standing)[0]
 
 
 def test_a_compiled_winner_says_what_compiling_cost_and_when_it_pays_back() -> None:
@@ -345,6 +347,6 @@ def test_findings_of_a_confirmed_winner_in_a_study_whose_baseline_never_measured
     # confirmed winner is said without one (this raised AttributeError; found by
     # tests/unit/test_properties.py)
     crashed = dataclasses.replace(row(0, 100, baseline=True), outcome="crashed", metrics={}, bottleneck=None)
-    found = standing_of(crashed, row(1, 150, sampled={"a": 1}), row(2, 140, confirms=1))
-    assert found.base is None and found.decision.winner.confirmed
-    assert findings(found)[1] == "runs: median of 2 runs (1, 2), ±3%"  # (150 - 140) / 145 / 2
+    standing = standing_of(crashed, row(1, 150, sampled={"a": 1}), row(2, 140, confirms=1))
+    assert standing.base is None and standing.decision.winner.confirmed
+    assert findings(standing)[1] == "runs: median of 2 runs (1, 2), ±3%"  # (150 - 140) / 145 / 2

@@ -24,7 +24,7 @@ from autotune.worker._streams import (
     duplicating,
     row_prints,
 )
-from standings import standing, trial
+from standings import standing_from, trial
 
 
 def test_a_duplicating_loader_is_told_by_its_repeated_rows_and_names_the_fix() -> None:
@@ -153,17 +153,17 @@ def _duplicated(number: int, workers: int):
 def test_after_a_duplicating_trial_no_config_draws_or_climbs_past_one_worker() -> None:
     space = Space("s", {"num_workers": IntRange(0, 8)})
     base = trial(0, 800.0)
-    assert draw_caps(standing(base), space, print) is None  # nothing known: no cap
+    assert draw_caps(standing_from(base), space, print) is None  # nothing known: no cap
     said = []
-    cap = draw_caps(standing(base, _duplicated(1, 4)), space, said.append)
+    cap = draw_caps(standing_from(base, _duplicated(1, 4)), space, said.append)
     assert cap("num_workers", {}) == 1
     assert said[0].text.startswith("num_workers drawn up to 1: with 4 the loader delivered rows more than once")
     # a leader that waits on data climbs to more workers (tests/unit/test_planner.py); not past a duplicating loader
-    leader, found = leader_standing(persistent=True)
-    assert climb(leader, found, WORKERS, cpus=2) is not None
-    found = standing(*found.rows, _duplicated(4, 2), ceilings=found.ceilings)
-    assert duplicating(found.rows).number == 4
-    assert climb(leader, found, WORKERS, cpus=2) is None
+    leader, standing = leader_standing(persistent=True)
+    assert climb(leader, standing, WORKERS, cpus=2) is not None
+    standing = standing_from(*standing.rows, _duplicated(4, 2), ceilings=standing.ceilings)
+    assert duplicating(standing.rows).number == 4
+    assert climb(leader, standing, WORKERS, cpus=2) is None
     # a partial-batch trial is another training too, but more workers do not duplicate its rows
     short = dataclasses.replace(trial(1, 3000.0, "distorted"), reason="not the same training: ...")
     assert duplicating([base, short]) is None

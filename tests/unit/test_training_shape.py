@@ -59,7 +59,7 @@ def run(
     )
 
 
-def standing(*rows: TrialRow) -> Standing:
+def standing_from(*rows: TrialRow) -> Standing:
     from autotune.tuner._standing import standing_of
 
     return standing_of(rows, Ceilings())
@@ -127,7 +127,7 @@ def test_findings_of_whole_runs_say_the_wall_time_measured() -> None:
         run(4, 5.1, kind=Kind.CONFIRM, of=1, sps=690.0, sampled={"num_workers": 4}),
         run(5, 4.9, kind=Kind.CONFIRM, of=1, sps=710.0, sampled={"num_workers": 4}),
     ]
-    lines = findings(standing(*rows))
+    lines = findings(standing_from(*rows))
     # ranked on samples over the whole run: 3840 / 5.0 against 3840 / 10.0; ± half of (4.9 .. 5.1) about 5.0
     assert lines[0] == "trial 1, 2.00x the baseline (your script's whole run in 5.0 s against 10.0 s as written, ±2%)"
     assert (
@@ -145,9 +145,9 @@ def test_a_faster_loop_never_outranks_a_faster_whole_run() -> None:
         run(1, 12.0, sps=900.0, sampled={"num_workers": 8}),
         run(2, 8.0, sps=400.0, sampled={"num_workers": 1}),
     ]
-    found = standing(*rows)
-    assert found.best.number == 2
-    assert [round(r.speedup, 2) for r in found.rows] == [1.0, 0.83, 1.25]
+    standing = standing_from(*rows)
+    assert standing.best.number == 2
+    assert [round(r.speedup, 2) for r in standing.rows] == [1.0, 0.83, 1.25]
 
 
 def test_windowed_answers_are_projected_and_said_so() -> None:

@@ -6,13 +6,13 @@ import dataclasses
 
 from autotune.core._kinds import Kind
 from autotune.tuner._warm_start import Source, learnt, pick, same_machine, top_configs
-from standings import standing, trial
+from standings import standing_from, trial
 
 NOISY = "noisy: other processes used 48% of its CPUs while it measured (over 20%)"
 
 
 def test_the_top_configs_are_those_that_beat_the_baseline_best_first_believed_and_distinct() -> None:
-    found = standing(
+    standing = standing_from(
         trial(0, 1000.0),
         trial(1, 1500.0, sampled={"num_workers": 2}),
         trial(2, 2000.0, sampled={"num_workers": 4}),
@@ -21,21 +21,21 @@ def test_the_top_configs_are_those_that_beat_the_baseline_best_first_believed_an
         trial(5, 3000.0, sampled={"num_workers": 6}, doubt=NOISY),  # not believed
         trial(6, 1900.0, kind=Kind.CONFIRM, of=2, sampled={"num_workers": 4}),
     )
-    configs, speedups = top_configs(found)
+    configs, speedups = top_configs(standing)
     assert configs == [{"num_workers": 4}, {"num_workers": 2}]
     assert [round(s, 2) for s in speedups] == [1.95, 1.5]  # (trial 2's median of its two runs)
-    assert top_configs(found, top=1)[0] == [{"num_workers": 4}]
-    assert top_configs(standing(trial(0, 1000.0), trial(1, 900.0, sampled={"num_workers": 2}))) == ([], [])
-    assert top_configs(standing()) == ([], [])
+    assert top_configs(standing, top=1)[0] == [{"num_workers": 4}]
+    assert top_configs(standing_from(trial(0, 1000.0), trial(1, 900.0, sampled={"num_workers": 2}))) == ([], [])
+    assert top_configs(standing_from()) == ([], [])
 
 
 def test_a_larger_batch_ranks_on_its_time_to_the_baselines_loss_here_too() -> None:
-    found = standing(
+    standing = standing_from(
         trial(0, 1000.0),
         trial(1, 3000.0, sampled={"batch_size": "4x"}, config={"batch_size": 64}, to_loss_ratio=4.0),
         trial(2, 1200.0, sampled={"num_workers": 2}),
     )
-    assert top_configs(found)[0] == [{"num_workers": 2}]  # 3000 / 4 = 750 a second in time to the loss
+    assert top_configs(standing)[0] == [{"num_workers": 2}]  # 3000 / 4 = 750 a second in time to the loss
 
 
 def test_the_source_on_this_machine_first_then_the_most_recent() -> None:
@@ -68,10 +68,10 @@ def test_what_the_source_learnt_breaks_the_code_is_carried_and_said() -> None:
         trial(2, 1500.0, sampled={"num_workers": 2}),
     ]
     carried = {"amp": "study first learnt: your code breaks with amp=bf16 ..."}
-    broke = learnt(standing(*rows), carried)
+    broke = learnt(standing_from(*rows), carried)
     assert broke["batch_size"].startswith("your code shapes a batch with its own batch size at main.py:9")
     assert broke["amp"] == carried["amp"]  # what the source's own warm start carried, carried on
-    assert learnt(standing(*rows[::2]), {}) == {}  # nothing crashed: nothing learnt
+    assert learnt(standing_from(*rows[::2]), {}) == {}  # nothing crashed: nothing learnt
     source = Source("vae", [{"num_workers": 2}], [1.5], True, {"batch_size": broke["batch_size"]})
     assert source.line().endswith(
         "; batch_size held at your code's own, as study vae found a value of it breaks your code"

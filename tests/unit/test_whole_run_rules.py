@@ -18,7 +18,7 @@ from autotune.tuner._options import StudyOptions
 from autotune.tuner._standing import findings
 from autotune.tuner._watch import TrialResult
 from autotune.worker._streams import same_training
-from standings import standing, trial
+from standings import standing_from, trial
 
 
 def whole(
@@ -63,11 +63,13 @@ def whole(
 def test_whole_runs_rank_on_wall_time_not_on_the_samples_each_counted() -> None:
     # 4 epochs of 256 rows: at batch 32 the run counts 992 samples, at 256 only 768 (the first batch
     # is not counted). 768 / 7 s = 110/s against 992 / 10 s = 99/s read 1.11x; in wall time it is 10 / 7.
-    found = standing(whole(0, 10.0, 992), whole(1, 7.0, 768, 256, batch_size="8x"), whole(2, 8.0, 992, num_workers=4))
-    assert found.decision.winner.first.number == 1
-    assert found.speedup(found.decision.winner) == pytest.approx(10.0 / 7.0)
-    assert [round(r.speedup, 2) for r in found.rows] == [1.0, 1.43, 1.25]
-    assert findings(found)[0].startswith(
+    standing = standing_from(
+        whole(0, 10.0, 992), whole(1, 7.0, 768, 256, batch_size="8x"), whole(2, 8.0, 992, num_workers=4)
+    )
+    assert standing.decision.winner.first.number == 1
+    assert standing.speedup(standing.decision.winner) == pytest.approx(10.0 / 7.0)
+    assert [round(r.speedup, 2) for r in standing.rows] == [1.0, 1.43, 1.25]
+    assert findings(standing)[0].startswith(
         "trial 1, 1.43x the baseline (your script's whole run in 7.0 s against 10.0 s as written"
     )
 
@@ -82,7 +84,7 @@ def test_a_whole_run_on_another_batch_ranks_on_its_wall_time_and_its_loss_only_c
             row, metrics={**row.metrics, "loss_excess": -0.1, "loss_tolerance": 0.5, "to_loss_target": 0.42, **loss}
         )
 
-    early = standing(whole(0, 11.5, 992), judged(1, 10.0, to_loss_ratio=0.65))
+    early = standing_from(whole(0, 11.5, 992), judged(1, 10.0, to_loss_ratio=0.65))
     assert found_speedup(early) == pytest.approx(1.15)
     lines = findings(early)
     assert lines[0].startswith("trial 1, 1.15x the baseline (your script's whole run in 10.0 s against 11.5 s")
@@ -93,7 +95,7 @@ def test_a_whole_run_on_another_batch_ranks_on_its_wall_time_and_its_loss_only_c
     # needing more samples than the baseline for its loss (or not there by its end) costs: production
     # trains that much longer for the same loss
     for key in ("to_loss_ratio", "to_loss_beyond"):
-        late = standing(whole(0, 11.5, 992), judged(1, 10.0, **{key: 1.4}))
+        late = standing_from(whole(0, 11.5, 992), judged(1, 10.0, **{key: 1.4}))
         assert found_speedup(late, number=1) == pytest.approx(1.15 / 1.4)
 
 
@@ -104,23 +106,23 @@ def test_a_warm_compiled_rerun_ranks_with_the_cold_compile_a_user_pays() -> None
         row = whole(number, run_s, 992, compile="default", **kw)
         return dataclasses.replace(row, metrics={**row.metrics, "compile_s": compile_s, "compile_warm": warm})
 
-    found = standing(
+    standing = standing_from(
         whole(0, 10.0, 992), compiled(1, 8.0, 6.0, 0.0), compiled(2, 3.0, 1.0, 1.0, kind=Kind.CONFIRM, of=1)
     )
-    assert [round(r.speedup, 2) for r in found.rows] == [1.0, 1.25, 1.25]  # not 10 / 3 for the re-run
+    assert [round(r.speedup, 2) for r in standing.rows] == [1.0, 1.25, 1.25]  # not 10 / 3 for the re-run
     assert any(
         line.startswith(
             "compile: torch.compile took 6.0 s cold (a first run on a machine: what its whole "
             "run counts) and 1.0 s warm"
         )
-        for line in findings(found)
+        for line in findings(standing)
     )
 
 
-def found_speedup(found: object, number: int | None = None) -> float:
-    """The speedup of the winner (or of trial ``number``'s config) in ``found``."""
-    group = found.decision.winner if number is None else next(g for g in found.groups if g.first.number == number)
-    return found.speedup(group)
+def found_speedup(standing: object, number: int | None = None) -> float:
+    """The speedup of the winner (or of trial ``number``'s config) in ``standing``."""
+    group = standing.decision.winner if number is None else next(g for g in standing.groups if g.first.number == number)
+    return standing.speedup(group)
 
 
 def test_a_whole_run_that_trained_other_samples_never_ranks_as_faster() -> None:
@@ -128,18 +130,18 @@ def test_a_whole_run_that_trained_other_samples_never_ranks_as_faster() -> None:
     # against 6,400 in 10 s, 640/s: "5.71x" on samples over run time, while its run took 1.4x as long.
     base = whole(0, 10.0, 6_400, epochs=1, steps=200)
     wide = whole(1, 14.0, 51_200, 256, epochs=1, steps=200, batch_size="8x")
-    found = standing(base, wide, whole(2, 9.0, 6_400, epochs=1, steps=200, num_workers=2))
-    assert found.decision.winner.first.number == 2 and found.decision.fastest.first.number == 2
-    row = found.rows[1]
+    standing = standing_from(base, wide, whole(2, 9.0, 6_400, epochs=1, steps=200, num_workers=2))
+    assert standing.decision.winner.first.number == 2 and standing.decision.fastest.first.number == 2
+    row = standing.rows[1]
     assert row.outcome == "distorted" and row.speedup is None
     assert row.reason == (
         "its whole run trained 51,200 samples, 8.00x the baseline's 6,400 (200 steps of 256 "
         "against 200 of 32): another training, whose wall time is no speedup of the baseline's"
     )
-    assert f"not ranked, another training: trial 1: {row.reason}" in findings(found)
-    assert 1 not in plan(found.groups, runs=1)  # nor confirmed: it cannot win
+    assert f"not ranked, another training: trial 1: {row.reason}" in findings(standing)
+    assert 1 not in plan(standing.groups, runs=1)  # nor confirmed: it cannot win
     # faster in wall time too (say, 12 workers at 8x): still another training, still not ranked
-    quick = standing(base, whole(1, 6.0, 51_200, 256, epochs=1, steps=200, batch_size="8x", num_workers=12))
+    quick = standing_from(base, whole(1, 6.0, 51_200, 256, epochs=1, steps=200, batch_size="8x", num_workers=12))
     assert quick.decision.winner.first.number == 0 and quick.rows[1].outcome == "distorted"
 
 
@@ -153,14 +155,14 @@ def test_the_same_training_is_the_baselines_samples_within_a_batch_an_epoch_and_
 
 def test_windowed_runs_and_a_study_read_without_shapes_rank_as_before() -> None:
     # no run_s: the loop's samples/s ranks, and nothing is another training
-    found = standing(trial(0, 100.0), trial(1, 150.0, sampled={"num_workers": 2}))
-    assert found.decision.winner.first.number == 1 and found.rows[1].wall_rate is None
+    standing = standing_from(trial(0, 100.0), trial(1, 150.0, sampled={"num_workers": 2}))
+    assert standing.decision.winner.first.number == 1 and standing.rows[1].wall_rate is None
     # whole runs of a study from before shapes were recorded: their samples over their run time
     old = [
         trial(0, 400.0, run_s=10.0, run_samples_per_s=99.2),
         trial(1, 400.0, run_s=8.0, run_samples_per_s=124.0, sampled={"num_workers": 4}),
     ]
-    assert standing(*old).speedup(standing(*old).groups[1]) == pytest.approx(1.25)
+    assert standing_from(*old).speedup(standing_from(*old).groups[1]) == pytest.approx(1.25)
 
 
 def result_of(outcome: Outcome, samples: int, batch: int, metrics: dict | None = None) -> TrialResult:
@@ -206,29 +208,29 @@ def test_with_a_horizon_whole_runs_rank_on_their_projected_production_time() -> 
     base = timed(0, 400.0, 2.0, 10.0)
     lean = timed(1, 300.0, 1.0, 8.0, num_workers=0)  # 8 s against 10 s: 1.25x as given
     fast = timed(2, 800.0, 5.0, 11.0, 3.0, compile="default")  # 11 s: slower as given
-    given = standing(base, lean, fast)
+    given = standing_from(base, lean, fast)
     assert given.decision.winner.first.number == 1 and given.horizon_h is None
     # 2 h of the baseline's loop: 2,880,000 samples. The baseline takes 2 + 7,200 s; lean 1 + 9,600;
     # fast 5 + 3 + 3,600: 7,202 / 3,608 = 2.00x, and lean 7,202 / 9,601 = 0.75x
-    found = standing(base, lean, fast, horizon_h=2.0)
-    assert found.decision.winner.first.number == 2 and found.horizon_h == 2.0
-    assert [round(r.speedup, 3) for r in found.rows] == [1.0, round(7202 / 9601, 3), round(7202 / 3608, 3)]
-    assert findings(found)[0].startswith(
+    standing = standing_from(base, lean, fast, horizon_h=2.0)
+    assert standing.decision.winner.first.number == 2 and standing.horizon_h == 2.0
+    assert [round(r.speedup, 3) for r in standing.rows] == [1.0, round(7202 / 9601, 3), round(7202 / 3608, 3)]
+    assert findings(standing)[0].startswith(
         "trial 2, 2.00x the baseline (in 2 h of production (--horizon): start-up "
         "+ compile + the loop at 800 vs 400 samples/s; your script's whole run "
         "in 11.0 s against 10.0 s as written"
     )
     # another training is still not ranked, whatever the horizon
     wide = whole(3, 6.0, 7_936, 256, batch_size="8x")
-    assert standing(base, wide, horizon_h=2.0).rows[1].outcome == "distorted"
+    assert standing_from(base, wide, horizon_h=2.0).rows[1].outcome == "distorted"
 
 
 def test_a_study_with_a_run_it_cannot_project_ranks_on_wall_time() -> None:
     base, old = timed(0, 400.0, 2.0, 10.0), whole(1, 8.0, 992, num_workers=2)
     old = dataclasses.replace(old, metrics={k: v for k, v in old.metrics.items() if k != "startup_s"})
     # (a study recorded before start-up was: every run on its wall time, never two units in one ranking)
-    found = standing(base, old, horizon_h=2.0)
-    assert found.rows[1].speedup == pytest.approx(10.0 / 8.0) and found.horizon_h is None
+    standing = standing_from(base, old, horizon_h=2.0)
+    assert standing.rows[1].speedup == pytest.approx(10.0 / 8.0) and standing.horizon_h is None
 
 
 def test_the_objective_is_said_and_a_start_up_heavy_run_without_a_horizon_is_told_to_pass_one() -> None:
@@ -257,7 +259,7 @@ def test_the_study_keeps_its_horizon_for_every_reader_of_its_standing() -> None:
     import optuna
 
     from autotune.stores._records import ATTR_HORIZON
-    from autotune.tuner._standing import standing as read
+    from autotune.tuner._standing import read_standing as read
 
     study = optuna.create_study(direction="maximize")
     assert read(study).horizon_h is None
