@@ -21,7 +21,7 @@ from autotune.core._config import Config, ConfigError
 from autotune.core._knobs import KNOBS, Capability, Knob, Stage
 from autotune.core._outcome import Outcome
 from autotune.production._export import load
-from autotune.production._recipe import Recipe
+from autotune.production._recipe import Adaptation, Recipe
 from autotune.training._handles import Run
 
 _moved.install()  # (the modules' paths before the subpackages keep importing, with a warning)
@@ -60,6 +60,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "KNOBS",
+    "Adaptation",
     "BaselineFailed",
     "Capability",
     "Config",

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune._result import Result
-from autotune.core._config import ConfigError
+from autotune.core._config import REMOVED_IN, ConfigError
 from autotune.machine._launch import TRIAL_TAG_ENV
 from autotune.training._script import check_script, is_script
-from autotune.tuner._option_fields import REMOVED_IN, defaults_of, fields_of, place_of, replace_flat
+from autotune.tuner._option_fields import defaults_of, fields_of, place_of, replace_flat
 from autotune.tuner._option_groups import Basics, Options
 from autotune.tuner._options import LOGGER, Reporter, StudyOptions
 

@@ -13,7 +13,7 @@ import sys
 import warnings
 from typing import Any
 
-from autotune.tuner._option_fields import REMOVED_IN
+from autotune.core._config import REMOVED_IN
 
 MOVED = {
     "autotune._adapt": "autotune.production._adapt",

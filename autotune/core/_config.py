@@ -8,6 +8,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from autotune.core._knobs import KNOBS
 
+#: The release that removes what is deprecated now: ``tune()``'s flat keyword arguments, the
+#: modules' old paths (``autotune._moved``), ``Recipe``'s adaptation keywords.
+REMOVED_IN = "0.2.0"
+
 
 class ConfigError(ValueError):
     """Bad user input (a space file, an exported YAML, a CLI argument).

@@ -11,7 +11,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from autotune.core._config import Config
+from autotune.core._config import REMOVED_IN, Config
 from autotune.core._knobs import KNOBS, show_value
 from autotune.core._loaders import batch_len
 from autotune.training._handles import Run
@@ -19,12 +19,13 @@ from autotune.training._handles import Run
 
 @dataclasses.dataclass(frozen=True)
 class Adaptation:
-    """How a recipe's loaders adapt (``autotune.load(path, adapt=True)``; ``autotune.production._adapt``).
+    """How a recipe's loaders adapt between epochs (``autotune.load(path, adapt=True)`` makes one
+    from the export; see the manual's production page).
 
     Attributes:
         tracking_uri: The MLflow store the production job's epochs are logged to; None: not logged.
         ram_budget: GiB of host RAM the training process and its workers may hold (None: the default,
-            ``autotune.machine._margin.default_budget``).
+            the share of the machine's RAM a study's budget takes).
         ram_peak: GiB of host RAM the study's winner held (the export's), where known.
         gpu_peak: GiB of GPU memory the study's winner held (the export's), where known.
     """
@@ -33,6 +34,36 @@ class Adaptation:
     ram_budget: float | None = None
     ram_peak: float | None = None
     gpu_peak: float | None = None
+
+
+#: ``Recipe``'s keyword arguments before they were grouped in an ``Adaptation``.
+ADAPT_KWARGS = ("tracking_uri", "ram_budget", "ram_peak", "gpu_peak")
+
+
+def adaptation(adapt: Adaptation | bool | None, moved: dict[str, Any]) -> Adaptation | None:
+    """``Recipe``'s ``adapt`` as an ``Adaptation`` (None: its loaders do not adapt). ``True``, with
+    the keyword arguments it took before they were grouped (``moved``: with a DeprecationWarning),
+    is one as before; ``False`` is None.
+
+    >>> adaptation(True, {}), adaptation(False, {}), adaptation(Adaptation(ram_budget=4.0), {}).ram_budget
+    (Adaptation(tracking_uri=None, ram_budget=None, ram_peak=None, gpu_peak=None), None, 4.0)
+    """
+    unknown = sorted(set(moved) - set(ADAPT_KWARGS))
+    if unknown:
+        raise TypeError(f"Recipe() got an unexpected keyword argument {unknown[0]!r}")
+    if moved:
+        if isinstance(adapt, Adaptation):
+            raise TypeError(f"Recipe(): {', '.join(moved)} belong in adapt=Adaptation(...), which is given")
+        listed = ", ".join(f"{k}=" for k in moved)
+        warnings.warn(
+            f"Recipe({listed}...) is deprecated and will be removed in {REMOVED_IN}: pass "
+            f"adapt=autotune.Adaptation({listed}...)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    if isinstance(adapt, Adaptation):
+        return adapt
+    return Adaptation(**moved) if adapt else None
 
 
 class Recipe(Run):
@@ -59,8 +90,10 @@ class Recipe(Run):
         origin: str | None = None,
         report_every: float | None = None,
         quiet: bool = False,
-        adapt: Adaptation | None = None,
+        adapt: Adaptation | bool | None = None,
+        **moved: Any,
     ) -> None:
+        adapt = adaptation(adapt, moved)
         super().__init__(config, device)
         self.base_batch_size = base_batch_size
         self._loaders = 0  # built so far

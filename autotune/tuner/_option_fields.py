@@ -16,8 +16,6 @@ from autotune.core._bounds import Bound, problem
 from autotune.core._config import ConfigError
 
 T = TypeVar("T", bound="OptionGroup")
-#: The version whose release removes ``tune``'s keywords that moved into the groups.
-REMOVED_IN = "0.2.0"
 
 
 def option(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune import Config, Recipe
+from autotune import Adaptation, Config, Recipe
 from autotune.production._export import load, render
 
 
@@ -170,3 +170,17 @@ def test_exec_times_its_process_as_a_stopwatch_would() -> None:
     ).stdout
     watch = time.perf_counter() - started
     assert 0.3 < float(out) <= watch + 0.011 and watch - float(out) < 0.25  # (after it: the interpreter's exit)
+
+
+def test_a_recipe_adapts_by_an_adaptation_and_its_old_keywords_still_work_with_a_warning(recwarn) -> None:
+    """Issue 60: Recipe's four adaptation keywords went into ``Adaptation``; ``adapt=True`` with them
+    builds the same recipe for one release, with a warning that names the new place."""
+    grouped = Recipe(Config(), "cpu", quiet=True, adapt=Adaptation(ram_budget=2.0, ram_peak=0.5))
+    assert not recwarn.list
+    with pytest.warns(DeprecationWarning, match=r"removed in 0\.2\.0: pass adapt=autotune\.Adaptation\(ram_budget="):
+        flat = Recipe(Config(), "cpu", quiet=True, adapt=True, ram_budget=2.0, ram_peak=0.5)
+    for recipe in (grouped, flat):
+        assert recipe.adaptive is not None and recipe.adaptive.budget == 2 * 2**30 and recipe.adaptive.ram_peak == 0.5
+    assert Recipe(Config(), "cpu", quiet=True).adaptive is None
+    with pytest.raises(TypeError, match="unexpected keyword argument 'ram_budjet'"):
+        Recipe(Config(), "cpu", adapt=True, ram_budjet=2.0)
