@@ -26,6 +26,18 @@ def spent(store: Path, study: str) -> list[dict]:
     return [{"line": s.line(), "unsaid": list(s.unsaid)} for s in found]
 
 
+def spent_in(store: Path) -> list[dict]:
+    """``spent`` for every study in the store folder ``store`` (none stored: empty)."""
+    import optuna
+    from optuna.storages.journal import JournalFileBackend
+
+    journal = store / "optuna.journal"
+    if not journal.exists():
+        return []
+    storage = optuna.storages.JournalStorage(JournalFileBackend(str(journal)))
+    return [s for name in optuna.get_all_study_names(storage) for s in spent(store, name)]
+
+
 def said(found: list[dict]) -> str:
     """The check's verdict in a sentence, for a page or a log.
 

@@ -365,6 +365,7 @@ class Study:
     verdict: str  # an answer / a refusal within 30 s / **bad**: why
     load: str  # the 1-minute load average at its start and end
     log: Path  # everything it printed (stdout, then stderr)
+    spent: list[dict] = dataclasses.field(default_factory=list)  # issue 62's check (``_spent``)
 
 
 def _load() -> str:
@@ -413,7 +414,10 @@ def study(entry: Entry, layout: Layout, python: str, trials: int, timeout: float
     summary = next((line for line in ran.stdout.splitlines() if line.startswith("study ")), None)
     line = (found or summary or (lines[-1] if lines else "(no output)"))[:200]
     verdict = _study_verdict(ran.rc, ran.seconds, text, found)
-    return Study(ran.rc, ran.seconds, line, verdict, f"{before}-{_load()}", log)
+    from _spent import spent_in
+
+    spent = spent_in(root / "st")
+    return Study(ran.rc, ran.seconds, line, verdict, f"{before}-{_load()}", log, spent)
 
 
 def tune(entry: Entry, layout: Layout, python: str, trials: int, timeout: float) -> str:
@@ -439,6 +443,10 @@ def studies_page(done: list[tuple[Entry, Study]], header: dict[str, str]) -> str
         lines.append(
             f"| {entry.name} | {entry.cls} | exit {s.rc}: `{said}` | {s.verdict} | {s.seconds:.0f} | {s.load} |"
         )
+    from _spent import said as spent_said
+
+    lines += ["", "Trials spent on a losing value:", ""]
+    lines += [f"- {entry.name}: {spent_said(s.spent)}" for entry, s in done]
     lines.append("")
     return "\n".join(lines)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -107,3 +108,25 @@ def test_a_studys_end_is_judged_by_issue_58s_done_when() -> None:
     ]
     for rc, seconds, text, answer, verdict in cases:
         assert corpus._study_verdict(rc, seconds, text, answer).startswith(verdict), (text, verdict)
+
+
+def test_the_studies_page_says_issue_62s_check_for_each_study(tmp_path) -> None:
+    """Each study's store is read by issue 62's check (benchmarks/_spent.py): a store with a study
+    that spent nothing on a lost value says so; a folder without a store has nothing to say."""
+    import optuna
+    from optuna.storages.journal import JournalFileBackend
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from _spent import spent_in
+
+    assert spent_in(tmp_path) == []
+    storage = optuna.storages.JournalStorage(JournalFileBackend(str(tmp_path / "optuna.journal")))
+    optuna.create_study(study_name="main", storage=storage)
+    assert spent_in(tmp_path) == []
+    entry = SimpleNamespace(name="mnist", cls="a DataLoader")  # (what the page reads of an Entry)
+    ended = corpus.Study(0, 165.0, "best: trial 0", "an answer", "1.2-1.4", tmp_path / "mnist.log", [])
+    page = corpus.studies_page(
+        [(entry, ended)],
+        {"trials": "6", "date": "d", "machine": "m", "autotune": "a", "pythons": "p", "command": "c"},
+    )
+    assert "- mnist: no value that ran under half the baseline's speed was run again (issue 62's check)" in page
