@@ -5,6 +5,7 @@ script's evaluation pass kept out of the windows (autotune.worker._script_trial)
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -79,24 +80,31 @@ def script(epochs: int, test_pause: float) -> None:
                 time.sleep(test_pause / 2)  # 2 batches: the pass takes test_pause
 
 
-def measured(test_pause: float, windows: int, trace: str | None = None) -> tuple[ScriptTrial, list[tuple[str, dict]]]:
-    """``script`` run as a trial measures it (no loader workers, windows of 0.3 s after 2 warmup
-    steps, ``trial`` for the rest) until its budget ends it; the trial and its events."""
+def trial_of(
+    loop: Callable[[], None], config: Config, window_s: float, windows: int, trace: str | None = None
+) -> tuple[ScriptTrial, list[tuple[str, dict]]]:
+    """``loop`` run as a trial of ``config`` measures it (windows of ``window_s`` after 2 warmup
+    steps, no ceilings) until its budget ends it; the trial and its events."""
     events: list[tuple[str, dict]] = []
     run = ScriptTrial(
-        Config(num_workers=0),
+        config,
         "cpu",
         lambda kind, **e: events.append((kind, e)),
-        Budget(warmup_steps=2, warmup_s=0.0, window_s=0.3, min_window_steps=2, windows=windows, ceiling_windows=0),
+        Budget(warmup_steps=2, warmup_s=0.0, window_s=window_s, min_window_steps=2, windows=windows, ceiling_windows=0),
         trace=trace,
     )
     run.hooks.install()
     try:
         with pytest.raises(BudgetSpent):
-            script(epochs=1000, test_pause=test_pause)
+            loop()
     finally:
         run.hooks.remove()
     return run, events
+
+
+def measured(test_pause: float, windows: int, trace: str | None = None) -> tuple[ScriptTrial, list[tuple[str, dict]]]:
+    """``script`` as a trial (no loader workers, windows of 0.3 s): the trial and its events."""
+    return trial_of(lambda: script(epochs=1000, test_pause=test_pause), Config(num_workers=0), 0.3, windows, trace)
 
 
 def test_the_loader_that_trains_is_measured_and_the_test_pass_is_outside_the_windows() -> None:
@@ -156,19 +164,7 @@ def sliced(update: str) -> None:
 
 @pytest.mark.parametrize("update", ["optimizer", "by hand"])
 def test_a_loop_without_a_dataloader_is_measured_in_steps(update: str) -> None:
-    events: list[tuple[str, dict]] = []
-    run = ScriptTrial(
-        Config(),
-        "cpu",
-        lambda kind, **e: events.append((kind, e)),
-        Budget(warmup_steps=2, warmup_s=0.0, window_s=0.05, min_window_steps=2, windows=3, ceiling_windows=0),
-    )
-    run.hooks.install()
-    try:
-        with pytest.raises(BudgetSpent):
-            sliced(update)
-    finally:
-        run.hooks.remove()
+    run, events = trial_of(lambda: sliced(update), Config(), 0.05, 3)
     windows = [e for kind, e in events if kind == "window"]
     assert run.loaderless and len(windows) == 3
     assert all(w["samples"] == w["steps"] >= 2 and w["data_wait"] == 0.0 for w in windows)  # a step a sample
@@ -201,20 +197,8 @@ def test_a_gans_two_steps_a_batch_are_one_step_and_all_of_its_time_is_in_the_win
     """Each batch of a GAN steps two optimizers: it counts once, and the time before, between and
     after its two steps is all in the windows, so no window reads faster than its sleeps allow (a
     window that left out the time between the steps would read up to 3x that)."""
-    events: list[tuple[str, dict]] = []
-    run = ScriptTrial(
-        Config(num_workers=0),
-        "cpu",
-        lambda kind, **e: events.append((kind, e)),
-        Budget(warmup_steps=2, warmup_s=0.0, window_s=0.3, min_window_steps=2, windows=3, ceiling_windows=0),
-    )
     pause = 0.005
-    run.hooks.install()
-    try:
-        with pytest.raises(BudgetSpent):
-            gan(pause)
-    finally:
-        run.hooks.remove()
+    run, events = trial_of(lambda: gan(pause), Config(num_workers=0), 0.3, 3)
     windows = [e for kind, e in events if kind == "window"]
     assert len(windows) == 3 and run.hooks.training is not None
     assert all(w["samples"] == 64 * w["steps"] for w in windows)  # a batch a step, not two
