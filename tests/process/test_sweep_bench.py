@@ -4,31 +4,20 @@ workers that wait on their reads) to a figure the reads allow."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
+from bench_modules import BENCH, load_module
+
 ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "benchmarks"
 
 
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(BENCH))  # (the benchmarks import their shared helpers by name)
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH))
-    return module
-
-
-sweep = _load("sweep_bench", BENCH / "sweep.py")
-plain = _load("plain_sweep_bench", BENCH / "_plain_sweep.py")
-io_loop = _load("io_loop_bench", BENCH / "_io_loop.py")
-io_train = _load("io_train_fixture", ROOT / "tests" / "fixtures" / "io_train.py")
+sweep = load_module("sweep_bench", BENCH / "sweep.py")
+plain = load_module("plain_sweep_bench", BENCH / "_plain_sweep.py")
+io_loop = load_module("io_loop_bench", BENCH / "_io_loop.py")
+io_train = load_module("io_train_fixture", ROOT / "tests" / "fixtures" / "io_train.py")
 
 
 class _Built(Exception):

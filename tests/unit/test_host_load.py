@@ -4,29 +4,12 @@ figures are provisional by the CPU time of processes outside its own process tre
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+from bench_modules import BENCH, load_module
 
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"{name}_under_test", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # (its dataclasses look their module up)
-    sys.path.insert(0, str(BENCH))  # (the benchmarks import their shared helpers by name)
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH))
-    return module
-
-
-host = _load("_host_load")
-sweep = _load("sweep")
+host = load_module("_host_load_under_test", BENCH / "_host_load.py")
+sweep = load_module("sweep_under_test", BENCH / "sweep.py")
 
 
 def test_foreign_is_the_busy_time_less_the_trees():
