@@ -114,15 +114,20 @@ class Among(NamedTuple):
 
     values: tuple[Any, ...]
 
-    def pick(self, trial: int) -> Any:
-        """Trial ``trial``'s value: the same for every tuner that asks.
+    def pick(self, trial: int, knob: str) -> Any:
+        """Trial ``trial``'s value of ``knob``: the same for every tuner that asks, and drawn apart
+        from any other knob's (seeded by the trial alone, two knobs held among the same values
+        took the same one in every trial: their effects could not be told apart).
 
-        >>> [Among(("off", "fp16")).pick(n) for n in (3, 3)] == [Among(("off", "fp16")).pick(3)] * 2
+        >>> among = Among(("off", "fp16"))
+        >>> among.pick(3, "amp") == among.pick(3, "amp")
         True
+        >>> len({(among.pick(n, "amp"), among.pick(n, "prefetch")) for n in range(16)})
+        4
         """
         import random
 
-        return random.Random(f"among-{trial}").choice(self.values)
+        return random.Random(f"among-{knob}-{trial}").choice(self.values)
 
 
 def loss_holds(losses: Sequence[Loss], choices: Mapping[str, Sequence[Any]]) -> dict[str, tuple[Any, str]]:

@@ -152,7 +152,7 @@ class Space:
             if KNOBS[name].is_active(values):
                 bound = cap(name, values) if cap is not None and isinstance(domain, IntRange) else None
                 value = held[name] if name in held else _suggest(trial, name, domain, bound)
-                values[name] = value.pick(trial.number) if isinstance(value, Among) else value
+                values[name] = value.pick(trial.number, name) if isinstance(value, Among) else value
         return Config(**values)
 
 

@@ -110,3 +110,22 @@ def test_a_lost_value_of_three_is_never_drawn_again_and_the_other_two_are() -> N
         assert "amp" not in trial.params and "prefetch" in trial.params
         study.tell(trial, 1.0)
     assert set(drawn) == {"off", "fp16"}  # (24 even draws of two: both, and never bf16)
+
+
+def test_two_knobs_drawn_among_their_values_are_drawn_apart() -> None:
+    """amp and cuda_stream prefetch both lost one value: each is drawn evenly from the two left,
+    and not the same way in every trial (seeded by the trial alone, they were: amp=off came with
+    prefetch=none every time, so neither knob's effect could be told from the other's)."""
+    gpu = Space(
+        "gpu",
+        {"amp": Choice(("off", "bf16", "fp16")), "prefetch": Choice(("none", "thread", "cuda_stream"))},
+    )
+    held = {"amp": Among(("off", "fp16")), "prefetch": Among(("none", "thread"))}
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    pairs = set()
+    for _ in range(24):
+        trial = study.ask()
+        config = gpu.sample(trial, held)
+        pairs.add((config.amp, config.prefetch))
+        study.tell(trial, 1.0)
+    assert pairs == {("off", "none"), ("off", "thread"), ("fp16", "none"), ("fp16", "thread")}
