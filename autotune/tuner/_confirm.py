@@ -226,13 +226,34 @@ def decide(groups: Sequence[Group]) -> Decision:
     base = baseline_group(groups)
     feasible = [g for g in groups if g.feasible]
     if not feasible:
-        return Decision(None, base, None, ())
+        return Decision(base if only_as_written(groups, base) else None, base, None, ())
     fastest = max(feasible, key=lambda g: g.ranked_median)
     judged = base is not None and base.confirmed  # (a baseline with no believed figure is not)
     contenders = [g for g in feasible if g is base or not judged or (base is not None and beats(g, base))]
     winner = max(contenders, key=lambda g: g.ranked_median)
     ties = tuple(g for g in feasible if g is not winner and g.confirmed and winner.confirmed and not beats(winner, g))
     return Decision(winner, base, fastest, ties)
+
+
+#: Outcomes that rule a config out whatever its speed: a config that ran the code to another end.
+REJECTED = (Outcome.DIVERGED.value, Outcome.CRASHED.value, Outcome.OOM_HOST.value, Outcome.OOM_GPU.value)
+
+
+def only_as_written(groups: Sequence[Group], base: Group | None) -> bool:
+    """Whether the code as written is the answer with no figure to rank: it ran to its end every
+    time (each of its figures doubted: a loaded host), and every other config that ended was ruled
+    out whatever its speed (``REJECTED``: diverged, crashed, out of memory), none only noisy.
+    Each config tried gives the code something else to train on or breaks it: there is nothing
+    to change, and no speed claimed (a study of siamese_network on a loaded host said "no figure
+    to rank" where every config but the code's own had diverged)."""
+    if base is None or not all(r.outcome == Outcome.COMPLETE.value for r in base.runs if _ended(r)):
+        return False
+    others = [g for g in groups if g is not base and any(_ended(r) for r in g.runs)]
+    return bool(others) and all(any(r.outcome in REJECTED for r in g.runs) for g in others)
+
+
+def _ended(row: TrialRow) -> bool:
+    return row.outcome not in (Outcome.INTERRUPTED.value, *UNFINISHED)
 
 
 def _only_noisy(group: Group) -> bool:

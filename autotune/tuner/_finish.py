@@ -133,12 +133,9 @@ def parent_record(
         win = standing.decision.winner
         assert win is not None  # (best is its lead)
         artifacts["best.yaml"] = export_text(study, standing)
-        metrics.update(
-            best_samples_per_s=win.median,
-            best_trial=float(best.number),
-            best_runs=float(len(win.rates)),
-            best_spread=win.spread,
-        )
+        metrics.update(best_trial=float(best.number), best_runs=float(len(win.rates)), best_spread=win.spread)
+        if win.rates:  # (none where the code as written is the answer with no figure: ``findings``)
+            metrics["best_samples_per_s"] = win.median
         speedup = standing.speedup(win)  # (None when every baseline run was noisy)
         if standing.base is not None and standing.base.rates and speedup is not None:
             metrics.update(

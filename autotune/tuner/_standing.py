@@ -14,7 +14,16 @@ from autotune.core._knobs import KNOBS, show_value
 from autotune.core._outcome import Outcome, headline
 from autotune.core._whole_runs import horizon_rate, other_training, wall_rate
 from autotune.stores._records import ATTR_CEILINGS, ATTR_HORIZON, TrialRow, row_of
-from autotune.tuner._confirm import UNFINISHED, Decision, Group, baseline_group, decide, group_runs, speed_only
+from autotune.tuner._confirm import (
+    REJECTED,
+    UNFINISHED,
+    Decision,
+    Group,
+    baseline_group,
+    decide,
+    group_runs,
+    speed_only,
+)
 from autotune.tuner._loss_lines import to_loss_clause, to_loss_of, winner_loss_line
 from autotune.tuner._training_shape import flat_runs, run_time_line
 
@@ -247,6 +256,16 @@ def findings(standing: Standing) -> list[str]:
         return [
             f"unreliable: no figure to rank; {len(doubted)} trial(s) completed, but each was "
             f"{_doubts(doubted)}. Run again on a quiet machine (and with enough data for every window)"
+        ]
+    if win is base and not win.rates:  # (every other config ruled out: ``autotune.tuner._confirm.only_as_written``)
+        others = [r for g in standing.groups if g is not base for r in g.runs if r.outcome in REJECTED]
+        outcomes = ", ".join(
+            f"{sum(r.outcome == o for r in others)} {o}" for o in REJECTED if any(r.outcome == o for r in others)
+        )
+        return [
+            f"trial {win.first.number} (the baseline: your code as written): every other config tried was ruled out "
+            f"({outcomes}: trial {', '.join(str(r.number) for r in others[:6])}{', ...' if len(others) > 6 else ''}); "
+            f"no speed figure: every run of it was {_doubts(win.doubted)}"
         ]
     spread = win.spread if win.confirmed else win.lead.metrics.get("samples_per_s_spread", 0.0)
     whole = base is not None and bool(base.run_s) and bool(win.run_s)  # whole runs: said in seconds

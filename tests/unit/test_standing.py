@@ -302,6 +302,30 @@ def test_every_figure_doubted_says_unreliable_instead_of_a_speedup() -> None:
     assert line.startswith("unreliable: no figure to rank; 2 trial(s) completed, but each was noisy")
 
 
+def test_the_code_as_written_answers_where_every_other_config_was_ruled_out() -> None:
+    """A loaded host doubted every run of the baseline, and every other config diverged or
+    crashed: the answer is the code as written (nothing to change), with no speed claimed."""
+
+    def ruled_out(number: int, outcome: str) -> TrialRow:
+        return dataclasses.replace(row(number, 900.0, sampled={"amp": "bf16", "n": number}), outcome=outcome)
+
+    base, again = row(0, 100.0, baseline=True, doubt=NOISY), row(3, 90.0, confirms=0, doubt=NOISY)
+    standing = standing_of(base, ruled_out(1, "diverged"), ruled_out(2, "crashed"), again)
+    assert (
+        standing.best is not None and standing.best.number == 0 and standing.speedup(standing.decision.winner) is None
+    )
+    (line,) = findings(standing)
+    assert line == (
+        "trial 0 (the baseline: your code as written): every other config tried was ruled out "
+        "(1 diverged, 1 crashed: trial 1, 2); no speed figure: every run of it was noisy (trial 0, 3: "
+        "other processes used 48% of its CPUs while it measured (over 20%))"
+    ), line
+    # one other config whose only figure was noisy might be faster: no answer yet
+    noisy = row(4, 900.0, sampled={"amp": "off"}, doubt=NOISY)
+    assert standing_of(base, ruled_out(1, "diverged"), noisy).best is None
+    assert standing_of(base).best is None  # (nothing else tried: nothing ruled out)
+
+
 def test_a_baseline_never_measured_quietly_gives_no_speedup() -> None:
     standing = standing_of(row(0, 100.0, baseline=True, doubt=NOISY), row(1, 300.0))
     assert standing.best.number == 1 and standing.speedup(standing.decision.winner) is None
