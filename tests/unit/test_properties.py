@@ -16,6 +16,7 @@ from autotune.core._knobs import Part
 from autotune.core._outcome import RUNNING, WAITING, Outcome
 from autotune.machine._noise import is_noisy
 from autotune.stores._records import TrialRow
+from autotune.tuner._confirm import only_as_written
 from autotune.tuner._judge import TrialIds, checked_ceilings, optuna_state, result_record
 from autotune.tuner._option_groups import Noise
 from autotune.tuner._planner import Settings, after_trial, confirmation, without_baseline
@@ -167,7 +168,10 @@ def test_the_standing_never_raises_and_ranks_only_believed_figures(standing) -> 
     for group in standing.groups:
         assert sorted(group.rates) == sorted(believed[r.number] for r in group.runs if r.number in believed)
     winner = standing.decision.winner
-    if winner is not None:
+    if winner is not None and not winner.rates:  # the code as written: every other config ruled out
+        assert winner is standing.base and only_as_written(standing.groups, winner)
+        assert findings(standing)[0].startswith(f"trial {winner.first.number} (the baseline: your code as written)")
+    elif winner is not None:
         assert winner.rates and sorted(winner.rates) == sorted(r.samples_per_s for r in winner.runs if r.reliable)
         assert standing.best.reliable and standing.best.doubt is None
     assert findings(standing)
