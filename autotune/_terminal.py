@@ -265,7 +265,7 @@ class Progress(Reporter):
             return
         sps = f"{row.samples_per_s:10,.1f} samples/s" if row.samples_per_s else " " * 20
         if row.run_s:  # a whole run: what it ranks on is its wall time
-            sps = f"{row.run_s:6.1f} s whole run, " + sps.strip()
+            sps = ", ".join(filter(None, [f"{row.run_s:6.1f} s whole run", sps.strip()]))
         speed = f"{row.speedup:5.2f}x" if row.speedup else "      "
         wait = row.metrics.get("data_wait_frac")
         wait_text = f"data-wait {wait:4.0%}" if wait is not None else ""

@@ -80,6 +80,7 @@ def classify(
     against: LossReference = LossReference(),
     expected_windows: int = 0,
     batches: int | None = None,
+    whole_run: bool = False,
 ) -> tuple[Outcome, str]:
     """Decide a finished worker's outcome and the reason shown to the user.
 
@@ -95,6 +96,8 @@ def classify(
         expected_windows: The windows its budget asked for; a complete trial with
             fewer (the function ran out of epochs) says so in its reason.
         batches: The batches it took from ``run.batches`` (its end event's steps; None: unknown).
+        whole_run: Its code ran to its end and its wall time was measured (a trial of a whole
+            study): with no window, that is its measure.
     """
     returncode, killed, error, stderr_tail = worker.returncode, worker.killed, worker.error, worker.stderr_tail
     if killed:
@@ -126,6 +129,11 @@ def classify(
         return Outcome.CRASHED, (
             "the training function returned without taking a batch from run.batches(loader): "
             "autotune measures the loop through it; iterate `for batch in run.batches(loader):`"
+        )
+    if not windows and whole_run:
+        return Outcome.COMPLETE, (
+            f"measured whole only: its run ended after {batches} step{'s' * (batches != 1)}, too few for a "
+            "warmup and a window; it ranks on its wall time"
         )
     if not windows:
         return Outcome.CRASHED, (

@@ -27,6 +27,21 @@ def add_foreign_load(event: dict[str, Any], monitor: Monitor) -> None:
             event[name] = value
 
 
+def run_load(monitor: Monitor, since: float) -> dict[str, float]:
+    """For a whole run measured without a window (too few steps for one): the share of its CPUs
+    other processes used from ``since`` (wall time: its first batch) to its last reading while it
+    ran, as a window's ``foreign_cpu``, so that a run slowed by others is doubted as a window is.
+    Its last reading is the one with the most CPU of its tree: after the exit the tree reads less."""
+    from autotune.machine._monitor import foreign_cpu
+
+    readings = [s for s in monitor.samples if s.cpu is not None]
+    start = next((s for s in reversed(readings) if s.wall <= since), readings[0] if readings else None)
+    end = max(readings, key=lambda s: (s.cpu.tree, s.wall), default=None)  # type: ignore[union-attr]
+    if start is None or end is None or start.cpu is None or end.cpu is None or end.wall <= start.wall:
+        return {}
+    return {"foreign_cpu": foreign_cpu(start.cpu, end.cpu, end.wall - start.wall, len(monitor.cpus))}
+
+
 def log_tail(text: str, lines: int = 10) -> str:
     """The evidence in a trial's log: the last ``lines`` lines, or for a native crash,
     faulthandler's report (the worker enables it) cut to the crashing thread's stack. The

@@ -34,7 +34,8 @@ TRACE_NAME = "{role}.pt.trace.json.gz"
 
 def profile_plan(standing: Standing, nproc: int = 1) -> tuple[list[tuple[str, int, dict[str, Any]]], str | None]:
     """Which configs to profile, as ``(role, trial, sampled config)``: the baseline's, and the
-    winner's where the study has one other than the baseline; or why none (a reason to say).
+    winner's where the study has one other than the baseline; and why not one of them, or none
+    (a line to say; the winner's, where its run was measured whole only, too short for a window).
 
     >>> profile_plan(None)
     ([], 'no profile: the study has no baseline figure')
@@ -48,9 +49,12 @@ def profile_plan(standing: Standing, nproc: int = 1) -> tuple[list[tuple[str, in
         )
     plan: list[tuple[str, int, dict[str, Any]]] = [("baseline", standing.base.first.number, {})]
     winner = standing.decision.winner
-    if winner is not None and winner is not standing.base and standing.best is not None:
-        plan.append(("winner", standing.best.number, dict(standing.best.sampled)))
-    return plan, None
+    best = standing.best
+    if winner is None or winner is standing.base or best is None:
+        return plan, None
+    if not best.samples_per_s:  # (``autotune.core._outcome.classify``: "measured whole only")
+        return plan, f"no profile of the winner (trial {best.number}): its run is too short to profile ({best.reason})"
+    return [*plan, ("winner", best.number, dict(best.sampled))], None
 
 
 def profile_budget(budget: Budget, marks: Sequence[int] = ()) -> Budget:
@@ -90,6 +94,7 @@ def run_profiles(runner: Any, standing: Standing) -> dict[str, Any]:
     plan, why = profile_plan(standing, runner.options.nproc_per_node)
     if why:
         runner.reporter.note(why)
+    if not plan:
         return {}
     folder = runner.recorder.log_dir / "profile"
     kept: dict[str, Any] = {}

@@ -32,6 +32,7 @@ from autotune.machine._figures import (
     marks_of,
     overheads,
     run_figures,
+    run_load,
     summarize,
     summarize_ceilings,
     window_series,
@@ -247,6 +248,8 @@ def run_trial(
     metrics.update(overheads(arrived))
     if ended:
         metrics.update(run_figures(end, arrived))
+        if not windows and "resolved" in arrived:  # (too few steps for a window: its run is its measure)
+            metrics.update(run_load(monitor, started + arrived["resolved"]))
     if not windows and so_far.get("seconds") and killed and killed[0][0] is Outcome.PRUNED:
         # pruned on its measure so far (autotune.core._prune.prune_so_far): that is its figure
         metrics.update(
@@ -280,6 +283,7 @@ def run_trial(
         # (the worker says whether it ran out before its measure was done)
         expected_windows=len(windows) + 1 if end.get("short") and not ended else 0,
         batches=events["end"].get("steps") if "end" in events else None,
+        whole_run=ended and "run_s" in metrics,
     )
     if monitor.problems and not killed:
         reason = "\n".join(filter(None, [reason, *monitor.problems]))

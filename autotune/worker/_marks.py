@@ -88,8 +88,10 @@ class Stretches(TrialState):
 
     def too_short(self, steps: int) -> str | None:
         """Why code that returned by itself after ``steps`` training steps gave nothing to measure,
-        with its numbers, or None: too few for a warmup and one window (the floor of any measure)."""
-        if self._windows_done:
+        with its numbers, or None: too few for a warmup and one window (the floor of any measure).
+        A trial of a whole study is measured by its wall time, window or not: dcgan at 8x the
+        batch ran FakeData's 1,000 images in 2 batches, no window, and was counted a crash."""
+        if self._windows_done or self._whole:
             return None
         return (
             f"ended after {steps} training step{'s' * (steps != 1)}, before one measured window: a measure "

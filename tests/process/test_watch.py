@@ -328,6 +328,23 @@ def test_a_function_that_returns_by_itself_is_measured_whole(tmp_path: Path, war
     assert len(endless.windows) == 2 and not endless.shape.get("ended")  # its 2 planned windows, no extra
 
 
+def test_a_whole_run_too_short_for_a_window_is_measured_on_its_wall_time(tmp_path: Path, warm) -> None:
+    """A trial of a whole study whose run, at its batch, ends before a warmup and a window (dcgan at
+    8x the batch: FakeData's 1,000 images in 2 batches) was counted a crash. Its wall time is its
+    measure: complete, ranked on ``run_s``, its load over the run in ``foreign_cpu``. Measured in
+    windows (the baseline, whose windows set every trial's marks), such a run is still too short."""
+    few = dataclasses.replace(FAST, warmup_steps=11, whole=True, marks=(100_000, 200_000, 300_000))
+    short, _ = trial(tmp_path, "train_epochs", Config(batch_size="8x"), budget=few, warm=warm)  # 12 steps
+    assert short.outcome is Outcome.COMPLETE, short.reason
+    assert short.reason.startswith("measured whole only: its run ended after 12 steps"), short.reason
+    assert short.windows == [] and "samples_per_s" not in short.metrics
+    assert short.metrics["run_s"] > 0 and short.metrics["run_samples_per_s"] > 0
+    assert 0 <= short.metrics["foreign_cpu"] <= 1
+    windowed, _ = trial(tmp_path, "train_epochs", Config(batch_size="8x"), budget=dataclasses.replace(few, whole=False))
+    assert windowed.outcome is Outcome.CRASHED, windowed.reason
+    assert "ended after 12 training steps, before one measured window" in windowed.reason, windowed.reason
+
+
 def test_time_to_the_baselines_loss_is_not_used_where_that_loss_does_not_fall(tmp_path: Path, warm) -> None:
     """Random labels: the baseline's loss holds at ln 2, and a 4x batch "reaches" it at once, which
     would rank as a speedup in time to the loss. The trial says the loss is flat instead, and ranks

@@ -3,6 +3,7 @@ tile it, the breakdown, the line the terminal prints, which configs are profiled
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -59,6 +60,30 @@ def test_the_baseline_and_a_winner_other_than_it_are_profiled() -> None:
     assert (
         profile_plan(standing_of([trial(0, None, "crashed")], Ceilings()))[1]
         == "no profile: the study has no baseline figure"
+    )
+
+
+def test_a_winner_measured_whole_only_is_not_profiled_and_says_why() -> None:
+    """Its run ended before a window (``classify``: "measured whole only"): a profile run, which
+    measures one window, would end as a crash; the baseline is profiled, the winner's skip said."""
+    shape = {"ended": True, "epochs": 1, "samples": 936, "marks": [64, 512], "at": [1.0, 2.0]}
+    base = trial(0, 1000, shape=shape, run_s=5.9, run_samples_per_s=936 / 5.9, base_batch_size=64)
+    short = trial(
+        1,
+        None,
+        sampled={"batch_size": "8x"},
+        config={"batch_size": 512},
+        base_batch_size=64,
+        shape={**shape, "samples": 488},
+        run_s=5.4,
+        run_samples_per_s=488 / 5.4,
+    )
+    short = dataclasses.replace(short, reason="measured whole only: its run ended after 2 steps")
+    plan, why = profile_plan(standing_of([base, short], Ceilings()))
+    assert plan == [("baseline", 0, {})]
+    assert why == (
+        "no profile of the winner (trial 1): its run is too short to profile "
+        "(measured whole only: its run ended after 2 steps)"
     )
 
 

@@ -74,6 +74,16 @@ def test_whole_runs_rank_on_wall_time_not_on_the_samples_each_counted() -> None:
     )
 
 
+def test_a_whole_run_too_short_for_a_window_ranks_on_its_wall_time_alone() -> None:
+    """dcgan at 8x the batch: 2 batches of FakeData's 1,000 images, no window (no loop samples/s,
+    ``autotune.core._outcome.classify``: "measured whole only"); its wall time ranks it."""
+    short = whole(1, 5.4, 488, 512, epochs=1, steps=1, batch_size="8x")
+    loopless = {k: v for k, v in short.metrics.items() if not k.startswith(("samples_per_s", "data_wait"))}
+    standing = standing_from(whole(0, 5.9, 936, 64, epochs=1), dataclasses.replace(short, metrics=loopless))
+    assert standing.decision.winner.first.number == 1
+    assert standing.speedup(standing.decision.winner) == pytest.approx(5.9 / 5.4)
+
+
 def test_a_whole_run_on_another_batch_ranks_on_its_wall_time_and_its_loss_only_costs() -> None:
     # The README quickstart's case: 4x the batch ran the whole script 1.15x as fast and passed the
     # baseline's loss on 0.65x its samples; the production run trains all of them, so 1.15x, not
