@@ -32,6 +32,8 @@ QUIET_WAIT_S = 120.0
 QUIET_LOOK_S = 1.0
 
 NOISY, SHORT = "noisy", "short measure"
+#: What a doubt of a run whose windows disagree says (and of no other: ``autotune.tuner._bursty``).
+WINDOWS_DISAGREE = "its windows disagree"
 
 
 def doubt(
@@ -60,8 +62,7 @@ def doubt(
     # the baseline's did, and its last, partial one where the code returned)
     if spread > max_spread and "run_s" not in metrics:
         return (
-            f"{NOISY}: its windows disagree, from lowest to highest {spread:.0%} of their median "
-            f"(over {max_spread:.0%})"
+            f"{NOISY}: {WINDOWS_DISAGREE}, from lowest to highest {spread:.0%} of their median (over {max_spread:.0%})"
         )
     return None
 

@@ -14,6 +14,7 @@ from autotune.core._knobs import KNOBS, show_value
 from autotune.core._outcome import Outcome, headline
 from autotune.core._whole_runs import horizon_rate, other_training, wall_rate
 from autotune.stores._records import ATTR_CEILINGS, ATTR_HORIZON, TrialRow, row_of
+from autotune.tuner._bursty import believed_bursts
 from autotune.tuner._confirm import (
     REJECTED,
     UNFINISHED,
@@ -93,7 +94,7 @@ def standing_of(rows: Sequence[TrialRow], ceilings: Ceilings, horizon_h: float |
     speedup filled in, the groups, the decision; whole runs ranked for ``horizon_h`` hours of
     production where given (``--horizon``), else on their wall time; where the loss is no signal
     for the code, as its runs judged diverged on a finite loss rank (``speed_only``)."""
-    rows = speed_only(rows)
+    rows = believed_bursts(speed_only(rows))
     groups = group_runs(rows)
     base = baseline_group(groups)
     if base is not None and base.first.run_s and base.first.shape.get("samples"):  # whole runs: on wall time
