@@ -3,17 +3,12 @@ from outside."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
-_SPEC = importlib.util.spec_from_file_location(
-    "host_load_bench", Path(__file__).resolve().parents[2] / "benchmarks" / "_host_load.py"
-)
-host = importlib.util.module_from_spec(_SPEC)
-sys.modules[_SPEC.name] = host  # (its dataclasses look their module up)
-_SPEC.loader.exec_module(host)
+from bench_modules import BENCH, load_module
+
+host = load_module("host_load_bench", BENCH / "_host_load.py")
 
 BURN = "import time\nend = time.process_time() + 0.6\nwhile time.process_time() < end: pass\n"
 

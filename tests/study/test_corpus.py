@@ -8,18 +8,16 @@ The scripts come from a local git copy of pytorch/examples (``AUTOTUNE_CORPUS_EX
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from bench_modules import BENCH, load_module
+
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("corpus_harness", ROOT / "benchmarks" / "corpus.py")
-corpus = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = corpus  # (its dataclasses look their module up there)
-_spec.loader.exec_module(corpus)
+corpus = load_module("corpus_harness", BENCH / "corpus.py")
 
 #: The fastest scripts that need no torchvision: a language model without a DataLoader (about 7 s
 #: under python here) and a regression without an optimizer that seeds nothing (about 5 s).
@@ -110,13 +108,13 @@ def test_a_studys_end_is_judged_by_issue_58s_done_when() -> None:
         assert corpus._study_verdict(rc, seconds, text, answer).startswith(verdict), (text, verdict)
 
 
-def test_the_studies_page_says_issue_62s_check_for_each_study(tmp_path) -> None:
+def test_the_studies_page_says_issue_62s_check_for_each_study(tmp_path, monkeypatch) -> None:
     """Each study's store is read by issue 62's check (benchmarks/_spent.py): a store with a study
     that spent nothing on a lost value says so; a folder without a store has nothing to say."""
     import optuna
     from optuna.storages.journal import JournalFileBackend
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    monkeypatch.syspath_prepend(str(BENCH))  # (the harness imports _spent by bare name, as run from benchmarks/)
     from _spent import spent_in
 
     assert spent_in(tmp_path) == []
