@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from autotune.core._guard import blew_up
 from autotune.core._outcome import RUNNING, WAITING, Outcome
+from autotune.core._prune import PRUNE_FRACTION
 from autotune.machine._noise import is_noisy
 
 if TYPE_CHECKING:
@@ -278,17 +279,23 @@ def _rank(group: Group) -> float:
     )  # (measured: all)
 
 
-def plan(groups: Sequence[Group], runs: int, top: int = CONFIRM_TOP) -> list[int]:
+def plan(groups: Sequence[Group], runs: int, top: int = CONFIRM_TOP, prune: float = PRUNE_FRACTION) -> list[int]:
     """The first-trial numbers to re-run so that the top ``top`` feasible configs and
     the baseline have ``1 + runs`` believed runs each, taken in turns (so that a
     slow drift of the machine spreads over all of them). Runs enqueued or running
     already count: a round planned while another's re-runs are under way adds
     none of them again. A config whose runs were all noisy competes on its best one:
-    measured again here, it gets believed figures if the machine is quiet now."""
+    measured again here, it gets believed figures if the machine is quiet now. A config under
+    ``prune`` (the study's ``--prune``; 0: none) of the baseline's believed median is not run
+    again: it cannot win (dcgan's 8x batch ran 0.23x the baseline, yet as one of three feasible
+    configs was confirmed twice)."""
     base = baseline_group(groups)
-    ranked = sorted((g for g in groups if (g.feasible or _only_noisy(g)) and g is not base), key=_rank, reverse=True)[
-        :top
-    ]
+    floor = prune * base.ranked_median if base is not None and base.rates else 0.0
+    ranked = sorted(
+        (g for g in groups if (g.feasible or _only_noisy(g)) and g is not base and _rank(g) >= floor),
+        key=_rank,
+        reverse=True,
+    )[:top]
     if not ranked:  # nothing to compare the baseline with; but a faster config judged diverged on
         # a finite loss may be one the loss's own noise condemned: one re-run of the baseline tells
         return (

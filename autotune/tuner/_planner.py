@@ -22,6 +22,7 @@ from autotune.core._guard import blew_up, flat_reference, learned_share, lr_retr
 from autotune.core._kinds import Kind, Line, Request, baseline_request
 from autotune.core._knobs import batch_of
 from autotune.core._outcome import Outcome
+from autotune.core._prune import PRUNE_FRACTION
 from autotune.machine._noise import is_noisy
 from autotune.tuner._confirm import UNFINISHED, noisy_loss, plan
 from autotune.tuner._loader_workers import epoch_samples, useful_workers
@@ -327,12 +328,13 @@ class Round:
     why: str
 
 
-def confirmation(standing: Standing, runs: int) -> Round:
+def confirmation(standing: Standing, runs: int, prune: float = PRUNE_FRACTION) -> Round:
     """The re-runs that give the top configs and the baseline ``1 + runs`` believed runs each
-    (``autotune.tuner._confirm.plan``), in turns. The round is named after the configs run so far,
-    the same for every tuner that gets here, and re-runs already enqueued or running count."""
+    (``autotune.tuner._confirm.plan``; none of a config under ``prune`` of the baseline's speed), in
+    turns. The round is named after the configs run so far, the same for every tuner that gets
+    here, and re-runs already enqueued or running count."""
     firsts = {g.first.number: g.first for g in standing.groups}
-    numbers = plan(standing.groups, runs)
+    numbers = plan(standing.groups, runs, prune=prune)
     requests = tuple(Request(Kind.CONFIRM, firsts[n].sampled, n, baseline=firsts[n].baseline) for n in numbers)
     why = (
         (

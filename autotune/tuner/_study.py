@@ -221,7 +221,7 @@ class StudyRunner(TrialSteps):
                 f"of study {self.name}: the last one to finish plans the confirmation"
             )
         elif self.options.judge.confirm:
-            round_ = confirmation(read_standing(self.study), self.options.judge.confirm)
+            round_ = confirmation(read_standing(self.study), self.options.judge.confirm, self.options.judge.prune)
             if claim(self.study, round_.once):
                 for request in round_.requests:
                     write(self.study, request)

@@ -167,6 +167,9 @@ def test_plan_re_runs_the_top_three_and_the_baseline_in_turns() -> None:
     assert plan(group_runs(rows), runs=0) == []
     # the baseline alone: nothing to confirm it against
     assert plan(group_runs([row(0, 100, baseline=True), row(1, 90, "diverged")]), runs=2) == []
+    # under half the baseline's speed (dcgan's 8x batch at 0.23x): it cannot win, not run again
+    slow = [row(0, 100, baseline=True), row(1, 150), row(2, 49), row(3, 50)]
+    assert plan(group_runs(slow), runs=1) == [1, 3, 0]
 
 
 def test_plan_counts_re_runs_already_enqueued_or_running_as_done() -> None:
