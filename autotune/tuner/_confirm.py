@@ -249,7 +249,7 @@ def only_as_written(groups: Sequence[Group], base: Group | None) -> bool:
     to rank" where every config but the code's own had diverged)."""
     if base is None or not all(r.outcome == Outcome.COMPLETE.value for r in base.runs if _ended(r)):
         return False
-    others = [g for g in groups if g is not base and any(_ended(r) for r in g.runs)]
+    others = [g for g in groups if not g.first.baseline and any(_ended(r) for r in g.runs)]  # (configs tried)
     return bool(others) and all(any(r.outcome in REJECTED for r in g.runs) for g in others)
 
 

@@ -324,6 +324,9 @@ def test_the_code_as_written_answers_where_every_other_config_was_ruled_out() ->
     noisy = row(4, 900.0, sampled={"amp": "off"}, doubt=NOISY)
     assert standing_of(base, ruled_out(1, "diverged"), noisy).best is None
     assert standing_of(base).best is None  # (nothing else tried: nothing ruled out)
+    # the code as written that crashed once (before its complete run) is no other config ruled out
+    crashed_base = dataclasses.replace(row(5, 100.0, baseline=True), outcome="crashed")
+    assert standing_of(crashed_base, base).best is None
 
 
 def test_a_baseline_never_measured_quietly_gives_no_speedup() -> None:
