@@ -39,7 +39,7 @@ class ModelFinder:
         self, channels_last: bool, compile: str, found: Callable[[Any], None], say: Callable[[str], None]
     ) -> None:
         self.channels_last, self.compile = channels_last, compile
-        self._standing, self._say = found, say
+        self._found, self._say = found, say
         self.model: Any = None
         self.held: dict[str, str] = {}
         self.own_compile = False  # the script compiled the model (or a part) itself
@@ -78,7 +78,7 @@ class ModelFinder:
         self.model = module
         self.remove()  # (this call's post-hook is gone too: the depth is not read again)
         self._apply(module)
-        self._standing(module)
+        self._found(module)
         # (the pre-hook it now has runs from its next call: this call's inputs are converted here)
         return _channels_last_inputs(module, args) if self.channels_last and "channels_last" not in self.held else None
 
