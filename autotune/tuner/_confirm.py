@@ -84,10 +84,14 @@ class Group:
         return [r for r in self.runs if r.measured and not r.reliable]
 
     @property
+    def ended(self) -> list[TrialRow]:
+        """Its runs that ended (not running, waiting, or interrupted by the tuner)."""
+        return [r for r in self.runs if r.outcome not in (Outcome.INTERRUPTED.value, *UNFINISHED)]
+
+    @property
     def feasible(self) -> bool:
         """It ran to the end every time (runs the tuner interrupted do not count)."""
-        ended = [r for r in self.runs if r.outcome not in (Outcome.INTERRUPTED.value, *UNFINISHED)]
-        return bool(self.rates) and all(r.outcome == Outcome.COMPLETE.value for r in ended)
+        return bool(self.rates) and all(r.outcome == Outcome.COMPLETE.value for r in self.ended)
 
     @property
     def pending(self) -> int:
@@ -247,19 +251,25 @@ def only_as_written(groups: Sequence[Group], base: Group | None) -> bool:
     Each config tried gives the code something else to train on or breaks it: there is nothing
     to change, and no speed claimed (a study of siamese_network on a loaded host said "no figure
     to rank" where every config but the code's own had diverged)."""
-    if base is None or not all(r.outcome == Outcome.COMPLETE.value for r in base.runs if _ended(r)):
+    if base is None or not all(r.outcome == Outcome.COMPLETE.value for r in base.ended):
         return False
-    others = [g for g in groups if not g.first.baseline and any(_ended(r) for r in g.runs)]  # (configs tried)
+    others = _tried(groups)
     return bool(others) and all(any(r.outcome in REJECTED for r in g.runs) for g in others)
 
 
-def _ended(row: TrialRow) -> bool:
-    return row.outcome not in (Outcome.INTERRUPTED.value, *UNFINISHED)
+def ruled_out(groups: Sequence[Group]) -> list[TrialRow]:
+    """The runs of the configs tried that ruled them out (``REJECTED``), in trial order by config."""
+    return [r for g in _tried(groups) for r in g.runs if r.outcome in REJECTED]
+
+
+def _tried(groups: Sequence[Group]) -> list[Group]:
+    """The configs tried that ended (not the code as written: its own failed runs rule nothing out)."""
+    return [g for g in groups if not g.first.baseline and g.ended]
 
 
 def _only_noisy(group: Group) -> bool:
     """Ran to the end every time, but others slowed every run: worth measuring again."""
-    ended = [r for r in group.runs if r.outcome not in (Outcome.INTERRUPTED.value, *UNFINISHED)]
+    ended = group.ended
     return not group.rates and bool(ended) and all(r.measured and is_noisy(r.doubt) for r in ended)
 
 

@@ -23,6 +23,7 @@ from autotune.tuner._confirm import (
     baseline_group,
     decide,
     group_runs,
+    ruled_out,
     speed_only,
 )
 from autotune.tuner._loss_lines import to_loss_clause, to_loss_of, winner_loss_line
@@ -259,7 +260,7 @@ def findings(standing: Standing) -> list[str]:
             f"{_doubts(doubted)}. Run again on a quiet machine (and with enough data for every window)"
         ]
     if win is base and not win.rates:  # (every other config ruled out: ``autotune.tuner._confirm.only_as_written``)
-        others = [r for g in standing.groups if g is not base for r in g.runs if r.outcome in REJECTED]
+        others = ruled_out(standing.groups)
         outcomes = ", ".join(
             f"{sum(r.outcome == o for r in others)} {o}" for o in REJECTED if any(r.outcome == o for r in others)
         )
