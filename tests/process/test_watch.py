@@ -339,7 +339,9 @@ def test_a_whole_run_too_short_for_a_window_is_measured_on_its_wall_time(tmp_pat
     assert short.reason.startswith("measured whole only: its run ended after 12 steps"), short.reason
     assert short.windows == [] and "samples_per_s" not in short.metrics
     assert short.metrics["run_s"] > 0 and short.metrics["run_samples_per_s"] > 0
-    assert 0 <= short.metrics["foreign_cpu"] <= 1
+    # (its load, where the monitor read the tree twice while it ran: under load a reading may take
+    # longer than these 12 steps, and a run read once has no load to say, nor a doubt from it)
+    assert 0 <= short.metrics.get("foreign_cpu", 0.0) <= 1
     windowed, _ = trial(tmp_path, "train_epochs", Config(batch_size="8x"), budget=dataclasses.replace(few, whole=False))
     assert windowed.outcome is Outcome.CRASHED, windowed.reason
     assert "ended after 12 training steps, before one measured window" in windowed.reason, windowed.reason
