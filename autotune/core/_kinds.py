@@ -33,12 +33,21 @@ class Kind(str, enum.Enum):
     SMALLER_BATCH = "smaller_batch"
     #: A top config of an earlier study of the same target, run first (``autotune.tuner._warm_start``).
     WARM_START = "warm_start"
+    #: The winner's config after the confirmation, with the knobs beside its shape as the code has
+    #: them (``of``: the winner; ``autotune.tuner._trim``).
+    TRIM = "trim"
 
     @property
     def repeats(self) -> bool:
         """It runs its ``of`` trial's config unchanged: one more run of that config, not a trial
         of this tuner's own (``--trials`` does not count it)."""
         return self in (Kind.CONFIRM, Kind.REMEASURE)
+
+    @property
+    def closing(self) -> bool:
+        """It runs in the study's closing rounds (a repeat, or the winner trimmed), claimed there
+        like the confirmation's re-runs and not one of the trials ``--trials`` counts."""
+        return self.repeats or self is Kind.TRIM
 
     @property
     def explores(self) -> bool:

@@ -330,6 +330,7 @@ def trial_note(
         Kind.MORE_WORKERS: f"trial {of}'s config with more DataLoader workers",
         Kind.SMALLER_BATCH: f"trial {of}'s config at a smaller batch size with more DataLoader workers",
         Kind.WARM_START: "a top config of an earlier study of this target, run first (warm start)",
+        Kind.TRIM: f"the winner, trial {of}, with the knobs beside its shape as your code has them",
     }[kind]
     parts = [f"Trial {number} ({what}): {outcome.value}."]
     if samples_per_s:

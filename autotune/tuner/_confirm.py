@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from autotune.core._guard import blew_up
+from autotune.core._kinds import Kind
 from autotune.core._outcome import RUNNING, WAITING, Outcome
 from autotune.core._prune import PRUNE_FRACTION
 from autotune.machine._noise import is_noisy
@@ -130,6 +131,38 @@ def beats(a: Group, b: Group) -> bool:
     return a.confirmed and b.confirmed and min(a.ranked) > max(b.ranked)
 
 
+#: How far under the winner's median its trimmed config (``autotune.tuner._trim``) may run and
+#: still be the answer: about what one config's median moves between confirmations on these
+#: machines (4-5% on the sweep, benchmarks/results/sweep.md).
+TRIM_WITHIN = 0.03
+
+
+def lighter(winner: Group, groups: Sequence[Group], base: Group | None) -> Group | None:
+    """The trimmed config of ``winner`` (``autotune.tuner._trim``) to answer with instead: run to
+    the end every time, confirmed, not beaten by the winner beyond the noise, its median within
+    ``TRIM_WITHIN`` of the winner's, and beating the baseline as the winner must (``base``
+    confirmed); None otherwise."""
+    for group in groups:
+        if (
+            group is not winner
+            and untrimmed_of(group, [winner]) is winner
+            and group.feasible
+            and group.confirmed
+            and winner.confirmed
+            and not beats(winner, group)
+            and (base is None or not base.confirmed or beats(group, base))
+            and group.ranked_median >= (1 - TRIM_WITHIN) * winner.ranked_median
+        ):
+            return group
+    return None
+
+
+def untrimmed_of(group: Group, groups: Sequence[Group]) -> Group | None:
+    """The config among ``groups`` that ``group`` is the trimmed config of (its trim run's ``of``), or None."""
+    first = next((r for r in group.runs if r.kind is Kind.TRIM), None)
+    return next((g for g in groups if first is not None and g.first.number == first.of), None)
+
+
 #: The metrics that rank a run on its time to the baseline's loss (``TrialRow.to_loss``).
 _TO_LOSS = ("to_loss_ratio", "to_loss_beyond", "to_loss_flat")
 
@@ -205,12 +238,14 @@ class Decision:
         baseline: The baseline's group.
         fastest: The feasible config with the highest (ranked) median, winner or not.
         ties: Confirmed configs the winner does not beat: inside the noise of it.
+        untrimmed: Where the winner is another config's trimmed one (``autotune.tuner._trim``), that config.
     """
 
     winner: Group | None
     baseline: Group | None
     fastest: Group | None
     ties: tuple[Group, ...]
+    untrimmed: Group | None = None
 
     @property
     def no_win(self) -> bool:
@@ -226,7 +261,8 @@ def decide(groups: Sequence[Group]) -> Decision:
     configs that beat it can win: a config with one run cannot be shown faster
     beyond the noise (the confirmation re-ran the top configs when it was planned;
     one that ranked lower then, or that another's divergence left unconfirmed,
-    does not win on a single run).
+    does not win on a single run). The winner's trimmed config, confirmed and inside the noise
+    of it, wins in its place (``autotune.tuner._trim.lighter``).
     """
     base = baseline_group(groups)
     feasible = [g for g in groups if g.feasible]
@@ -236,8 +272,10 @@ def decide(groups: Sequence[Group]) -> Decision:
     judged = base is not None and base.confirmed  # (a baseline with no believed figure is not)
     contenders = [g for g in feasible if g is base or not judged or (base is not None and beats(g, base))]
     winner = max(contenders, key=lambda g: g.ranked_median)
+    winner = lighter(winner, feasible, base) or winner  # (its riders paid nothing: left out)
+    untrimmed = untrimmed_of(winner, feasible)
     ties = tuple(g for g in feasible if g is not winner and g.confirmed and winner.confirmed and not beats(winner, g))
-    return Decision(winner, base, fastest, ties)
+    return Decision(winner, base, fastest, ties, untrimmed)
 
 
 #: Outcomes that rule a config out whatever its speed: a config that ran the code to another end.

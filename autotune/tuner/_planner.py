@@ -9,7 +9,9 @@ rule is tested on a hand-built standing in milliseconds.
 After a trial (``after_trial``), in this order: an interrupted baseline or re-run is owed
 again; a noisy figure is measured again once the machine is quiet; a fast config that
 diverged runs again with the next ``lr_scaling``; a leader that waits on data runs again
-with more workers (or at a smaller batch size); the baseline says how far it measured.
+with more workers (or at a smaller batch size); the baseline says how far it measured; once
+the confirmation has ended, the winner runs without the knobs beside its shape, and that
+config is confirmed where it ran as fast (``autotune.tuner._trim``).
 After the trials, the confirmation (``confirmation``) re-runs the top configs.
 """
 
@@ -28,6 +30,7 @@ from autotune.tuner._confirm import UNFINISHED, noisy_loss, plan
 from autotune.tuner._loader_workers import epoch_samples, useful_workers
 from autotune.tuner._space import Choice, IntRange, Space
 from autotune.tuner._space_now import base_batch_size
+from autotune.tuner._trim import confirm_trim, trim
 from autotune.tuner._worker_climb import climbed, more_workers
 from autotune.worker._streams import duplicating
 
@@ -49,6 +52,7 @@ class Settings:
         windows: Measured windows per trial, as planned (``--windows``).
         remeasure: Times a noisy trial is measured again at most (``--remeasure``).
         trials_left: This tuner has trials of its own left to run.
+        confirm: Re-runs of each top config in the confirmation (``--confirm``).
     """
 
     space: Space
@@ -57,6 +61,7 @@ class Settings:
     windows: int
     remeasure: int
     trials_left: bool
+    confirm: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +103,11 @@ def after_trial(row: TrialRow, standing: Standing, settings: Settings) -> list[D
     if row.kind is Kind.BASELINE and row.measured:
         decisions.append(baseline_curve(row, settings.tolerance, settings.windows))
     decisions.append(loss_unit(row))
+    if not settings.trials_left:
+        decisions += [
+            trim(row, standing.rows, standing.decision, settings.space, settings.confirm),
+            *confirm_trim(row, standing.groups, settings.confirm),
+        ]
     return [d for d in decisions if d is not None]
 
 

@@ -28,6 +28,7 @@ from autotune.tuner._confirm import (
 )
 from autotune.tuner._loss_lines import to_loss_clause, to_loss_of, winner_loss_line
 from autotune.tuner._training_shape import flat_runs, run_time_line
+from autotune.tuner._trim import trim_line
 
 if TYPE_CHECKING:
     import optuna
@@ -317,6 +318,8 @@ def findings(standing: Standing) -> list[str]:
             "first); ± is half the spread of its windows"
         )
     lines += filter(None, [run_time_line(base, win)])
+    if decision.untrimmed is not None:
+        lines.append(trim_line(win, decision.untrimmed))
     if decision.ties and not decision.no_win:
         lines.append(
             "inside the noise of it: " + ", ".join(f"trial {g.first.number} ({_figure(g)})" for g in decision.ties)

@@ -198,7 +198,7 @@ class StudyRunner(TrialSteps):
             if trial is None:
                 self.scheduler.give_back_own()
                 break
-            own = not kind_of(trial.user_attrs).repeats
+            own = not kind_of(trial.user_attrs).closing
             if not own:  # a re-run that ask() handed out first: not one of this tuner's trials
                 self.scheduler.give_back_own()
             standing = self._trial_and_report(
@@ -272,11 +272,11 @@ class StudyRunner(TrialSteps):
 
         started, index = time.monotonic(), 0
         while not self.scheduler.interrupt.is_set():
-            trial = claim_waiting(self.study, lambda t: kind_of(t.user_attrs).repeats)
+            trial = claim_waiting(self.study, lambda t: kind_of(t.user_attrs).closing)
             if trial is None:
                 break
             left = sum(
-                kind_of(w.user_attrs).repeats
+                kind_of(w.user_attrs).closing
                 for w in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
             )
             standing = self._trial_and_report(trial, slot, standing, index, index + 1 + left, started)
@@ -304,6 +304,7 @@ class StudyRunner(TrialSteps):
                 self.options.budget.windows,
                 self.options.noise.remeasure,
                 self.scheduler.trials_left(),
+                self.options.judge.confirm,
             )
             for decision in after_trial(row, standing, settings):
                 self._act(decision, slot)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.core._kinds import Kind
 from autotune.tuner._queue import CLAIM_MARK
 from autotune.tuner._tuners import HOST_DIR_ENV, TUNER_KEY
 from tuners import Tuner, storage_of, study_exists, study_of, wait_until
@@ -44,10 +45,11 @@ def check_invariants(url: str, tracking_uri: str, name: str, tuners: int, own_tr
     # unique trial numbers, all ended
     assert [t.number for t in trials] == list(range(len(trials)))
     assert all(t.state.is_finished() for t in trials), [(t.number, t.state) for t in trials]
-    firsts = [t for t in trials if t.user_attrs["kind"] not in ("confirm", "remeasure")]
+    firsts = [t for t in trials if not Kind(t.user_attrs["kind"]).closing]  # (not a re-run, nor the winner trimmed)
     assert len(firsts) == own_trials
-    # one baseline
+    # one baseline; the winner trimmed once at most, however many tuners ended the confirmation
     assert sum(bool(t.user_attrs.get("baseline")) for t in firsts) == 1
+    assert sum(t.user_attrs["kind"] == "trim" for t in trials) <= 1
     # one confirmation plan, each re-run claimed once: every planned config got exactly `confirm`
     # (a run measured again because it was noisy is not one of them, and follows a noisy run)
     reruns = Counter(t.user_attrs["of"] for t in trials if t.user_attrs["kind"] == "confirm")
