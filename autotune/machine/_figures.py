@@ -89,6 +89,8 @@ def summarize(
         data_wait_frac=sum(w["data_wait"] for w in windows) / sum(w["seconds"] for w in windows),
         **_main_thread(windows),
         measured_samples=float(sum(w["samples"] for w in windows)),
+        # (its windows together, samples over seconds: what a run of it feels where they disagree)
+        samples_per_s_all=sum(w["samples"] for w in windows) / sum(w["seconds"] for w in windows),
         samples_per_step=sum(w["samples"] for w in windows) / max(1, sum(w["steps"] for w in windows)),
     )
     epochs = [w["epoch_rows"] for w in windows if w.get("epoch_rows")]

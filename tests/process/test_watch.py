@@ -200,6 +200,9 @@ def test_a_known_ceiling_is_not_measured_again(tmp_path: Path, warm) -> None:
 def test_the_bottleneck_verdict_on_real_trials(tmp_path: Path, func: str, verdict: str, warm) -> None:
     result, _ = trial(tmp_path, func, budget=CEILINGS, warm=warm)
     assert result.outcome is Outcome.COMPLETE, result.reason
+    # its windows taken together: their samples over their seconds (what a bursty config ranks on)
+    together = sum(w["samples"] for w in result.windows) / sum(w["seconds"] for w in result.windows)
+    assert result.metrics["samples_per_s_all"] == together
     ceilings = {c["part"]: c["samples_per_s"] for c in result.ceilings}
     bound = bottleneck(
         result.metrics["samples_per_s"], result.metrics["data_wait_frac"], ceilings["compute"], ceilings["loader"]

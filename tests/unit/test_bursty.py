@@ -66,3 +66,27 @@ def test_a_run_doubted_for_the_hosts_load_keeps_its_config_doubted() -> None:
     )
     assert standing.best.number == 0
     assert all(r.doubt is not None for r in standing.rows if r.number)
+
+
+def test_a_bursty_config_ranks_on_its_windows_taken_together_not_their_median() -> None:
+    """Batch 32 with 52 persistent workers on the sweep's loop: the median of its windows read
+    16,791, 13,876 and 12,074 samples/s, its windows together 10,742, 10,046 and 9,646; the plain
+    loop ran it at 9,748. A steady config at 12,000 beats it; ranked on the medians, it lost."""
+    runs = [
+        trial(
+            n, rate, sampled=WORKERS, spread=3.0, doubt=spread_doubt(3.0), kind=kind, of=of, samples_per_s_all=together
+        )
+        for n, rate, together, kind, of in (
+            (1, 16_791.0, 10_742.0, Kind.SAMPLED, None),
+            (2, 13_876.0, 10_046.0, Kind.REMEASURE, 1),
+            (3, 12_074.0, 9_646.0, Kind.REMEASURE, 1),
+        )
+    ]
+    standing = standing_from(trial(0, 755.0), *runs, trial(4, 12_000.0, sampled={"num_workers": 64}))
+    assert standing.decision.winner.first.number == 4
+    bursty = next(g for g in standing.groups if g.first.number == 1)
+    assert bursty.median == 10_046.0 and [r.metrics["samples_per_s_median"] for r in bursty.runs][0] == 16_791.0
+    assert bursty.runs[2].reason.endswith(
+        "believed, each run ranked on its windows taken together (9,646 samples/s; their median: 12,074), "
+        "the median of its runs"
+    )
