@@ -64,14 +64,15 @@ def described(winner: Mapping[str, Any], trimmed: Mapping[str, Any]) -> str:
 def trim(row: TrialRow, rows: Sequence[TrialRow], decision: Decision, space: Space, confirm: int) -> Request | None:
     """Once the confirmation has ended (``row`` was its last run; ``rows``: the study's, and
     ``decision`` on them), the winner's config with its riders as the code has them, once per
-    study; None when the winner is the code as written, unconfirmed, or has no riders, or a re-run
-    or trim is still owed."""
+    study; None when the winner is the code as written, unconfirmed, or has no riders, or a trial
+    still runs, or a re-run or trim is still owed (a follow-up the sampling left enqueued, such as a
+    retry, is not: no tuner claims it after its own trials)."""
     winner, base = decision.winner, decision.baseline
     if (
         not confirm
         or not row.kind.repeats
         or not any(r.kind is Kind.CONFIRM for r in rows)
-        or any(r.outcome in (WAITING, RUNNING) for r in rows)
+        or any(r.outcome == RUNNING or (r.outcome == WAITING and r.kind.closing) for r in rows)
         or any(r.kind is Kind.TRIM for r in rows)
         or winner is None
         or base is None

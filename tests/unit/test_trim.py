@@ -83,6 +83,11 @@ def test_once_the_confirmation_ends_the_winner_runs_without_its_riders_once() ->
     # not while a re-run is owed, not twice, not with --confirm 0, not after a draw
     owed = standing_from(*rows, trial(7, None, "waiting", kind=Kind.CONFIRM, of=1))
     assert trim(rows[-1], owed.rows, owed.decision, SPACE, 2) is None
+    running = standing_from(*rows, trial(7, None, "running", sampled={"num_workers": 3}))
+    assert trim(rows[-1], running.rows, running.decision, SPACE, 2) is None
+    # a retry the sampling left enqueued never runs now: it holds nothing up (the 21:07 sweep's study)
+    left = standing_from(*rows, trial(7, None, "waiting", kind=Kind.RETRY, of=2))
+    assert trim(rows[-1], left.rows, left.decision, SPACE, 2) == request
     done = standing_from(*rows, trial(7, 2000.0, kind=Kind.TRIM, of=1, sampled=TRIMMED))
     assert trim(done.rows[-1], done.rows, done.decision, SPACE, 2) is None
     assert trim(rows[-1], standing.rows, standing.decision, SPACE, 0) is None
