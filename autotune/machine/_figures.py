@@ -81,17 +81,18 @@ def summarize(
     rates = [w["samples"] / w["seconds"] for w in windows]
     median = statistics.median(rates)
     steps = [t for w in windows for t in w["step_times"]]
+    samples, seconds = sum(w["samples"] for w in windows), sum(w["seconds"] for w in windows)
     metrics.update(
         samples_per_s=median,
         samples_per_s_spread=(max(rates) - min(rates)) / median if median else 0.0,
         step_time_p50=_percentile(steps, 0.5),
         step_time_p95=_percentile(steps, 0.95),
-        data_wait_frac=sum(w["data_wait"] for w in windows) / sum(w["seconds"] for w in windows),
+        data_wait_frac=sum(w["data_wait"] for w in windows) / seconds,
         **_main_thread(windows),
-        measured_samples=float(sum(w["samples"] for w in windows)),
+        measured_samples=float(samples),
         # (its windows together, samples over seconds: what a run of it feels where they disagree)
-        samples_per_s_all=sum(w["samples"] for w in windows) / sum(w["seconds"] for w in windows),
-        samples_per_step=sum(w["samples"] for w in windows) / max(1, sum(w["steps"] for w in windows)),
+        samples_per_s_all=samples / seconds,
+        samples_per_step=samples / max(1, sum(w["steps"] for w in windows)),
     )
     epochs = [w["epoch_rows"] for w in windows if w.get("epoch_rows")]
     if epochs:  # the rows of its loader's last whole epoch

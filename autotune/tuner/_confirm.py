@@ -159,8 +159,13 @@ def lighter(winner: Group, groups: Sequence[Group], base: Group | None) -> Group
 
 def untrimmed_of(group: Group, groups: Sequence[Group]) -> Group | None:
     """The config among ``groups`` that ``group`` is the trimmed config of (its trim run's ``of``), or None."""
-    first = next((r for r in group.runs if r.kind is Kind.TRIM), None)
+    first = trim_run(group)
     return next((g for g in groups if first is not None and g.first.number == first.of), None)
+
+
+def trim_run(group: Group) -> TrialRow | None:
+    """The run of kind ``trim`` among ``group``'s (it is some config's trimmed one), or None."""
+    return next((r for r in group.runs if r.kind is Kind.TRIM), None)
 
 
 #: The metrics that rank a run on its time to the baseline's loss (``TrialRow.to_loss``).

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.core._kinds import Kind, Line, Request
 from autotune.core._knobs import KNOBS, show_value
 from autotune.core._outcome import RUNNING, WAITING
-from autotune.tuner._confirm import TRIM_WITHIN, untrimmed_of
+from autotune.tuner._confirm import TRIM_WITHIN, trim_run, untrimmed_of
 from autotune.tuner._space import Choice, Space
 
 if TYPE_CHECKING:
@@ -114,17 +114,12 @@ def confirm_trim(row: TrialRow, groups: Sequence[Group], confirm: int) -> list[R
                 f"its median of {winner.ranked_median:,.0f}: they pay, and the winner keeps them"
             )
         ]
-    again = [Request(Kind.CONFIRM, group.first.sampled, group.first.number) for _ in range(confirm)]
-    if again:
-        again[0] = Request(
-            Kind.CONFIRM,
-            group.first.sampled,
-            group.first.number,
-            f"trial {row.number} (trial {lead.number} without {without}) ran at {row.ranked_rate:,.0f}, inside "
-            f"{TRIM_WITHIN:.0%} of its median ({winner.ranked_median:,.0f}): confirming it with {confirm} "
-            f"re-run{'s' if confirm > 1 else ''}",
-        )
-    return list(again)
+    why = (
+        f"trial {row.number} (trial {lead.number} without {without}) ran at {row.ranked_rate:,.0f}, inside "
+        f"{TRIM_WITHIN:.0%} of its median ({winner.ranked_median:,.0f}): confirming it with {confirm} "
+        f"re-run{'s' if confirm > 1 else ''}"
+    )  # (said with the first re-run)
+    return [Request(Kind.CONFIRM, group.first.sampled, group.first.number, "" if n else why) for n in range(confirm)]
 
 
 def riders_of(trimmed: TrialRow, winner: TrialRow) -> dict[str, Any]:
@@ -141,7 +136,8 @@ def _trimmed(row: TrialRow, groups: Sequence[Group]) -> tuple[Group, Group] | No
 
 def trim_line(chosen: Group, untrimmed: Group) -> str:
     """The findings line of a trimmed winner: what it left out, and the two configs' runs."""
-    lead, first = untrimmed.first, next(r for r in chosen.runs if r.kind is Kind.TRIM)
+    lead, first = untrimmed.first, trim_run(chosen)
+    assert first is not None  # (chosen is untrimmed's trimmed config: ``Decision.untrimmed``)
 
     def runs(group: Group) -> str:
         return ", ".join(f"{rate:,.0f}" for rate in group.ranked)
