@@ -121,6 +121,14 @@ SHORT_TRIALS = [
     "0",
 ]
 
+#: Short trials that still measure each config's ceilings (a window each), unpruned: for the studies
+#: of tests/fixtures/io_train.py's waiting loader, whose point is what its figures lead to (the
+#: worker range, the climb, the trim).
+LOADER_TRIALS = ["--warmup", "0.3", "--window", "0.4", "--windows", "2", "--ceiling-windows", "1", "--prune", "0"]
+#: Every figure believed, whatever the host's load and the spread of a trial's windows: for studies
+#: whose loader's reads are sleeps, so that the order of its configs holds beside the suite.
+ALL_BELIEVED = ["--max-load", "1", "--max-spread", "1000"]
+
 
 def faults_space(folder: Path, values) -> Path:
     """A space for tests/fixtures/faulty_train.py: its num_workers values pick the faults."""

@@ -10,7 +10,7 @@ from autotune.core._kinds import Kind
 from autotune.core._outcome import Outcome
 from autotune.tuner._confirm import TRIM_WITHIN, group_runs
 from autotune.tuner._standing import read_standing
-from helpers import FIXTURES, autotune, load_study
+from helpers import ALL_BELIEVED, FIXTURES, LOADER_TRIALS, autotune, load_study
 
 
 def test_after_the_confirmation_the_winner_runs_without_its_riders(tmp_path: Path) -> None:
@@ -27,24 +27,12 @@ def test_after_the_confirmation_the_winner_runs_without_its_riders(tmp_path: Pat
         "2",
         "--space",
         str(space),
-        "--warmup",
-        "0.3",
-        "--window",
-        "0.4",
-        "--windows",
-        "2",
-        "--ceiling-windows",
-        "1",
+        *LOADER_TRIALS,
         "--confirm",
         "1",
-        "--prune",
-        "0",
         "--seed",
         "1",
-        "--max-load",
-        "1",
-        "--max-spread",
-        "1000",
+        *ALL_BELIEVED,
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr

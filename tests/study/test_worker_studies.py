@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.machine._probe import usable_cpus
-from helpers import FIXTURES, autotune, load_study
+from helpers import ALL_BELIEVED, FIXTURES, LOADER_TRIALS, autotune, load_study
 
 
 def test_a_study_on_a_waiting_loader_widens_its_worker_range(tmp_path: Path) -> None:
@@ -26,17 +26,8 @@ def test_a_study_on_a_waiting_loader_widens_its_worker_range(tmp_path: Path) -> 
         "io",
         "--space",
         str(space),
-        "--warmup",
-        "0.3",
-        "--window",
-        "0.4",
-        "--windows",
-        "2",
-        "--ceiling-windows",
-        "1",
+        *LOADER_TRIALS,
         "--confirm",
-        "0",
-        "--prune",
         "0",
         "--seed",
         "0",
@@ -112,26 +103,14 @@ def test_a_leader_whose_workers_restart_each_epoch_runs_again_with_more_of_them_
         "3",
         "--space",
         str(space),
-        "--warmup",
-        "0.3",
-        "--window",
-        "0.4",
-        "--windows",
-        "2",
-        "--ceiling-windows",
-        "1",
+        *LOADER_TRIALS,
         "--confirm",
-        "0",
-        "--prune",
         "0",
         "--seed",
         "0",
         # (every figure believed: its reads are sleeps, so the order of 0, 2 and 3 workers holds
         # beside the suite; a CI run once judged trial 1 noisy there, so it led nothing, no climb)
-        "--max-load",
-        "1",
-        "--max-spread",
-        "1000",
+        *ALL_BELIEVED,
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
