@@ -65,13 +65,14 @@ class StepParts:
         #: On CUDA, the allocator's bytes at each edge of the timed window (``autotune.core._memline``).
         self.memory = MemoryLine(device) if self._sync else None
 
-    def mark(self, part: str | None) -> None:
-        """End the running part (if any) and start ``part`` (None: stop timing)."""
+    def mark(self, part: str | None, at: float | None = None) -> None:
+        """End the running part (if any) and start ``part`` (None: stop timing), now or ``at``
+        (an instant of the window's clock already taken, never before the running part began)."""
         if self._sync:
             import torch
 
             torch.cuda.synchronize(self._device)
-        now = time.perf_counter()
+        now = time.perf_counter() if at is None else max(at, self._since)
         if self._part is not None:
             self.seconds[self._part] += now - self._since
         if self._range is not None:
@@ -202,9 +203,9 @@ class ProfilePhase(TrialState):
         self._timed: dict[str, float] | None = None
         self._memory: dict[str, Any] | None = None  # on CUDA: the allocator over the window (MemoryFinding)
 
-    def _edge(self, part: str | None) -> None:
+    def _edge(self, part: str | None, at: float | None = None) -> None:
         if self._parts is not None:
-            self._parts.mark(part)
+            self._parts.mark(part, at)
 
     def _time_parts(self) -> None:
         """The warmup ended: the timed stretch (the windows) starts now."""

@@ -167,6 +167,7 @@ class Trial(Closing, Stretches, CeilingPhases, ProfilePhase, LoaderlessSteps, Ru
         that, between epochs, is outside the loop."""
         epoch_t0 = time.perf_counter() if asked is None else asked
         self._resume_clock(epoch_t0)
+        resumed: float | None = epoch_t0  # the parts resume where the window's clock did
         rows = 0
         try:
             while True:
@@ -177,14 +178,16 @@ class Trial(Closing, Stretches, CeilingPhases, ProfilePhase, LoaderlessSteps, Ru
                     batch = self._cached[self._replayed % len(self._cached)]
                     self._replayed += 1
                 else:
-                    self._edge("data_wait")
+                    self._edge("data_wait", resumed)
+                    resumed = None
                     try:
                         batch = next(it)
                     except StopIteration:
-                        self._edge(None)  # between epochs: outside the loop, as in the windows
                         self._epoch_rows = rows
                         self._epoch_done(time.perf_counter() - epoch_t0)
                         self._outside_since = time.perf_counter()
+                        # between epochs: outside the loop, for the parts on the windows' clock
+                        self._edge(None, self._outside_since)
                         return
                     rows += batch_len(batch)
                 waited = time.perf_counter() - t0

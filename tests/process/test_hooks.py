@@ -133,7 +133,9 @@ def test_a_profile_run_of_a_script_times_its_steps_by_part_and_traces_them(tmp_p
     (profile,) = [e for kind, e in events if kind == "profile"]
     parts = profile["parts"]
     assert parts["samples"] == 64  # a step of the training loader's batches
-    assert parts["step"] == pytest.approx(window["seconds"] / window["steps"], rel=0.10)
+    # the parts pause and resume on the window's clock (between epochs, here every 4 steps), so a
+    # descheduling there on a loaded host moves both alike (it moved the parts 15% once, in CI)
+    assert parts["step"] == pytest.approx(window["seconds"] / window["steps"], rel=0.02)
     assert all(parts[p] > 0 for p in ("data_wait", "forward", "backward", "optimizer"))
     assert parts["copy"] == 0  # the script copies its own batches (inside forward)
     names = {e.get("name") for e in trace_events(trace)}
