@@ -17,9 +17,14 @@ from autotune.worker._marks import MIN_WINDOW_S
 ROWS, BATCH = 256, 8
 
 
-def measured(config: Config = Config(), epochs: int = 100, step_s: float = 0.0, **budget) -> tuple[list[dict], bool]:  # noqa: B008
-    """The events of a Trial over a loop of ``epochs`` epochs (each step ``step_s`` long), and
-    whether the loop ended by itself (else the trial stopped it)."""
+def measured(
+    config: Config = Config(),  # noqa: B008
+    epochs: int = 100,
+    step_s: float | tuple[float, ...] = 0.0,
+    **budget,
+) -> tuple[list[dict], bool]:
+    """The events of a Trial over a loop of ``epochs`` epochs (each step ``step_s`` long, or
+    ``step_s[epoch]``), and whether the loop ended by itself (else the trial stopped it)."""
     from autotune.machine._launch import Budget
     from autotune.worker._trial import BudgetSpent, Trial
 
@@ -34,10 +39,11 @@ def measured(config: Config = Config(), epochs: int = 100, step_s: float = 0.0, 
     opt = torch.optim.SGD([weight], lr=0.0)
     loader = trial.dataloader(TensorDataset(torch.zeros(ROWS, 1)), batch_size=BATCH)
     try:
-        for _epoch in range(epochs):
+        for epoch in range(epochs):
+            pause = step_s[epoch] if isinstance(step_s, tuple) else step_s
             for _ in trial.batches(loader):
-                if step_s:
-                    time.sleep(step_s)
+                if pause:
+                    time.sleep(pause)
                 trial.step(weight.sum(), opt)
     except BudgetSpent:
         trial.finish()
@@ -142,9 +148,11 @@ def test_code_that_returns_inside_its_warmup_is_split_into_a_warmup_and_a_window
     assert ended and stretches(events) == [2 * BATCH, 2 * ROWS]
     window = next(e for e in events if e["event"] == "window")
     assert window["steps"] == 2 * ROWS // BATCH - 2 and window["samples"] == 2 * ROWS - 2 * BATCH
-    # epochs of 32 steps of 10 ms, shorter than two windows of 10 s, end the warmup (0.5 s) on an
-    # epoch's end: here the last one, which leaves no window; the warmup is said again, split so
-    events, ended = measured(epochs=2, step_s=0.01, warmup_s=0.5, window_s=10.0)
+    # epochs of 32 steps, shorter than two windows of 10 s, end the warmup (1 s) on an epoch's end:
+    # here the last one, which leaves no window; the warmup is said again, split so. (The first
+    # epoch's steps are instant, the second's 40 ms: the warmup's seconds pass inside the second
+    # however loaded the host; with 10 ms steps in both they once passed inside the first.)
+    events, ended = measured(epochs=2, step_s=(0.0, 0.04), warmup_s=1.0, window_s=10.0)
     warmups = [e for e in events if e["event"] == "warmup"]
     assert ended and len(warmups) == 2 and warmups[0]["samples_seen"] == 2 * ROWS
     assert stretches(events)[-2:] == [2 * BATCH, 2 * ROWS] and warmups[-1]["steps"] == 2
