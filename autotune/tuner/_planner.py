@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.core._guard import blew_up, flat_reference, learned_share, lr_retry
 from autotune.core._kinds import Kind, Line, Request, baseline_request
 from autotune.core._knobs import batch_of
-from autotune.core._outcome import Outcome
+from autotune.core._outcome import WAITING, Outcome
 from autotune.core._prune import PRUNE_FRACTION
 from autotune.machine._noise import is_noisy
 from autotune.tuner._confirm import UNFINISHED, noisy_loss, plan
@@ -51,7 +51,8 @@ class Settings:
         tolerance: The divergence tolerance (``--divergence-tolerance``).
         windows: Measured windows per trial, as planned (``--windows``).
         remeasure: Times a noisy trial is measured again at most (``--remeasure``).
-        trials_left: This tuner has trials of its own left to run.
+        trials_left: This tuner's own trials still to run (``--trials`` less those taken): a
+            follow-up the sampling enqueues takes one of them.
         confirm: Re-runs of each top config in the confirmation (``--confirm``).
     """
 
@@ -60,7 +61,7 @@ class Settings:
     tolerance: float
     windows: int
     remeasure: int
-    trials_left: bool
+    trials_left: int
     confirm: int = 0
 
 
@@ -97,7 +98,7 @@ def after_trial(row: TrialRow, standing: Standing, settings: Settings) -> list[D
     """What this trial's end asks for, in order (see the module)."""
     decisions = [owed_again(row, standing), measure_again(row, settings.remeasure)]
     if row.kind.explores and (row.outcome == Outcome.DIVERGED.value or slow_learner(row)):
-        decisions.append(retry_lr(row, standing, settings.space, settings.trials_left))
+        decisions.append(retry_lr(row, standing, settings.space, settings.trials_left > 0))
     if row.kind.explores and row.reliable and settings.trials_left:
         decisions.append(climb(row, standing, settings.space, settings.cpus))
     if row.kind is Kind.BASELINE and row.measured:
@@ -108,7 +109,29 @@ def after_trial(row: TrialRow, standing: Standing, settings: Settings) -> list[D
             trim(row, standing.rows, standing.decision, settings.space, settings.confirm),
             *confirm_trim(row, standing.groups, settings.confirm),
         ]
-    return [d for d in decisions if d is not None]
+    return within_trials([d for d in decisions if d is not None], row, standing, settings.trials_left)
+
+
+def within_trials(decisions: list[Decision], row: TrialRow, standing: Standing, left: int) -> list[Decision]:
+    """``decisions`` with no more follow-ups of the sampling (a retry, more workers, a smaller
+    batch: each takes one of the tuner's own trials) than its trials left hold, counting the
+    follow-ups and warm starts already enqueued; each one past them becomes the line that says so.
+    Enqueued past them, one would wait in the store unclaimed forever (an empty row in ``show``), as
+    three did after a sweep study's trial 14 with one trial left (2026-11-29). (A config enqueued
+    from outside, with Optuna's ``enqueue_trial``, is claimed by whichever tuner asks first and is
+    not counted: other tuners of the study may hold the trials for it.)"""
+    room = left - sum(
+        1 for r in standing.rows if r.outcome == WAITING and r.kind.explores and r.kind is not Kind.SAMPLED
+    )
+    kept: list[Decision] = []
+    for decision in decisions:
+        if isinstance(decision, Request) and decision.kind.explores:
+            if room <= 0:
+                asked = decision.why or f"trial {row.number} asked for a {decision.kind.label}"
+                decision = Line(f"{asked}; not run: no trial of --trials is left for it")
+            room -= 1
+        kept.append(decision)
+    return kept
 
 
 def loss_unit(row: TrialRow) -> Line | None:

@@ -100,10 +100,10 @@ class Scheduler:
         with self._lock:
             self._taken -= 1
 
-    def trials_left(self) -> bool:
-        """Whether trials of this tuner's own are still to be taken (and it was not stopped)."""
+    def trials_left(self) -> int:
+        """How many trials of this tuner's own are still to be taken (none once it was stopped)."""
         with self._lock:
-            return self._taken < self.trials and not self.interrupt.is_set()
+            return 0 if self.interrupt.is_set() else max(0, self.trials - self._taken)
 
     def done_sampling(self, last: Callable[[], None]) -> None:
         """This slot is done sampling: the last of the tuner's slots calls ``last`` (which plans

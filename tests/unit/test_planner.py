@@ -29,7 +29,7 @@ NOISY = "noisy: other processes used 48% of its CPUs while it measured (over 20%
 LR = Space("lr", {"batch_size": Choice(("1x", "2x", "4x")), "lr_scaling": Choice(("none", "sqrt", "linear"))})
 
 
-def settings(space: Space = LR, trials_left: bool = True, remeasure: int = 2) -> Settings:
+def settings(space: Space = LR, trials_left: int = 4, remeasure: int = 2) -> Settings:
     return Settings(space, cpus=2, tolerance=0.5, windows=4, remeasure=remeasure, trials_left=trials_left)
 
 
@@ -213,6 +213,25 @@ def test_a_leader_that_waits_on_data_runs_again_with_more_workers_once() -> None
     assert climb(leader, found, Space("none", {}), 2) is None
 
 
+def test_no_more_follow_ups_are_enqueued_than_the_tuners_trials_left_hold() -> None:
+    """A follow-up of the sampling takes one of the tuner's own trials: past those left (less
+    the ones already enqueued) it is said, not enqueued to wait in the store unclaimed."""
+    leader, found = leader_standing()
+    waiting = trial(4, None, "waiting", kind=Kind.RETRY, sampled={"lr_scaling": "linear"})
+    queued = standing_from(*found.rows, waiting, ceilings=found.ceilings)
+    with_room = after_trial(leader, queued, settings(WORKERS, trials_left=2))
+    assert [type(d) for d in with_room] == [Request] and with_room[0].kind is Kind.MORE_WORKERS
+    (said,) = after_trial(leader, queued, settings(WORKERS, trials_left=1))
+    assert isinstance(said, Line) and said.text.startswith("trial 3, the fastest then, drew num_workers=9")
+    assert said.text.endswith("; not run: no trial of --trials is left for it")
+    # an enqueued repeat (a confirmation's re-run) is no trial of --trials, and a config enqueued
+    # from outside may be claimed by another tuner: neither takes this tuner's room
+    rerun = trial(5, None, "waiting", kind=Kind.CONFIRM, of=3, sampled=leader.sampled)
+    outside = trial(6, None, "waiting", sampled={"num_workers": 2})
+    queued = standing_from(*found.rows, rerun, outside, ceilings=found.ceilings)
+    assert [d.kind for d in after_trial(leader, queued, settings(WORKERS, trials_left=1))] == [Kind.MORE_WORKERS]
+
+
 def test_a_leader_with_a_worker_per_batch_climbs_at_the_next_smaller_batch() -> None:
     epoch = {"epoch_batches": 9}  # its epoch at 4x (64): 9 batches, one per worker
     leader, standing = leader_standing(dataset=epoch)
@@ -256,7 +275,7 @@ def test_after_a_trial_the_rules_come_in_order() -> None:
     row = diverged(doubt=None)
     standing = standing_from(trial(0, 1000.0), row)
     assert [d.kind for d in after_trial(row, standing, settings())] == [Kind.RETRY]
-    assert after_trial(row, standing, settings(trials_left=False)) == []
+    assert after_trial(row, standing, settings(trials_left=0)) == []
     base = trial(0, None, "interrupted")
     assert after_trial(base, standing_from(base), settings()) == [
         Request(Kind.BASELINE, baseline=True, once="baseline-1")
