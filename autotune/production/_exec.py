@@ -4,9 +4,11 @@ applied from outside its code as it was in the study (``autotune.training._hooks
 from __future__ import annotations
 
 import atexit
+import contextlib
+import gc
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -66,46 +68,51 @@ def exec_script(
         os.execve(sys.executable, command, rank_environ(os.environ, nproc))
     pin_rank()
     said_by_me = ranked is None or ranked[0] == 0  # (rank 0 says it for all)
-    # Forked before torch is imported (by ``load``'s machine check): the watcher lives to the end and
-    # shares the pages the process has at the fork, so each one the script then writes to is copied.
-    # Forked after torch, a 10-step script took 98,000 page faults against python's 61,000; before it,
-    # 66,000 (2026-11-29). If ``load`` raises, the watcher, never armed, says nothing.
-    arm = start_watcher(lambda facts, seconds: f"autotune: {wall_line(facts, seconds, 'exit')}") if said_by_me else None
-    recipe = load(export, device, quiet=True, adapt=adapt, tracking_uri=tracking_uri, ram_budget=ram_budget)
-    recipe.stages = SCRIPT_STAGES
-    knobs = (
-        " ".join(f"{k}={show_value(v)}" for k, v in recipe.config.set_values().items())
-        or "nothing (the code as written)"
-    )
-    if said_by_me:
-        running = f"{ranked[1]} ranks, each running" if ranked else "running"
-        adapts = recipe._adapting() if recipe.adaptive is not None else ""
-        print(
-            f"autotune: {running} {label(target, argv)} with {recipe.origin or export}: {knobs}{adapts}",
-            file=sys.stderr,
-            flush=True,
+    with paused_collector():  # (exec's own start, torch's import included: see paused_collector)
+        # Forked before torch is imported (by ``load``'s machine check): the watcher lives to the end and
+        # shares the pages the process has at the fork, so each one the script then writes to is copied.
+        # Forked after torch, a 10-step script took 98,000 page faults against python's 61,000; before it,
+        # 66,000 (2026-11-29). If ``load`` raises, the watcher, never armed, says nothing.
+        arm = (
+            start_watcher(lambda facts, seconds: f"autotune: {wall_line(facts, seconds, 'exit')}")
+            if said_by_me
+            else None
         )
-    ended: list[bool] = []
-    if said_by_me:
-        # Said once the process has exited (``autotune.production._exit_clock``), else once its own
-        # exit handlers ran: registered before it runs, so that its threads are joined and its own
-        # atexit handlers run first (atexit runs the last registered first).
-        what = label(target, argv)
-        atexit.register(
-            lambda: (
-                ended
-                and (
-                    arm(measured_facts(export, what, device))
-                    if arm is not None
-                    else print(
-                        f"autotune: {wall_line(measured_facts(export, what, device), process_age(), 'exit handlers')}",
-                        file=sys.stderr,
-                        flush=True,
+        recipe = load(export, device, quiet=True, adapt=adapt, tracking_uri=tracking_uri, ram_budget=ram_budget)
+        recipe.stages = SCRIPT_STAGES
+        knobs = (
+            " ".join(f"{k}={show_value(v)}" for k, v in recipe.config.set_values().items())
+            or "nothing (the code as written)"
+        )
+        if said_by_me:
+            running = f"{ranked[1]} ranks, each running" if ranked else "running"
+            adapts = recipe._adapting() if recipe.adaptive is not None else ""
+            print(
+                f"autotune: {running} {label(target, argv)} with {recipe.origin or export}: {knobs}{adapts}",
+                file=sys.stderr,
+                flush=True,
+            )
+        ended: list[bool] = []
+        if said_by_me:
+            # Said once the process has exited (``autotune.production._exit_clock``), else once its own
+            # exit handlers ran: registered before it runs, so that its threads are joined and its own
+            # atexit handlers run first (atexit runs the last registered first).
+            what = label(target, argv)
+            atexit.register(
+                lambda: (
+                    ended
+                    and (
+                        arm(measured_facts(export, what, device))
+                        if arm is not None
+                        else print(
+                            f"autotune: {wall_line(measured_facts(export, what, device), process_age(), 'exit handlers')}",
+                            file=sys.stderr,
+                            flush=True,
+                        )
                     )
                 )
             )
-        )
-    hooks = Hooks(recipe).install()
+        hooks = Hooks(recipe).install()
     try:
         run_script(target, argv)
     except ScriptExited as exc:
@@ -119,6 +126,29 @@ def exec_script(
         hooks.remove()
     ended.append(True)
     return 0
+
+
+@contextlib.contextmanager
+def paused_collector() -> Iterator[None]:
+    """Python's cyclic garbage collector paused while exec starts (its own imports, the export,
+    the machine check's import of torch, the hooks), and on again, as it was, before the script
+    runs: the script then collects as under ``python``, its own objects and torch's alike.
+
+    Exec's modules (click, autotune's, PyYAML, psutil: 12,000 objects before torch's 156,000)
+    moved the points where a full collection falls during torch's import: pytorch/examples'
+    regression took 3 full collections where ``python`` took 2, and 166-180 ms of collecting
+    against python's 76-78 ms, which was most of what exec cost it. Paused, 65-72 ms (the
+    objects of the start are collected once, at the script's first collection); a 10-step
+    script with a DataLoader and SGD: 370-376 ms against python's 416-420 ms (2026-11-29, this
+    2-CPU host, torch 2.13; ``gc.callbacks`` summed over each process).
+    """
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def script_frames(tb: TracebackType | None, target: str) -> TracebackType | None:
