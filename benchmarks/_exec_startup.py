@@ -80,11 +80,13 @@ def spread_ms(values: list[float]) -> str:
     return f"{statistics.median(values):.0f} ({min(values):.0f}..{max(values):.0f})"
 
 
-def startup(turns: int, against: str | None, by_hand: bool = False) -> None:
+def startup(turns: int, against: str | None, by_hand: bool = False, given: Path | None = None) -> None:
+    """The turns, on ``TRIVIAL`` (``BY_HAND``), or on the ``given`` script (run without arguments,
+    in a folder of its own, its output not compared: a public script may be unseeded)."""
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        script, export = folder / "trivial.py", folder / "own.yaml"
-        script.write_text(BY_HAND if by_hand else TRIVIAL)
+        script, export = folder / (given.name if given else "trivial.py"), folder / "own.yaml"
+        script.write_text(given.read_text() if given else BY_HAND if by_hand else TRIVIAL)
         own_export(export)
         trees = {"exec": ROOT}
         if against:
@@ -109,12 +111,20 @@ def startup(turns: int, against: str | None, by_hand: bool = False) -> None:
                 found[name].append(run_once(*commands[name], folder))
             loads.append(os.getloadavg()[0])
             print(f"turn {turn + 1}/{turns}: load {loads[-1]:.1f}", flush=True)
-    report(found, loads, turns, against, by_hand)
+    report(found, loads, turns, against, by_hand, given)
 
 
-def report(found: dict[str, list[dict]], loads: list[float], turns: int, against: str | None, by_hand: bool) -> None:
+def report(
+    found: dict[str, list[dict]], loads: list[float], turns: int, against: str | None, by_hand: bool, given: Path | None
+) -> None:
     plain = found["python"]
     differs = [n for n, runs in found.items() if any(r["stdout"] != p["stdout"] for r, p in zip(runs, plain))]
+    same = "not compared (a script of its own)" if given else "no, " + ", ".join(differs) if differs else "yes"
+    what = (
+        f"`{given.name}` (run without arguments)"
+        if given
+        else f"a 10-step script{' stepping by hand, no torch.optim optimizer' if by_hand else ''}"
+    )
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     lines = [
         f"Machine: {machine()}. Commit {commit.stdout.strip()}; load average (1 min) over the turns "
@@ -122,11 +132,12 @@ def report(found: dict[str, list[dict]], loads: list[float], turns: int, against
         "",
         f"`python benchmarks/exec_vs_python.py --startup --turns {turns}"
         + (f" --against {against}" if against else "")
-        + (" --by-hand`" if by_hand else "`")
-        + f": a 10-step script{' stepping by hand, no torch.optim optimizer' if by_hand else ''}, {turns} turns of `python SCRIPT` and `autotune exec EXPORT SCRIPT` "
+        + (" --by-hand" if by_hand else "")
+        + (f" --script {given}`" if given else "`")
+        + f": {what}, {turns} turns of `python SCRIPT` and `autotune exec EXPORT SCRIPT` "
         "(the script's own config, with this machine's `measured_on`), in a rotating order, each tree "
         "byte-compiled. Milliseconds: median (min..max); *over python*: each run less python's of its "
-        f"turn. Same printed line in every run: {'no, ' + ', '.join(differs) if differs else 'yes'}.",
+        f"turn. Same printed line in every run: {same}.",
         "",
         "| run | wall ms | CPU ms | wall over python | CPU over python | page faults |",
         "|---|---|---|---|---|---|",
@@ -144,8 +155,7 @@ def report(found: dict[str, list[dict]], loads: list[float], turns: int, against
     body = "\n".join(lines)
     print(body)
     raw = {name: [{k: v for k, v in r.items() if k != "stdout"} for r in runs] for name, runs in found.items()}
-    data_path(TOPIC, "exec-startup" + "-by-hand" * by_hand, ".json").write_text(
-        json.dumps({"loads": loads, **raw}, indent=1)
-    )
-    what = " of a script stepping by hand" if by_hand else ""
-    write_section(TOPIC, f"Exec's start-up{what} ({datetime.datetime.now().strftime('%Y-%m-%d %H:%M')})", body)
+    suffix = f"-{given.stem}" if given else "-by-hand" * by_hand
+    data_path(TOPIC, "exec-startup" + suffix, ".json").write_text(json.dumps({"loads": loads, **raw}, indent=1))
+    of = f" of {given.name}" if given else " of a script stepping by hand" if by_hand else ""
+    write_section(TOPIC, f"Exec's start-up{of} ({datetime.datetime.now().strftime('%Y-%m-%d %H:%M')})", body)

@@ -29,6 +29,7 @@ autotune's modules at every start. Writes the section ``Exec's start-up (DATE TI
 
     python benchmarks/exec_vs_python.py --startup --turns 24 --against 074a92a
     python benchmarks/exec_vs_python.py --startup --turns 12 --against 074a92a --by-hand
+    python benchmarks/exec_vs_python.py --startup --turns 16 --against HEAD --script PATH/TO/regression/main.py
 """
 
 from __future__ import annotations
@@ -160,11 +161,12 @@ def main() -> None:
     parser.add_argument("--startup", action="store_true", help="exec's own start-up, in ms, on a 10-step script")
     parser.add_argument("--against", metavar="COMMIT", help="with --startup: also exec of this commit's autotune")
     parser.add_argument("--by-hand", action="store_true", help="with --startup: the script steps without torch.optim")
+    parser.add_argument("--script", type=Path, help="with --startup: this script (run without arguments) instead")
     args = parser.parse_args()
     if args.startup:
         from _exec_startup import startup
 
-        startup(args.turns, args.against, args.by_hand)
+        startup(args.turns, args.against, args.by_hand, args.script)
         return
     found = {}
     with tempfile.TemporaryDirectory() as tmp:
