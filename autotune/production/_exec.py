@@ -73,11 +73,7 @@ def exec_script(
         # shares the pages the process has at the fork, so each one the script then writes to is copied.
         # Forked after torch, a 10-step script took 98,000 page faults against python's 61,000; before it,
         # 66,000 (2026-11-29). If ``load`` raises, the watcher, never armed, says nothing.
-        arm = (
-            start_watcher(lambda facts, seconds: f"autotune: {wall_line(facts, seconds, 'exit')}")
-            if said_by_me
-            else None
-        )
+        arm = start_watcher() if said_by_me else None
         recipe = load(export, device, quiet=True, adapt=adapt, tracking_uri=tracking_uri, ram_budget=ram_budget)
         recipe.stages = SCRIPT_STAGES
         knobs = (
@@ -102,10 +98,10 @@ def exec_script(
                 lambda: (
                     ended
                     and (
-                        arm(measured_facts(export, what, device))
+                        arm(*wall_template(measured_facts(export, what, device), "exit"))
                         if arm is not None
                         else print(
-                            f"autotune: {wall_line(measured_facts(export, what, device), process_age(), 'exit handlers')}",
+                            wall_line(measured_facts(export, what, device), process_age(), "exit handlers"),
                             file=sys.stderr,
                             flush=True,
                         )
@@ -192,24 +188,42 @@ def measured_facts(export: Path, what: str, device: str) -> dict[str, Any]:
         return {**facts, "none": f"no comparison ({exc})"}
 
 
+def wall_template(facts: Mapping[str, Any], until: str) -> tuple[str, float | None]:
+    """The line ``exec`` ends with, as the exit's watcher fills it (``autotune.production._exit_clock``):
+    ``{took}`` for the script's wall time from process start to its ``until`` (its exit, or its
+    exit handlers where its exit cannot be watched), ``{ratio}`` for the study's whole run of the
+    script as written on this machine (``measured_facts``) over it; and that run's seconds, the
+    ratio's numerator (None: no comparison).
+
+    >>> wall_template({"what": "train.py -- --tag {x}", "none": "no comparison"}, "exit")
+    ('autotune: ran train.py -- --tag {{x}} in {took:.1f} s (process start to its exit); no comparison', None)
+    """
+    line = f"autotune: ran {_braced(facts['what'])} in {{took:.1f}} s (process start to its {until})"
+    if "none" in facts:
+        return f"{line}; {_braced(facts['none'])}", None
+    base, winner = facts["base"], facts.get("winner")
+    return (
+        line
+        + f"; as written it ran {base:.1f} s in the study on this machine: {{ratio:.2f}}x"
+        + (f" (the study's runs of this config: {winner:.1f} s)" if winner else ""),
+        base,
+    )
+
+
 def wall_line(facts: Mapping[str, Any], took: float, until: str) -> str:
-    """The line ``exec`` ends with: the script's wall time from process start to its ``until``
-    (its exit, or its exit handlers where its exit cannot be watched), and against the study's
-    whole run of the script as written on this machine (``measured_facts``), the ratio.
+    """``wall_template``'s line filled with ``took`` seconds, as the watcher fills it.
 
     >>> wall_line({"what": "train.py", "base": 12.0, "winner": 9.5}, 10.0, "exit")
-    "ran train.py in 10.0 s (process start to its exit); as written it ran 12.0 s in the study on this machine: 1.20x (the study's runs of this config: 9.5 s)"
+    "autotune: ran train.py in 10.0 s (process start to its exit); as written it ran 12.0 s in the study on this machine: 1.20x (the study's runs of this config: 9.5 s)"
     >>> wall_line({"what": "train.py", "none": "no comparison (x)"}, 10.0, "exit handlers")
-    'ran train.py in 10.0 s (process start to its exit handlers); no comparison (x)'
+    'autotune: ran train.py in 10.0 s (process start to its exit handlers); no comparison (x)'
     """
-    line = f"ran {facts['what']} in {took:.1f} s (process start to its {until})"
-    if "none" in facts:
-        return f"{line}; {facts['none']}"
-    base, winner = facts["base"], facts.get("winner")
-    return line + (
-        f"; as written it ran {base:.1f} s in the study on this machine: {base / took:.2f}x"
-        + (f" (the study's runs of this config: {winner:.1f} s)" if winner else "")
-    )
+    template, base = wall_template(facts, until)
+    return template.format(took=took, ratio=base / took if base else 0.0)
+
+
+def _braced(text: str) -> str:
+    return str(text).replace("{", "{{").replace("}", "}}")
 
 
 def process_age() -> float:

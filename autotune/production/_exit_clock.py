@@ -3,22 +3,20 @@ study's whole runs measure (a trial's parent sees its process end: ``autotune.tu
 
 A process cannot time its own exit: the interpreter's teardown after the last exit handler
 (freeing modules; 0.6-1.0 s with torch loaded on a loaded 2-CPU host, 2026-11-29) comes after
-any code it runs. So before the script starts, exec forks a watcher that holds nothing of the
-script's (no stdout, no file, no signal of its own), waits on a pidfd for this process to exit,
-and only then writes the line to stderr. The script's process, its pid, its children, its exit
-status and its signals are untouched; the line arrives after everything the script wrote. Where a pidfd is not
-available (not Linux 5.3+), the line is said from the last exit handler instead, and says so.
+any code it runs. So before the script starts, exec spawns a watcher, a small program of its own
+that holds nothing of the script's (no stdout, no file, no signal of its own), waits on a pidfd
+for this process to exit, and only then writes the line to stderr. The script's process, its pid,
+its children, its exit status and its signals are untouched; the line arrives after everything
+the script wrote. Where a pidfd is not available (not Linux 5.3+), the line is said from the last
+exit handler instead, and says so.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import select
 import sys
-import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 #: How long the watcher waits for the script's process (a guard: it ends with it).
 WATCH_LIMIT_S = 30 * 24 * 3600.0
@@ -31,12 +29,38 @@ def boot_seconds_of(pid: int) -> float:
     return int(fields[19]) / os.sysconf("SC_CLK_TCK")
 
 
-def start_watcher(line: Callable[[Mapping[str, Any], float], str]) -> Callable[[Mapping[str, Any]], None] | None:
-    """Fork the watcher of this process's exit; return what arms it (call it with the facts
-    ``line`` needs, once the script ended as it should: the watcher then writes
-    ``line(facts, seconds)`` after this process exits, ``seconds`` from its start to its exit),
-    or None where it cannot watch (no pidfd), for the caller to say the line itself."""
-    if not hasattr(os, "pidfd_open"):
+#: The watcher: a program of its own (``python -I -S``: no site, no module of the script's process),
+#: given the script's process as a pidfd, the pipe exec arms it through, the process's start and a
+#: limit. Once the process has exited it writes the armed line to stderr, its seconds filled in.
+WATCHER = """
+import json, os, select, sys, time
+pidfd, armed, started, limit = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+select.select([pidfd], [], [], limit)
+seconds = time.clock_gettime(time.CLOCK_BOOTTIME) - started
+os.set_blocking(armed, False)
+try:
+    said = os.read(armed, 1 << 16)
+except BlockingIOError:
+    said = b""
+if said.strip():
+    line, base = json.loads(said.splitlines()[0])
+    os.write(2, (line.format(took=seconds, ratio=base / seconds if base else 0.0) + "\\n").encode())
+"""
+
+
+def start_watcher() -> Callable[[str, float | None], None] | None:
+    """Start the watcher of this process's exit; return what arms it (call it with a line to say,
+    once the script ended as it should: ``{took}`` in it is filled with the seconds from this
+    process's start to its exit, ``{ratio}`` with ``base`` over them), or None where it cannot
+    watch (no pidfd), for the caller to say the line itself.
+
+    The watcher is spawned, never forked: a fork shares the process's pages, and each page the
+    script then writes is copied (5,000 more page faults than python's on a 10-step script). It is
+    started through ``sh -c '... &'``, which exits at once: no child of the script's (its
+    ``os.wait()``, its kill of its children), in a session of its own (no Ctrl-C or group signal
+    of the script's), holding no stdout (a reader of the script's stdout sees its end when the
+    script ends) and nothing else of the script's but stderr, where it writes."""
+    if not hasattr(os, "pidfd_open") or not hasattr(os, "posix_spawn") or not sys.executable:
         return None
     parent = os.getpid()
     try:
@@ -45,53 +69,28 @@ def start_watcher(line: Callable[[Mapping[str, Any], float], str]) -> Callable[[
     except OSError:
         return None
     read_end, write_end = os.pipe()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # forked twice: the watcher is no child of the script's (its os.wait(), its kill of
-        try:  # its children), and in a session of its own (no Ctrl-C or group signal of the script's)
-            os.setsid()
-            if os.fork() == 0:
-                os.close(write_end)
-                _watch(pidfd, read_end, started, line)
-        finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
-    os.close(pidfd)
-    os.close(read_end)
-    os.set_inheritable(write_end, False)
+    argv = [sys.executable, "-I", "-S", "-c", WATCHER, str(pidfd), str(read_end), repr(started), str(WATCH_LIMIT_S)]
+    try:
+        os.set_inheritable(pidfd, True)
+        os.set_inheritable(read_end, True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sh = os.posix_spawn(
+            "/bin/sh",
+            ["sh", "-c", '"$@" &', "sh", *argv],
+            os.environ,
+            file_actions=[(os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)],
+            setsid=True,
+        )
+        os.waitpid(sh, 0)
+    except OSError:
+        os.close(write_end)
+        return None
+    finally:
+        os.close(pidfd)
+        os.close(read_end)
 
-    def arm(facts: Mapping[str, Any]) -> None:
-        os.write(write_end, json.dumps(dict(facts)).encode() + b"\n")
+    def arm(line: str, base: float | None) -> None:
+        os.write(write_end, json.dumps([line, base]).encode() + b"\n")
 
     return arm
-
-
-def _watch(pidfd: int, read_end: int, started: float, line: Callable[[Mapping[str, Any], float], str]) -> None:
-    """In the watcher: wait for the script's process to exit, then say the line if it was armed."""
-    keep = {pidfd, read_end, 2}
-    for fd in range(3, _fd_limit()):
-        if fd not in keep:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-    devnull = os.open(os.devnull, os.O_RDWR)
-    os.dup2(devnull, 0)
-    os.dup2(devnull, 1)  # (a reader of the script's stdout sees its end when the script ends)
-    select.select([pidfd], [], [], WATCH_LIMIT_S)
-    seconds = time.clock_gettime(time.CLOCK_BOOTTIME) - started
-    os.set_blocking(read_end, False)
-    try:
-        said = os.read(read_end, 1 << 16)
-    except BlockingIOError:
-        said = b""
-    if said.strip():
-        os.write(2, (line(json.loads(said.splitlines()[0]), seconds) + "\n").encode())
-
-
-def _fd_limit() -> int:
-    try:
-        return min(os.sysconf("SC_OPEN_MAX"), 4096)
-    except (OSError, ValueError):
-        return 256

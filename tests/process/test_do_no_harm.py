@@ -6,6 +6,7 @@ metrics and its exit status. Checked against ``python`` on the same script, in r
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import signal
@@ -139,21 +140,57 @@ def test_exec_imports_nothing_into_the_scripts_process_but_its_own(tmp_path: Pat
     assert not added, added
 
 
-def test_execs_exit_watcher_is_forked_before_torch_is_imported(tmp_path: Path) -> None:
-    """The watcher that says exec's last line lives to the process's end and shares the pages the
-    process had at its fork: forked after torch, each page the script wrote to was copied (98,000
-    page faults against python's 61,000 on a 10-step script; benchmarks/results/exec-vs-python.md)."""
+#: A script that finds the watcher of its own exit: the process given a pidfd of this one.
+FIND_WATCHER = """import json, os, time
+import psutil
+
+me, found = os.getpid(), []
+for _ in range(50):
+    for p in psutil.process_iter(["cmdline", "ppid"]):
+        cmd = p.info["cmdline"] or []
+        try:
+            if cmd[1:4] == ["-I", "-S", "-c"] and f"Pid:\\t{me}\\n" in open(f"/proc/{p.pid}/fdinfo/{cmd[5]}").read():
+                fds = {fd: os.readlink(f"/proc/{p.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{p.pid}/fd")}
+                found.append({"ppid": p.info["ppid"], "sid": os.getsid(p.pid), "fds": fds})
+        except (OSError, IndexError, psutil.Error):
+            pass
+    if found:
+        break
+    time.sleep(0.1)
+print(json.dumps({"me": me, "sid": os.getsid(me), "stderr": os.readlink("/proc/self/fd/2"), "found": found}))
+"""
+
+
+def test_execs_exit_watcher_is_a_program_of_its_own_that_holds_only_stderr(tmp_path: Path) -> None:
+    """The watcher that says exec's last line is spawned, not forked (a fork shares the process's
+    pages, and each page the script wrote to was copied: 5,000 page faults more than python's on a
+    10-step script, benchmarks/results/exec-vs-python.md), no child of the script's, in a session of
+    its own, holding nothing of the script's but stderr, where its line goes after the script's own."""
+    script = tmp_path / "find_watcher.py"
+    script.write_text(FIND_WATCHER)
     (tmp_path / "own.yaml").write_text(OWN)
-    code = (
-        "import atexit, sys\nimport autotune.production._exec as e\nforked = []\nfork = e.start_watcher\n"
-        "e.start_watcher = lambda line: (forked.append('torch' in sys.modules), fork(line))[1]\n"
-        "atexit.register(lambda: print('torch loaded at the fork:', forked))\n"
-        f"sys.argv = ['autotune', 'exec', 'own.yaml', {str(SCRIPT)!r}, '--', '--steps', '3']\n"
-        "from autotune._cli import main\nmain()\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[-1] == "torch loaded at the fork: [False]", done.stdout
+    stderr = tmp_path / "stderr.txt"
+    with open(stderr, "w") as err:
+        done = subprocess.run(
+            [sys.executable, "-m", "autotune", "exec", "own.yaml", str(script)],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=ENV,
+            cwd=tmp_path,
+            timeout=120,
+        )
+    assert done.returncode == 0, stderr.read_text()
+    seen = json.loads(done.stdout)
+    (watcher,) = seen["found"]
+    assert watcher["ppid"] != seen["me"] and watcher["sid"] != seen["sid"]
+    fds = watcher["fds"]
+    assert fds["0"] == fds["1"] == os.devnull and fds["2"] == seen["stderr"] == str(stderr)
+    assert len(fds) == 5  # (and the pidfd and the pipe it is armed through)
+    deadline = time.monotonic() + 10  # (the line comes once the process has exited)
+    while "process start to its exit" not in stderr.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert stderr.read_text().splitlines()[-1].startswith(f"autotune: ran {script} in "), stderr.read_text()
 
 
 def test_a_trial_that_runs_the_script_whole_exits_as_python_does(tmp_path: Path, monkeypatch) -> None:
