@@ -69,10 +69,8 @@ def exec_script(
     pin_rank()
     said_by_me = ranked is None or ranked[0] == 0  # (rank 0 says it for all)
     with paused_collector():  # (exec's own start, torch's import included: see paused_collector)
-        # Forked before torch is imported (by ``load``'s machine check): the watcher lives to the end and
-        # shares the pages the process has at the fork, so each one the script then writes to is copied.
-        # Forked after torch, a 10-step script took 98,000 page faults against python's 61,000; before it,
-        # 66,000 (2026-11-29). If ``load`` raises, the watcher, never armed, says nothing.
+        # The exit's watcher, a program of its own (``start_watcher``): if ``load`` raises, the
+        # watcher, never armed, says nothing.
         arm = start_watcher() if said_by_me else None
         recipe = load(export, device, quiet=True, adapt=adapt, tracking_uri=tracking_uri, ram_budget=ram_budget)
         recipe.stages = SCRIPT_STAGES
@@ -130,7 +128,7 @@ def paused_collector() -> Iterator[None]:
     the machine check's import of torch, the hooks), and on again, as it was, before the script
     runs: the script then collects as under ``python``, its own objects and torch's alike.
 
-    Exec's modules (click, autotune's, PyYAML, psutil: 12,000 objects before torch's 156,000)
+    Exec's modules (click, autotune's, PyYAML, then psutil: 12,000 objects before torch's 156,000)
     moved the points where a full collection falls during torch's import: pytorch/examples'
     regression took 3 full collections where ``python`` took 2, and 166-180 ms of collecting
     against python's 76-78 ms, which was most of what exec cost it. Paused, 65-72 ms (the
