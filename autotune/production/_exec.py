@@ -15,7 +15,7 @@ from typing import Any
 
 from autotune.core._config import ConfigError
 from autotune.core._knobs import show_value
-from autotune.production._exit_clock import boot_seconds_of, start_watcher
+from autotune.production._exit_clock import Watcher, boot_seconds_of, watching
 from autotune.training._script import SCRIPT_STAGES, ScriptExited, check_script, label, module_of, run_script
 
 
@@ -68,10 +68,9 @@ def exec_script(
         os.execve(sys.executable, command, rank_environ(os.environ, nproc))
     pin_rank()
     said_by_me = ranked is None or ranked[0] == 0  # (rank 0 says it for all)
-    with paused_collector():  # (exec's own start, torch's import included: see paused_collector)
-        # The exit's watcher, a program of its own (``start_watcher``): if ``load`` raises, the
-        # watcher, never armed, says nothing.
-        arm = start_watcher() if said_by_me else None
+    # (exec's own start, torch's import included: see paused_collector; the exit's watcher, a
+    # program of its own, is disarmed if the start raises: ``watching``)
+    with paused_collector(), watching(said_by_me) as watcher:
         recipe = load(export, device, quiet=True, adapt=adapt, tracking_uri=tracking_uri, ram_budget=ram_budget)
         recipe.stages = SCRIPT_STAGES
         knobs = (
@@ -91,21 +90,7 @@ def exec_script(
             # Said once the process has exited (``autotune.production._exit_clock``), else once its own
             # exit handlers ran: registered before it runs, so that its threads are joined and its own
             # atexit handlers run first (atexit runs the last registered first).
-            what = label(target, argv)
-            atexit.register(
-                lambda: (
-                    ended
-                    and (
-                        arm(*wall_template(measured_facts(export, what, device), "exit"))
-                        if arm is not None
-                        else print(
-                            wall_line(measured_facts(export, what, device), process_age(), "exit handlers"),
-                            file=sys.stderr,
-                            flush=True,
-                        )
-                    )
-                )
-            )
+            atexit.register(say_wall_time, ended, watcher, export, label(target, argv), device)
         hooks = Hooks(recipe).install()
     try:
         run_script(target, argv)
@@ -120,6 +105,18 @@ def exec_script(
         hooks.remove()
     ended.append(True)
     return 0
+
+
+def say_wall_time(ended: list[bool], watcher: Watcher | None, export: Path, what: str, device: str) -> None:
+    """At exit, where the script ``ended`` as it should: arm the ``watcher`` with exec's last line,
+    or (none) say it now, to the exit handlers."""
+    if not ended:
+        return
+    facts = measured_facts(export, what, device)
+    if watcher is not None:
+        watcher.arm(*wall_template(facts, "exit"))
+    else:
+        print(wall_line(facts, process_age(), "exit handlers"), file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager

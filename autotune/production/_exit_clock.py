@@ -13,10 +13,11 @@ exit handler instead, and says so.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Iterator
 
 #: How long the watcher waits for the script's process (a guard: it ends with it).
 WATCH_LIMIT_S = 30 * 24 * 3600.0
@@ -31,28 +32,34 @@ def boot_seconds_of(pid: int) -> float:
 
 #: The watcher: a program of its own (``python -I -S``: no site, no module of the script's process),
 #: given the script's process as a pidfd, the pipe exec arms it through, the process's start and a
-#: limit. Once the process has exited it writes the armed line to stderr, its seconds filled in.
+#: limit. Once the process has exited it writes the armed line to stderr, its seconds filled in;
+#: where exec closed the pipe unarmed (it stopped before the script ran), it ends at once.
 WATCHER = """
 import json, os, select, sys, time
 pidfd, armed, started, limit = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
-select.select([pidfd], [], [], limit)
-seconds = time.clock_gettime(time.CLOCK_BOOTTIME) - started
-os.set_blocking(armed, False)
-try:
+ready = select.select([pidfd, armed], [], [], limit)[0]
+said = b""
+if armed in ready and pidfd not in ready:
     said = os.read(armed, 1 << 16)
-except BlockingIOError:
-    said = b""
+    if not said:
+        raise SystemExit  # disarmed: exec ended before the script ran
+    select.select([pidfd], [], [], limit)
+seconds = time.clock_gettime(time.CLOCK_BOOTTIME) - started
+if not said:
+    os.set_blocking(armed, False)
+    try:
+        said = os.read(armed, 1 << 16)
+    except BlockingIOError:
+        pass
 if said.strip():
     line, base = json.loads(said.splitlines()[0])
     os.write(2, (line.format(took=seconds, ratio=base / seconds if base else 0.0) + "\\n").encode())
 """
 
 
-def start_watcher() -> Callable[[str, float | None], None] | None:
-    """Start the watcher of this process's exit; return what arms it (call it with a line to say,
-    once the script ended as it should: ``{took}`` in it is filled with the seconds from this
-    process's start to its exit, ``{ratio}`` with ``base`` over them), or None where it cannot
-    watch (no pidfd), for the caller to say the line itself.
+def start_watcher() -> Watcher | None:
+    """Start the watcher of this process's exit (``Watcher``: what arms or disarms it), or None
+    where it cannot watch (no pidfd), for the caller to say the line itself.
 
     The watcher is spawned, never forked: a fork shares the process's pages, and each page the
     script then writes is copied (5,000 more page faults than python's on a 10-step script). It is
@@ -90,7 +97,37 @@ def start_watcher() -> Callable[[str, float | None], None] | None:
         os.close(pidfd)
         os.close(read_end)
 
-    def arm(line: str, base: float | None) -> None:
-        os.write(write_end, json.dumps([line, base]).encode() + b"\n")
+    return Watcher(write_end)
 
-    return arm
+
+class Watcher:
+    """What exec holds of its exit's watcher: the pipe's end it arms it through."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    def arm(self, line: str, base: float | None) -> None:
+        """Say ``line`` once this process has exited: ``{took}`` in it filled with the seconds from
+        its start to its exit, ``{ratio}`` with ``base`` over them."""
+        if self._fd is not None:
+            os.write(self._fd, json.dumps([line, base]).encode() + b"\n")
+
+    def disarm(self) -> None:
+        """Exec stopped before the script ran: the watcher ends now, saying nothing (else it would
+        wait for the process that called exec, a test's or a notebook's, to exit)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+@contextlib.contextmanager
+def watching(said: bool) -> Iterator[Watcher | None]:
+    """``start_watcher`` where this process says the line (``said``), disarmed if what the block
+    runs raises."""
+    watcher = start_watcher() if said else None
+    try:
+        yield watcher
+    except BaseException:
+        if watcher is not None:
+            watcher.disarm()
+        raise
