@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -114,7 +115,8 @@ def test_sigkill_reads_as_popen_reads_it(tmp_path) -> None:
         if not left:
             break
         for child in left:
-            child.kill()
+            with contextlib.suppress(psutil.NoSuchProcess):  # (it may end between the listing and the kill)
+                child.kill()
         psutil.wait_procs(left, timeout=3)
 
 
