@@ -80,8 +80,6 @@ def start_watcher() -> Watcher | None:
     try:
         os.set_inheritable(pidfd, True)
         os.set_inheritable(read_end, True)
-        sys.stdout.flush()
-        sys.stderr.flush()
         sh = os.posix_spawn(
             "/bin/sh",
             ["sh", "-c", '"$@" &', "sh", *argv],
