@@ -214,6 +214,7 @@ def wall_line(facts: Mapping[str, Any], took: float, until: str) -> str:
     'autotune: ran train.py in 10.0 s (process start to its exit handlers); no comparison (x)'
     """
     template, base = wall_template(facts, until)
+    # (the watcher, which imports nothing of autotune's, fills it the same way: _exit_clock.WATCHER)
     return template.format(took=took, ratio=base / took if base else 0.0)
 
 
